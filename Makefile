@@ -1,0 +1,34 @@
+# gpushare — build, test and benchmark targets. `make help` lists them.
+GO      ?= go
+BIN     ?= bin
+PKGS    ?= ./...
+export CGO_ENABLED ?= 1
+
+.PHONY: help build test vet lint fmt-check tidy-check unit bench
+
+help: ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+build: ## build every binary into ./bin
+	$(GO) build -o $(BIN)/ ./scheduler/... ./deviceplugin/... ./inspector/...
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt-check: ## fail if gofmt would change a file
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+tidy-check: ## fail if go mod tidy would change go.mod/go.sum
+	@cp go.mod /tmp/gpushare.go.mod.bak; cp go.sum /tmp/gpushare.go.sum.bak; $(GO) mod tidy; \
+	if ! cmp -s go.mod /tmp/gpushare.go.mod.bak || ! cmp -s go.sum /tmp/gpushare.go.sum.bak; then \
+	  echo "go mod tidy changes go.mod/go.sum: run it and commit"; cp /tmp/gpushare.go.mod.bak go.mod; cp /tmp/gpushare.go.sum.bak go.sum; exit 1; fi
+
+lint: vet fmt-check tidy-check ## vet, gofmt and go mod tidy checks
+
+unit: ## unit tests with the race detector
+	$(GO) test -race -count=1 $(PKGS)
+
+test: lint unit ## the test command CI runs: lint + unit tests (-race)
+
+bench: ## Go benchmarks (figures printed; no pass/fail on speed)
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -1,0 +1,204 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// AssignmentVersion is the version of Assignment this package writes and reads.
+const AssignmentVersion = 1
+
+// AssignmentPhase is how far an assignment has got.
+type AssignmentPhase string
+
+const (
+	// PhaseAssigned: the extender chose the cards and bound the pod; the
+	// node's device plugin has not yet allocated them to the containers
+	// ("pending" in the inspector).
+	PhaseAssigned AssignmentPhase = "Assigned"
+	// PhaseAllocated: the device plugin's Allocate gave every container its
+	// card. If the kubelet's admission order made the plugin hand a container
+	// a different card than the extender chose, the record was corrected to
+	// the card the container actually has.
+	PhaseAllocated AssignmentPhase = "Allocated"
+)
+
+// ContainerAssignment is the card one container gets.
+type ContainerAssignment struct {
+	// Name is the app container's name.
+	Name string `json:"name"`
+	// CardUUID and CardIndex name the card (both, so that either device-ID
+	// strategy can be served and people can read it).
+	CardUUID  string `json:"cardUUID"`
+	CardIndex int    `json:"cardIndex"`
+	// Units is the memory granted, in the Assignment's unit.
+	Units int64 `json:"units"`
+}
+
+// Assignment is the record the extender writes on a pod at bind, before the
+// Binding, in AnnotationAssignment.
+//
+// Trust: a record is only believed when it names the pod's own UID and the
+// node the pod is bound to (Assignment.Matches). A pod's UID is made by the
+// API server at creation, so an annotation copied into a manifest can never
+// match; bind overwrites whatever a pod carried before. Signature is reserved
+// so that a later version can authenticate the record.
+type Assignment struct {
+	Version    int                   `json:"version"`
+	PodUID     types.UID             `json:"podUID"`
+	Node       string                `json:"node"`
+	Unit       MemoryUnit            `json:"unit"`
+	Phase      AssignmentPhase       `json:"phase"`
+	Containers []ContainerAssignment `json:"containers"`
+	// Signature is reserved for authenticating the record (e.g. an HMAC by
+	// the extender). Empty in version 1 and not checked.
+	Signature string `json:"signature,omitempty"`
+}
+
+// ErrNoAssignment is returned (wrapped) when a pod carries no assignment.
+var ErrNoAssignment = errors.New("pod has no " + AnnotationAssignment + " annotation (was it scheduled by the gpushare extender?)")
+
+// ErrInvalidAssignment is returned (wrapped) for an assignment that does not
+// decode, validate, or belong to the pod that carries it.
+var ErrInvalidAssignment = errors.New("invalid GPU assignment")
+
+// Validate checks the record's internal consistency.
+func (a Assignment) Validate() error {
+	if a.Version != AssignmentVersion {
+		return fmt.Errorf("%w: version %d, this program reads version %d", ErrInvalidAssignment, a.Version, AssignmentVersion)
+	}
+	if a.PodUID == "" {
+		return fmt.Errorf("%w: no pod UID", ErrInvalidAssignment)
+	}
+	if a.Node == "" {
+		return fmt.Errorf("%w: no node", ErrInvalidAssignment)
+	}
+	if err := a.Unit.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	switch a.Phase {
+	case PhaseAssigned, PhaseAllocated:
+	default:
+		return fmt.Errorf("%w: unknown phase %q", ErrInvalidAssignment, a.Phase)
+	}
+	if len(a.Containers) == 0 {
+		return fmt.Errorf("%w: no containers", ErrInvalidAssignment)
+	}
+	names := map[string]bool{}
+	for _, c := range a.Containers {
+		switch {
+		case c.Name == "":
+			return fmt.Errorf("%w: a container has no name", ErrInvalidAssignment)
+		case names[c.Name]:
+			return fmt.Errorf("%w: container %q appears twice", ErrInvalidAssignment, c.Name)
+		case c.CardUUID == "":
+			return fmt.Errorf("%w: container %q has no card UUID", ErrInvalidAssignment, c.Name)
+		case c.CardIndex < 0:
+			return fmt.Errorf("%w: container %q has negative card index", ErrInvalidAssignment, c.Name)
+		case c.Units <= 0 || c.Units > MaxUnits:
+			return fmt.Errorf("%w: container %q has %d units, want 1..%d", ErrInvalidAssignment, c.Name, c.Units, MaxUnits)
+		}
+		names[c.Name] = true
+	}
+	return nil
+}
+
+// Container returns the assignment of the named container.
+func (a Assignment) Container(name string) (ContainerAssignment, bool) {
+	for _, c := range a.Containers {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ContainerAssignment{}, false
+}
+
+// Total is the sum of the containers' units.
+func (a Assignment) Total() int64 {
+	var t int64
+	for _, c := range a.Containers {
+		t += c.Units
+	}
+	return t
+}
+
+// Matches checks that the record belongs to this pod: same UID, same node as
+// the pod is bound to (when it is bound), and one entry for exactly each app
+// container that requests ResourceName, with the units it requests.
+func (a Assignment) Matches(pod *corev1.Pod) error {
+	if pod == nil {
+		return fmt.Errorf("%w: no pod", ErrInvalidAssignment)
+	}
+	if a.PodUID != pod.UID {
+		return fmt.Errorf("%w: written for pod UID %q, this pod is %q", ErrInvalidAssignment, a.PodUID, pod.UID)
+	}
+	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
+		return fmt.Errorf("%w: written for node %q, pod is bound to %q", ErrInvalidAssignment, a.Node, pod.Spec.NodeName)
+	}
+	req, err := RequestFromPod(pod)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	if len(req.Containers) != len(a.Containers) {
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req.Containers), ResourceName, len(a.Containers))
+	}
+	for _, c := range req.Containers {
+		got, ok := a.Container(c.Name)
+		if !ok {
+			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, ResourceName)
+		}
+		if got.Units != c.Units {
+			return fmt.Errorf("%w: container %q requests %d units, the record grants %d", ErrInvalidAssignment, c.Name, c.Units, got.Units)
+		}
+	}
+	return nil
+}
+
+// EncodeAssignment validates a and returns its annotation value.
+func EncodeAssignment(a Assignment) (string, error) {
+	if err := a.Validate(); err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	return string(b), nil
+}
+
+// DecodeAssignment parses and validates an annotation value.
+func DecodeAssignment(s string) (Assignment, error) {
+	var a Assignment
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return Assignment{}, fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	if err := a.Validate(); err != nil {
+		return Assignment{}, err
+	}
+	return a, nil
+}
+
+// AssignmentFromPod decodes the pod's assignment and checks that it belongs
+// to the pod (Matches). A pod without one gives ErrNoAssignment; anything
+// else wrong gives ErrInvalidAssignment.
+func AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
+	if pod == nil {
+		return Assignment{}, ErrNoAssignment
+	}
+	s, ok := pod.Annotations[AnnotationAssignment]
+	if !ok {
+		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, ErrNoAssignment)
+	}
+	a, err := DecodeAssignment(s)
+	if err != nil {
+		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if err := a.Matches(pod); err != nil {
+		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return a, nil
+}

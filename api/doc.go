@@ -1,0 +1,18 @@
+// Package api is gpushare's contract: the one place that defines what the
+// scheduler extender, the device plugin and the inspector say to each other
+// through the Kubernetes API.
+//
+// It owns:
+//   - the extended resource name (ResourceName) and its unit arithmetic;
+//   - every annotation and label key the programs read or write;
+//   - the node GPU inventory (Inventory), published by the device plugin on
+//     its Node and read by the extender and the inspector;
+//   - the assignment record (Assignment), written on a pod by the extender at
+//     bind and completed by the device plugin at Allocate;
+//   - operator card isolation (Isolation);
+//   - how a pod's gpu-mem request is read (RequestFromPod).
+//
+// Every record is versioned, has one Encode and one Decode, and Decode always
+// validates: a program never acts on a record it could not validate.
+// docs/protocol.md describes the same contract in prose.
+package api

@@ -1,0 +1,159 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// ResourceName is the extended resource a container asks for, in its limits,
+// as a whole number of memory units on ONE card (GiB unless the node's
+// inventory declares another unit).
+const ResourceName corev1.ResourceName = "example.com/gpu-mem"
+
+// MaxUnits bounds any single quantity of units the programs accept (a card's
+// capacity, a container's request). It exists so that sums over a node can
+// never overflow int64; 2^40 GiB is far beyond any card.
+const MaxUnits int64 = 1 << 40
+
+// MemoryUnit is the size of one unit of ResourceName.
+type MemoryUnit string
+
+const (
+	// UnitGiB makes one unit 1 GiB (2^30 bytes). The default.
+	UnitGiB MemoryUnit = "GiB"
+	// UnitMiB makes one unit 1 MiB (2^20 bytes).
+	UnitMiB MemoryUnit = "MiB"
+)
+
+// ParseMemoryUnit returns the unit named s ("GiB" or "MiB").
+func ParseMemoryUnit(s string) (MemoryUnit, error) {
+	switch u := MemoryUnit(s); u {
+	case UnitGiB, UnitMiB:
+		return u, nil
+	}
+	return "", fmt.Errorf("unknown memory unit %q: use %q or %q", s, UnitGiB, UnitMiB)
+}
+
+// MiB is the number of MiB in one unit.
+func (u MemoryUnit) MiB() int64 {
+	switch u {
+	case UnitGiB:
+		return 1024
+	case UnitMiB:
+		return 1
+	}
+	return 0
+}
+
+// UnitsFromMiB is how many whole units fit in mib MiB, rounding down.
+//
+// Worked example: an H100 80GB reports 81,559 MiB of memory; in GiB units that
+// is floor(81559 / 1024) = 79 units, the remaining 663 MiB are not offered.
+// In MiB units it is 81,559 units.
+func (u MemoryUnit) UnitsFromMiB(mib int64) int64 {
+	per := u.MiB()
+	if per <= 0 || mib <= 0 {
+		return 0
+	}
+	return mib / per
+}
+
+// Validate reports whether u is a known unit.
+func (u MemoryUnit) Validate() error {
+	_, err := ParseMemoryUnit(string(u))
+	return err
+}
+
+// ErrInitContainerRequest is returned (wrapped) by RequestFromPod for a pod
+// whose init containers request ResourceName. Such pods are not supported:
+// the kubelet's device manager hands an init container's devices on to the
+// app containers, which would make the card an app container gets depend on
+// the kubelet rather than on the assignment. docs/protocol.md explains.
+var ErrInitContainerRequest = errors.New("init containers may not request " + string(ResourceName))
+
+// ErrInvalidRequest is returned (wrapped) by RequestFromPod for a request
+// that is not a positive whole number of units within MaxUnits.
+var ErrInvalidRequest = errors.New("invalid " + string(ResourceName) + " request")
+
+// ContainerRequest is one app container's demand for memory on one card.
+type ContainerRequest struct {
+	// Name is the container's name in the pod spec.
+	Name string
+	// Units is the memory asked for, in the node's unit; always > 0.
+	Units int64
+}
+
+// PodRequest is a pod's demand: one entry per app container that requests
+// ResourceName, in spec order. A pod that requests nothing has no entries.
+type PodRequest struct {
+	Containers []ContainerRequest
+}
+
+// Total is the sum of the containers' units.
+func (r PodRequest) Total() int64 {
+	var t int64
+	for _, c := range r.Containers {
+		t += c.Units
+	}
+	return t
+}
+
+// Empty reports whether the pod asks for no GPU memory at all.
+func (r PodRequest) Empty() bool { return len(r.Containers) == 0 }
+
+// RequestFromPod reads a pod's gpu-mem demand.
+//
+// Extended-resource rules apply: the quantity is taken from the container's
+// limits, or from its requests when only those are set (the API server
+// requires both to be equal when both are present). A quantity must be a whole
+// number between 1 and MaxUnits; zero means "no request". Init containers
+// (including restartable sidecars) that request ResourceName make the whole
+// pod invalid (ErrInitContainerRequest).
+func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
+	var req PodRequest
+	if pod == nil {
+		return req, fmt.Errorf("%w: no pod", ErrInvalidRequest)
+	}
+	for _, c := range pod.Spec.InitContainers {
+		units, err := containerUnits(c)
+		if err != nil {
+			return PodRequest{}, err
+		}
+		if units > 0 {
+			return PodRequest{}, fmt.Errorf("%w: init container %q asks for %d", ErrInitContainerRequest, c.Name, units)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		units, err := containerUnits(c)
+		if err != nil {
+			return PodRequest{}, err
+		}
+		if units > 0 {
+			req.Containers = append(req.Containers, ContainerRequest{Name: c.Name, Units: units})
+		}
+	}
+	return req, nil
+}
+
+func containerUnits(c corev1.Container) (int64, error) {
+	q, ok := c.Resources.Limits[ResourceName]
+	if !ok {
+		q, ok = c.Resources.Requests[ResourceName]
+	}
+	if !ok {
+		return 0, nil
+	}
+	if q.Sign() < 0 {
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is negative", ErrInvalidRequest, c.Name, q.String())
+	}
+	if q.MilliValue()%1000 != 0 {
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is not a whole number of units", ErrInvalidRequest, c.Name, q.String())
+	}
+	v, ok := q.AsInt64()
+	if !ok || v > MaxUnits {
+		return 0, fmt.Errorf("%w: container %q asks for %s, more than the maximum %d units", ErrInvalidRequest, c.Name, q.String(), MaxUnits)
+	}
+	return v, nil
+}

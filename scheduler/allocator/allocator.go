@@ -1,0 +1,176 @@
+// Package allocator owns gpushare's placement decision: given one node's
+// cards and what they already hold, can a pod's containers be placed on it,
+// on which cards, and how much does the active policy like the result.
+//
+// Everything here is a pure function of its arguments: no I/O, no locks, no
+// clock. The extender calls it on a snapshot taken from its cache; the
+// packing simulator calls the very same code in its replay loop.
+package allocator
+
+import (
+	"fmt"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// Card is one GPU in a snapshot.
+type Card struct {
+	// Index is the card's NVML index on its node.
+	Index int
+	UUID  string
+	Model string
+	// Capacity and Used are in the node's unit. Used counts every assigned
+	// container (assumed or confirmed).
+	Capacity int64
+	Used     int64
+	// Whole is true when the card is held exclusively by a whole-card
+	// demand; it then takes nothing else.
+	Whole bool
+	State api.CardState
+}
+
+// Free is the capacity not yet assigned (never negative).
+func (c Card) Free() int64 {
+	if c.Whole || c.Used >= c.Capacity {
+		return 0
+	}
+	return c.Capacity - c.Used
+}
+
+// Schedulable reports whether the card may take new pods.
+func (c Card) Schedulable() bool { return c.State == api.CardHealthy }
+
+// Node is one node's cards in a snapshot.
+type Node struct {
+	Name string
+	Unit api.MemoryUnit
+	// Cards in index order.
+	Cards []Card
+	// InventoryErr is set when the node's inventory could not be read; such
+	// a node never fits, and the reason says why.
+	InventoryErr error
+}
+
+// Demand is what one container asks for.
+type Demand struct {
+	// Container is the container's name; it labels the placement and the
+	// reasons.
+	Container string
+	// Units is a share of ONE card, in the node's unit. Ignored when
+	// WholeCards > 0.
+	Units int64
+	// WholeCards > 0 asks for that many cards that nothing else uses, held
+	// exclusively (the openb traces' multi-GPU tasks).
+	WholeCards int
+}
+
+// Request is everything a pod asks for on one node.
+type Request struct {
+	Demands []Demand
+	// Models, when not empty, restricts the pod to cards of these models.
+	Models []string
+}
+
+// RequestFromPod converts the contract's pod request into an allocator request.
+func RequestFromPod(r api.PodRequest) Request {
+	out := Request{Demands: make([]Demand, len(r.Containers))}
+	for i, c := range r.Containers {
+		out.Demands[i] = Demand{Container: c.Name, Units: c.Units}
+	}
+	return out
+}
+
+// Grant is a part of a card given to a container.
+type Grant struct {
+	// Card is the card's Index (not its position in Node.Cards).
+	Card  int
+	Units int64
+	// Whole marks an exclusive whole-card grant.
+	Whole bool
+}
+
+// Placement is where one container goes.
+type Placement struct {
+	Container string
+	Grants    []Grant
+}
+
+// ReasonCode classifies why a node does not fit.
+type ReasonCode string
+
+const (
+	// ReasonNoInventory: the node's inventory is missing or unreadable.
+	ReasonNoInventory ReasonCode = "NoInventory"
+	// ReasonNoSchedulableCard: every card is unhealthy or isolated (or the
+	// node has none, or none of an allowed model).
+	ReasonNoSchedulableCard ReasonCode = "NoSchedulableCard"
+	// ReasonLargerThanAnyCard: a container asks for more than any usable card holds.
+	ReasonLargerThanAnyCard ReasonCode = "LargerThanAnyCard"
+	// ReasonInsufficientFree: the cards are big enough but too full.
+	ReasonInsufficientFree ReasonCode = "InsufficientFree"
+	// ReasonNotEnoughWholeCards: fewer unused cards than a whole-card demand asks for.
+	ReasonNotEnoughWholeCards ReasonCode = "NotEnoughWholeCards"
+	// ReasonInvalidDemand: a demand is not positive.
+	ReasonInvalidDemand ReasonCode = "InvalidDemand"
+)
+
+// Reason explains why a node does not fit, for people: it ends up in the
+// pod's FailedScheduling event.
+type Reason struct {
+	Code      ReasonCode
+	Container string
+	Message   string
+}
+
+func (r Reason) String() string { return r.Message }
+
+// Decision is a policy's verdict on one node for one pod.
+type Decision struct {
+	Node string
+	Fits bool
+	// Reasons is set when !Fits.
+	Reasons []Reason
+	// Placements is set when Fits, one per demand, in the request's order.
+	Placements []Placement
+	// Score is the policy's preference for this node, higher is better. It
+	// is comparable between nodes for the same pod and policy only; the
+	// extender rescales it to the 0–10 range of the extender protocol.
+	Score float64
+}
+
+// Message joins the reasons into one line.
+func (d Decision) Message() string {
+	switch len(d.Reasons) {
+	case 0:
+		return ""
+	case 1:
+		return d.Reasons[0].Message
+	}
+	s := d.Reasons[0].Message
+	for _, r := range d.Reasons[1:] {
+		s += "; " + r.Message
+	}
+	return s
+}
+
+// Workload is the distribution of demands seen so far, learned online from
+// the pods the scheduler has already handled; policies that care about
+// fragmentation weigh free space by it. A nil or empty Workload is allowed.
+type Workload struct {
+	Shapes []Shape
+}
+
+// Shape is one kind of demand and how often it was seen.
+type Shape struct {
+	Units      int64
+	WholeCards int
+	Models     []string
+	Weight     float64
+}
+
+func quantity(units int64, unit api.MemoryUnit) string {
+	if unit == "" {
+		return fmt.Sprintf("%d units", units)
+	}
+	return fmt.Sprintf("%d %s", units, unit)
+}

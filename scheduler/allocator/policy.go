@@ -1,0 +1,325 @@
+package allocator
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Policy is a named placement strategy: how to pick a card for a demand on
+// a node, and how much to like the node once the pod is placed on it.
+// Policies are values; Lookup finds them by the name an operator configures.
+type Policy struct {
+	// Name is what --policy selects.
+	Name string
+	// Description is one line for --help and docs.
+	Description string
+	// ChooseCard returns the position in node.Cards of the card to use for d,
+	// or -1. free[i] is what card i still has for this pod (Unusable or
+	// TakenWhole when negative);
+	// for a whole-card demand only cards with CanTakeWhole(node, free, i)
+	// may be returned, for a share only cards with free[i] >= d.Units.
+	ChooseCard func(node *Node, free []int64, d Demand, w *Workload) int
+	// Score rates the node with the pod placed: free is what each card has
+	// left afterwards (Unusable, TakenWhole when negative). Higher is preferred.
+	Score func(node *Node, free []int64, req Request, w *Workload) float64
+}
+
+// Sentinels in the free slices a policy sees.
+const (
+	// Unusable marks a card this pod cannot use (unhealthy, isolated, or
+	// of a model the pod excludes). Other pods may still use it.
+	Unusable int64 = -1
+	// TakenWhole marks a card given whole to this pod.
+	TakenWhole int64 = -2
+)
+
+// CanTakeWhole reports whether card i can be given whole: usable and unused.
+func CanTakeWhole(node *Node, free []int64, i int) bool {
+	c := node.Cards[i]
+	return free[i] > 0 && free[i] == c.Capacity && c.Used == 0 && !c.Whole
+}
+
+// usable reports whether card i is schedulable and of an allowed model.
+func usable(c Card, models []string) bool {
+	if !c.Schedulable() {
+		return false
+	}
+	if len(models) == 0 {
+		return true
+	}
+	for _, m := range models {
+		if m == c.Model {
+			return true
+		}
+	}
+	return false
+}
+
+// Decide places req on node under policy p. It is pure: node is not changed.
+func (p *Policy) Decide(node *Node, req Request, w *Workload) Decision {
+	return p.decide(node, req, w, true)
+}
+
+// Evaluate is Decide without the placements: the filter and prioritize hot
+// path, which only needs the verdict, the reasons and the score.
+func (p *Policy) Evaluate(node *Node, req Request, w *Workload) Decision {
+	return p.decide(node, req, w, false)
+}
+
+func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements bool) Decision {
+	d := Decision{Node: node.Name}
+	if node.InventoryErr != nil {
+		d.Reasons = []Reason{{Code: ReasonNoInventory, Message: fmt.Sprintf("GPU inventory unusable: %v", node.InventoryErr)}}
+		return d
+	}
+	var freeBuf [16]int64
+	free := freeBuf[:0]
+	if len(node.Cards) > len(freeBuf) {
+		free = make([]int64, 0, len(node.Cards))
+	}
+	for _, c := range node.Cards {
+		if usable(c, req.Models) {
+			free = append(free, c.Free())
+		} else {
+			free = append(free, Unusable)
+		}
+	}
+	var orderBuf [8]int
+	order := orderBuf[:0]
+	if len(req.Demands) > len(orderBuf) {
+		order = make([]int, 0, len(req.Demands))
+	}
+	for i := range req.Demands {
+		order = append(order, i)
+	}
+	// Hardest first: whole-card demands by count, then shares by size;
+	// equal demands keep the pod's order.
+	sort.SliceStable(order, func(a, b int) bool {
+		da, db := req.Demands[order[a]], req.Demands[order[b]]
+		if da.WholeCards != db.WholeCards {
+			return da.WholeCards > db.WholeCards
+		}
+		return da.Units > db.Units
+	})
+	if wantPlacements {
+		d.Placements = make([]Placement, len(req.Demands))
+	}
+	for _, di := range order {
+		dm := req.Demands[di]
+		var grants []Grant
+		switch {
+		case dm.WholeCards > 0:
+			for k := 0; k < dm.WholeCards; k++ {
+				i := p.ChooseCard(node, free, dm, w)
+				if i < 0 {
+					d.Reasons = []Reason{wholeReason(node, free, dm, req, k)}
+					d.Placements = nil
+					return d
+				}
+				if wantPlacements {
+					grants = append(grants, Grant{Card: node.Cards[i].Index, Units: node.Cards[i].Capacity, Whole: true})
+				}
+				free[i] = TakenWhole
+			}
+		case dm.Units > 0:
+			i := p.ChooseCard(node, free, dm, w)
+			if i < 0 {
+				d.Reasons = []Reason{shareReason(node, free, dm, req)}
+				d.Placements = nil
+				return d
+			}
+			free[i] -= dm.Units
+			if wantPlacements {
+				grants = []Grant{{Card: node.Cards[i].Index, Units: dm.Units}}
+			}
+		default:
+			d.Reasons = []Reason{{Code: ReasonInvalidDemand, Container: dm.Container,
+				Message: fmt.Sprintf("container %q asks for %d units, want at least 1", dm.Container, dm.Units)}}
+			d.Placements = nil
+			return d
+		}
+		if wantPlacements {
+			d.Placements[di] = Placement{Container: dm.Container, Grants: grants}
+		}
+	}
+	d.Fits = true
+	d.Score = p.Score(node, free, req, w)
+	return d
+}
+
+// shareReason says why no card can take a share demand.
+func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
+	var (
+		usableCards, unhealthy, isolated, wrongModel int
+		maxCap, maxFree                              int64
+		maxFreeCard                                  = -1
+	)
+	for i, c := range node.Cards {
+		switch {
+		case !c.Schedulable():
+			if c.State == "isolated" {
+				isolated++
+			} else {
+				unhealthy++
+			}
+			continue
+		case !usable(c, req.Models):
+			wrongModel++
+			continue
+		}
+		usableCards++
+		if c.Capacity > maxCap {
+			maxCap = c.Capacity
+		}
+		if free[i] > maxFree || maxFreeCard < 0 {
+			maxFree, maxFreeCard = free[i], c.Index
+		}
+	}
+	want := quantity(dm.Units, node.Unit)
+	if usableCards == 0 {
+		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req.Models))}
+	}
+	if dm.Units > maxCap {
+		return Reason{Code: ReasonLargerThanAnyCard, Container: dm.Container,
+			Message: fmt.Sprintf("container %q asks for %s, more than any card holds (largest is %s)", dm.Container, want, quantity(maxCap, node.Unit))}
+	}
+	if maxFree < 0 {
+		maxFree = 0
+	}
+	return Reason{Code: ReasonInsufficientFree, Container: dm.Container,
+		Message: fmt.Sprintf("no single card has %s free for container %q; largest free is %s on card %d", want, dm.Container, quantity(maxFree, node.Unit), maxFreeCard)}
+}
+
+func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reason {
+	unused := got
+	for i := range node.Cards {
+		if CanTakeWhole(node, free, i) {
+			unused++
+		}
+	}
+	return Reason{Code: ReasonNotEnoughWholeCards, Container: dm.Container,
+		Message: fmt.Sprintf("container %q asks for %d whole cards; %d usable cards are unused", dm.Container, dm.WholeCards, unused)}
+}
+
+func cardCensus(total, unhealthy, isolated, wrongModel int, models []string) string {
+	if total == 0 {
+		return "the node has no GPU cards"
+	}
+	var parts []string
+	if unhealthy > 0 {
+		parts = append(parts, fmt.Sprintf("%d unhealthy", unhealthy))
+	}
+	if isolated > 0 {
+		parts = append(parts, fmt.Sprintf("%d isolated", isolated))
+	}
+	if wrongModel > 0 {
+		parts = append(parts, fmt.Sprintf("%d not of model %s", wrongModel, strings.Join(models, "|")))
+	}
+	return fmt.Sprintf("%d cards: %s", total, strings.Join(parts, ", "))
+}
+
+// Names lists the known policies, sorted.
+func Names() []string {
+	var names []string
+	for n := range registry() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Lookup returns the policy registered under name. An unknown name is an
+// error that lists the known ones, so a bad --policy fails at start.
+func Lookup(name string) (*Policy, error) {
+	p, ok := registry()[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q: known policies are %s", name, strings.Join(Names(), ", "))
+	}
+	return p, nil
+}
+
+// DefaultPolicy is the policy used when none is configured.
+const DefaultPolicy = "binpack"
+
+// registry maps a configured name to its policy. A new policy is one entry
+// here plus its two functions.
+func registry() map[string]*Policy {
+	return map[string]*Policy{
+		"binpack": {
+			Name:        "binpack",
+			Description: "fill the fullest card that fits (best fit) on the most allocated node, keeping whole cards and nodes free for large pods",
+			ChooseCard:  bestFit,
+			Score:       allocatedShare,
+		},
+		"spread": {
+			Name:        "spread",
+			Description: "use the emptiest card on the least allocated node, spreading load (and the blast radius of a card failure)",
+			ChooseCard:  worstFit,
+			Score:       func(n *Node, free []int64, r Request, w *Workload) float64 { return 1 - allocatedShare(n, free, r, w) },
+		},
+	}
+}
+
+// bestFit picks the card that would have the least left after the demand
+// (for whole cards: the smallest unused card); ties go to the lowest index.
+func bestFit(node *Node, free []int64, d Demand, _ *Workload) int {
+	best := -1
+	for i := range free {
+		if d.WholeCards > 0 {
+			if CanTakeWhole(node, free, i) && (best < 0 || free[i] < free[best]) {
+				best = i
+			}
+			continue
+		}
+		if free[i] >= d.Units && (best < 0 || free[i] < free[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// worstFit picks the card with the most free (for whole cards: the largest
+// unused card); ties go to the lowest index.
+func worstFit(node *Node, free []int64, d Demand, _ *Workload) int {
+	best := -1
+	for i := range free {
+		if d.WholeCards > 0 {
+			if CanTakeWhole(node, free, i) && (best < 0 || free[i] > free[best]) {
+				best = i
+			}
+			continue
+		}
+		if free[i] >= d.Units && (best < 0 || free[i] > free[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// allocatedShare is the share of the node's schedulable capacity that is
+// assigned once the pod is placed: 0 (empty) to 1 (full).
+//
+// Worked example: cards of 16 and 32 GiB holding 8 and 0 GiB, pod of 8 GiB
+// best-fitted on the first card: (8+8+0)/(16+32) = 0.333.
+func allocatedShare(node *Node, free []int64, _ Request, _ *Workload) float64 {
+	var capacity, left int64
+	for i, c := range node.Cards {
+		if !c.Schedulable() {
+			continue
+		}
+		capacity += c.Capacity
+		switch f := free[i]; {
+		case f >= 0:
+			left += f
+		case f == Unusable:
+			// Excluded for this pod (model): what it had free stays free.
+			left += c.Free()
+		}
+	}
+	if capacity == 0 {
+		return 0
+	}
+	return float64(capacity-left) / float64(capacity)
+}
