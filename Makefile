@@ -9,8 +9,12 @@ export CGO_ENABLED ?= 1
 help: ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
+# Binaries: name=package. A program not written yet is skipped.
+BINARIES = gpushare-scheduler=./scheduler gpushare-device-plugin=./deviceplugin kubectl-inspect-gpushare=./inspector
+
 build: ## build every binary into ./bin
-	$(GO) build -o $(BIN)/ ./scheduler/... ./deviceplugin/... ./inspector/...
+	@mkdir -p $(BIN); for b in $(BINARIES); do name=$${b%%=*}; pkg=$${b#*=}; \
+	  if [ -f $$pkg/main.go ]; then echo "go build -o $(BIN)/$$name $$pkg"; $(GO) build -o $(BIN)/$$name $$pkg || exit 1; fi; done
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
