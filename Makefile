@@ -4,7 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image
 
 help: ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,3 +36,9 @@ test: lint unit ## the test command CI runs: lint + unit tests (-race)
 
 bench: ## Go benchmarks (figures printed; no pass/fail on speed)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+IMAGE ?= gpushare:dev
+
+image: ## container image (needs a Docker engine; without one, builds the binaries the image would hold)
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	else echo "no Docker engine here: building the image's binaries with 'make build' instead"; $(MAKE) build; fi

@@ -1,0 +1,76 @@
+{{/* Names and labels shared by every template. */}}
+{{- define "gpushare.name" -}}{{ .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+
+{{- define "gpushare.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "gpushare.labels" -}}
+app.kubernetes.io/name: {{ include "gpushare.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gpushare.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+
+{{- define "gpushare.scheduler.fullname" -}}{{ printf "%s-scheduler" (include "gpushare.fullname" .) | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- define "gpushare.deviceplugin.fullname" -}}{{ printf "%s-device-plugin" (include "gpushare.fullname" .) | trunc 63 | trimSuffix "-" }}{{- end -}}
+
+{{- define "gpushare.scheduler.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpushare.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: scheduler
+{{- end -}}
+
+{{- define "gpushare.deviceplugin.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpushare.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: device-plugin
+{{- end -}}
+
+{{/* The extender's URL as kube-scheduler reaches it. */}}
+{{- define "gpushare.extenderURL" -}}
+{{- if eq .Values.scheduler.mode "dedicated" -}}
+http://127.0.0.1:{{ .Values.scheduler.extender.port }}
+{{- else -}}
+http://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.scheduler.extender.port }}
+{{- end -}}
+{{- end -}}
+
+{{/* The extender stanza of a KubeSchedulerConfiguration. */}}
+{{- define "gpushare.extenderStanza" -}}
+- urlPrefix: {{ include "gpushare.extenderURL" . }}
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  weight: {{ .Values.scheduler.weight }}
+  enableHTTPS: false
+  nodeCacheCapable: true
+  ignorable: false
+  httpTimeout: {{ .Values.scheduler.httpTimeout }}
+  managedResources:
+    - name: example.com/gpu-mem
+      ignoredByScheduler: false
+{{- end -}}
+
+{{/* Contradictory values fail at render time, with a message that says what to change. */}}
+{{- define "gpushare.validate" -}}
+{{- if not (has .Values.scheduler.mode (list "dedicated" "extender-only")) -}}
+{{- fail (printf "scheduler.mode must be dedicated or extender-only, not %q" .Values.scheduler.mode) -}}
+{{- end -}}
+{{- if and (eq .Values.scheduler.mode "dedicated") (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.kubeScheduler.leaderElection) -}}
+{{- fail "scheduler.replicas > 1 needs scheduler.kubeScheduler.leaderElection=true: two active schedulers would double-book cards" -}}
+{{- end -}}
+{{- if and (eq .Values.scheduler.mode "extender-only") (gt (int .Values.scheduler.replicas) 1) -}}
+{{- fail "extender-only mode runs one extender replica: its cache of assumed assignments is not shared between replicas (set scheduler.replicas=1)" -}}
+{{- end -}}
+{{- if and (eq .Values.devicePlugin.deviceListStrategy "envvar") (eq .Values.devicePlugin.deviceIDStrategy "index") -}}
+{{- /* allowed: index with envvar is a valid combination */ -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail "metrics.serviceMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the ServiceMonitor)" -}}
+{{- end -}}
+{{- end -}}
