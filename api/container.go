@@ -1,0 +1,32 @@
+package api
+
+// What a container that was allocated example.com/gpu-mem finds in its
+// environment. The device plugin sets these in its Allocate response; the e2e
+// node agent and the docs read them. Frameworks may use the informational ones
+// to size their memory pools (nothing enforces the limit on the GPU itself).
+const (
+	// EnvNvidiaVisibleDevices is read by the NVIDIA container toolkit. With the
+	// volume-mounts strategy it holds VisibleDevicesVolumeRoot; with the envvar
+	// strategy the card's UUID or index.
+	EnvNvidiaVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+
+	// VisibleDevicesVolumeRoot is the directory under which the volume-mounts
+	// strategy mounts one entry per visible card (host /dev/null mounted at
+	// VisibleDevicesVolumeRoot + "/" + UUID or index). The NVIDIA container
+	// toolkit, with accept-nvidia-visible-devices-as-volume-mounts=true,
+	// exposes exactly those cards.
+	VisibleDevicesVolumeRoot = "/var/run/nvidia-container-devices"
+
+	// EnvMemoryUnits is the number of units granted to the container, e.g. "10".
+	EnvMemoryUnits = "GPUSHARE_MEMORY_UNITS"
+	// EnvMemoryUnit is the unit of EnvMemoryUnits: "GiB" or "MiB".
+	EnvMemoryUnit = "GPUSHARE_MEMORY_UNIT"
+	// EnvMemoryMiB is the granted memory in MiB (units × unit size), e.g. "10240".
+	EnvMemoryMiB = "GPUSHARE_MEMORY_MIB"
+	// EnvCardMemoryMiB is the total memory of the card, in MiB, as NVML reports it.
+	EnvCardMemoryMiB = "GPUSHARE_CARD_MEMORY_MIB"
+	// EnvCardUUID is the UUID of the card the container got.
+	EnvCardUUID = "GPUSHARE_CARD_UUID"
+	// EnvCardIndex is the node-local index of the card the container got.
+	EnvCardIndex = "GPUSHARE_CARD_INDEX"
+)

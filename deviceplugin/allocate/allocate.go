@@ -1,0 +1,268 @@
+// Package allocate decides, without I/O, which pending container an Allocate
+// call of the kubelet is for, and which units GetPreferredAllocation should
+// steer the kubelet to.
+//
+// The kubelet's Allocate carries only device IDs, no pod. The plugin models
+// the kubelet's admission queue instead (Queue): the pods bound to the node
+// that request example.com/gpu-mem and are not yet admitted, oldest first
+// (the kubelet admits a batch of new pods by creation time), each pod's
+// containers in the order the kubelet allocates them (init containers, then
+// app containers, in spec order). docs/protocol.md, "Device plugin:
+// Allocate", states the algorithm and its guarantees.
+package allocate
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// Entry is one container in the admission queue.
+type Entry struct {
+	Namespace string
+	Pod       string
+	UID       types.UID
+	Container string
+	// Units is what the container requests.
+	Units int64
+	// Assigned is the container's assignment; nil when the pod has no valid
+	// one (AssignErr says why).
+	Assigned  *api.ContainerAssignment
+	AssignErr error
+}
+
+// PodKey is "namespace/name".
+func (e Entry) PodKey() string { return e.Namespace + "/" + e.Pod }
+
+// State tells Queue what the plugin already knows about containers.
+type State struct {
+	// Allocated reports containers that already got their units (this
+	// plugin's memory, or the kubelet's PodResources API).
+	Allocated func(uid types.UID, container string) bool
+	// Rejected reports pods whose Allocate the plugin already refused: the
+	// kubelet fails the whole pod, so they are never admitted.
+	Rejected func(uid types.UID) bool
+}
+
+// Queue builds the admission queue from the pods bound to the node.
+//
+// A pod is in the queue while it is not terminal or being deleted, has no
+// container statuses yet (the kubelet writes them only after admission), its
+// assignment is not Allocated, and the plugin has not rejected it. Its
+// entries are the containers that request units and have not been allocated.
+// Order: creation time, then UID; within a pod init containers, then app
+// containers, in spec order.
+func Queue(pods []*corev1.Pod, st State) []Entry {
+	ps := make([]*corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodRunning {
+			continue
+		}
+		if len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0 {
+			continue
+		}
+		if st.Rejected != nil && st.Rejected(p.UID) {
+			continue
+		}
+		ps = append(ps, p)
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		ti, tj := ps[i].CreationTimestamp.Time, ps[j].CreationTimestamp.Time
+		if !ti.Equal(tj) {
+			return ti.Before(tj)
+		}
+		return ps[i].UID < ps[j].UID
+	})
+	var q []Entry
+	for _, p := range ps {
+		a, aerr := api.AssignmentFromPod(p)
+		if aerr == nil && a.Phase == api.PhaseAllocated {
+			continue
+		}
+		containers := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
+		for _, c := range containers {
+			units := requestedUnits(c)
+			if units <= 0 {
+				continue
+			}
+			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
+				continue
+			}
+			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: units, AssignErr: aerr}
+			if aerr == nil {
+				if ca, ok := a.Container(c.Name); ok {
+					e.Assigned = &ca
+				} else {
+					e.AssignErr = fmt.Errorf("container %q has no entry in the assignment", c.Name)
+				}
+			}
+			q = append(q, e)
+		}
+	}
+	return q
+}
+
+// requestedUnits is what the kubelet will ask the plugin for: the limit (or
+// request) rounded up to a whole number, the way the kubelet reads it.
+func requestedUnits(c corev1.Container) int64 {
+	q, ok := c.Resources.Limits[api.ResourceName]
+	if !ok {
+		q, ok = c.Resources.Requests[api.ResourceName]
+	}
+	if !ok {
+		return 0
+	}
+	return q.Value()
+}
+
+// ErrSpansCards: the kubelet offered units of more than one card.
+var ErrSpansCards = errors.New("device IDs span more than one card; a container's " + string(api.ResourceName) + " must come from one card")
+
+// ErrNoPending: no queued container requests that many units (yet).
+var ErrNoPending = errors.New("no pending container on this node requests this many units")
+
+// ErrNotScheduled: the container's pod has no valid assignment.
+var ErrNotScheduled = errors.New("pods requesting " + string(api.ResourceName) + " must be scheduled by gpushare-scheduler")
+
+// Decision is the container an Allocate call is for, and its card.
+type Decision struct {
+	Entry Entry
+	// CardUUID is the card of the device IDs: the card the container gets.
+	CardUUID string
+	// Corrected: the assignment named another card; the record must be
+	// corrected to CardUUID.
+	Corrected bool
+}
+
+// CardOf returns the single card all ids belong to.
+func CardOf(ids []string) (string, error) {
+	if len(ids) == 0 {
+		return "", fmt.Errorf("no device IDs")
+	}
+	card := ""
+	for _, id := range ids {
+		c, _, err := api.ParseUnitID(id)
+		if err != nil {
+			return "", err
+		}
+		if card != "" && c != card {
+			return "", fmt.Errorf("%w: %s and %s", ErrSpansCards, card, c)
+		}
+		card = c
+	}
+	return card, nil
+}
+
+// Match picks the queued container an Allocate of ids is for: the first
+// entry, in queue order, that requests len(ids) units. If that entry's pod has
+// no valid assignment the call is refused (ErrNotScheduled): the kubelet then
+// fails that pod and it never gets a GPU. If the entry was assigned another
+// card than the ids' card (the kubelet admitted two same-size pods in another
+// order than the queue), it gets the ids' card and Decision.Corrected is set.
+func Match(q []Entry, ids []string) (Decision, error) {
+	card, err := CardOf(ids)
+	if err != nil {
+		return Decision{}, err
+	}
+	size := int64(len(ids))
+	for _, e := range q {
+		if e.Units != size {
+			continue
+		}
+		if e.Assigned == nil {
+			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), ErrNotScheduled, e.AssignErr)
+		}
+		return Decision{Entry: e, CardUUID: card, Corrected: e.Assigned.CardUUID != card}, nil
+	}
+	return Decision{}, fmt.Errorf("%w: %d units", ErrNoPending, size)
+}
+
+// Preferred returns the units GetPreferredAllocation offers for a request of
+// size units: size available units of ONE card, never units of two cards.
+//
+// With mustInclude, the rest comes from mustInclude's card. Otherwise the
+// card is that of the first queued container requesting size units, if it has
+// room; else the fullest card that still has room (best fit). Lowest unit
+// numbers first. nil when no single card has size available units.
+func Preferred(q []Entry, available, mustInclude []string, size int) []string {
+	if size <= 0 {
+		return nil
+	}
+	byCard := map[string][]string{}
+	var order []string
+	for _, id := range available {
+		c, _, err := api.ParseUnitID(id)
+		if err != nil {
+			continue
+		}
+		if _, ok := byCard[c]; !ok {
+			order = append(order, c)
+		}
+		byCard[c] = append(byCard[c], id)
+	}
+	for _, ids := range byCard {
+		sort.Slice(ids, func(i, j int) bool { return unitNumber(ids[i]) < unitNumber(ids[j]) })
+	}
+	take := func(card string, pre []string) []string {
+		out := append([]string{}, pre...)
+		have := map[string]bool{}
+		for _, id := range pre {
+			have[id] = true
+		}
+		for _, id := range byCard[card] {
+			if len(out) >= size {
+				break
+			}
+			if !have[id] {
+				out = append(out, id)
+			}
+		}
+		if len(out) < size {
+			return nil
+		}
+		return out
+	}
+	if len(mustInclude) > 0 {
+		card, err := CardOf(mustInclude)
+		if err != nil {
+			return nil
+		}
+		return take(card, mustInclude)
+	}
+	for _, e := range q {
+		if e.Units != int64(size) {
+			continue
+		}
+		if e.Assigned != nil && len(byCard[e.Assigned.CardUUID]) >= size {
+			return take(e.Assigned.CardUUID, nil)
+		}
+		break
+	}
+	best := ""
+	for _, c := range order {
+		n := len(byCard[c])
+		if n < size {
+			continue
+		}
+		if best == "" || n < len(byCard[best]) || (n == len(byCard[best]) && c < best) {
+			best = c
+		}
+	}
+	if best == "" {
+		return nil
+	}
+	return take(best, nil)
+}
+
+func unitNumber(id string) int64 {
+	_, n, err := api.ParseUnitID(id)
+	if err != nil {
+		return -1
+	}
+	return n
+}

@@ -1,0 +1,213 @@
+// Package nvml owns GPU discovery and GPU health for the device plugin. It
+// wraps go-nvml behind the narrow Interface the plugin needs (list the cards,
+// stream critical XID events, re-check a card) and builds that Interface over
+// either the real NVML library or a simulated one (go-nvml's mock servers, or
+// a spec such as "4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100").
+package nvml
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// Card is one GPU as NVML reports it.
+type Card struct {
+	Index     int
+	UUID      string
+	Model     string
+	MemoryMiB int64
+}
+
+// HealthEvent says a card failed (Healthy false) with a reason such as "XID 79".
+// An empty UUID means every card (NVML itself failed).
+type HealthEvent struct {
+	UUID   string
+	Reason string
+}
+
+// Interface is what the device plugin needs from the GPU driver.
+type Interface interface {
+	// Cards lists the cards, ordered by index.
+	Cards() ([]Card, error)
+	// WatchHealth blocks until ctx is done, calling report for every critical
+	// event. It returns an error when NVML cannot watch events at all.
+	WatchHealth(ctx context.Context, report func(HealthEvent)) error
+	// Check re-checks one card (used to bring a card back after an XID): nil
+	// when NVML answers queries about it.
+	Check(uuid string) error
+	// Shutdown releases NVML.
+	Shutdown()
+}
+
+// ErrNoNVML is returned (wrapped) by Open when the NVML library or the driver
+// is missing: the node has no usable GPU.
+var ErrNoNVML = errors.New("NVML is not available")
+
+// DefaultIgnoredXIDs are application errors (a faulty kernel, not a faulty
+// card): 13 graphics engine exception, 31 GPU memory page fault, 43 GPU
+// stopped processing, 45 preemptive cleanup, 68 video processor exception,
+// 109 context switch timeout. The same list as NVIDIA's device plugin.
+var DefaultIgnoredXIDs = []uint64{13, 31, 43, 45, 68, 109}
+
+// Options tune the NVML-backed Interface.
+type Options struct {
+	// IgnoredXIDs are XIDs that do not make a card unhealthy.
+	IgnoredXIDs []uint64
+	// WaitTimeoutMs bounds one NVML event wait, so that WatchHealth notices
+	// ctx cancellation; 5000 when zero.
+	WaitTimeoutMs uint32
+}
+
+type lib struct {
+	nvml gonvml.Interface
+	opts Options
+}
+
+// Open initialises lib and returns the Interface over it. A missing library
+// or driver gives an error wrapping ErrNoNVML that says what is missing.
+func Open(l gonvml.Interface, opts Options) (Interface, error) {
+	if opts.WaitTimeoutMs == 0 {
+		opts.WaitTimeoutMs = 5000
+	}
+	if opts.IgnoredXIDs == nil {
+		opts.IgnoredXIDs = DefaultIgnoredXIDs
+	}
+	switch ret := l.Init(); ret {
+	case gonvml.SUCCESS:
+	case gonvml.ERROR_LIBRARY_NOT_FOUND:
+		return nil, fmt.Errorf("%w: libnvidia-ml.so.1 not found (%v): install the NVIDIA driver on the node and run the plugin with the NVIDIA container runtime (runtimeClassName nvidia), or use --nvml=mock:dgxa100 / --nvml=spec:... for a simulated node", ErrNoNVML, ret)
+	case gonvml.ERROR_DRIVER_NOT_LOADED:
+		return nil, fmt.Errorf("%w: the NVIDIA kernel driver is not loaded (%v): check `nvidia-smi` on the node", ErrNoNVML, ret)
+	default:
+		return nil, fmt.Errorf("%w: nvmlInit failed: %v", ErrNoNVML, ret)
+	}
+	return &lib{nvml: l, opts: opts}, nil
+}
+
+func (l *lib) Shutdown() { _ = l.nvml.Shutdown() }
+
+func (l *lib) Cards() ([]Card, error) {
+	n, ret := l.nvml.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: device count: %v", ret)
+	}
+	cards := make([]Card, 0, n)
+	for i := 0; i < n; i++ {
+		d, ret := l.nvml.DeviceGetHandleByIndex(i)
+		if ret != gonvml.SUCCESS {
+			return nil, fmt.Errorf("nvml: device %d: %v", i, ret)
+		}
+		c, err := describe(d, i)
+		if err != nil {
+			return nil, err
+		}
+		cards = append(cards, c)
+	}
+	sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
+	return cards, nil
+}
+
+func describe(d gonvml.Device, i int) (Card, error) {
+	uuid, ret := d.GetUUID()
+	if ret != gonvml.SUCCESS {
+		return Card{}, fmt.Errorf("nvml: device %d: UUID: %v", i, ret)
+	}
+	idx, ret := d.GetIndex()
+	if ret != gonvml.SUCCESS {
+		idx = i
+	}
+	name, ret := d.GetName()
+	if ret != gonvml.SUCCESS {
+		name = ""
+	}
+	mem, ret := d.GetMemoryInfo()
+	if ret != gonvml.SUCCESS {
+		return Card{}, fmt.Errorf("nvml: device %d (%s): memory info: %v", i, uuid, ret)
+	}
+	return Card{Index: idx, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20)}, nil
+}
+
+func (l *lib) Check(uuid string) error {
+	d, ret := l.nvml.DeviceGetHandleByUUID(uuid)
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: card %s: %v", uuid, ret)
+	}
+	if _, ret := d.GetMemoryInfo(); ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: card %s: memory info: %v", uuid, ret)
+	}
+	return nil
+}
+
+func (l *lib) ignored(xid uint64) bool {
+	for _, x := range l.opts.IgnoredXIDs {
+		if x == xid {
+			return true
+		}
+	}
+	return false
+}
+
+// WatchHealth registers every card for critical XID events and reports the
+// ones not in Options.IgnoredXIDs. If NVML loses the GPU (ERROR_GPU_IS_LOST)
+// it reports every card unhealthy.
+func (l *lib) WatchHealth(ctx context.Context, report func(HealthEvent)) error {
+	set, ret := l.nvml.EventSetCreate()
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: create event set: %v", ret)
+	}
+	defer func() { _ = set.Free() }()
+	n, ret := l.nvml.DeviceGetCount()
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("nvml: device count: %v", ret)
+	}
+	for i := 0; i < n; i++ {
+		d, ret := l.nvml.DeviceGetHandleByIndex(i)
+		if ret != gonvml.SUCCESS {
+			return fmt.Errorf("nvml: device %d: %v", i, ret)
+		}
+		supported, ret := d.GetSupportedEventTypes()
+		if ret != gonvml.SUCCESS {
+			return fmt.Errorf("nvml: device %d: supported events: %v", i, ret)
+		}
+		if supported&gonvml.EventTypeXidCriticalError == 0 {
+			uuid, _ := d.GetUUID()
+			report(HealthEvent{UUID: uuid, Reason: "card does not report XID events: health cannot be checked"})
+			continue
+		}
+		if ret := d.RegisterEvents(gonvml.EventTypeXidCriticalError, set); ret != gonvml.SUCCESS {
+			return fmt.Errorf("nvml: device %d: register XID events: %v", i, ret)
+		}
+	}
+	for ctx.Err() == nil {
+		e, ret := set.Wait(l.opts.WaitTimeoutMs)
+		switch ret {
+		case gonvml.SUCCESS:
+		case gonvml.ERROR_TIMEOUT:
+			continue
+		case gonvml.ERROR_GPU_IS_LOST:
+			report(HealthEvent{Reason: "NVML: GPU is lost"})
+			continue
+		default:
+			return fmt.Errorf("nvml: wait for events: %v", ret)
+		}
+		if e.EventType != gonvml.EventTypeXidCriticalError || l.ignored(e.EventData) {
+			continue
+		}
+		reason := fmt.Sprintf("XID %d", e.EventData)
+		if e.Device == nil {
+			report(HealthEvent{Reason: reason})
+			continue
+		}
+		uuid, ret := e.Device.GetUUID()
+		if ret != gonvml.SUCCESS {
+			report(HealthEvent{Reason: reason}) // cannot tell which card: all of them
+			continue
+		}
+		report(HealthEvent{UUID: uuid, Reason: reason})
+	}
+	return nil
+}
