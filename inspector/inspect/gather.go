@@ -1,0 +1,106 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// pageSize is how many objects one list request asks for, as kubectl does.
+const pageSize = 500
+
+// ErrNodeNotFound is returned (wrapped) when the node named on the command
+// line does not exist.
+var ErrNodeNotFound = errors.New("node not found")
+
+// ErrNotGPUNode is returned (wrapped) when the node named on the command line
+// exists but has no example.com/gpu-mem capacity, inventory or gpushare label.
+var ErrNotGPUNode = errors.New("not a GPU node")
+
+// Gather reads the nodes and the pods that may hold GPU memory: every node
+// and pod, or, when nodeName is set, that node and the pods bound to it.
+// Finished pods are filtered out by the API server; Build applies the same
+// rule again, so a server that ignores field selectors changes nothing.
+func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) ([]corev1.Node, []corev1.Pod, error) {
+	podSelector := fields.AndSelectors(
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+	)
+	var nodes []corev1.Node
+	if nodeName != "" {
+		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("node %q: %w", nodeName, ErrNodeNotFound)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot read node %q: %w", nodeName, err)
+		}
+		if !IsGPUNode(n) {
+			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no gpushare=true label", nodeName, ErrNotGPUNode, api.ResourceName)
+		}
+		nodes = []corev1.Node{*n}
+		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", nodeName))
+	} else {
+		var err error
+		nodes, err = listNodes(ctx, client)
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	pods, err := listPods(ctx, client, podSelector.String())
+	if err != nil {
+		return nil, nil, err
+	}
+	if nodeName != "" {
+		// A server (or fake) that ignored the selector must not leak pods of
+		// other nodes into a one-node view.
+		kept := pods[:0]
+		for _, p := range pods {
+			if p.Spec.NodeName == nodeName {
+				kept = append(kept, p)
+			}
+		}
+		pods = kept
+	}
+	return nodes, pods, nil
+}
+
+func listNodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
+	opts := metav1.ListOptions{Limit: pageSize}
+	var out []corev1.Node
+	for {
+		l, err := client.CoreV1().Nodes().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("cannot list nodes: %w", err)
+		}
+		out = append(out, l.Items...)
+		if l.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = l.Continue
+	}
+}
+
+func listPods(ctx context.Context, client kubernetes.Interface, fieldSelector string) ([]corev1.Pod, error) {
+	opts := metav1.ListOptions{Limit: pageSize, FieldSelector: fieldSelector}
+	var out []corev1.Pod
+	for {
+		l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("cannot list pods: %w", err)
+		}
+		out = append(out, l.Items...)
+		if l.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = l.Continue
+	}
+}

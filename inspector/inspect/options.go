@@ -1,0 +1,232 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Output formats accepted by -o.
+const (
+	OutputTable = ""
+	OutputJSON  = "json"
+	OutputYAML  = "yaml"
+)
+
+// defaultRequestTimeout bounds each API request when --request-timeout is not
+// given, so that an unreachable API server fails in seconds instead of
+// hanging.
+const defaultRequestTimeout = 30 * time.Second
+
+// Exit codes returned by ExitCode.
+const (
+	ExitOK = 0
+	// ExitError: the view could not be produced (unknown node, unreachable
+	// cluster, no kubeconfig, API error).
+	ExitError = 1
+	// ExitUsage: bad flags or arguments.
+	ExitUsage = 2
+)
+
+// ErrUsage is wrapped by errors about flags and arguments.
+var ErrUsage = errors.New("usage")
+
+// usageError is an error about flags or arguments; it reads as its message
+// and matches ErrUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+func usagef(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// ExitCode maps Run's (or the command's) error to the process exit status:
+// 0 for nil, ExitUsage for flag and argument errors, ExitError otherwise.
+func ExitCode(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, ErrUsage):
+		return ExitUsage
+	default:
+		return ExitError
+	}
+}
+
+// Options are the inputs of one `kubectl inspect gpushare` run.
+type Options struct {
+	// ConfigFlags are kubectl's connection flags (--kubeconfig, --context,
+	// --server, --request-timeout, ...).
+	ConfigFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+
+	// Details selects the per-card view (-d).
+	Details bool
+	// Output is "", "json" or "yaml" (-o).
+	Output string
+	// NodeName restricts the view to one node (the optional argument).
+	NodeName string
+
+	// Client is the API client. Complete builds it from ConfigFlags unless it
+	// is already set (tests inject a fake clientset).
+	Client kubernetes.Interface
+
+	// server is the API server's address, for error messages.
+	server string
+}
+
+// NewOptions returns Options writing to streams, with kubectl's default
+// connection flags.
+func NewOptions(streams genericiooptions.IOStreams) *Options {
+	return &Options{
+		ConfigFlags: genericclioptions.NewConfigFlags(true),
+		IOStreams:   streams,
+	}
+}
+
+// NewCmd returns the `kubectl inspect gpushare` command run with o.
+func NewCmd(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kubectl inspect gpushare [NODE] [-d] [-o json|yaml]",
+		Short: "Show GPU-memory allocation per node and per card",
+		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
+as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.`,
+		Example: `  # one row per GPU node, one column per card
+  kubectl inspect gpushare
+
+  # every card of node gpu-node-1 and every pod on it
+  kubectl inspect gpushare gpu-node-1 -d
+
+  # the same data for scripts
+  kubectl inspect gpushare -o json`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.Complete(cmd, args); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run(cmd.Context())
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return usagef("%v (see --help)", err)
+	})
+	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
+	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
+	o.ConfigFlags.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// Complete takes the node argument and builds the API client.
+func (o *Options) Complete(_ *cobra.Command, args []string) error {
+	if len(args) > 1 {
+		return usagef("at most one NODE argument, got %d: %s", len(args), strings.Join(args, " "))
+	}
+	if len(args) == 1 {
+		o.NodeName = args[0]
+	}
+	if o.Client != nil {
+		return nil
+	}
+	if err := o.checkConfigExists(); err != nil {
+		return err
+	}
+	cfg, err := o.ConfigFlags.ToRESTConfig()
+	if err != nil {
+		if clientcmd.IsEmptyConfig(err) {
+			return errNoConfig
+		}
+		return fmt.Errorf("cannot load the Kubernetes configuration: %w", err)
+	}
+	o.server = cfg.Host
+	if cfg.Timeout == 0 {
+		cfg.Timeout = defaultRequestTimeout
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("cannot create a Kubernetes client for %s: %w", cfg.Host, err)
+	}
+	o.Client = client
+	return nil
+}
+
+// errNoConfig says how to give the plugin a cluster.
+var errNoConfig = errors.New("no Kubernetes configuration found: pass --kubeconfig or --server, set KUBECONFIG, or create ~/.kube/config")
+
+// checkConfigExists fails when nothing names a cluster: no kubeconfig with a
+// cluster, no --server, and not running in a pod. client-go would otherwise
+// fall back to http://localhost:8080 and report a refused connection there.
+func (o *Options) checkConfigExists() error {
+	if f := o.ConfigFlags.APIServer; f != nil && *f != "" {
+		return nil
+	}
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		return nil // in-cluster configuration
+	}
+	raw, err := o.ConfigFlags.ToRawKubeConfigLoader().RawConfig()
+	if err != nil {
+		return fmt.Errorf("cannot load the Kubernetes configuration: %w", err)
+	}
+	if len(raw.Clusters) == 0 {
+		return errNoConfig
+	}
+	return nil
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	switch o.Output {
+	case OutputTable, OutputJSON, OutputYAML:
+	default:
+		return usagef("unknown output format %q: use -o json or -o yaml, or leave -o out for a table", o.Output)
+	}
+	if o.Details && o.Output != OutputTable {
+		return usagef("-d/--details is a table view; -o %s already contains every detail", o.Output)
+	}
+	if o.Client == nil {
+		return errors.New("no Kubernetes client (Complete was not called)")
+	}
+	return nil
+}
+
+// Run gathers the nodes and pods, builds the view and prints it.
+func (o *Options) Run(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	nodes, pods, err := Gather(ctx, o.Client, o.NodeName)
+	if err != nil {
+		var status apierrors.APIStatus
+		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
+			return fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
+		}
+		return err
+	}
+	v := Build(nodes, pods)
+	oneNode := o.NodeName != ""
+	switch {
+	case o.Output == OutputJSON:
+		return PrintJSON(o.Out, v)
+	case o.Output == OutputYAML:
+		return PrintYAML(o.Out, v)
+	case o.Details:
+		return PrintDetails(o.Out, v, oneNode)
+	default:
+		return PrintTable(o.Out, v, oneNode)
+	}
+}

@@ -1,0 +1,283 @@
+package inspect
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// PendingLegend explains the "pending" status in plain words; the details
+// view prints it and docs/inspector.md repeats it.
+const PendingLegend = `"pending": the gpushare scheduler extender has chosen this card and bound the pod, but the
+node's device plugin has not yet given the card to the container (the kubelet has not started
+it). The memory already counts as allocated; it becomes "allocated" once the container gets it.`
+
+// PrintJSON writes v as indented JSON.
+func PrintJSON(w io.Writer, v View) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding JSON: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// PrintYAML writes v as YAML, with the same field names as PrintJSON.
+func PrintYAML(w io.Writer, v View) error {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding YAML: %w", err)
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+// unitStyle decides how memory figures are written: when every node with an
+// inventory uses one unit, it goes in the column header and the figures are
+// bare numbers; otherwise each figure carries its node's unit.
+type unitStyle struct {
+	common api.MemoryUnit // set when all nodes share one unit
+}
+
+func newUnitStyle(v View) unitStyle {
+	units := map[api.MemoryUnit]bool{}
+	for _, n := range v.Nodes {
+		if n.Unit != "" {
+			units[n.Unit] = true
+		}
+	}
+	if len(units) == 1 {
+		for u := range units {
+			return unitStyle{common: u}
+		}
+	}
+	return unitStyle{}
+}
+
+// header is the memory column's title: "GPU Memory(GiB)", or "GPU Memory"
+// when the figures carry their units.
+func (s unitStyle) header() string {
+	if s.common != "" {
+		return "GPU Memory(" + string(s.common) + ")"
+	}
+	return "GPU Memory"
+}
+
+// amount writes allocated/total for a node whose unit is u.
+func (s unitStyle) amount(allocated, total int64, u api.MemoryUnit) string {
+	if u == "" {
+		return "-"
+	}
+	a := strconv.FormatInt(allocated, 10) + "/" + strconv.FormatInt(total, 10)
+	if s.common == "" {
+		a += " " + string(u)
+	}
+	return a
+}
+
+func nodeName(n Node) string {
+	if n.Cordoned {
+		return n.Name + " (cordoned)"
+	}
+	return n.Name
+}
+
+// PrintTable writes the default view: one row per GPU node with a column per
+// card index, then the totals and the warnings. oneNode leaves out the
+// cluster line, for a view restricted to one node.
+func PrintTable(w io.Writer, v View, oneNode bool) error {
+	if len(v.Nodes) == 0 {
+		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=true label.\n",
+			api.ResourceName, api.AnnotationInventory, api.LabelEnabled)
+		return printWarnings(w, v)
+	}
+	style := newUnitStyle(v)
+	indexSet := map[int]bool{}
+	for _, n := range v.Nodes {
+		for _, c := range n.Cards {
+			indexSet[c.Index] = true
+		}
+	}
+	indexes := make([]int, 0, len(indexSet))
+	for i := range indexSet {
+		indexes = append(indexes, i)
+	}
+	sort.Ints(indexes)
+
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	head := []string{"NAME", "IPADDRESS"}
+	for _, i := range indexes {
+		head = append(head, fmt.Sprintf("GPU%d(Allocated/Total)", i))
+	}
+	head = append(head, style.header())
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	for _, n := range v.Nodes {
+		row := []string{nodeName(n), n.Address}
+		byIndex := map[int]Card{}
+		for _, c := range n.Cards {
+			byIndex[c.Index] = c
+		}
+		for _, i := range indexes {
+			c, ok := byIndex[i]
+			if !ok {
+				row = append(row, "")
+				continue
+			}
+			cell := style.amount(c.Allocated, c.Total, n.Unit)
+			if c.State != api.CardHealthy {
+				cell += " (" + string(c.State) + ")"
+			}
+			row = append(row, cell)
+		}
+		row = append(row, style.amount(n.Allocated, n.Total, n.Unit))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if !oneNode {
+		printTotals(w, v)
+	}
+	return printWarnings(w, v)
+}
+
+func printTotals(w io.Writer, v View) {
+	fmt.Fprintln(w)
+	if len(v.Totals) == 0 {
+		fmt.Fprintln(w, "Allocated/Total GPU Memory In Cluster: unknown (no node has a readable inventory)")
+		return
+	}
+	for _, t := range v.Totals {
+		fmt.Fprintf(w, "Allocated/Total GPU Memory In Cluster: %d/%d %s (%d%%)\n", t.Allocated, t.Total, t.Unit, t.Percent)
+	}
+}
+
+func printWarnings(w io.Writer, v View) error {
+	if len(v.Warnings) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nWarnings (%d):\n", len(v.Warnings))
+	for _, x := range v.Warnings {
+		fmt.Fprintf(w, "  %s: %s\n", x.Code, x.Message)
+	}
+	return nil
+}
+
+// PrintDetails writes, per node, its cards (index, model, UUID, state,
+// allocated/total) and every container on each card, then the pods that
+// could not be counted, the totals, the warnings and the legend.
+func PrintDetails(w io.Writer, v View, oneNode bool) error {
+	if len(v.Nodes) == 0 {
+		return PrintTable(w, v, oneNode)
+	}
+	style := unitStyle{} // figures always carry their unit here
+	for i, n := range v.Nodes {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		if err := printNodeDetails(w, n, style); err != nil {
+			return err
+		}
+	}
+	if !oneNode {
+		printTotals(w, v)
+	}
+	if err := printWarnings(w, v); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n%s\n", PendingLegend)
+	return nil
+}
+
+func printNodeDetails(w io.Writer, n Node, style unitStyle) error {
+	kv := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	fmt.Fprintf(kv, "Node:\t%s\n", n.Name)
+	fmt.Fprintf(kv, "Address:\t%s\n", dash(n.Address))
+	if n.Cordoned {
+		fmt.Fprintf(kv, "Schedulable:\tno (cordoned)\n")
+	} else {
+		fmt.Fprintf(kv, "Schedulable:\tyes\n")
+	}
+	if n.Unit == "" {
+		fmt.Fprintf(kv, "Allocated:\tunknown (no readable inventory)\n")
+	} else {
+		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
+	}
+	fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.ResourceName, optInt(n.Capacity), optInt(n.Allocatable))
+	if n.InventoryError != "" {
+		fmt.Fprintf(kv, "Inventory:\t%s\n", n.InventoryError)
+	}
+	if err := kv.Flush(); err != nil {
+		return err
+	}
+
+	if len(n.Cards) > 0 {
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "  GPU\tMODEL\tUUID\tSTATE\tALLOCATED/TOTAL(%s)\n", n.Unit)
+		for _, c := range n.Cards {
+			state := string(c.State)
+			if c.Reason != "" {
+				state += ": " + c.Reason
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d/%d\n", c.Index, dash(c.Model), c.UUID, state, c.Allocated, c.Total)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+
+		fmt.Fprintln(w)
+		pods := 0
+		for _, c := range n.Cards {
+			pods += len(c.Pods)
+		}
+		if pods == 0 {
+			fmt.Fprintln(w, "  No pods on this node's GPUs.")
+		} else {
+			tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+			fmt.Fprintf(tw, "  GPU\tPOD\tCONTAINER\t%s\tSTATUS\n", n.Unit)
+			for _, c := range n.Cards {
+				for _, p := range c.Pods {
+					status := "allocated"
+					if p.Pending {
+						status = "pending"
+					}
+					fmt.Fprintf(tw, "  %d\t%s/%s\t%s\t%d\t%s\n", c.Index, p.Namespace, p.Name, p.Container, p.Units, status)
+				}
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+
+	if len(n.Uncounted) > 0 {
+		fmt.Fprintf(w, "\n  Not counted on any card (%d):\n", len(n.Uncounted))
+		for _, u := range n.Uncounted {
+			fmt.Fprintf(w, "    %s/%s: %s: %s\n", u.Namespace, u.Name, u.Code, u.Message)
+		}
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func optInt(p *int64) string {
+	if p == nil {
+		return "not reported"
+	}
+	return strconv.FormatInt(*p, 10)
+}

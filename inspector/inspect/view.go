@@ -1,0 +1,447 @@
+package inspect
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// View is what the inspector shows: the GPU nodes with their cards and the
+// pods on each card, the totals, and warnings. It is the data behind every
+// output format; `-o json` and `-o yaml` print it as is, so its field names
+// are a stable interface. Every slice is sorted and never nil.
+type View struct {
+	// Nodes are the GPU nodes, sorted by name.
+	Nodes []Node `json:"nodes"`
+	// Totals sums Nodes per memory unit, sorted by unit. Nodes whose unit is
+	// unknown (no readable inventory) are left out. A cluster whose nodes all
+	// use one unit has one entry.
+	Totals []Total `json:"totals"`
+	// Warnings are problems with the nodes' GPU reporting and with pods the
+	// inspector could not count, sorted by node, then pod, then code.
+	Warnings []Warning `json:"warnings"`
+}
+
+// Total is allocated and total memory in one unit.
+type Total struct {
+	Unit      api.MemoryUnit `json:"unit"`
+	Allocated int64          `json:"allocated"`
+	Total     int64          `json:"total"`
+	// Percent is Allocated/Total in percent, rounded half up to a whole
+	// number (see Percent).
+	Percent int64 `json:"percent"`
+}
+
+// Node is one GPU node: a node with example.com/gpu-mem capacity, a gpushare
+// inventory, or the gpushare=true label.
+type Node struct {
+	Name string `json:"name"`
+	// Address is the node's InternalIP, empty when it reports none.
+	Address string `json:"address"`
+	// Cordoned is true when the node is unschedulable (kubectl cordon).
+	Cordoned bool `json:"cordoned"`
+	// Unit is the unit the node's inventory declares; empty when the node has
+	// no readable inventory, in which case Allocated and Total are 0 and the
+	// node is left out of View.Totals.
+	Unit api.MemoryUnit `json:"unit,omitempty"`
+	// Allocated is the sum of the cards' Allocated; Total the sum of every
+	// card's Total, whatever its state.
+	Allocated int64 `json:"allocated"`
+	Total     int64 `json:"total"`
+	// Capacity and Allocatable are the node's example.com/gpu-mem as the
+	// kubelet reports it in the node status; nil when not reported.
+	Capacity    *int64 `json:"capacity,omitempty"`
+	Allocatable *int64 `json:"allocatable,omitempty"`
+	// InventoryError says why the inventory could not be read; empty when
+	// it was read.
+	InventoryError string `json:"inventoryError,omitempty"`
+	// Cards in index order.
+	Cards []Card `json:"cards"`
+	// Uncounted are pods bound to this node whose GPU memory could not be put
+	// on any card (malformed assignment, no assignment, unknown card...).
+	Uncounted []Uncounted `json:"uncounted"`
+}
+
+// Card is one GPU with the pods on it.
+type Card struct {
+	Index int           `json:"index"`
+	UUID  string        `json:"uuid"`
+	Model string        `json:"model,omitempty"`
+	State api.CardState `json:"state"`
+	// Reason says why the card is not healthy.
+	Reason    string `json:"reason,omitempty"`
+	Allocated int64  `json:"allocated"`
+	Total     int64  `json:"total"`
+	// Pods are the containers placed on the card, sorted by namespace, name
+	// and container.
+	Pods []Pod `json:"pods"`
+}
+
+// Pod is one container's share of one card.
+type Pod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Container string `json:"container"`
+	// Units is the memory granted, in the node's unit.
+	Units int64               `json:"units"`
+	Phase api.AssignmentPhase `json:"phase"`
+	// Pending is true while the assignment is in phase Assigned: the
+	// extender chose the card and bound the pod, but the node's device
+	// plugin has not yet given the card to the container. Its memory already
+	// counts as allocated.
+	Pending bool `json:"pending"`
+}
+
+// Uncounted is a pod (or one of its containers) whose GPU memory the
+// inspector could not place on a card.
+type Uncounted struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Container is set when only one container could not be placed.
+	Container string      `json:"container,omitempty"`
+	Code      WarningCode `json:"code"`
+	Message   string      `json:"message"`
+}
+
+// WarningCode classifies a Warning; the codes are a stable interface.
+type WarningCode string
+
+const (
+	// WarnNoInventory: the node has gpu-mem capacity (or the gpushare=true
+	// label) but no inventory annotation.
+	WarnNoInventory WarningCode = "NoInventory"
+	// WarnInvalidInventory: the inventory annotation does not decode or
+	// validate.
+	WarnInvalidInventory WarningCode = "InvalidInventory"
+	// WarnNoCapacity: the node has an inventory but reports no gpu-mem
+	// capacity: the device plugin registered nothing with the kubelet.
+	WarnNoCapacity WarningCode = "NoCapacity"
+	// WarnNoCards: the inventory lists no cards.
+	WarnNoCards WarningCode = "NoCards"
+	// WarnCapacityMismatch: the inventory's total differs from the node's
+	// gpu-mem capacity.
+	WarnCapacityMismatch WarningCode = "CapacityMismatch"
+	// WarnAllocatableMismatch: the healthy cards' total differs from the
+	// node's gpu-mem allocatable.
+	WarnAllocatableMismatch WarningCode = "AllocatableMismatch"
+	// WarnOvercommitted: a card holds more than its total.
+	WarnOvercommitted WarningCode = "Overcommitted"
+	// WarnMalformedAssignment: a pod's assignment does not decode, validate
+	// or match the pod.
+	WarnMalformedAssignment WarningCode = "MalformedAssignment"
+	// WarnNoAssignment: a pod bound to a GPU node requests gpu-mem but
+	// carries no assignment, so which card it uses is unknown.
+	WarnNoAssignment WarningCode = "NoAssignment"
+	// WarnUnknownCard: an assignment names a card the node's inventory does
+	// not list.
+	WarnUnknownCard WarningCode = "UnknownCard"
+	// WarnUnitMismatch: an assignment's unit differs from the inventory's.
+	WarnUnitMismatch WarningCode = "UnitMismatch"
+	// WarnNodeUnusable: an assignment is on a node without a readable
+	// inventory, or on a node that does not exist.
+	WarnNodeUnusable WarningCode = "NodeUnusable"
+)
+
+// Warning is one problem, in words for people and a code for scripts.
+type Warning struct {
+	Node string `json:"node,omitempty"`
+	// Pod is "namespace/name" when the warning is about a pod.
+	Pod     string      `json:"pod,omitempty"`
+	Code    WarningCode `json:"code"`
+	Message string      `json:"message"`
+}
+
+// Percent is allocated/total in percent, rounded half up to a whole number;
+// 0 when total is 0. Worked examples: 1/8 = 12.5% → 13 (truncation would say
+// 12); 25/30 = 83.3% → 83; 2/3 = 66.7% → 67. Big integers keep it exact for
+// any sum of int64 units.
+func Percent(allocated, total int64) int64 {
+	if total <= 0 || allocated <= 0 {
+		return 0
+	}
+	// (200·a + t) / (2·t) = floor(100·a/t + 1/2).
+	n := new(big.Int).Mul(big.NewInt(allocated), big.NewInt(200))
+	n.Add(n, big.NewInt(total))
+	n.Quo(n, new(big.Int).Mul(big.NewInt(total), big.NewInt(2)))
+	return n.Int64()
+}
+
+// IsGPUNode reports whether the inspector lists the node: it has
+// example.com/gpu-mem capacity (even 0), a gpushare inventory annotation, or
+// the gpushare=true label that asks for the device plugin.
+func IsGPUNode(n *corev1.Node) bool {
+	if _, ok := n.Status.Capacity[api.ResourceName]; ok {
+		return true
+	}
+	if _, ok := n.Annotations[api.AnnotationInventory]; ok {
+		return true
+	}
+	return n.Labels[api.LabelEnabled] == "true"
+}
+
+// counts reports whether a pod holds GPU memory now: bound to a node and not
+// finished. This is the rule the extender's cache uses for what a node holds.
+func counts(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// nodeBuild is a Node under construction.
+type nodeBuild struct {
+	view   *Node
+	inv    api.Inventory
+	hasInv bool
+	// cardPos maps a card UUID to its position in view.Cards.
+	cardPos map[string]int
+}
+
+// Build turns nodes and pods into a View. It is a pure function: everything
+// is decoded with the api package, nothing is fetched. Nodes that are not GPU
+// nodes (IsGPUNode) are ignored; pods are counted when bound and not finished.
+func Build(nodes []corev1.Node, pods []corev1.Pod) View {
+	v := View{Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
+	builds := map[string]*nodeBuild{}
+	known := map[string]bool{}
+	var order []*nodeBuild
+	for i := range nodes {
+		n := &nodes[i]
+		known[n.Name] = true
+		if !IsGPUNode(n) {
+			continue
+		}
+		b := buildNode(n, &v.Warnings)
+		builds[n.Name] = b
+		order = append(order, b)
+	}
+
+	for i := range pods {
+		p := &pods[i]
+		if !counts(p) {
+			continue
+		}
+		placePod(p, builds[p.Spec.NodeName], known[p.Spec.NodeName], &v.Warnings)
+	}
+
+	sort.Slice(order, func(i, j int) bool { return order[i].view.Name < order[j].view.Name })
+	totals := map[api.MemoryUnit]*Total{}
+	for _, b := range order {
+		n := b.view
+		for ci := range n.Cards {
+			c := &n.Cards[ci]
+			sort.Slice(c.Pods, func(i, j int) bool { return podLess(c.Pods[i], c.Pods[j]) })
+			n.Allocated += c.Allocated
+			if c.Allocated > c.Total {
+				v.Warnings = append(v.Warnings, Warning{Node: n.Name, Code: WarnOvercommitted,
+					Message: fmt.Sprintf("node %s: card %d holds %d %s but has only %d", n.Name, c.Index, c.Allocated, n.Unit, c.Total)})
+			}
+		}
+		sort.Slice(n.Uncounted, func(i, j int) bool { return uncountedLess(n.Uncounted[i], n.Uncounted[j]) })
+		if b.hasInv {
+			t := totals[n.Unit]
+			if t == nil {
+				t = &Total{Unit: n.Unit}
+				totals[n.Unit] = t
+			}
+			t.Allocated += n.Allocated
+			t.Total += n.Total
+		}
+		v.Nodes = append(v.Nodes, *n)
+	}
+	for _, t := range totals {
+		t.Percent = Percent(t.Allocated, t.Total)
+		v.Totals = append(v.Totals, *t)
+	}
+	sort.Slice(v.Totals, func(i, j int) bool { return v.Totals[i].Unit < v.Totals[j].Unit })
+	sort.SliceStable(v.Warnings, func(i, j int) bool { return warningLess(v.Warnings[i], v.Warnings[j]) })
+	return v
+}
+
+// buildNode reads one GPU node's inventory and status and checks that they
+// agree, appending a warning for each disagreement.
+func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
+	view := &Node{
+		Name:      n.Name,
+		Address:   internalIP(n),
+		Cordoned:  n.Spec.Unschedulable,
+		Cards:     []Card{},
+		Uncounted: []Uncounted{},
+	}
+	if q, ok := n.Status.Capacity[api.ResourceName]; ok {
+		c := q.Value()
+		view.Capacity = &c
+	}
+	if q, ok := n.Status.Allocatable[api.ResourceName]; ok {
+		a := q.Value()
+		view.Allocatable = &a
+	}
+	b := &nodeBuild{view: view, cardPos: map[string]int{}}
+	warn := func(code WarningCode, format string, args ...any) {
+		*warnings = append(*warnings, Warning{Node: n.Name, Code: code, Message: fmt.Sprintf(format, args...)})
+	}
+
+	inv, err := api.InventoryFromNode(n)
+	switch {
+	case errors.Is(err, api.ErrNoInventory):
+		view.InventoryError = err.Error()
+		switch {
+		case view.Capacity != nil && *view.Capacity > 0:
+			warn(WarnNoInventory, "node %s: %s capacity is %d but the node has no %s annotation (is the gpushare device plugin running on it?); its cards and unit are unknown and it is left out of the totals",
+				n.Name, api.ResourceName, *view.Capacity, api.AnnotationInventory)
+		default:
+			warn(WarnNoInventory, "node %s: no %s capacity and no %s annotation: the gpushare device plugin has reported nothing (is it running on the node?)",
+				n.Name, api.ResourceName, api.AnnotationInventory)
+		}
+		return b
+	case err != nil:
+		view.InventoryError = err.Error()
+		warn(WarnInvalidInventory, "%v; the node's cards are unknown and it is left out of the totals", err)
+		return b
+	}
+
+	b.inv, b.hasInv = inv, true
+	view.Unit = inv.Unit
+	cards := append([]api.Card(nil), inv.Cards...)
+	sort.Slice(cards, func(i, j int) bool { return cards[i].Index < cards[j].Index })
+	var healthy int64
+	for _, c := range cards {
+		b.cardPos[c.UUID] = len(view.Cards)
+		view.Cards = append(view.Cards, Card{
+			Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: c.Reason,
+			Total: c.Units, Pods: []Pod{},
+		})
+		view.Total += c.Units
+		if c.Schedulable() {
+			healthy += c.Units
+		}
+	}
+
+	capacity := int64(0)
+	if view.Capacity != nil {
+		capacity = *view.Capacity
+	}
+	switch {
+	case len(cards) == 0:
+		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
+	case capacity == 0:
+		warn(WarnNoCapacity, "node %s: the inventory lists %d cards (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
+			n.Name, len(cards), view.Total, inv.Unit, api.ResourceName)
+	default:
+		if capacity != view.Total {
+			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
+				n.Name, api.ResourceName, capacity, view.Total, inv.Unit)
+		}
+		if view.Allocatable != nil && *view.Allocatable != healthy {
+			warn(WarnAllocatableMismatch, "node %s: %s allocatable is %d but the inventory's healthy cards total %d %s",
+				n.Name, api.ResourceName, *view.Allocatable, healthy, inv.Unit)
+		}
+	}
+	return b
+}
+
+// placePod puts a counted pod's containers on the cards of its node, or
+// records why it cannot. b is nil when the pod's node is not a GPU node;
+// nodeExists says whether the node exists at all.
+func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning) {
+	podName := p.Namespace + "/" + p.Name
+	uncounted := func(container string, code WarningCode, msg string) {
+		*warnings = append(*warnings, Warning{Node: p.Spec.NodeName, Pod: podName, Code: code, Message: msg})
+		if b != nil {
+			b.view.Uncounted = append(b.view.Uncounted, Uncounted{Namespace: p.Namespace, Name: p.Name, Container: container, Code: code, Message: msg})
+		}
+	}
+
+	a, err := api.AssignmentFromPod(p)
+	switch {
+	case errors.Is(err, api.ErrNoAssignment):
+		if b == nil {
+			return // not a GPU node: a pod without an assignment is nothing to us
+		}
+		req, rerr := api.RequestFromPod(p)
+		switch {
+		case rerr != nil:
+			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s: no gpushare assignment and an invalid request: %v", podName, p.Spec.NodeName, rerr))
+		case !req.Empty():
+			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s but has no %s annotation: it was not placed by the gpushare extender, so its card is unknown and it is not counted",
+				podName, p.Spec.NodeName, req.Total(), api.ResourceName, api.AnnotationAssignment))
+		}
+		return
+	case err != nil:
+		uncounted("", WarnMalformedAssignment, err.Error()+"; not counted")
+		return
+	}
+
+	switch {
+	case !nodeExists:
+		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s is bound to node %s, which does not exist; not counted", podName, p.Spec.NodeName))
+		return
+	case b == nil:
+		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s has a gpushare assignment on node %s, which is not a GPU node; not counted", podName, p.Spec.NodeName))
+		return
+	case !b.hasInv:
+		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s has a gpushare assignment on node %s, whose inventory is unreadable; not counted", podName, p.Spec.NodeName))
+		return
+	case a.Unit != b.inv.Unit:
+		uncounted("", WarnUnitMismatch, fmt.Sprintf("pod %s: its assignment is in %s but node %s's inventory is in %s; not counted", podName, a.Unit, p.Spec.NodeName, b.inv.Unit))
+		return
+	}
+	for _, c := range a.Containers {
+		pos, ok := b.cardPos[c.CardUUID]
+		if !ok {
+			uncounted(c.Name, WarnUnknownCard, fmt.Sprintf("pod %s container %s: assigned card %d (%s), which node %s's inventory does not list; %d %s not counted",
+				podName, c.Name, c.CardIndex, c.CardUUID, p.Spec.NodeName, c.Units, a.Unit))
+			continue
+		}
+		card := &b.view.Cards[pos]
+		card.Allocated += c.Units
+		card.Pods = append(card.Pods, Pod{
+			Namespace: p.Namespace, Name: p.Name, Container: c.Name, Units: c.Units,
+			Phase: a.Phase, Pending: a.Phase == api.PhaseAssigned,
+		})
+	}
+}
+
+func internalIP(n *corev1.Node) string {
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	return ""
+}
+
+func podLess(a, b Pod) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	if a.Name != b.Name {
+		return a.Name < b.Name
+	}
+	return a.Container < b.Container
+}
+
+func uncountedLess(a, b Uncounted) bool {
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	if a.Name != b.Name {
+		return a.Name < b.Name
+	}
+	return a.Container < b.Container
+}
+
+func warningLess(a, b Warning) bool {
+	if a.Node != b.Node {
+		return a.Node < b.Node
+	}
+	if a.Pod != b.Pod {
+		return a.Pod < b.Pod
+	}
+	if a.Code != b.Code {
+		return a.Code < b.Code
+	}
+	return a.Message < b.Message
+}

@@ -1,0 +1,45 @@
+// Command kubectl-inspect-gpushare is the kubectl plugin `kubectl inspect
+// gpushare`: it shows GPU-memory allocation per node and per card. Package
+// inspect does the work; this file only wires the process to it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/inspector/inspect"
+)
+
+func main() {
+	silenceKlog()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	o := inspect.NewOptions(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	cmd := inspect.NewCmd(o)
+	err := cmd.ExecuteContext(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "error: %v\n", err)
+	}
+	stop()
+	os.Exit(inspect.ExitCode(err))
+}
+
+// silenceKlog keeps client-go's internal logging off the terminal, so that a
+// failure is reported by the one line main prints.
+func silenceKlog() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("alsologtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+}
