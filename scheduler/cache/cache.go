@@ -1,0 +1,478 @@
+// Package cache owns the extender's view of the cluster: which GPU cards
+// every node has (from the device plugin's inventory annotation) and how many
+// units of each card the pods assigned to it hold.
+//
+// It is fed by client-go informers (pods and nodes) and rebuilt from the
+// pods' assignment annotations on start, so a restart loses nothing. Bind
+// uses the assume protocol of kube-scheduler's own cache: Assume records a
+// placement before the API writes, Forget drops it if they fail, and the
+// informer confirms it when it shows the pod bound with its assignment.
+//
+// Reads are cheap and lock-light: every node's state is published as an
+// immutable *allocator.Node that is replaced (never changed) when the node or
+// one of its pods changes, so a snapshot is a slice of pointers taken under a
+// read lock and the policy runs on it outside the lock. The cache never holds
+// its lock across an API call.
+package cache
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
+
+// DefaultAssumeTTL is how long an assumed pod whose bind finished is kept
+// without the informer confirming it. The informer normally confirms within
+// milliseconds; the TTL only matters when a pod vanished unseen.
+const DefaultAssumeTTL = 5 * time.Minute
+
+// Errors returned (wrapped) by the cache.
+var (
+	// ErrUnknownNode: the node is not (or no longer) in the cache.
+	ErrUnknownNode = errors.New("node unknown to the gpushare extender")
+	// ErrStale: the node changed since the snapshot a decision was made on;
+	// decide again on a fresh snapshot.
+	ErrStale = errors.New("node changed since the snapshot")
+	// ErrAlreadyAssumed: the pod is already assumed or confirmed on a node.
+	ErrAlreadyAssumed = errors.New("pod already has GPU memory in the cache")
+	// ErrOverCapacity: the assignment would put more units on a card than it holds.
+	ErrOverCapacity = errors.New("assignment exceeds a card's capacity")
+)
+
+// State says how the cache knows about a pod's units.
+type State string
+
+const (
+	// Assumed: recorded by bind before the API writes; not yet seen by the informer.
+	Assumed State = "assumed"
+	// Confirmed: the informer shows the pod bound to the node with a valid assignment.
+	Confirmed State = "confirmed"
+)
+
+// podState is what the cache holds for one pod.
+type podState struct {
+	uid        types.UID
+	namespace  string
+	name       string
+	node       string
+	assignment api.Assignment
+	state      State
+	// bindDone and deadline: an assumed pod whose bind finished expires at
+	// deadline unless confirmed first.
+	bindDone bool
+	deadline time.Time
+}
+
+// nodeState is one node's inventory and the pods on it.
+type nodeState struct {
+	name string
+	// known is true while the node informer has the node.
+	known        bool
+	inv          api.Inventory
+	invErr       error
+	hasInventory bool
+	iso          api.Isolation
+	pods         map[types.UID]*podState
+	// snap is the published, immutable view; replaced on every change.
+	snap *allocator.Node
+}
+
+// Cache is the extender's cluster view. The zero value is not usable; use New.
+type Cache struct {
+	clock     clock.Clock
+	assumeTTL time.Duration
+
+	mu    sync.RWMutex
+	nodes map[string]*nodeState
+	pods  map[types.UID]*podState
+	// shapes counts the per-container demands of the pods seen, by units.
+	shapes       map[int64]float64
+	seen         map[types.UID]struct{}
+	workload     *allocator.Workload
+	workloadDirt bool
+	synced       bool
+}
+
+// Option configures a Cache.
+type Option func(*Cache)
+
+// WithClock sets the clock used for assumed-pod expiry (tests use a fake).
+func WithClock(c clock.Clock) Option { return func(ca *Cache) { ca.clock = c } }
+
+// WithAssumeTTL sets how long a bound but unconfirmed assumption lives.
+func WithAssumeTTL(d time.Duration) Option { return func(ca *Cache) { ca.assumeTTL = d } }
+
+// New returns an empty cache. Feed it with Attach (informers) or with the
+// Set/Delete methods directly.
+func New(opts ...Option) *Cache {
+	c := &Cache{
+		clock:     clock.RealClock{},
+		assumeTTL: DefaultAssumeTTL,
+		nodes:     map[string]*nodeState{},
+		pods:      map[types.UID]*podState{},
+		shapes:    map[int64]float64{},
+		seen:      map[types.UID]struct{}{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+func (c *Cache) node(name string) *nodeState {
+	n, ok := c.nodes[name]
+	if !ok {
+		n = &nodeState{name: name, pods: map[types.UID]*podState{}}
+		c.nodes[name] = n
+	}
+	return n
+}
+
+// gc drops a node entry that no informer object and no pod refer to.
+func (c *Cache) gc(n *nodeState) {
+	if !n.known && len(n.pods) == 0 {
+		delete(c.nodes, n.name)
+	}
+}
+
+// SetNode records a node added or updated by the informer.
+func (c *Cache) SetNode(node *corev1.Node) {
+	if node == nil {
+		return
+	}
+	inv, invErr := api.InventoryFromNode(node)
+	_, hasCap := node.Status.Capacity[api.ResourceName]
+	_, hasAlloc := node.Status.Allocatable[api.ResourceName]
+	var iso api.Isolation
+	isoErr := error(nil)
+	if s, ok := node.Annotations[api.AnnotationIsolation]; ok {
+		iso, isoErr = api.ParseIsolation(s)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(node.Name)
+	n.known = true
+	n.inv, n.invErr, n.iso = inv, nil, iso
+	n.hasInventory = invErr == nil
+	switch {
+	case invErr == nil && isoErr != nil:
+		n.invErr = fmt.Errorf("node %s: %w", node.Name, isoErr)
+	case invErr != nil && (hasCap || hasAlloc || !errors.Is(invErr, api.ErrNoInventory)):
+		// A node that offers gpu-mem (or carries a broken inventory) but whose
+		// inventory cannot be read is filtered with the reason.
+		n.invErr = invErr
+	}
+	n.rebuild()
+}
+
+// DeleteNode records a node removed by the informer. Pods still assigned to
+// it keep their entries until they are deleted too.
+func (c *Cache) DeleteNode(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[name]
+	if !ok {
+		return
+	}
+	n.known = false
+	n.inv, n.invErr, n.hasInventory, n.iso = api.Inventory{}, nil, false, api.Isolation{}
+	n.rebuild()
+	c.gc(n)
+}
+
+// rebuild publishes a fresh immutable snapshot of the node. Called with the
+// write lock held.
+func (n *nodeState) rebuild() {
+	snap := &allocator.Node{Name: n.name, Unit: n.inv.Unit, InventoryErr: n.invErr}
+	if n.invErr == nil && len(n.inv.Cards) > 0 {
+		used := make(map[string]int64, len(n.inv.Cards))
+		for _, p := range n.pods {
+			for _, ca := range p.assignment.Containers {
+				used[ca.CardUUID] += ca.Units
+			}
+		}
+		cards := make([]allocator.Card, len(n.inv.Cards))
+		for i, ic := range n.inv.Cards {
+			st := ic.State
+			if st == api.CardHealthy && n.iso.Isolates(ic.Index, ic.UUID) {
+				st = api.CardIsolated
+			}
+			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: st}
+		}
+		sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
+		snap.Cards = cards
+	}
+	n.snap = snap
+}
+
+// SetPod records a pod added or updated by the informer. The pod counts on
+// its node's cards when it carries a valid assignment (api.AssignmentFromPod),
+// is bound to the assignment's node and has not terminated
+// (Succeeded/Failed). A pod that is terminating (deletionTimestamp set) still
+// counts: its containers may still hold the memory.
+//
+// An assumed pod the informer does not yet show bound with its assignment
+// keeps its assumption; once it does, the informer's record replaces the
+// assumed one (the device plugin may have corrected a card).
+func (c *Cache) SetPod(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	req, reqErr := api.RequestFromPod(pod)
+	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	var a api.Assignment
+	valid := false
+	if !terminated && pod.Spec.NodeName != "" && reqErr == nil && !req.Empty() {
+		var err error
+		a, err = api.AssignmentFromPod(pod)
+		valid = err == nil && a.Node == pod.Spec.NodeName
+		if err != nil && !errors.Is(err, api.ErrNoAssignment) {
+			klog.V(4).InfoS("Ignoring pod's GPU assignment", "pod", klog.KObj(pod), "err", err)
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if reqErr == nil && !req.Empty() {
+		c.learn(pod.UID, req)
+	}
+	old := c.pods[pod.UID]
+	switch {
+	case terminated:
+		c.remove(old)
+	case valid:
+		if old != nil && old.state == Confirmed && old.node == a.Node && sameCards(old.assignment, a) {
+			// A status update that changes nothing we count: keep the
+			// published snapshot (and so concurrent binds' basis) as is.
+			old.assignment = a
+			return
+		}
+		c.remove(old)
+		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, state: Confirmed})
+	case old != nil && old.state == Confirmed:
+		// Was counted, no longer carries a valid assignment: release.
+		c.remove(old)
+	}
+	// Otherwise: not counted, or assumed and not yet confirmed: keep as is.
+}
+
+func sameCards(a, b api.Assignment) bool {
+	if len(a.Containers) != len(b.Containers) {
+		return false
+	}
+	for i := range a.Containers {
+		x, y := a.Containers[i], b.Containers[i]
+		if x.CardUUID != y.CardUUID || x.Units != y.Units {
+			return false
+		}
+	}
+	return true
+}
+
+// DeletePod records a pod removed by the informer: its units are released.
+func (c *Cache) DeletePod(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.remove(c.pods[uid])
+}
+
+func (c *Cache) add(p *podState) {
+	c.pods[p.uid] = p
+	n := c.node(p.node)
+	n.pods[p.uid] = p
+	n.rebuild()
+}
+
+func (c *Cache) remove(p *podState) {
+	if p == nil {
+		return
+	}
+	delete(c.pods, p.uid)
+	if n, ok := c.nodes[p.node]; ok {
+		delete(n.pods, p.uid)
+		n.rebuild()
+		c.gc(n)
+	}
+}
+
+// learn counts a pod's demand shapes once per pod UID.
+func (c *Cache) learn(uid types.UID, req api.PodRequest) {
+	if _, ok := c.seen[uid]; ok {
+		return
+	}
+	c.seen[uid] = struct{}{}
+	for _, ct := range req.Containers {
+		c.shapes[ct.Units]++
+	}
+	c.workloadDirt = true
+}
+
+// Workload returns the histogram of per-container demands of every pod the
+// cache has seen (one shape per distinct unit count, weighted by how often it
+// was seen). The value is shared and must not be changed.
+func (c *Cache) Workload() *allocator.Workload {
+	c.mu.RLock()
+	w, dirty := c.workload, c.workloadDirt
+	c.mu.RUnlock()
+	if !dirty && w != nil {
+		return w
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.workloadDirt || c.workload == nil {
+		w := &allocator.Workload{Shapes: make([]allocator.Shape, 0, len(c.shapes))}
+		for u, n := range c.shapes {
+			w.Shapes = append(w.Shapes, allocator.Shape{Units: u, Weight: n})
+		}
+		sort.Slice(w.Shapes, func(a, b int) bool { return w.Shapes[a].Units < w.Shapes[b].Units })
+		c.workload, c.workloadDirt = w, false
+	}
+	return c.workload
+}
+
+// Snapshot returns the published views of the named nodes, in order; a nil
+// entry marks a node the cache does not know. The views are immutable.
+func (c *Cache) Snapshot(names []string) []*allocator.Node {
+	out := make([]*allocator.Node, len(names))
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for i, name := range names {
+		if n, ok := c.nodes[name]; ok && n.known {
+			out[i] = n.snap
+		}
+	}
+	return out
+}
+
+// NodeSnapshot returns the published view of one node, to decide a bind on
+// and hand back to Assume.
+func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n, ok := c.nodes[name]
+	if !ok || !n.known {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownNode, name)
+	}
+	return n.snap, nil
+}
+
+// Assume records a's units for the pod before bind writes to the API. basis
+// is the snapshot the assignment was decided on: if the node changed since
+// (another bind assumed a pod there, a pod finished, the inventory changed),
+// Assume fails with ErrStale and nothing is recorded; decide again.
+func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.pods[pod.UID]; ok {
+		return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
+	}
+	n, ok := c.nodes[a.Node]
+	if !ok || !n.known {
+		return fmt.Errorf("%w: %s", ErrUnknownNode, a.Node)
+	}
+	if n.snap != basis {
+		return ErrStale
+	}
+	// Defence in depth: the decision was made on this very snapshot, but
+	// check the invariant anyway.
+	add := map[string]int64{}
+	for _, ca := range a.Containers {
+		add[ca.CardUUID] += ca.Units
+	}
+	for uuid, units := range add {
+		found := false
+		for _, card := range n.snap.Cards {
+			if card.UUID == uuid {
+				found = true
+				if !card.Schedulable() || card.Used+units > card.Capacity {
+					return fmt.Errorf("%w: card %d has %d of %d units used, asked for %d more", ErrOverCapacity, card.Index, card.Used, card.Capacity, units)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
+		}
+	}
+	c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, state: Assumed})
+	return nil
+}
+
+// Forget drops an assumption whose API writes failed. A pod the informer has
+// confirmed meanwhile is left alone.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.state == Assumed {
+		c.remove(p)
+	}
+}
+
+// FinishBinding marks an assumption whose API writes succeeded: it now waits
+// for the informer to confirm it, at most the assume TTL.
+func (c *Cache) FinishBinding(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.state == Assumed {
+		p.bindDone = true
+		p.deadline = c.clock.Now().Add(c.assumeTTL)
+	}
+}
+
+// CleanupExpired drops assumed pods whose bind finished more than the assume
+// TTL ago without the informer confirming them (the pod was deleted before
+// the informer saw it bound). It returns how many were dropped.
+func (c *Cache) CleanupExpired() int {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var expired []*podState
+	for _, p := range c.pods {
+		if p.state == Assumed && p.bindDone && now.After(p.deadline) {
+			expired = append(expired, p)
+		}
+	}
+	for _, p := range expired {
+		klog.V(2).InfoS("Assumed pod expired without confirmation", "pod", klog.KRef(p.namespace, p.name), "node", p.node)
+		c.remove(p)
+	}
+	return len(expired)
+}
+
+// PodState reports whether the cache counts the pod, and how.
+func (c *Cache) PodState(uid types.UID) (State, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	p, ok := c.pods[uid]
+	if !ok {
+		return "", false
+	}
+	return p.state, true
+}
+
+// MarkSynced records that the informers have synced; Synced reports it.
+func (c *Cache) MarkSynced() {
+	c.mu.Lock()
+	c.synced = true
+	c.mu.Unlock()
+}
+
+// Synced reports whether the informers have delivered their initial lists.
+func (c *Cache) Synced() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.synced
+}

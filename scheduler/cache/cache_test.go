@@ -1,0 +1,389 @@
+package cache_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+// used returns node's per-card used units by card index.
+func used(c *cache.Cache, node string) map[int]int64 {
+	infos := c.Inspect(node)
+	if len(infos) == 0 {
+		return nil
+	}
+	out := map[int]int64{}
+	for _, card := range infos[0].Cards {
+		out[card.Index] = card.Used
+	}
+	return out
+}
+
+// startInformers runs a cache on informers over client until the test ends.
+func startInformers(t *testing.T, client kubernetes.Interface, opts ...cache.Option) *cache.Cache {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	c := cache.New(opts...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	if _, err := c.Attach(factory); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	t.Cleanup(func() { cancel(); factory.Shutdown() })
+	if c.Synced() {
+		t.Fatal("cache synced before WaitForSync")
+	}
+	if err := c.WaitForSync(ctx, factory); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// eventually polls cond until it holds or a deadline passes.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestRebuildFromAssignmentsOnStart(t *testing.T) {
+	other := fixture.MakePod("ns", "copied").GPU("main", 5).Obj()
+	copied := fixture.AssignmentFor(other, "n1", api.PhaseAssigned, 1)
+	copied.PodUID = "uid-of-another-pod"
+
+	objs := []runtime.Object{
+		fixture.MakeNode("n1").Card(0, 40).Card(1, 80).Obj(),
+		fixture.MakeNode("n2").Card(0, 24).Obj(),
+		// Counted: bound, valid assignment, running or pending.
+		fixture.MakePod("ns", "a").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		fixture.MakePod("ns", "b").GPU("x", 20).GPU("y", 30).Assign("n1", api.PhaseAssigned, 1, 1).Obj(),
+		fixture.MakePod("ns", "c").GPU("main", 24).Assign("n2", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		// Not counted: finished.
+		fixture.MakePod("ns", "done").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(),
+		fixture.MakePod("ns", "failed").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(),
+		// Not counted: an assignment copied from another pod (wrong UID).
+		fixture.MakePod("ns", "copied").GPU("main", 5).Node("n1").Annotation(api.AnnotationAssignment, fixture.MustEncode(copied)).Obj(),
+		// Not counted: an annotation but not bound.
+		fixture.MakePod("ns", "unbound").GPU("main", 5).Annotation(api.AnnotationAssignment,
+			fixture.MustEncode(fixture.AssignmentFor(fixture.MakePod("ns", "unbound").GPU("main", 5).Obj(), "n1", api.PhaseAssigned, 0))).Obj(),
+		// Not counted: bound to another node than its assignment names.
+		fixture.MakePod("ns", "elsewhere").GPU("main", 5).Assign("n1", api.PhaseAssigned, 0).Node("n2").Obj(),
+	}
+	c := startInformers(t, fake.NewClientset(objs...))
+
+	want := map[string]map[int]int64{"n1": {0: 10, 1: 50}, "n2": {0: 24}}
+	got := map[string]map[int]int64{"n1": used(c, "n1"), "n2": used(c, "n2")}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("used units after start (-want +got):\n%s", diff)
+	}
+	if st, ok := c.PodState("uid-ns-a"); !ok || st != cache.Confirmed {
+		t.Errorf("pod a: state %q, %v; want confirmed", st, ok)
+	}
+}
+
+func TestReleaseOnDeleteAndCompletion(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset(
+		fixture.MakeNode("n1").Card(0, 40).Obj(),
+		fixture.MakePod("ns", "deleted").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		fixture.MakePod("ns", "completes").GPU("main", 20).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		fixture.MakePod("ns", "terminating").GPU("main", 5).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+	)
+	c := startInformers(t, client)
+	if got := used(c, "n1")[0]; got != 35 {
+		t.Fatalf("used before = %d, want 35", got)
+	}
+
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted pod released", func() bool { return used(c, "n1")[0] == 25 })
+
+	p, err := client.CoreV1().Pods("ns").Get(ctx, "completes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodSucceeded
+	if _, err := client.CoreV1().Pods("ns").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "completed pod released", func() bool { return used(c, "n1")[0] == 5 })
+
+	// A terminating pod's containers may still hold the memory: it counts
+	// until it is gone.
+	p, err = client.CoreV1().Pods("ns").Get(ctx, "terminating", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	if _, err := client.CoreV1().Pods("ns").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The informer delivers events in order: once a pod created after the
+	// update is counted, the update has been handled.
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, fixture.MakePod("ns", "marker").GPU("main", 1).Assign("n1", api.PhaseAssigned, 0).Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "marker pod counted", func() bool { _, ok := c.PodState("uid-ns-marker"); return ok })
+	if got := used(c, "n1")[0]; got != 6 {
+		t.Errorf("used with a terminating pod and the marker = %d, want 6 (5 + 1)", got)
+	}
+}
+
+// decideAndAssume places pod on node with binpack and assumes it, as bind does.
+func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string) (api.Assignment, error) {
+	t.Helper()
+	snap, err := c.NodeSnapshot(node)
+	if err != nil {
+		return api.Assignment{}, err
+	}
+	pol, err := allocator.Lookup("binpack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	preq, err := api.RequestFromPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := pol.Decide(snap, allocator.RequestFromPod(preq), c.Workload())
+	if !d.Fits {
+		return api.Assignment{}, fmt.Errorf("does not fit: %s", d.Message())
+	}
+	var idx []int
+	for _, p := range d.Placements {
+		idx = append(idx, p.Grants[0].Card)
+	}
+	a := fixture.AssignmentFor(pod, node, api.PhaseAssigned, idx...)
+	return a, c.Assume(pod, a, snap)
+}
+
+func TestAssumeForgetConfirm(t *testing.T) {
+	ctx := context.Background()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	pod := fixture.MakePod("ns", "p").GPU("main", 30).Obj()
+	client := fake.NewClientset(fixture.MakeNode("n1").Card(0, 40).Card(1, 80).Obj(), pod)
+	c := startInformers(t, client, cache.WithClock(clk), cache.WithAssumeTTL(time.Minute))
+
+	// Assume counts at once, before any API write.
+	a, err := decideAndAssume(t, c, pod, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, used(c, "n1")); diff != "" {
+		t.Errorf("after assume (-want +got):\n%s", diff)
+	}
+	// A second assumption for the same pod is refused.
+	if _, err := decideAndAssume(t, c, pod, "n1"); !errors.Is(err, cache.ErrAlreadyAssumed) {
+		t.Errorf("second assume: err = %v, want ErrAlreadyAssumed", err)
+	}
+	// Forget releases.
+	c.Forget(pod.UID)
+	if diff := cmp.Diff(map[int]int64{0: 0, 1: 0}, used(c, "n1")); diff != "" {
+		t.Errorf("after forget (-want +got):\n%s", diff)
+	}
+
+	// Assume again, then the API writes land and the informer confirms.
+	if a, err = decideAndAssume(t, c, pod, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	c.FinishBinding(pod.UID)
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	bound.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(a)}
+	if _, err := client.CoreV1().Pods("ns").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "confirmation", func() bool { st, _ := c.PodState(pod.UID); return st == cache.Confirmed })
+	// Forget after confirmation changes nothing; nor does the TTL.
+	c.Forget(pod.UID)
+	clk.Step(time.Hour)
+	if n := c.CleanupExpired(); n != 0 {
+		t.Errorf("CleanupExpired dropped %d confirmed pods", n)
+	}
+	if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, used(c, "n1")); diff != "" {
+		t.Errorf("after confirm (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssumedPodExpiresOnlyAfterBindFinishedAndTTL(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	c := cache.New(cache.WithClock(clk), cache.WithAssumeTTL(time.Minute))
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	inFlight := fixture.MakePod("ns", "in-flight").GPU("main", 10).Obj()
+	finished := fixture.MakePod("ns", "finished").GPU("main", 10).Obj()
+	for _, p := range []*corev1.Pod{inFlight, finished} {
+		if _, err := decideAndAssume(t, c, p, "n1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.FinishBinding(finished.UID)
+	clk.Step(59 * time.Second)
+	if n := c.CleanupExpired(); n != 0 {
+		t.Fatalf("dropped %d before the TTL", n)
+	}
+	clk.Step(2 * time.Second)
+	if n := c.CleanupExpired(); n != 1 {
+		t.Fatalf("dropped %d after the TTL, want 1", n)
+	}
+	if _, ok := c.PodState(finished.UID); ok {
+		t.Error("finished, unconfirmed pod still cached after its TTL")
+	}
+	if st, ok := c.PodState(inFlight.UID); !ok || st != cache.Assumed {
+		t.Error("a pod whose bind is in flight must never expire")
+	}
+}
+
+func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	first := fixture.MakePod("ns", "first").GPU("main", 30).Obj()
+	second := fixture.MakePod("ns", "second").GPU("main", 30).Obj()
+	snap, err := c.NodeSnapshot("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decideAndAssume(t, c, first, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	// second was decided on the snapshot from before first's assumption.
+	a := fixture.AssignmentFor(second, "n1", api.PhaseAssigned, 0)
+	if err := c.Assume(second, a, snap); !errors.Is(err, cache.ErrStale) {
+		t.Fatalf("assume on a stale snapshot: err = %v, want ErrStale", err)
+	}
+	// Decided again on the fresh snapshot, it does not fit.
+	if _, err := decideAndAssume(t, c, second, "n1"); err == nil {
+		t.Fatal("second pod fits on a card that has 10 of 40 left")
+	}
+	if got := used(c, "n1")[0]; got != 30 {
+		t.Errorf("used = %d, want 30", got)
+	}
+}
+
+func TestAssumeNeverExceedsCapacity(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).CardOf(1, 80, "A100", api.CardUnhealthy).Obj())
+	pod := fixture.MakePod("ns", "p").GPU("main", 50).Obj()
+	snap, _ := c.NodeSnapshot("n1")
+	for name, a := range map[string]api.Assignment{
+		"more than the card holds": fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 0),
+		"an unhealthy card":        fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 1),
+		"a card not in inventory":  fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 7),
+	} {
+		if err := c.Assume(pod, a, snap); !errors.Is(err, cache.ErrOverCapacity) {
+			t.Errorf("%s: err = %v, want ErrOverCapacity", name, err)
+		}
+	}
+	if err := c.Assume(pod, fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
+		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
+	}
+}
+
+func TestDevicePluginRewriteMovesUsage(t *testing.T) {
+	ctx := context.Background()
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n1", api.PhaseAssigned, 0).Obj()
+	client := fake.NewClientset(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj(), pod)
+	c := startInformers(t, client)
+	if diff := cmp.Diff(map[int]int64{0: 10, 1: 0}, used(c, "n1")); diff != "" {
+		t.Fatalf("before (-want +got):\n%s", diff)
+	}
+	// The kubelet handed the container card 1: the device plugin corrects
+	// the record and marks it Allocated.
+	rewritten := pod.DeepCopy()
+	rewritten.Annotations[api.AnnotationAssignment] = fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
+	if _, err := client.CoreV1().Pods("ns").Update(ctx, rewritten, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "usage moved to card 1", func() bool {
+		u := used(c, "n1")
+		return u[0] == 0 && u[1] == 10
+	})
+	info := c.Inspect("n1")[0]
+	want := []cache.PodUnits{{Namespace: "ns", Name: "p", UID: pod.UID, Container: "main", Units: 10, State: cache.Confirmed, Phase: api.PhaseAllocated}}
+	if diff := cmp.Diff(want, info.Cards[1].Pods); diff != "" {
+		t.Errorf("card 1 pods (-want +got):\n%s", diff)
+	}
+}
+
+func TestNodeInventoryStates(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
+	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
+	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Obj())
+	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.AnnotationIsolation, "1").Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
+
+	snaps := c.Snapshot([]string{"no-inventory", "broken", "cpu-only", "isolated", "bad-isolation", "unknown"})
+	if err := snaps[0].InventoryErr; !errors.Is(err, api.ErrNoInventory) {
+		t.Errorf("node with gpu-mem capacity but no inventory: InventoryErr = %v, want ErrNoInventory", err)
+	}
+	if err := snaps[1].InventoryErr; !errors.Is(err, api.ErrInvalidInventory) {
+		t.Errorf("node with a broken inventory: InventoryErr = %v, want ErrInvalidInventory", err)
+	}
+	if snaps[2].InventoryErr != nil || len(snaps[2].Cards) != 0 {
+		t.Errorf("node without GPUs: %+v, want no error and no cards", snaps[2])
+	}
+	if got := []api.CardState{snaps[3].Cards[0].State, snaps[3].Cards[1].State}; !cmp.Equal(got, []api.CardState{api.CardHealthy, api.CardIsolated}) {
+		t.Errorf("isolation annotation: card states %v, want [healthy isolated]", got)
+	}
+	if snaps[4].InventoryErr == nil {
+		t.Error("an unparsable isolation annotation must make the node unusable, not silently ignored")
+	}
+	if snaps[5] != nil {
+		t.Error("unknown node has a snapshot")
+	}
+
+	// A deleted node disappears.
+	c.DeleteNode("isolated")
+	if s := c.Snapshot([]string{"isolated"}); s[0] != nil {
+		t.Error("deleted node still has a snapshot")
+	}
+}
+
+func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
+	c := cache.New()
+	p1 := fixture.MakePod("ns", "p1").GPU("a", 10).GPU("b", 20).Obj()
+	p2 := fixture.MakePod("ns", "p2").GPU("a", 10).Obj()
+	c.SetPod(p1)
+	c.SetPod(p1) // an update: not counted twice
+	c.SetPod(p2)
+	c.SetPod(fixture.MakePod("ns", "cpu").Container("main").Obj())
+	want := []allocator.Shape{{Units: 10, Weight: 2}, {Units: 20, Weight: 1}}
+	if diff := cmp.Diff(want, c.Workload().Shapes); diff != "" {
+		t.Errorf("workload (-want +got):\n%s", diff)
+	}
+}
+
+func TestStatusUpdateKeepsSnapshot(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Obj()
+	c.SetPod(pod)
+	before, _ := c.NodeSnapshot("n1")
+	pod.Status.Phase = corev1.PodRunning
+	c.SetPod(pod)
+	after, _ := c.NodeSnapshot("n1")
+	if before != after {
+		t.Error("a status update that changes no units replaced the node's snapshot (binds on it would retry needlessly)")
+	}
+}

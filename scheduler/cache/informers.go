@@ -1,0 +1,90 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Attach registers the cache's handlers on the factory's pod and node
+// informers and returns the pod lister bind reads pods from. Call it before
+// factory.Start; then WaitForSync.
+func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.PodLister, error) {
+	pods := factory.Core().V1().Pods()
+	nodes := factory.Core().V1().Nodes()
+	if err := pods.Informer().SetTransform(stripManagedFields); err != nil {
+		return nil, fmt.Errorf("pod informer transform: %w", err)
+	}
+	if err := nodes.Informer().SetTransform(stripManagedFields); err != nil {
+		return nil, fmt.Errorf("node informer transform: %w", err)
+	}
+	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onPod(obj) },
+		UpdateFunc: func(_, obj any) { c.onPod(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				c.DeletePod(p.UID)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("pod informer: %w", err)
+	}
+	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { c.onNode(obj) },
+		UpdateFunc: func(_, obj any) { c.onNode(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if n, ok := obj.(*corev1.Node); ok {
+				c.DeleteNode(n.Name)
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("node informer: %w", err)
+	}
+	return pods.Lister(), nil
+}
+
+func (c *Cache) onPod(obj any) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		c.SetPod(p)
+	}
+}
+
+func (c *Cache) onNode(obj any) {
+	if n, ok := obj.(*corev1.Node); ok {
+		c.SetNode(n)
+	}
+}
+
+// WaitForSync waits for the factory's started informers to sync, then marks
+// the cache synced (readyz turns ready). It fails if ctx ends first.
+func (c *Cache) WaitForSync(ctx context.Context, factory informers.SharedInformerFactory) error {
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	c.MarkSynced()
+	klog.FromContext(ctx).Info("Informer caches synced")
+	return nil
+}
+
+// stripManagedFields drops managedFields, which the cache never reads, to
+// keep a large cluster's pods small in memory.
+func stripManagedFields(obj any) (any, error) {
+	if acc, err := meta.Accessor(obj); err == nil {
+		acc.SetManagedFields(nil)
+	}
+	return obj, nil
+}
