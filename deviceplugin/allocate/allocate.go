@@ -49,6 +49,54 @@ type State struct {
 	Rejected func(uid types.UID) bool
 }
 
+// Snapshot is what the matching functions decide over.
+type Snapshot struct {
+	// Pending is the admission queue (see Queue).
+	Pending []Entry
+	// Recorded are containers of admitted pods, or pods whose assignment is
+	// Allocated, with a valid assignment, that st.Allocated does not show
+	// holding units (e.g. after a plugin or kubelet restart). An Allocate the
+	// queue does not explain is matched against them: the kubelet
+	// re-allocating a container it admitted before.
+	Recorded []Entry
+}
+
+// Build takes a snapshot of the pods bound to the node.
+func Build(pods []*corev1.Pod, st State) Snapshot {
+	return Snapshot{Pending: Queue(pods, st), Recorded: recorded(pods, st)}
+}
+
+func recorded(pods []*corev1.Pod, st State) []Entry {
+	var out []Entry
+	for _, p := range pods {
+		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		a, err := api.AssignmentFromPod(p)
+		if err != nil {
+			continue
+		}
+		admitted := p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
+		if !admitted && a.Phase != api.PhaseAllocated {
+			continue
+		}
+		for _, c := range a.Containers {
+			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
+				continue
+			}
+			ca := c
+			out = append(out, Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, Assigned: &ca})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].UID != out[j].UID {
+			return out[i].UID < out[j].UID
+		}
+		return out[i].Container < out[j].Container
+	})
+	return out
+}
+
 // Queue builds the admission queue from the pods bound to the node.
 //
 // A pod is in the queue while it is not terminal or being deleted, has no
@@ -137,6 +185,9 @@ type Decision struct {
 	// Corrected: the assignment named another card; the record must be
 	// corrected to CardUUID.
 	Corrected bool
+	// Repeat: the container was admitted before (Snapshot.Recorded); this
+	// call re-allocates it on its recorded card and consumes no queue entry.
+	Repeat bool
 }
 
 // CardOf returns the single card all ids belong to.
@@ -164,13 +215,15 @@ func CardOf(ids []string) (string, error) {
 // fails that pod and it never gets a GPU. If the entry was assigned another
 // card than the ids' card (the kubelet admitted two same-size pods in another
 // order than the queue), it gets the ids' card and Decision.Corrected is set.
-func Match(q []Entry, ids []string) (Decision, error) {
+// When no pending container requests len(ids) units, a recorded container of
+// that size on the ids' card is taken as re-allocated (Decision.Repeat).
+func Match(s Snapshot, ids []string) (Decision, error) {
 	card, err := CardOf(ids)
 	if err != nil {
 		return Decision{}, err
 	}
 	size := int64(len(ids))
-	for _, e := range q {
+	for _, e := range s.Pending {
 		if e.Units != size {
 			continue
 		}
@@ -178,6 +231,11 @@ func Match(q []Entry, ids []string) (Decision, error) {
 			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), ErrNotScheduled, e.AssignErr)
 		}
 		return Decision{Entry: e, CardUUID: card, Corrected: e.Assigned.CardUUID != card}, nil
+	}
+	for _, e := range s.Recorded {
+		if e.Units == size && e.Assigned.CardUUID == card {
+			return Decision{Entry: e, CardUUID: card, Repeat: true}, nil
+		}
 	}
 	return Decision{}, fmt.Errorf("%w: %d units", ErrNoPending, size)
 }
@@ -187,9 +245,11 @@ func Match(q []Entry, ids []string) (Decision, error) {
 //
 // With mustInclude, the rest comes from mustInclude's card. Otherwise the
 // card is that of the first queued container requesting size units, if it has
-// room; else the fullest card that still has room (best fit). Lowest unit
-// numbers first. nil when no single card has size available units.
-func Preferred(q []Entry, available, mustInclude []string, size int) []string {
+// room (with no such container: the first recorded container of that size
+// whose card has room, so that a re-allocation returns to its card); else the
+// fullest card that still has room (best fit). Lowest unit numbers first. nil
+// when no single card has size available units.
+func Preferred(s Snapshot, available, mustInclude []string, size int) []string {
 	if size <= 0 {
 		return nil
 	}
@@ -234,14 +294,23 @@ func Preferred(q []Entry, available, mustInclude []string, size int) []string {
 		}
 		return take(card, mustInclude)
 	}
-	for _, e := range q {
+	head := false
+	for _, e := range s.Pending {
 		if e.Units != int64(size) {
 			continue
 		}
 		if e.Assigned != nil && len(byCard[e.Assigned.CardUUID]) >= size {
 			return take(e.Assigned.CardUUID, nil)
 		}
+		head = true
 		break
+	}
+	if !head {
+		for _, e := range s.Recorded {
+			if e.Units == int64(size) && len(byCard[e.Assigned.CardUUID]) >= size {
+				return take(e.Assigned.CardUUID, nil)
+			}
+		}
 	}
 	best := ""
 	for _, c := range order {

@@ -175,8 +175,21 @@ func TestMatch(t *testing.T) {
 		wantContainer string
 		wantCard      string
 		wantCorrected bool
+		wantRepeat    bool
 		wantErr       error
 	}{
+		{
+			name:    "re-allocation of an admitted container on its recorded card is a repeat",
+			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			ids:     ids(card1, 4, 2),
+			wantPod: "p", wantContainer: "c", wantCard: card1, wantRepeat: true,
+		},
+		{
+			name:    "re-allocation on another card than recorded is not explained",
+			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			ids:     ids(card0, 0, 2),
+			wantErr: ErrNoPending,
+		},
 		{
 			name:    "single container gets its assigned card",
 			pods:    []*corev1.Pod{makePod("p", 1).container("c", 4).assign(api.PhaseAssigned, card1).obj()},
@@ -223,11 +236,11 @@ func TestMatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d, err := Match(Queue(tt.pods, State{}), tt.ids)
+			d, err := Match(Build(tt.pods, State{}), tt.ids)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
-			if d.Entry.Pod != tt.wantPod || d.Entry.Container != tt.wantContainer || d.CardUUID != tt.wantCard || d.Corrected != tt.wantCorrected {
+			if d.Entry.Pod != tt.wantPod || d.Entry.Container != tt.wantContainer || d.CardUUID != tt.wantCard || d.Corrected != tt.wantCorrected || d.Repeat != tt.wantRepeat {
 				t.Errorf("decision = %s/%s card %q corrected %v, want %s/%s card %q corrected %v", d.Entry.Pod, d.Entry.Container, d.CardUUID, d.Corrected, tt.wantPod, tt.wantContainer, tt.wantCard, tt.wantCorrected)
 			}
 		})
@@ -235,8 +248,8 @@ func TestMatch(t *testing.T) {
 }
 
 func TestMatchBypassMessageSaysWhy(t *testing.T) {
-	q := Queue([]*corev1.Pod{makePod("by-hand", 1).container("c", 1).obj()}, State{})
-	_, err := Match(q, ids(card0, 0, 1))
+	s := Build([]*corev1.Pod{makePod("by-hand", 1).container("c", 1).obj()}, State{})
+	_, err := Match(s, ids(card0, 0, 1))
 	want := "pod ns/by-hand has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler"
 	if err == nil || len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
 		t.Fatalf("err = %v, want it to start with %q", err, want)
@@ -277,6 +290,12 @@ func TestPreferred(t *testing.T) {
 			want: ids(card0, 0, 2),
 		},
 		{
+			name:      "no pending head: the recorded card of a running container of that size",
+			pods:      []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			available: avail, size: 2,
+			want: ids(card1, 0, 2),
+		},
+		{
 			name:      "no single card has room: no preference",
 			available: avail, size: 9,
 		},
@@ -288,7 +307,7 @@ func TestPreferred(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Preferred(Queue(tt.pods, State{}), tt.available, tt.mustInclude, tt.size)
+			got := Preferred(Build(tt.pods, State{}), tt.available, tt.mustInclude, tt.size)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("preferred (-want +got):\n%s", diff)
 			}

@@ -1,0 +1,274 @@
+// Package app wires the device plugin together: it owns the command-line
+// options (each also settable by an environment variable, for the
+// DaemonSet) and Run, which builds the card state from NVML, publishes it on
+// the Node, keeps health and isolation current and serves the kubelet.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/health"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/isolation"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+)
+
+// Options are the plugin's settings; docs/deviceplugin.md lists them.
+type Options struct {
+	NodeName              string
+	Kubeconfig            string
+	NVML                  string
+	FailOnInitError       bool
+	MemoryUnit            string
+	DeviceListStrategy    string
+	DeviceIDStrategy      string
+	HealthChecks          bool
+	HealthRecheckInterval time.Duration
+	IgnoreXIDs            string
+	IsolationFile         string
+	DevicePluginDir       string
+	PodResourcesSocket    string
+	AllocateWait          time.Duration
+	ReconcileInterval     time.Duration
+}
+
+// EnvName is the environment variable that sets a flag: GPUSHARE_ and the
+// flag's name in upper case with '_' for '-' (--memory-unit:
+// GPUSHARE_MEMORY_UNIT). --node-name is also set by NODE_NAME and
+// --kubeconfig by KUBECONFIG.
+func EnvName(flagName string) string {
+	switch flagName {
+	case "node-name":
+		return "NODE_NAME"
+	case "kubeconfig":
+		return "KUBECONFIG"
+	}
+	return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// AddFlags registers the options on fs with their defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", "", "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
+	fs.BoolVar(&o.FailOnInitError, "fail-on-init-error", true, "exit when NVML is unavailable (no driver, no GPU); false: log why and wait, advertising nothing")
+	fs.StringVar(&o.MemoryUnit, "memory-unit", string(api.UnitGiB), "unit of example.com/gpu-mem: GiB or MiB")
+	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(plugin.StrategyVolumeMounts), "how the container is told its card: volume-mounts or envvar")
+	fs.StringVar(&o.DeviceIDStrategy, "device-id-strategy", string(plugin.DeviceIDUUID), "how the card is named in the container: uuid or index")
+	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
+	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
+	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
+	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
+	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
+	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
+	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
+	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
+}
+
+// ApplyEnv sets every flag of fs not given on the command line from its
+// environment variable (EnvName). Call after fs.Parse.
+func ApplyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q (--%s): %w", EnvName(f.Name), v, f.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (o Options) ignoredXIDs() ([]uint64, error) {
+	out := append([]uint64(nil), nvml.DefaultIgnoredXIDs...)
+	for _, s := range strings.Split(o.IgnoreXIDs, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		x, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("--ignore-xids: %q is not an XID number", s)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// ErrNoNodeName: NODE_NAME (--node-name) is missing.
+var ErrNoNodeName = errors.New("the node name is required: set NODE_NAME from the downward API (env: valueFrom: fieldRef: fieldPath: spec.nodeName) or pass --node-name")
+
+// Validate checks the options that need no cluster and no GPU.
+func (o Options) Validate() error {
+	if o.NodeName == "" {
+		return ErrNoNodeName
+	}
+	if _, err := api.ParseMemoryUnit(o.MemoryUnit); err != nil {
+		return fmt.Errorf("--memory-unit: %w", err)
+	}
+	if _, err := plugin.ParseStrategy(o.DeviceListStrategy); err != nil {
+		return fmt.Errorf("--device-list-strategy: %w", err)
+	}
+	if _, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy); err != nil {
+		return fmt.Errorf("--device-id-strategy: %w", err)
+	}
+	if _, err := nvml.ParseSource(o.NVML); err != nil {
+		return err
+	}
+	_, err := o.ignoredXIDs()
+	return err
+}
+
+// Run runs the plugin until ctx is done. client reaches the API server;
+// restart receives SIGHUP.
+func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-chan os.Signal) error {
+	log := klog.FromContext(ctx)
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	unit, err := api.ParseMemoryUnit(o.MemoryUnit)
+	if err != nil {
+		return fmt.Errorf("--memory-unit: %w", err)
+	}
+	strategy, err := plugin.ParseStrategy(o.DeviceListStrategy)
+	if err != nil {
+		return fmt.Errorf("--device-list-strategy: %w", err)
+	}
+	idStrategy, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
+	if err != nil {
+		return fmt.Errorf("--device-id-strategy: %w", err)
+	}
+	src, err := nvml.ParseSource(o.NVML)
+	if err != nil {
+		return err
+	}
+	ignored, err := o.ignoredXIDs()
+	if err != nil {
+		return err
+	}
+	gpus, _, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
+	if err != nil {
+		if o.FailOnInitError {
+			return fmt.Errorf("%w (--fail-on-init-error=false waits instead of exiting)", err)
+		}
+		log.Error(err, "No GPU: waiting, advertising nothing (--fail-on-init-error=false)")
+		<-ctx.Done()
+		return nil
+	}
+	defer gpus.Shutdown()
+	cards, err := gpus.Cards()
+	if err != nil {
+		return err
+	}
+	if err := inventory.CheckMessageSize(unit, cards); err != nil {
+		return err
+	}
+	store, err := inventory.New(unit, cards)
+	if err != nil {
+		return err
+	}
+	for _, c := range cards {
+		log.Info("GPU found", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memoryMiB", c.MemoryMiB, "units", unit.UnitsFromMiB(c.MemoryMiB), "unit", unit)
+	}
+
+	cl := cluster.New(client, o.NodeName)
+	if err := cl.CheckNode(ctx); err != nil {
+		return err
+	}
+	cl.OnIsolation(func(iso api.Isolation, err error) {
+		if err != nil {
+			log.Error(err, "Ignoring the node's isolation annotation; fix it", "annotation", api.AnnotationIsolation)
+			return
+		}
+		if store.SetIsolation(inventory.SourceAnnotation, iso) {
+			log.Info("Isolation changed", "source", "annotation", "isolated", iso.String())
+		}
+	})
+	if err := cl.Start(ctx); err != nil {
+		return err
+	}
+	if o.IsolationFile != "" {
+		if _, err := isolation.Read(o.IsolationFile); err != nil {
+			return fmt.Errorf("--isolation-file %s: %w", o.IsolationFile, err)
+		}
+		go func() {
+			err := isolation.WatchFile(ctx, o.IsolationFile, func(iso api.Isolation, err error) {
+				if err != nil {
+					log.Error(err, "Isolation file unreadable; keeping the last good content", "file", o.IsolationFile)
+					return
+				}
+				if store.SetIsolation(inventory.SourceFile, iso) {
+					log.Info("Isolation changed", "source", o.IsolationFile, "isolated", iso.String())
+				}
+			})
+			if err != nil {
+				log.Error(err, "Not watching the isolation file", "file", o.IsolationFile)
+			}
+		}()
+	}
+	if o.HealthChecks {
+		go health.New(gpus, store, clock.RealClock{}, o.HealthRecheckInterval, log).Run(ctx)
+	}
+	go Publish(ctx, cl, store, log)
+
+	var podres plugin.PodResources
+	if o.PodResourcesSocket != "" {
+		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
+	}
+	p := plugin.New(plugin.Config{
+		PluginDir:         o.DevicePluginDir,
+		Strategy:          strategy,
+		DeviceIDStrategy:  idStrategy,
+		AllocateWait:      o.AllocateWait,
+		ReconcileInterval: o.ReconcileInterval,
+	}, store, cl, podres, log)
+	return p.Run(ctx, restart)
+}
+
+// Publish writes the store's inventory on the Node now and after every
+// change, retrying failures with a growing delay (up to 30s).
+func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, log klog.Logger) {
+	delay := time.Second
+	for {
+		changed := store.Changed()
+		inv := store.Inventory()
+		if err := cl.Publish(ctx, inv); err != nil {
+			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			delay = min(2*delay, 30*time.Second)
+			continue
+		}
+		delay = time.Second
+		log.V(1).Info("GPU inventory published", "node", cl.Node(), "cards", len(inv.Cards))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}

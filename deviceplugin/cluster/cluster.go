@@ -1,0 +1,218 @@
+// Package cluster owns the device plugin's conversation with the API server:
+// an informer over the pods bound to its node, one over its Node (for the
+// operator's isolation annotation), publishing the node GPU inventory and
+// labels, and completing pods' assignment records. The cluster is reached
+// through kubernetes.Interface, so tests use the fake clientset.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// ErrNodeNotFound is returned (wrapped) by Start when the plugin's Node does
+// not exist.
+var ErrNodeNotFound = errors.New("node not found")
+
+// Cluster is the plugin's view of its node and the pods bound to it.
+type Cluster struct {
+	client kubernetes.Interface
+	node   string
+
+	podFactory  informers.SharedInformerFactory
+	nodeFactory informers.SharedInformerFactory
+	pods        corelisters.PodLister
+	podsSynced  cache.InformerSynced
+	nodeSynced  cache.InformerSynced
+	nodeInf     cache.SharedIndexInformer
+}
+
+// New builds the informers (started by Start) for the node named node.
+func New(client kubernetes.Interface, node string) *Cluster {
+	c := &Cluster{client: client, node: node}
+	c.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+	}))
+	pi := c.podFactory.Core().V1().Pods()
+	c.pods = pi.Lister()
+	c.podsSynced = pi.Informer().HasSynced
+	c.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
+	}))
+	c.nodeInf = c.nodeFactory.Core().V1().Nodes().Informer()
+	c.nodeSynced = c.nodeInf.HasSynced
+	return c
+}
+
+// Node is the node's name.
+func (c *Cluster) Node() string { return c.node }
+
+// CheckNode fails with a clear message when the Node does not exist or
+// cannot be read.
+func (c *Cluster) CheckNode(ctx context.Context) error {
+	_, err := c.client.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("%w: NODE_NAME is %q but no such Node exists (set NODE_NAME from the downward API: fieldRef spec.nodeName)", ErrNodeNotFound, c.node)
+	}
+	if err != nil {
+		return fmt.Errorf("read Node %q: %w", c.node, err)
+	}
+	return nil
+}
+
+// OnIsolation calls fn with the node's isolation annotation each time the
+// Node is added or changes (an absent annotation isolates nothing). Call
+// before Start.
+func (c *Cluster) OnIsolation(fn func(api.Isolation, error)) {
+	handle := func(obj any) {
+		n, ok := obj.(*corev1.Node)
+		if !ok || n.Name != c.node {
+			return
+		}
+		fn(api.ParseIsolation(n.Annotations[api.AnnotationIsolation]))
+	}
+	_, _ = c.nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+	})
+}
+
+// Start starts the informers and waits for their caches.
+func (c *Cluster) Start(ctx context.Context) error {
+	c.podFactory.Start(ctx.Done())
+	c.nodeFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.podsSynced, c.nodeSynced) {
+		return fmt.Errorf("pod and node informers did not sync: %w", ctx.Err())
+	}
+	return nil
+}
+
+// Pods lists the pods bound to the node, from the informer's cache.
+func (c *Cluster) Pods() ([]*corev1.Pod, error) {
+	return c.pods.List(labels.Everything())
+}
+
+// UpdateAssignment reads the pod's assignment from the API server, applies
+// mutate and writes it back if mutate reports a change. The write is a
+// merge patch carrying the resourceVersion read, retried on conflict, so a
+// concurrent writer is never overwritten. A pod that is gone or has another
+// UID (deleted and re-created) is left alone.
+func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if pod.UID != uid {
+			return nil
+		}
+		a, err := api.AssignmentFromPod(pod)
+		if err != nil {
+			return err
+		}
+		if !mutate(&a) {
+			return nil
+		}
+		s, err := api.EncodeAssignment(a)
+		if err != nil {
+			return err
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": pod.ResourceVersion,
+			"annotations":     map[string]string{api.AnnotationAssignment: s},
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+}
+
+// Publish writes the inventory annotation and the GPU labels on the Node.
+// A merge patch of those keys only: nothing else on the Node is touched and
+// concurrent writers of other keys do not conflict.
+func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
+	s, err := api.EncodeInventory(inv)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{api.AnnotationInventory: s},
+		"labels":      Labels(inv),
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Nodes().Patch(ctx, c.node, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return fmt.Errorf("publish inventory on Node %q: %w", c.node, err)
+	}
+	return nil
+}
+
+// Labels are the node labels for inv: card count, model ("mixed" when the
+// cards differ) and the largest card's memory in the inventory's unit, e.g.
+// "40GiB". Model and memory are nil (removed) on a node without cards.
+func Labels(inv api.Inventory) map[string]*string {
+	str := func(s string) *string { return &s }
+	out := map[string]*string{api.LabelGPUCount: str(strconv.Itoa(len(inv.Cards))), api.LabelGPUModel: nil, api.LabelGPUMemory: nil}
+	if len(inv.Cards) == 0 {
+		return out
+	}
+	model := inv.Cards[0].Model
+	var largest int64
+	for _, card := range inv.Cards {
+		if card.Model != model {
+			model = "mixed"
+		}
+		if card.Units > largest {
+			largest = card.Units
+		}
+	}
+	out[api.LabelGPUModel] = str(api.SanitizeLabelValue(model))
+	out[api.LabelGPUMemory] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
+	return out
+}
+
+// WaitForPods polls the pod cache until cond holds or timeout passes; it is
+// how Allocate waits for a pod the kubelet knows before the informer does.
+func WaitForPods(ctx context.Context, c interface{ Pods() ([]*corev1.Pod, error) }, timeout, every time.Duration, cond func([]*corev1.Pod) bool) ([]*corev1.Pod, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := c.Pods()
+		if err == nil && cond(pods) {
+			return pods, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return pods, false
+		}
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}

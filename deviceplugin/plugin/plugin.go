@@ -1,0 +1,455 @@
+// Package plugin is the gpushare kubelet device plugin: the gRPC service the
+// kubelet calls (ListAndWatch, GetPreferredAllocation, Allocate), its
+// registration with the kubelet and its re-registration when the kubelet
+// restarts, and the reconciliation of pods' assignment records with what the
+// kubelet actually allocated.
+//
+// Which container an Allocate is for is decided by package allocate over a
+// snapshot of the pods bound to the node; this package supplies the snapshot,
+// records the decision, answers the kubelet and patches the pod.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+// Strategy is how a container is told which card it has.
+type Strategy string
+
+const (
+	// StrategyVolumeMounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices
+	// and host /dev/null mounted at /var/run/nvidia-container-devices/<id>.
+	StrategyVolumeMounts Strategy = "volume-mounts"
+	// StrategyEnvvar: NVIDIA_VISIBLE_DEVICES=<id>.
+	StrategyEnvvar Strategy = "envvar"
+)
+
+// ParseStrategy parses --pass-device-specs-strategy style names.
+func ParseStrategy(s string) (Strategy, error) {
+	switch v := Strategy(s); v {
+	case StrategyVolumeMounts, StrategyEnvvar:
+		return v, nil
+	}
+	return "", fmt.Errorf("unknown device list strategy %q: use %q or %q", s, StrategyVolumeMounts, StrategyEnvvar)
+}
+
+// DeviceIDStrategy is what names the card inside the container.
+type DeviceIDStrategy string
+
+const (
+	// DeviceIDUUID names the card by its UUID (stable across reboots).
+	DeviceIDUUID DeviceIDStrategy = "uuid"
+	// DeviceIDIndex names the card by its node-local index.
+	DeviceIDIndex DeviceIDStrategy = "index"
+)
+
+// ParseDeviceIDStrategy parses "uuid" or "index".
+func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
+	switch v := DeviceIDStrategy(s); v {
+	case DeviceIDUUID, DeviceIDIndex:
+		return v, nil
+	}
+	return "", fmt.Errorf("unknown device ID strategy %q: use %q or %q", s, DeviceIDUUID, DeviceIDIndex)
+}
+
+// Config is the plugin's configuration.
+type Config struct {
+	// PluginDir is the kubelet's device-plugin directory.
+	PluginDir string
+	// SocketName is the plugin's socket file in PluginDir.
+	SocketName string
+	// Strategy and DeviceIDStrategy shape the container response.
+	Strategy         Strategy
+	DeviceIDStrategy DeviceIDStrategy
+	// AllocateWait is how long Allocate waits for the pod it is for to reach
+	// the plugin's pod cache (the kubelet may see a pod first).
+	AllocateWait time.Duration
+	// ReconcileInterval is how often records are reconciled with the kubelet.
+	ReconcileInterval time.Duration
+}
+
+// Cluster is what the plugin needs from the API server.
+type Cluster interface {
+	// Pods lists the pods bound to the node (an informer's cache).
+	Pods() ([]*corev1.Pod, error)
+	// UpdateAssignment applies mutate to the pod's assignment record.
+	UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error
+}
+
+// Plugin serves the kubelet. Build it with New.
+type Plugin struct {
+	pluginapi.UnimplementedDevicePluginServer
+
+	cfg     Config
+	store   *inventory.Store
+	cluster Cluster
+	podres  PodResources // nil: the kubelet's PodResources API is not used
+	log     klog.Logger
+
+	allocMu   sync.Mutex
+	ledger    *ledger
+	reconcile chan struct{}
+
+	registered chan struct{} // receives after each successful registration (tests)
+}
+
+// New builds the plugin. podres may be nil.
+func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResources, log klog.Logger) *Plugin {
+	if cfg.SocketName == "" {
+		cfg.SocketName = "gpushare.sock"
+	}
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = pluginapi.DevicePluginPath
+	}
+	if cfg.Strategy == "" {
+		cfg.Strategy = StrategyVolumeMounts
+	}
+	if cfg.DeviceIDStrategy == "" {
+		cfg.DeviceIDStrategy = DeviceIDUUID
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 10 * time.Second
+	}
+	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1), registered: make(chan struct{}, 16)}
+}
+
+// GetDevicePluginOptions implements the device plugin API.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// PreStartContainer implements the device plugin API (not requested).
+func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// ListAndWatch sends the device list, then again at every change of card
+// state (health, isolation), until the kubelet or the server ends the stream.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		changed := p.store.Changed()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.store.Devices()}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (p *Plugin) snapshot() (allocate.Snapshot, error) {
+	pods, err := p.cluster.Pods()
+	if err != nil {
+		return allocate.Snapshot{}, err
+	}
+	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected}), nil
+}
+
+// GetPreferredAllocation steers the kubelet to units of the card assigned to
+// the container it is about to allocate (allocate.Preferred).
+func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	p.allocMu.Lock()
+	defer p.allocMu.Unlock()
+	snap, err := p.snapshot()
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "pod cache: %v", err)
+	}
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		ids := allocate.Preferred(snap, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate answers the kubelet for each container request: which container
+// it is for (allocate.Match), what the container gets, and the record.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	p.allocMu.Lock()
+	defer p.allocMu.Unlock()
+	resp := &pluginapi.AllocateResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		r, err := p.allocateOne(ctx, cr.GetDevicesIds())
+		if err != nil {
+			p.log.Error(err, "Allocate refused", "devices", len(cr.GetDevicesIds()))
+			return nil, toStatus(err)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, r)
+	}
+	select {
+	case p.reconcile <- struct{}{}:
+	default:
+	}
+	return resp, nil
+}
+
+// errUnknownCard: the IDs name a card this plugin does not advertise.
+var errUnknownCard = errors.New("device IDs name a card this plugin does not advertise")
+
+// toStatus is the one place errors become gRPC status codes. The message is
+// what the kubelet puts in the pod's UnexpectedAdmissionError event.
+func toStatus(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, allocate.ErrNotScheduled):
+		code = codes.FailedPrecondition
+	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard):
+		code = codes.InvalidArgument
+	case errors.Is(err, allocate.ErrNoPending):
+		code = codes.NotFound
+	}
+	return status.Error(code, err.Error())
+}
+
+func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	cardUUID, err := allocate.CardOf(ids)
+	if err != nil {
+		return nil, err
+	}
+	card, ok := p.store.Card(cardUUID)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", errUnknownCard, cardUUID)
+	}
+	units := int64(len(ids))
+	if h, ok := p.ledger.byDeviceIDs(ids); ok {
+		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID)
+		return p.response(card, units), nil
+	}
+	if h, ok := p.repeatFromKubelet(ctx, ids); ok {
+		p.log.Info("Allocate repeated for a container the kubelet shows holding these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID)
+		return p.response(card, units), nil
+	}
+	snap, err := p.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	d, err := allocate.Match(snap, ids)
+	if errors.Is(err, allocate.ErrNoPending) && p.cfg.AllocateWait > 0 {
+		// The kubelet may know the pod before the informer does: wait for it.
+		deadline := time.Now().Add(p.cfg.AllocateWait)
+		for errors.Is(err, allocate.ErrNoPending) && time.Now().Before(deadline) && ctx.Err() == nil {
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			if snap, err = p.snapshot(); err == nil {
+				d, err = allocate.Match(snap, ids)
+			}
+		}
+	}
+	if errors.Is(err, allocate.ErrNotScheduled) {
+		p.ledger.reject(d.Entry.UID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	e := d.Entry
+	p.ledger.set(holding{Namespace: e.Namespace, Pod: e.Pod, UID: e.UID, Container: e.Container, Card: d.CardUUID, IDs: append([]string(nil), ids...)})
+	p.log.Info("Allocated", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "units", units, "card", card.UUID, "cardIndex", card.Index, "assignedCard", e.Assigned.CardUUID, "corrected", d.Corrected, "repeat", d.Repeat)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := p.writeRecord(pctx, e.Namespace, e.Pod, e.UID); err != nil {
+		// The container gets its units anyway; reconciliation retries the record.
+		p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(e.Namespace, e.Pod))
+	}
+	return p.response(card, units), nil
+}
+
+// repeatFromKubelet asks the kubelet whether a container already holds
+// exactly these units (after a plugin restart the ledger is empty).
+func (p *Plugin) repeatFromKubelet(ctx context.Context, ids []string) (holding, bool) {
+	if p.podres == nil {
+		return holding{}, false
+	}
+	hs, err := p.podres.List(ctx)
+	if err != nil {
+		p.log.V(2).Info("PodResources unavailable", "err", err)
+		return holding{}, false
+	}
+	want := idsKey(ids)
+	for _, h := range hs {
+		if idsKey(h.IDs) != want {
+			continue
+		}
+		if uid, ok := p.uidOf(h.Namespace, h.Pod); ok {
+			card, _ := allocate.CardOf(h.IDs)
+			hd := holding{Namespace: h.Namespace, Pod: h.Pod, UID: uid, Container: h.Container, Card: card, IDs: h.IDs}
+			p.ledger.set(hd)
+			return hd, true
+		}
+	}
+	return holding{}, false
+}
+
+func (p *Plugin) uidOf(namespace, name string) (types.UID, bool) {
+	pods, err := p.cluster.Pods()
+	if err != nil {
+		return "", false
+	}
+	for _, pod := range pods {
+		if pod.Namespace == namespace && pod.Name == name {
+			return pod.UID, true
+		}
+	}
+	return "", false
+}
+
+// writeRecord makes the pod's assignment match the ledger: each container
+// the ledger knows gets the card it holds, and the phase becomes Allocated
+// once every container is known.
+func (p *Plugin) writeRecord(ctx context.Context, namespace, name string, uid types.UID) error {
+	held := p.ledger.forPod(uid)
+	if len(held) == 0 {
+		return nil
+	}
+	return p.cluster.UpdateAssignment(ctx, namespace, name, uid, func(a *api.Assignment) bool {
+		return p.applyHoldings(a, held)
+	})
+}
+
+func (p *Plugin) applyHoldings(a *api.Assignment, held map[string]holding) bool {
+	changed := false
+	all := true
+	for i := range a.Containers {
+		c := &a.Containers[i]
+		h, ok := held[c.Name]
+		if !ok {
+			all = false
+			continue
+		}
+		if c.CardUUID != h.Card {
+			card, ok := p.store.Card(h.Card)
+			if !ok {
+				continue
+			}
+			c.CardUUID, c.CardIndex = card.UUID, card.Index
+			changed = true
+		}
+	}
+	if all && a.Phase != api.PhaseAllocated {
+		a.Phase = api.PhaseAllocated
+		changed = true
+	}
+	return changed
+}
+
+// response is what the container gets for units of card.
+func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAllocateResponse {
+	id := card.UUID
+	if p.cfg.DeviceIDStrategy == DeviceIDIndex {
+		id = strconv.Itoa(card.Index)
+	}
+	unit := p.store.Unit()
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+		api.EnvMemoryUnits:   strconv.FormatInt(units, 10),
+		api.EnvMemoryUnit:    string(unit),
+		api.EnvMemoryMiB:     strconv.FormatInt(units*unit.MiB(), 10),
+		api.EnvCardMemoryMiB: strconv.FormatInt(card.MemoryMiB, 10),
+		api.EnvCardUUID:      card.UUID,
+		api.EnvCardIndex:     strconv.Itoa(card.Index),
+	}}
+	switch p.cfg.Strategy {
+	case StrategyEnvvar:
+		r.Envs[api.EnvNvidiaVisibleDevices] = id
+	default:
+		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
+		r.Mounts = []*pluginapi.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true}}
+	}
+	return r
+}
+
+// Reconcile makes the pods' records match what the kubelet allocated: it
+// reads the kubelet's PodResources (when configured) into the ledger, which
+// corrects the plugin's guesses, then patches every record that differs.
+func (p *Plugin) Reconcile(ctx context.Context) error {
+	pods, err := p.cluster.Pods()
+	if err != nil {
+		return err
+	}
+	byName := map[string]*corev1.Pod{}
+	live := map[types.UID]bool{}
+	for _, pod := range pods {
+		byName[pod.Namespace+"/"+pod.Name] = pod
+		live[pod.UID] = true
+	}
+	if p.podres != nil {
+		hs, err := p.podres.List(ctx)
+		if err != nil {
+			p.log.V(2).Info("PodResources unavailable; records follow the plugin's own decisions", "err", err)
+		}
+		for _, h := range hs {
+			pod, ok := byName[h.Namespace+"/"+h.Pod]
+			if !ok {
+				continue
+			}
+			card, err := allocate.CardOf(h.IDs)
+			if err != nil {
+				p.log.Error(err, "Kubelet reports units of several cards for one container", "pod", klog.KObj(pod), "container", h.Container)
+				continue
+			}
+			if _, aerr := api.AssignmentFromPod(pod); aerr != nil {
+				p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KObj(pod), "container", h.Container, "card", card)
+				continue
+			}
+			p.ledger.set(holding{Namespace: h.Namespace, Pod: h.Pod, UID: pod.UID, Container: h.Container, Card: card, IDs: h.IDs})
+		}
+	}
+	p.ledger.retain(live)
+	var errs []error
+	for _, pod := range pods {
+		held := p.ledger.forPod(pod.UID)
+		if len(held) == 0 {
+			continue
+		}
+		a, err := api.AssignmentFromPod(pod)
+		if err != nil {
+			continue
+		}
+		if !p.applyHoldings(&a, held) {
+			continue // the cached record already matches
+		}
+		if err := p.writeRecord(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunReconciler reconciles after every Allocate and every ReconcileInterval
+// until ctx is done.
+func (p *Plugin) RunReconciler(ctx context.Context) {
+	t := time.NewTicker(p.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.reconcile:
+		}
+		if err := p.Reconcile(ctx); err != nil {
+			p.log.Error(err, "Reconciling assignment records")
+		}
+	}
+}
