@@ -16,6 +16,9 @@ import (
 // output format; `-o json` and `-o yaml` print it as is, so its field names
 // are a stable interface. Every slice is sorted and never nil.
 type View struct {
+	// Version is ViewVersion; it changes only when a field changes meaning
+	// or goes away (new fields may be added within a version).
+	Version int `json:"version"`
 	// Nodes are the GPU nodes, sorted by name.
 	Nodes []Node `json:"nodes"`
 	// Totals sums Nodes per memory unit, sorted by unit. Nodes whose unit is
@@ -26,6 +29,9 @@ type View struct {
 	// inspector could not count, sorted by node, then pod, then code.
 	Warnings []Warning `json:"warnings"`
 }
+
+// ViewVersion is the version of View this program prints.
+const ViewVersion = 1
 
 // Total is allocated and total memory in one unit.
 type Total struct {
@@ -203,7 +209,7 @@ type nodeBuild struct {
 // is decoded with the api package, nothing is fetched. Nodes that are not GPU
 // nodes (IsGPUNode) are ignored; pods are counted when bound and not finished.
 func Build(nodes []corev1.Node, pods []corev1.Pod) View {
-	v := View{Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
+	v := View{Version: ViewVersion, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	builds := map[string]*nodeBuild{}
 	known := map[string]bool{}
 	var order []*nodeBuild
@@ -327,8 +333,8 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	case len(cards) == 0:
 		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
 	case capacity == 0:
-		warn(WarnNoCapacity, "node %s: the inventory lists %d cards (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
-			n.Name, len(cards), view.Total, inv.Unit, api.ResourceName)
+		warn(WarnNoCapacity, "node %s: the inventory lists %s (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
+			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, api.ResourceName)
 	default:
 		if capacity != view.Total {
 			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
@@ -402,6 +408,14 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 			Phase: a.Phase, Pending: a.Phase == api.PhaseAssigned,
 		})
 	}
+}
+
+// plural writes "1 card", "2 cards".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func internalIP(n *corev1.Node) string {

@@ -1,0 +1,216 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/ with the current output")
+
+const (
+	a100 = "NVIDIA A100-SXM4-40GB"
+	h100 = "NVIDIA H100 80GB HBM3"
+	t4   = "Tesla T4"
+)
+
+// scenarios are the clusters the golden tests show; each returns the objects
+// a fake API server holds.
+var scenarios = map[string]func(t *testing.T) []runtime.Object{
+	"empty": func(t *testing.T) []runtime.Object {
+		// A cluster with only a CPU node and a CPU pod.
+		return []runtime.Object{
+			makeNode(t, "cpu-1", "10.0.0.9").obj(),
+			makePod(t, "default", "web").container("nginx", 0).node("cpu-1").obj(),
+		}
+	},
+	"mixed-sizes": func(t *testing.T) []runtime.Object {
+		// Nodes of 1, 2 and 4 cards of three sizes; a node with fewer cards
+		// leaves the extra columns blank. gpu-c is cordoned.
+		return []runtime.Object{
+			makeNode(t, "gpu-b", "10.0.0.2").inventory(api.UnitGiB, gpu("gpu-b", 0, a100, 40), gpu("gpu-b", 1, a100, 40)).obj(),
+			makeNode(t, "gpu-a", "10.0.0.1").inventory(api.UnitGiB, gpu("gpu-a", 0, t4, 15)).obj(),
+			makeNode(t, "gpu-c", "10.0.0.3").cordoned().inventory(api.UnitGiB,
+				gpu("gpu-c", 0, h100, 79), gpu("gpu-c", 1, h100, 79), gpu("gpu-c", 2, h100, 79), gpu("gpu-c", 3, h100, 79)).obj(),
+			makeNode(t, "cpu-1", "10.0.0.9").obj(),
+			makePod(t, "ml", "train-0").container("trainer", 30).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 0, 30}).obj(),
+			makePod(t, "ml", "train-1").container("trainer", 8).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 0, 8}).obj(),
+			makePod(t, "ml", "serve").container("model", 20).container("sidecar", 0).container("tokenizer", 4).node("gpu-b").
+				assign(api.PhaseAllocated, on{"model", 1, 20}, on{"tokenizer", 1, 4}).obj(),
+			makePod(t, "default", "notebook").container("jupyter", 7).node("gpu-a").assign(api.PhaseAllocated, on{"jupyter", 0, 7}).obj(),
+			makePod(t, "research", "llm").container("a", 60).container("b", 70).node("gpu-c").
+				assign(api.PhaseAllocated, on{"a", 0, 60}, on{"b", 3, 70}).obj(),
+			// Finished pods and a pod not yet bound hold nothing.
+			makePod(t, "ml", "done").container("trainer", 40).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 1, 40}).phase(corev1.PodSucceeded).obj(),
+			makePod(t, "ml", "crashed").container("trainer", 40).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 1, 40}).phase(corev1.PodFailed).obj(),
+			makePod(t, "ml", "waiting").container("trainer", 10).phase(corev1.PodPending).obj(),
+		}
+	},
+	"unhealthy-isolated": func(t *testing.T) []runtime.Object {
+		// Unhealthy and isolated cards still count their pods; the kubelet
+		// reports only the healthy card as allocatable.
+		return []runtime.Object{
+			makeNode(t, "gpu-x", "10.0.1.1").inventory(api.UnitGiB,
+				gpu("gpu-x", 0, a100, 40),
+				withState(gpu("gpu-x", 1, a100, 40), api.CardUnhealthy, "XID 79"),
+				withState(gpu("gpu-x", 2, a100, 40), api.CardIsolated, "isolated by operator")).obj(),
+			makePod(t, "ml", "on-healthy").container("c", 10).node("gpu-x").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			makePod(t, "ml", "on-unhealthy").container("c", 25).node("gpu-x").assign(api.PhaseAllocated, on{"c", 1, 25}).obj(),
+			makePod(t, "ml", "on-isolated").container("c", 5).node("gpu-x").assign(api.PhaseAllocated, on{"c", 2, 5}).obj(),
+		}
+	},
+	"pending": func(t *testing.T) []runtime.Object {
+		// Two pods the extender placed that the device plugin has not yet
+		// allocated, beside an allocated one.
+		return []runtime.Object{
+			makeNode(t, "gpu-p", "10.0.2.1").inventory(api.UnitGiB, gpu("gpu-p", 0, a100, 40), gpu("gpu-p", 1, a100, 40)).obj(),
+			makePod(t, "ml", "running").container("c", 16).node("gpu-p").assign(api.PhaseAllocated, on{"c", 0, 16}).obj(),
+			makePod(t, "ml", "starting").container("c", 16).node("gpu-p").assign(api.PhaseAssigned, on{"c", 0, 16}).phase(corev1.PodPending).obj(),
+			makePod(t, "ml", "starting-2").container("c", 3).node("gpu-p").assign(api.PhaseAssigned, on{"c", 1, 3}).phase(corev1.PodPending).obj(),
+		}
+	},
+	"no-inventory": func(t *testing.T) []runtime.Object {
+		// gpu-n reports capacity but its device plugin published no inventory.
+		return []runtime.Object{
+			makeNode(t, "gpu-n", "10.0.3.1").capacity(80, 80).obj(),
+			makeNode(t, "gpu-ok", "10.0.3.2").inventory(api.UnitGiB, gpu("gpu-ok", 0, a100, 40)).obj(),
+			makePod(t, "ml", "old").container("c", 10).node("gpu-n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			makePod(t, "ml", "fine").container("c", 10).node("gpu-ok").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+		}
+	},
+	"malformed": func(t *testing.T) []runtime.Object {
+		// One good pod; the others carry assignments the inspector must not
+		// believe, or none at all. The rest of the view still prints.
+		good := makePod(t, "ml", "good").container("c", 10).node("gpu-m").assign(api.PhaseAllocated, on{"c", 0, 10}).obj()
+		return []runtime.Object{
+			makeNode(t, "gpu-m", "10.0.4.1").inventory(api.UnitGiB, gpu("gpu-m", 0, a100, 40), gpu("gpu-m", 1, a100, 40)).obj(),
+			good,
+			makePod(t, "ml", "garbage").container("c", 10).node("gpu-m").annotate(api.AnnotationAssignment, "{not json").obj(),
+			// A manifest that copied another pod's record: the UID cannot match.
+			makePod(t, "ml", "copied").container("c", 10).node("gpu-m").annotate(api.AnnotationAssignment, good.Annotations[api.AnnotationAssignment]).obj(),
+			makePod(t, "ml", "wrong-units").container("c", 12).node("gpu-m").assign(api.PhaseAllocated, on{"c", 1, 20}).obj(),
+			makePod(t, "ml", "no-record").container("c", 6).node("gpu-m").obj(),
+			makePod(t, "ml", "ghost-card").container("c", 4).node("gpu-m").assign(api.PhaseAllocated, on{"c", 7, 4}).obj(),
+		}
+	},
+	"reporting-health": func(t *testing.T) []runtime.Object {
+		// Every way a node's GPU reporting can be off.
+		return []runtime.Object{
+			makeNode(t, "gpu-1-zero-capacity", "10.0.5.1").rawInventory(api.UnitGiB, gpu("gpu-1-zero-capacity", 0, t4, 15)).capacity(0, 0).obj(),
+			makeNode(t, "gpu-2-mismatch", "10.0.5.2").rawInventory(api.UnitGiB, gpu("gpu-2-mismatch", 0, a100, 40), gpu("gpu-2-mismatch", 1, a100, 40)).capacity(40, 40).obj(),
+			makeNode(t, "gpu-3-bad-inventory", "10.0.5.3").capacity(40, 40).annotate(api.AnnotationInventory, `{"version":7}`).obj(),
+			makeNode(t, "gpu-4-labelled-only", "10.0.5.4").label(api.LabelEnabled, "true").obj(),
+			makeNode(t, "gpu-5-no-cards", "10.0.5.5").rawInventory(api.UnitGiB).obj(),
+			makeNode(t, "gpu-6-mib", "10.0.5.6").inventory(api.UnitMiB, gpu("gpu-6-mib", 0, t4, 15360)).obj(),
+			makeNode(t, "gpu-7-full", "10.0.5.7").inventory(api.UnitGiB, gpu("gpu-7-full", 0, t4, 15)).obj(),
+			makePod(t, "ml", "mib").container("c", 4096).node("gpu-6-mib").assignIn(api.UnitMiB, "gpu-6-mib", api.PhaseAllocated, on{"c", 0, 4096}).obj(),
+			makePod(t, "ml", "big-1").container("c", 10).node("gpu-7-full").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			makePod(t, "ml", "big-2").container("c", 10).node("gpu-7-full").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+		}
+	},
+}
+
+// runCmd runs the command as `kubectl inspect gpushare args...` against a
+// fake clientset holding objs, and returns stdout, stderr and Run's error.
+func runCmd(t *testing.T, objs []runtime.Object, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	o := NewOptions(genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut})
+	o.Client = fake.NewClientset(objs...)
+	cmd := NewCmd(o)
+	if args == nil {
+		args = []string{} // nil would make cobra read os.Args
+	}
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+func TestGolden(t *testing.T) {
+	cases := []struct {
+		golden   string
+		scenario string
+		args     []string
+	}{
+		{"empty.txt", "empty", nil},
+		{"empty.json", "empty", []string{"-o", "json"}},
+		{"mixed-sizes.txt", "mixed-sizes", nil},
+		{"mixed-sizes-details.txt", "mixed-sizes", []string{"-d"}},
+		{"mixed-sizes.json", "mixed-sizes", []string{"-o", "json"}},
+		{"mixed-sizes.yaml", "mixed-sizes", []string{"-o", "yaml"}},
+		{"mixed-sizes-one-node.txt", "mixed-sizes", []string{"gpu-b"}},
+		{"mixed-sizes-one-node-details.txt", "mixed-sizes", []string{"gpu-c", "--details"}},
+		{"unhealthy-isolated.txt", "unhealthy-isolated", nil},
+		{"unhealthy-isolated-details.txt", "unhealthy-isolated", []string{"-d"}},
+		{"pending-details.txt", "pending", []string{"-d"}},
+		{"pending.json", "pending", []string{"-o", "json"}},
+		{"no-inventory.txt", "no-inventory", nil},
+		{"no-inventory-details.txt", "no-inventory", []string{"-d"}},
+		{"malformed.txt", "malformed", nil},
+		{"malformed-details.txt", "malformed", []string{"-d"}},
+		{"reporting-health.txt", "reporting-health", nil},
+		{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.golden, func(t *testing.T) {
+			out, errOut, err := runCmd(t, scenarios[tc.scenario](t), tc.args...)
+			if err != nil {
+				t.Fatalf("run %v: %v (stderr %q)", tc.args, err, errOut)
+			}
+			if errOut != "" {
+				t.Errorf("stderr = %q, want nothing", errOut)
+			}
+			path := filepath.Join("testdata", tc.golden)
+			if *update {
+				if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./inspector/... -update to create it)", err)
+			}
+			// Compared line by line, so that a diff reads like the output.
+			if diff := cmp.Diff(strings.Split(string(want), "\n"), strings.Split(out, "\n")); diff != "" {
+				t.Errorf("output differs from %s (-want +got; -update rewrites it):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestOutputIsStable: the same cluster listed in another order prints the
+// same bytes.
+func TestOutputIsStable(t *testing.T) {
+	objs := scenarios["mixed-sizes"](t)
+	reversed := make([]runtime.Object, len(objs))
+	for i, o := range objs {
+		reversed[len(objs)-1-i] = o
+	}
+	for _, args := range [][]string{nil, {"-d"}, {"-o", "json"}} {
+		first, _, err := runCmd(t, objs, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, _, err := runCmd(t, reversed, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(first, second); diff != "" {
+			t.Errorf("args %v: output depends on list order (-first +reversed):\n%s", args, diff)
+		}
+	}
+}
