@@ -1,0 +1,358 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+func bindArgs(pod *corev1.Pod, node string) *extenderv1.ExtenderBindingArgs {
+	return &extenderv1.ExtenderBindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node}
+}
+
+func TestBindWritesAssignmentThenBinding(t *testing.T) {
+	// A stale annotation (another pod's record) must be overwritten.
+	stale := fixture.AssignmentFor(fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Obj(), "n1", api.PhaseAllocated, 0, 0)
+	stale.PodUID = "someone-else"
+	pod := fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Annotation(api.AnnotationAssignment, fixture.MustEncode(stale)).Obj()
+	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 1).Obj()
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj()}, pod, resident)
+
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != "" {
+		t.Fatalf("bind failed: %s", res.Error)
+	}
+	if diff := cmp.Diff([]string{"patch pods/ ns/p", "create pods/binding p"}, prefixNS(e.writes())); diff != "" {
+		t.Errorf("API writes, in order (-want +got):\n%s", diff)
+	}
+	got := e.apiPod(t, "p")
+	if got.Spec.NodeName != "n1" {
+		t.Errorf("pod bound to %q, want n1", got.Spec.NodeName)
+	}
+	// Best fit: b (30, the hardest) can only go to card 0 (free 40; card 1
+	// has 10), leaving 10; then a (10) fits exactly on either card, and the
+	// lowest index wins the tie.
+	want := api.Assignment{Version: 1, PodUID: pod.UID, Node: "n1", Unit: api.UnitGiB, Phase: api.PhaseAssigned,
+		Containers: []api.ContainerAssignment{
+			{Name: "a", CardUUID: fixture.CardUUID("n1", 0), CardIndex: 0, Units: 10},
+			{Name: "b", CardUUID: fixture.CardUUID("n1", 0), CardIndex: 0, Units: 30},
+		}}
+	if diff := cmp.Diff(want, assignment(t, got)); diff != "" {
+		t.Errorf("assignment (-want +got):\n%s", diff)
+	}
+	if st, _ := e.cache.PodState(pod.UID); st != cache.Assumed {
+		t.Errorf("cache state %q, want assumed until the informer confirms", st)
+	}
+	if diff := cmp.Diff(map[int]int64{0: 40, 1: 30}, e.usedOn("n1")); diff != "" {
+		t.Errorf("cache used (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcomeBound)); n != 1 {
+		t.Errorf("bound counter = %v, want 1", n)
+	}
+}
+
+// prefixNS rewrites "patch pods/ p" to "patch pods/ ns/p" for readability of
+// the patch entries (the fake records only the name).
+func prefixNS(ws []string) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		if strings.HasPrefix(w, "patch ") {
+			parts := strings.Fields(w)
+			w = parts[0] + " " + parts[1] + " ns/" + parts[2]
+		}
+		out[i] = w
+	}
+	return out
+}
+
+func TestBindFailuresWriteNothing(t *testing.T) {
+	node := fixture.MakeNode("n1").Card(0, 40).Obj()
+	fits := fixture.MakePod("ns", "fits").GPU("main", 10).Obj()
+	tests := []struct {
+		name    string
+		pods    []*corev1.Pod
+		args    *extenderv1.ExtenderBindingArgs
+		wantErr string
+		outcome string
+	}{
+		{
+			name:    "pod no longer fits: nothing is written",
+			pods:    []*corev1.Pod{fixture.MakePod("ns", "late").GPU("main", 20).Obj(), fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 0).Obj()},
+			args:    bindArgs(fixture.MakePod("ns", "late").Obj(), "n1"),
+			wantErr: `bind ns/late: pod no longer fits on node n1: no single card has 20 GiB free for container "main"; largest free is 10 GiB on card 0`,
+			outcome: outcomeNoFit,
+		},
+		{
+			name:    "pod not found",
+			args:    &extenderv1.ExtenderBindingArgs{PodName: "gone", PodNamespace: "ns", PodUID: "u", Node: "n1"},
+			wantErr: `bind ns/gone: pods "gone" not found`,
+			outcome: outcomeAPIError,
+		},
+		{
+			name:    "pod recreated under the same name",
+			pods:    []*corev1.Pod{fits},
+			args:    &extenderv1.ExtenderBindingArgs{PodName: "fits", PodNamespace: "ns", PodUID: "old-uid", Node: "n1"},
+			wantErr: "bind ns/fits: pod UID is uid-ns-fits, the request names old-uid (was the pod recreated?)",
+			outcome: outcomeInvalid,
+		},
+		{
+			name:    "pod already bound",
+			pods:    []*corev1.Pod{fixture.MakePod("ns", "bound").GPU("main", 1).Assign("n1", api.PhaseAllocated, 0).Obj()},
+			args:    bindArgs(fixture.MakePod("ns", "bound").Obj(), "n1"),
+			wantErr: "bind ns/bound: pod is already bound to n1",
+			outcome: outcomeInvalid,
+		},
+		{
+			name:    "unknown node",
+			pods:    []*corev1.Pod{fits},
+			args:    bindArgs(fits, "ghost"),
+			wantErr: "bind ns/fits: node unknown to the gpushare extender: ghost",
+			outcome: outcomeInvalid,
+		},
+		{
+			name:    "init container asks for gpu-mem",
+			pods:    []*corev1.Pod{fixture.MakePod("ns", "init").InitGPU("i", 1).GPU("main", 1).Obj()},
+			args:    bindArgs(fixture.MakePod("ns", "init").Obj(), "n1"),
+			wantErr: `bind ns/init: init containers may not request example.com/gpu-mem: init container "i" asks for 1`,
+			outcome: outcomeInvalid,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{}, []*corev1.Node{node}, tc.pods...)
+			before := e.usedOn("n1")
+			res, err := e.srv.Bind(context.Background(), tc.args)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Error != tc.wantErr {
+				t.Errorf("error result:\n got %s\nwant %s", res.Error, tc.wantErr)
+			}
+			if w := e.writes(); len(w) != 0 {
+				t.Errorf("API writes %v, want none", w)
+			}
+			if diff := cmp.Diff(before, e.usedOn("n1")); diff != "" {
+				t.Errorf("cache changed (-before +after):\n%s", diff)
+			}
+			if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(tc.outcome)); n != 1 {
+				t.Errorf("%s counter = %v, want 1", tc.outcome, n)
+			}
+		})
+	}
+}
+
+func TestBindPodWithoutGPUOnlyBinds(t *testing.T) {
+	pod := fixture.MakePod("ns", "web").Container("c").Obj()
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("cpu").NoGPU().Obj()}, pod)
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "cpu"))
+	if err != nil || res.Error != "" {
+		t.Fatalf("bind: %v %q", err, res.Error)
+	}
+	if diff := cmp.Diff([]string{"create pods/binding web"}, e.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if _, ok := e.apiPod(t, "web").Annotations[api.AnnotationAssignment]; ok {
+		t.Error("a pod without gpu-mem got an assignment")
+	}
+}
+
+func TestBindingFailureForgetsAndRemovesAnnotation(t *testing.T) {
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "binding" {
+			return true, nil, apierrors.NewInternalError(errors.New("etcd is down"))
+		}
+		return false, nil, nil
+	})
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Error, "etcd is down") {
+		t.Errorf("error result %q does not say why", res.Error)
+	}
+	if _, ok := e.cache.PodState(pod.UID); ok {
+		t.Error("assumption kept after a failed Binding")
+	}
+	if _, ok := e.apiPod(t, "p").Annotations[api.AnnotationAssignment]; ok {
+		t.Error("assignment annotation left on an unbound pod")
+	}
+	if diff := cmp.Diff([]string{"patch pods/ p", "create pods/binding p", "patch pods/ p"}, e.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssignmentPatchFailureForgetsAndDoesNotBind(t *testing.T) {
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+	e.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "p", errors.New("no RBAC"))
+	})
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(res.Error, "no RBAC") {
+		t.Errorf("error result %q does not say why", res.Error)
+	}
+	if _, ok := e.cache.PodState(pod.UID); ok {
+		t.Error("assumption kept after a failed patch")
+	}
+	if diff := cmp.Diff([]string{"patch pods/ p"}, e.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+}
+
+func TestAssignmentPatchRetriesOnConflict(t *testing.T) {
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod.ResourceVersion = "1"
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+	var patches []string
+	e.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		patches = append(patches, string(a.(k8stesting.PatchAction).GetPatch()))
+		if len(patches) == 1 {
+			return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), "p", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	if err != nil || res.Error != "" {
+		t.Fatalf("bind: %v %q", err, res.Error)
+	}
+	if len(patches) != 2 {
+		t.Fatalf("%d patches, want 2 (conflict, then retry)", len(patches))
+	}
+	for _, p := range patches {
+		if !strings.Contains(p, `"uid":"uid-ns-p"`) {
+			t.Errorf("patch %s has no UID precondition", p)
+		}
+	}
+	if !strings.Contains(patches[0], `"resourceVersion":"1"`) {
+		t.Errorf("first patch %s has no resourceVersion precondition", patches[0])
+	}
+	if a := assignment(t, e.apiPod(t, "p")); a.Containers[0].Units != 10 {
+		t.Errorf("assignment %+v", a)
+	}
+}
+
+// barrierCache makes the first n NodeSnapshot calls wait for each other, so
+// that n concurrent binds all decide on the same snapshot: the worst case
+// for the assume protocol.
+type barrierCache struct {
+	*cache.Cache
+	n       int32
+	calls   atomic.Int32
+	release chan struct{}
+}
+
+func (b *barrierCache) NodeSnapshot(name string) (*allocator.Node, error) {
+	snap, err := b.Cache.NodeSnapshot(name)
+	switch i := b.calls.Add(1); {
+	case i == b.n:
+		close(b.release)
+	case i < b.n:
+		<-b.release
+	}
+	return snap, err
+}
+
+// TestConcurrentBindsNeverExceedCapacity fires many binds at one node at
+// once, all deciding on the same snapshot first: every card must end with
+// assigned units ≤ capacity, in the cache and in the annotations written to
+// the API, and exactly as many pods as fit must be bound.
+func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
+	const pods = 64
+	// Cards of 40, 24 and 16 GiB: 80 GiB in all; pods of 6 GiB fit 6+4+2 = 12.
+	node := fixture.MakeNode("n1").Card(0, 40).Card(1, 24).Card(2, 16).Obj()
+	var all []*corev1.Pod
+	for i := 0; i < pods; i++ {
+		all = append(all, fixture.MakePod("ns", fmt.Sprintf("p%02d", i)).GPU("main", 6).Obj())
+	}
+	wrap := func(c *cache.Cache) Cache { return &barrierCache{Cache: c, n: pods, release: make(chan struct{})} }
+	e := newEnv(t, envOpts{wrap: wrap}, []*corev1.Node{node}, all...)
+
+	var wg sync.WaitGroup
+	results := make([]string, pods)
+	start := make(chan struct{})
+	for i, p := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			res, err := e.srv.Bind(context.Background(), bindArgs(p, "n1"))
+			if err != nil {
+				results[i] = err.Error()
+				return
+			}
+			results[i] = res.Error
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	bound := 0
+	for i, r := range results {
+		switch {
+		case r == "":
+			bound++
+		case !strings.Contains(r, "no longer fits"):
+			t.Errorf("pod %d: unexpected error %q", i, r)
+		}
+	}
+	if bound != 12 {
+		t.Errorf("%d pods bound, want 12 (6+4+2 pods of 6 GiB)", bound)
+	}
+	// Cache view.
+	for _, c := range e.cache.Inspect("n1")[0].Cards {
+		if c.Used > c.Capacity {
+			t.Errorf("cache: card %d has %d of %d units", c.Index, c.Used, c.Capacity)
+		}
+	}
+	// API view: sum the written assignments per card.
+	perCard := map[string]int64{}
+	for _, p := range all {
+		got := e.apiPod(t, p.Name)
+		if got.Spec.NodeName == "" {
+			if _, ok := got.Annotations[api.AnnotationAssignment]; ok {
+				t.Errorf("unbound pod %s carries an assignment", p.Name)
+			}
+			continue
+		}
+		for _, ca := range assignment(t, got).Containers {
+			perCard[ca.CardUUID] += ca.Units
+		}
+	}
+	capacity := map[string]int64{fixture.CardUUID("n1", 0): 40, fixture.CardUUID("n1", 1): 24, fixture.CardUUID("n1", 2): 16}
+	for uuid, u := range perCard {
+		if u > capacity[uuid] {
+			t.Errorf("API: card %s has %d units assigned, capacity %d", uuid, u, capacity[uuid])
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.binds) != bound {
+		t.Errorf("%d Bindings posted, %d binds succeeded", len(e.binds), bound)
+	}
+}
+

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/cache"
+)
+
+func TestMain(m *testing.M) {
+	gin.SetMode(gin.TestMode)
+	// Bind failures are logged at info level; keep test output readable.
+	klog.LogToStderr(false)
+	klog.SetOutput(io.Discard)
+	os.Exit(m.Run())
+}
+
+// env is a server over a fake clientset and a cache fed directly.
+type env struct {
+	srv    *Server
+	client *fake.Clientset
+	cache  *cache.Cache
+	reg    *prometheus.Registry
+	// binds counts Bindings the fake API server accepted.
+	mu    sync.Mutex
+	binds map[string]string // pod name → node
+}
+
+type envOpts struct {
+	policy string
+	mode   FilterMode
+	// wrap, when set, wraps the cache the server sees.
+	wrap func(*cache.Cache) Cache
+}
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) *env {
+	t.Helper()
+	if o.policy == "" {
+		o.policy = "binpack"
+	}
+	objs := make([]runtime.Object, 0, len(nodes)+len(pods))
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	e := &env{client: fake.NewClientset(objs...), cache: cache.New(), reg: prometheus.NewRegistry(), binds: map[string]string{}}
+	// The fake tracker does not implement pods/binding: do what the API
+	// server does, set spec.nodeName (refusing an already bound pod).
+	e.client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ca := action.(k8stesting.CreateAction)
+		if ca.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := ca.GetObject().(*corev1.Binding)
+		obj, err := e.client.Tracker().Get(podsGVR, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		if pod.Spec.NodeName != "" {
+			return true, nil, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName)
+		}
+		pod.Spec.NodeName = b.Target.Name
+		if err := e.client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
+			return true, nil, err
+		}
+		e.mu.Lock()
+		e.binds[pod.Name] = b.Target.Name
+		e.mu.Unlock()
+		return true, b, nil
+	})
+	for _, n := range nodes {
+		e.cache.SetNode(n)
+	}
+	for _, p := range pods {
+		e.cache.SetPod(p)
+	}
+	e.cache.MarkSynced()
+	pol, err := allocator.Lookup(o.policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c Cache = e.cache
+	if o.wrap != nil {
+		c = o.wrap(e.cache)
+	}
+	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// apiPod reads a pod back from the fake API.
+func (e *env) apiPod(t testing.TB, name string) *corev1.Pod {
+	t.Helper()
+	p, err := e.client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// writes lists the API writes the server made (patches and bindings), as
+// "verb resource/subresource name".
+func (e *env) writes() []string {
+	var out []string
+	for _, a := range e.client.Actions() {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+			continue
+		}
+		name := ""
+		switch x := a.(type) {
+		case k8stesting.PatchAction:
+			name = x.GetName()
+		case k8stesting.CreateAction:
+			if b, ok := x.GetObject().(*corev1.Binding); ok {
+				name = b.Name
+			}
+		}
+		out = append(out, fmt.Sprintf("%s %s/%s %s", a.GetVerb(), a.GetResource().Resource, a.GetSubresource(), name))
+	}
+	return out
+}
+
+// usedOn returns node's per-card used units by index.
+func (e *env) usedOn(node string) map[int]int64 {
+	out := map[int]int64{}
+	for _, c := range e.cache.Inspect(node)[0].Cards {
+		out[c.Index] = c.Used
+	}
+	return out
+}
+
+// assignment decodes the pod's assignment as the device plugin would.
+func assignment(t testing.TB, pod *corev1.Pod) api.Assignment {
+	t.Helper()
+	a, err := api.AssignmentFromPod(pod)
+	if err != nil {
+		t.Fatalf("pod %s: %v", pod.Name, err)
+	}
+	return a
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// errorBody is every error response. Its "error" key also decodes into the
+// Error field of the extender result types (encoding/json matches names
+// case-insensitively), so kube-scheduler reads it as an extender error.
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// httpStatus maps an error to its HTTP status: the one place that does.
+// Failures the extender protocol can carry (a bind that no longer fits, a
+// node that does not fit) are not errors here: they travel in the result
+// with 200, so kube-scheduler puts their message in the pod's events.
+func httpStatus(err error) int {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, ErrNotReady):
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+func respond(c *gin.Context, v any, err error) {
+	if err != nil {
+		c.JSON(httpStatus(err), errorBody{Error: err.Error()})
+		return
+	}
+	c.JSON(http.StatusOK, v)
+}
+
+// decode reads a JSON body into v. Trailing data, a body over the limit and
+// malformed JSON are bad requests.
+func (s *Server) decode(c *gin.Context, v any) error {
+	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.maxBody)
+	dec := json.NewDecoder(body)
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
+		}
+		return fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
+	}
+	return nil
+}
+
+// Handler returns the HTTP routes. gatherer serves /metrics (nil: no route).
+func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
+	r := gin.New()
+	r.Use(gin.Recovery())
+	r.POST("/filter", func(c *gin.Context) {
+		var args extenderv1.ExtenderArgs
+		if err := s.decode(c, &args); err != nil {
+			respond(c, nil, err)
+			return
+		}
+		res, err := s.Filter(c.Request.Context(), &args)
+		respond(c, res, err)
+	})
+	r.POST("/prioritize", func(c *gin.Context) {
+		var args extenderv1.ExtenderArgs
+		if err := s.decode(c, &args); err != nil {
+			respond(c, nil, err)
+			return
+		}
+		res, err := s.Prioritize(c.Request.Context(), &args)
+		respond(c, res, err)
+	})
+	r.POST("/bind", func(c *gin.Context) {
+		var args extenderv1.ExtenderBindingArgs
+		if err := s.decode(c, &args); err != nil {
+			respond(c, nil, err)
+			return
+		}
+		res, err := s.Bind(c.Request.Context(), &args)
+		respond(c, res, err)
+	})
+	r.GET("/inspect", func(c *gin.Context) {
+		respond(c, s.cache.Inspect(), nil)
+	})
+	r.GET("/inspect/:node", func(c *gin.Context) {
+		node := c.Param("node")
+		infos := s.cache.Inspect(node)
+		if len(infos) == 0 {
+			respond(c, nil, fmt.Errorf("%w: node %q is not in the extender's cache", ErrNotFound, node))
+			return
+		}
+		respond(c, infos[0], nil)
+	})
+	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	r.GET("/readyz", func(c *gin.Context) {
+		if !s.cache.Synced() {
+			respond(c, nil, ErrNotReady)
+			return
+		}
+		c.String(http.StatusOK, "ok")
+	})
+	if gatherer != nil {
+		h := promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
+		r.GET("/metrics", gin.WrapH(h))
+	}
+	r.NoRoute(func(c *gin.Context) {
+		respond(c, nil, fmt.Errorf("%w: %s %s", ErrNotFound, c.Request.Method, c.Request.URL.Path))
+	})
+	return r
+}

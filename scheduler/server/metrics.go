@@ -1,0 +1,72 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpushare/gpushare/scheduler/cache"
+)
+
+// metrics are the server's Prometheus metrics, registered on an injected
+// registry (never the global one).
+type metrics struct {
+	latency *prometheus.HistogramVec
+	binds   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
+	m := &metrics{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "gpushare_extender_request_duration_seconds",
+			Help:    "Time to answer an extender verb (filter, prioritize, bind), including bind's API writes.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"verb"}),
+		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpushare_extender_binds_total",
+			Help: "Bind verb calls by outcome: bound, bound_without_gpu, no_fit, invalid, api_error, assume_error.",
+		}, []string{"outcome"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, col := range []prometheus.Collector{m.latency, m.binds, &cardCollector{cache: c}} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(verb string, start time.Time) {
+	m.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+}
+
+var (
+	cardCapacityDesc = prometheus.NewDesc("gpushare_card_capacity_units",
+		"A card's capacity in its node's gpu-mem unit, whatever its state (see /inspect for the state).",
+		[]string{"node", "card", "uuid"}, nil)
+	cardUsedDesc = prometheus.NewDesc("gpushare_card_used_units",
+		"Units of a card assigned to pods (assumed or confirmed).",
+		[]string{"node", "card", "uuid"}, nil)
+)
+
+// cardCollector reads per-card figures from the cache at scrape time, so a
+// removed node or card leaves no stale series behind.
+type cardCollector struct{ cache Cache }
+
+func (cc *cardCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cardCapacityDesc
+	ch <- cardUsedDesc
+}
+
+func (cc *cardCollector) Collect(ch chan<- prometheus.Metric) {
+	var cards []cache.CardUsage
+	cc.cache.EachCard(func(u cache.CardUsage) { cards = append(cards, u) })
+	for _, u := range cards {
+		idx := strconv.Itoa(u.Index)
+		ch <- prometheus.MustNewConstMetric(cardCapacityDesc, prometheus.GaugeValue, float64(u.Capacity), u.Node, idx, u.UUID)
+		ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node, idx, u.UUID)
+	}
+}

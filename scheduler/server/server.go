@@ -1,0 +1,315 @@
+// Package server is the extender's HTTP face: the kube-scheduler extender
+// verbs (POST /filter, /prioritize, /bind with k8s.io/kube-scheduler/extender/v1
+// types), GET /inspect for people and tools, health and readiness probes and
+// Prometheus metrics.
+//
+// The verbs are plain methods on Server (Filter, Prioritize, Bind) so tests
+// can call them directly; Handler wraps them in gin routes. The placement
+// decision itself belongs to package allocator: filter and prioritize
+// evaluate the policy per candidate node on a cache snapshot, bind decides
+// again on the node's current snapshot under the cache's assume protocol.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/cache"
+)
+
+// FilterMode says which fitting nodes the filter verb lets through.
+type FilterMode string
+
+const (
+	// FilterBest keeps only the fitting nodes with the policy's best score,
+	// so kube-scheduler can only pick a node the policy prefers. Other
+	// fitting nodes are reported failed with a message naming the policy.
+	FilterBest FilterMode = "best"
+	// FilterAll keeps every fitting node and leaves the choice to
+	// prioritize (and the extender's weight in kube-scheduler's config).
+	FilterAll FilterMode = "all"
+)
+
+// FilterModes lists the valid modes.
+var FilterModes = []FilterMode{FilterBest, FilterAll}
+
+// ParseFilterMode returns the mode named s, or an error listing the valid ones.
+func ParseFilterMode(s string) (FilterMode, error) {
+	for _, m := range FilterModes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("unknown filter mode %q: use %q or %q", s, FilterBest, FilterAll)
+}
+
+// Cache is what the server needs from the cluster view (package cache
+// implements it).
+type Cache interface {
+	Snapshot(names []string) []*allocator.Node
+	NodeSnapshot(name string) (*allocator.Node, error)
+	Workload() *allocator.Workload
+	Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error
+	Forget(uid types.UID)
+	FinishBinding(uid types.UID)
+	Inspect(names ...string) []cache.NodeInfo
+	EachCard(func(cache.CardUsage))
+	Synced() bool
+}
+
+var _ Cache = (*cache.Cache)(nil)
+
+// Config holds the server's dependencies.
+type Config struct {
+	Cache Cache
+	// Client writes assignments and Bindings.
+	Client kubernetes.Interface
+	// Pods, when set, is read before the API for the pod bind names.
+	Pods corelisters.PodLister
+	// Policy decides; FilterMode says what filter lets through.
+	Policy     *allocator.Policy
+	FilterMode FilterMode
+	// Registry receives the server's metrics; nil registers none.
+	Registry prometheus.Registerer
+	// MaxBodyBytes bounds a request body (default 256 MiB: 5,000 Node
+	// objects when nodeCacheCapable is false).
+	MaxBodyBytes int64
+}
+
+// Server implements the extender verbs.
+type Server struct {
+	cache    Cache
+	client   kubernetes.Interface
+	pods     corelisters.PodLister
+	policy   *allocator.Policy
+	mode     FilterMode
+	maxBody  int64
+	metrics  *metrics
+	betterBy string
+}
+
+// New checks cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Cache == nil:
+		return nil, errors.New("server: no cache")
+	case cfg.Client == nil:
+		return nil, errors.New("server: no Kubernetes client")
+	case cfg.Policy == nil:
+		return nil, errors.New("server: no policy")
+	}
+	if cfg.FilterMode == "" {
+		cfg.FilterMode = FilterBest
+	}
+	if _, err := ParseFilterMode(string(cfg.FilterMode)); err != nil {
+		return nil, err
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 256 << 20
+	}
+	m, err := newMetrics(cfg.Registry, cfg.Cache)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		cache:    cfg.Cache,
+		client:   cfg.Client,
+		pods:     cfg.Pods,
+		policy:   cfg.Policy,
+		mode:     cfg.FilterMode,
+		maxBody:  cfg.MaxBodyBytes,
+		metrics:  m,
+		betterBy: "a better node for this pod exists under policy " + cfg.Policy.Name,
+	}, nil
+}
+
+// Errors that decide the HTTP status (see httpStatus).
+var (
+	// ErrBadRequest: the request body is malformed or misses a field.
+	ErrBadRequest = errors.New("bad request")
+	// ErrNotReady: the cache has not synced yet.
+	ErrNotReady = errors.New("the gpushare extender's cache has not synced yet")
+	// ErrNotFound: an inspected node is not in the cache.
+	ErrNotFound = errors.New("not found")
+)
+
+// reasonUnknownNode marks a candidate node the cache does not know.
+const reasonUnknownNode allocator.ReasonCode = "UnknownNode"
+
+// unresolvable reports whether preemption on the node could never make the
+// pod fit: the node has no usable inventory, no schedulable card, no card
+// large enough, or is unknown. Only full cards (InsufficientFree,
+// NotEnoughWholeCards) are resolvable.
+func unresolvable(d allocator.Decision) bool {
+	for _, r := range d.Reasons {
+		switch r.Code {
+		case allocator.ReasonInsufficientFree, allocator.ReasonNotEnoughWholeCards:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// candidateNames returns the names of the candidate nodes, from NodeNames
+// (nodeCacheCapable: true) or Nodes (false).
+func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
+	switch {
+	case args.NodeNames != nil:
+		return *args.NodeNames, nil
+	case args.Nodes != nil:
+		names := make([]string, len(args.Nodes.Items))
+		for i := range args.Nodes.Items {
+			names[i] = args.Nodes.Items[i].Name
+		}
+		return names, nil
+	}
+	return nil, fmt.Errorf("%w: neither NodeNames nor Nodes is set", ErrBadRequest)
+}
+
+func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
+	if args == nil {
+		return nil, fmt.Errorf("%w: empty body", ErrBadRequest)
+	}
+	if args.Pod == nil {
+		return nil, fmt.Errorf("%w: Pod is missing", ErrBadRequest)
+	}
+	return candidateNames(args)
+}
+
+// evaluate runs the policy on every candidate node. ok is false when the pod
+// asks for no gpu-mem; reqErr is set when its demand is invalid.
+func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocator.Decision, ok bool, reqErr error) {
+	preq, err := api.RequestFromPod(pod)
+	if err != nil {
+		return nil, true, err
+	}
+	if preq.Empty() {
+		return nil, false, nil
+	}
+	req := allocator.RequestFromPod(preq)
+	snaps := s.cache.Snapshot(names)
+	w := s.cache.Workload()
+	decisions = make([]allocator.Decision, len(names))
+	for i, n := range snaps {
+		if n == nil {
+			decisions[i] = allocator.Decision{Node: names[i], Reasons: []allocator.Reason{{Code: reasonUnknownNode,
+				Message: fmt.Sprintf("%v: %s", cache.ErrUnknownNode, names[i])}}}
+			continue
+		}
+		decisions[i] = s.policy.Evaluate(n, req, w)
+	}
+	return decisions, true, nil
+}
+
+// Filter implements the filter verb. Pods that ask for no gpu-mem pass on
+// every node; a pod whose demand is invalid (e.g. an init container asks for
+// gpu-mem) fails every node, unresolvably, with the reason.
+func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	defer s.metrics.observe("filter", time.Now())
+	names, err := checkArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	if !s.cache.Synced() {
+		return nil, ErrNotReady
+	}
+	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	if !interested {
+		return &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}, nil
+	}
+	res := &extenderv1.ExtenderFilterResult{
+		FailedNodes:                extenderv1.FailedNodesMap{},
+		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
+	}
+	keep := make([]bool, len(names))
+	if reqErr != nil {
+		msg := reqErr.Error()
+		for _, n := range names {
+			res.FailedAndUnresolvableNodes[n] = msg
+		}
+	} else {
+		var best []int
+		if s.mode == FilterBest {
+			best = allocator.BestNodes(decisions)
+		} else {
+			for i, d := range decisions {
+				if d.Fits {
+					best = append(best, i)
+				}
+			}
+		}
+		for _, i := range best {
+			keep[i] = true
+		}
+		for i, d := range decisions {
+			switch {
+			case keep[i]:
+			case d.Fits:
+				// Fits, but not best: resolvable (the pod fits elsewhere, so
+				// kube-scheduler never preempts for it).
+				res.FailedNodes[d.Node] = s.betterBy
+			case unresolvable(d):
+				res.FailedAndUnresolvableNodes[d.Node] = d.Message()
+			default:
+				res.FailedNodes[d.Node] = d.Message()
+			}
+		}
+	}
+	if args.NodeNames != nil {
+		out := make([]string, 0, len(names))
+		for i, n := range names {
+			if keep[i] {
+				out = append(out, n)
+			}
+		}
+		res.NodeNames = &out
+	} else {
+		out := &corev1.NodeList{Items: []corev1.Node{}}
+		for i := range args.Nodes.Items {
+			if keep[i] {
+				out.Items = append(out.Items, args.Nodes.Items[i])
+			}
+		}
+		res.Nodes = out
+	}
+	return res, nil
+}
+
+// Prioritize implements the prioritize verb: the policy's node scores
+// rescaled to 0..MaxExtenderPriority (allocator.ExtenderScores); nodes that
+// do not fit, and every node for a pod that asks for no (or an invalid)
+// gpu-mem demand, score 0.
+func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	defer s.metrics.observe("prioritize", time.Now())
+	names, err := checkArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	if !s.cache.Synced() {
+		return nil, ErrNotReady
+	}
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, n := range names {
+		out[i].Host = n
+	}
+	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	if !interested || reqErr != nil {
+		return out, nil
+	}
+	for i, sc := range allocator.ExtenderScores(decisions, extenderv1.MaxExtenderPriority) {
+		out[i].Score = sc
+	}
+	return out, nil
+}
