@@ -355,4 +355,3 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 		t.Errorf("%d Bindings posted, %d binds succeeded", len(e.binds), bound)
 	}
 }
-
