@@ -140,31 +140,34 @@ func runCmd(t *testing.T, objs []runtime.Object, args ...string) (string, string
 	return out.String(), errOut.String(), err
 }
 
+// goldenCases are the command lines whose output is kept in testdata/.
+var goldenCases = []struct {
+	golden   string
+	scenario string
+	args     []string
+}{
+	{"empty.txt", "empty", nil},
+	{"empty.json", "empty", []string{"-o", "json"}},
+	{"mixed-sizes.txt", "mixed-sizes", nil},
+	{"mixed-sizes-details.txt", "mixed-sizes", []string{"-d"}},
+	{"mixed-sizes.json", "mixed-sizes", []string{"-o", "json"}},
+	{"mixed-sizes.yaml", "mixed-sizes", []string{"-o", "yaml"}},
+	{"mixed-sizes-one-node.txt", "mixed-sizes", []string{"gpu-b"}},
+	{"mixed-sizes-one-node-details.txt", "mixed-sizes", []string{"gpu-c", "--details"}},
+	{"unhealthy-isolated.txt", "unhealthy-isolated", nil},
+	{"unhealthy-isolated-details.txt", "unhealthy-isolated", []string{"-d"}},
+	{"pending-details.txt", "pending", []string{"-d"}},
+	{"pending.json", "pending", []string{"-o", "json"}},
+	{"no-inventory.txt", "no-inventory", nil},
+	{"no-inventory-details.txt", "no-inventory", []string{"-d"}},
+	{"malformed.txt", "malformed", nil},
+	{"malformed-details.txt", "malformed", []string{"-d"}},
+	{"reporting-health.txt", "reporting-health", nil},
+	{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
+}
+
 func TestGolden(t *testing.T) {
-	cases := []struct {
-		golden   string
-		scenario string
-		args     []string
-	}{
-		{"empty.txt", "empty", nil},
-		{"empty.json", "empty", []string{"-o", "json"}},
-		{"mixed-sizes.txt", "mixed-sizes", nil},
-		{"mixed-sizes-details.txt", "mixed-sizes", []string{"-d"}},
-		{"mixed-sizes.json", "mixed-sizes", []string{"-o", "json"}},
-		{"mixed-sizes.yaml", "mixed-sizes", []string{"-o", "yaml"}},
-		{"mixed-sizes-one-node.txt", "mixed-sizes", []string{"gpu-b"}},
-		{"mixed-sizes-one-node-details.txt", "mixed-sizes", []string{"gpu-c", "--details"}},
-		{"unhealthy-isolated.txt", "unhealthy-isolated", nil},
-		{"unhealthy-isolated-details.txt", "unhealthy-isolated", []string{"-d"}},
-		{"pending-details.txt", "pending", []string{"-d"}},
-		{"pending.json", "pending", []string{"-o", "json"}},
-		{"no-inventory.txt", "no-inventory", nil},
-		{"no-inventory-details.txt", "no-inventory", []string{"-d"}},
-		{"malformed.txt", "malformed", nil},
-		{"malformed-details.txt", "malformed", []string{"-d"}},
-		{"reporting-health.txt", "reporting-health", nil},
-		{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
-	}
+	cases := goldenCases
 	for _, tc := range cases {
 		t.Run(tc.golden, func(t *testing.T) {
 			out, errOut, err := runCmd(t, scenarios[tc.scenario](t), tc.args...)
