@@ -47,6 +47,10 @@ type envOpts struct {
 	mode   FilterMode
 	// wrap, when set, wraps the cache the server sees.
 	wrap func(*cache.Cache) Cache
+	// maxBody bounds request bodies (0: default).
+	maxBody int64
+	// unsynced leaves the cache unsynced (not ready).
+	unsynced bool
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -95,7 +99,9 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	for _, p := range pods {
 		e.cache.SetPod(p)
 	}
-	e.cache.MarkSynced()
+	if !o.unsynced {
+		e.cache.MarkSynced()
+	}
 	pol, err := allocator.Lookup(o.policy)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +110,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if o.wrap != nil {
 		c = o.wrap(e.cache)
 	}
-	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg})
+	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody})
 	if err != nil {
 		t.Fatal(err)
 	}
