@@ -1,0 +1,86 @@
+package inspect
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// TestBuildDoesNotCount covers the pods Build must leave off every card, and
+// what it says about each.
+func TestBuildDoesNotCount(t *testing.T) {
+	gib := makeNode(t, "gpu-g", "10.0.0.1").inventory(api.UnitGiB, gpu("gpu-g", 0, a100, 40)).obj()
+	mib := makeNode(t, "gpu-m", "10.0.0.2").inventory(api.UnitMiB, gpu("gpu-m", 0, t4, 15360)).obj()
+	cpu := makeNode(t, "cpu-1", "10.0.0.3").obj()
+	nodes := []corev1.Node{*gib, *mib, *cpu}
+
+	cases := []struct {
+		name string
+		pod  *corev1.Pod
+		want []WarningCode // nil: counted, no warning
+	}{
+		{"a valid assignment is counted",
+			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(), nil},
+		{"a GiB assignment on a MiB node",
+			makePod(t, "ns", "p").container("c", 4).node("gpu-m").assignIn(api.UnitGiB, "gpu-m", api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			[]WarningCode{WarnUnitMismatch}},
+		{"an assignment on a node that does not exist",
+			makePod(t, "ns", "p").container("c", 4).node("gone").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			[]WarningCode{WarnNodeUnusable}},
+		{"an assignment on a node without GPUs",
+			makePod(t, "ns", "p").container("c", 4).node("cpu-1").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			[]WarningCode{WarnNodeUnusable}},
+		{"a record written for another node",
+			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assignIn(api.UnitGiB, "gpu-m", api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			[]WarningCode{WarnMalformedAssignment}},
+		{"a finished pod is not counted and not a problem",
+			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).phase(corev1.PodSucceeded).obj(), []WarningCode{}},
+		{"an unbound pod is not counted and not a problem",
+			makePod(t, "ns", "p").container("c", 4).phase(corev1.PodPending).obj(), []WarningCode{}},
+		{"a CPU pod on a GPU node is nothing",
+			makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj(), []WarningCode{}},
+		{"a gpu-mem pod without a record on a CPU node is not ours",
+			makePod(t, "ns", "p").container("c", 4).node("cpu-1").obj(), []WarningCode{}},
+		{"an init container asking for gpu-mem without a record",
+			func() *corev1.Pod {
+				p := makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj()
+				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("4")}}}}
+				return p
+			}(),
+			[]WarningCode{WarnNoAssignment}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := Build(nodes, []corev1.Pod{*c.pod})
+			codes := []WarningCode{}
+			for _, w := range v.Warnings {
+				codes = append(codes, w.Code)
+			}
+			var allocated int64
+			for _, n := range v.Nodes {
+				allocated += n.Allocated
+			}
+			if c.want == nil {
+				if len(codes) != 0 || allocated != 4 {
+					t.Errorf("warnings %v, allocated %d; want none and 4", codes, allocated)
+				}
+				return
+			}
+			if allocated != 0 {
+				t.Errorf("allocated %d, want 0", allocated)
+			}
+			if diff := cmp.Diff(c.want, codes); diff != "" {
+				t.Errorf("warning codes (-want +got):\n%s", diff)
+			}
+			for _, n := range v.Nodes {
+				if n.Name == c.pod.Spec.NodeName && len(n.Uncounted) != len(c.want) {
+					t.Errorf("node %s lists %d uncounted pods, want %d", n.Name, len(n.Uncounted), len(c.want))
+				}
+			}
+		})
+	}
+}
