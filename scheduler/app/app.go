@@ -1,0 +1,227 @@
+// Package app wires the gpushare scheduler extender: it owns the program's
+// options (flags, each also settable from the environment for a
+// Deployment), their validation, and Run, which builds the Kubernetes
+// client, the informer-fed cache and the HTTP server and serves until the
+// context ends.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/server"
+)
+
+// Options are the program's settings.
+type Options struct {
+	// ListenAddress is where the HTTP server listens, e.g. ":39999".
+	ListenAddress string
+	// Kubeconfig is a kubeconfig file; empty means in-cluster.
+	Kubeconfig string
+	// Policy names the allocator policy (allocator.Names()).
+	Policy string
+	// FilterMode is "best" or "all" (server.FilterModes).
+	FilterMode string
+	// ResyncPeriod is the informers' resync period (0: none).
+	ResyncPeriod time.Duration
+}
+
+// DefaultOptions returns options that work in a cluster.
+func DefaultOptions() Options {
+	return Options{
+		ListenAddress: ":39999",
+		Policy:        allocator.DefaultPolicy,
+		FilterMode:    string(server.FilterBest),
+	}
+}
+
+// envPrefix prefixes the environment variable of every flag:
+// --listen-address is GPUSHARE_LISTEN_ADDRESS.
+const envPrefix = "GPUSHARE_"
+
+// EnvName is the environment variable that sets the named flag.
+func EnvName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// AddFlags defines the options' flags, and klog's (-v, …), on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen-address")+")")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account (env "+EnvName("kubeconfig")+")")
+	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
+	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none (env "+EnvName("resync-period")+")")
+	klog.InitFlags(fs)
+}
+
+// Parse sets fs's flags from the environment (GPUSHARE_<FLAG>, e.g.
+// GPUSHARE_POLICY, GPUSHARE_V for klog's -v), then from args: a command-line
+// flag wins over its variable. A bad value in either is an error naming it.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment variable %s=%q: %w", EnvName(f.Name), v, serr)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return fs.Parse(args)
+}
+
+// Validate checks the options; every message says what to change.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := allocator.Lookup(o.Policy); err != nil {
+		errs = append(errs, fmt.Errorf("--policy: %w", err))
+	}
+	if _, err := server.ParseFilterMode(o.FilterMode); err != nil {
+		errs = append(errs, fmt.Errorf("--filter-mode: %w", err))
+	}
+	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-address %q: %w (want host:port, e.g. :39999)", o.ListenAddress, err))
+	}
+	if o.Kubeconfig != "" {
+		if _, err := os.Stat(o.Kubeconfig); err != nil {
+			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
+		}
+	}
+	if o.ResyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// RestConfig loads the kubeconfig, or the in-cluster config when none is set.
+func (o *Options) RestConfig() (*rest.Config, error) {
+	if o.Kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (set --kubeconfig when running outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+// Run validates the options, connects to the cluster and serves until ctx
+// ends.
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	cfg, err := o.RestConfig()
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "gpushare-scheduler"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	ln, err := net.Listen("tcp", o.ListenAddress)
+	if err != nil {
+		return fmt.Errorf("--listen-address: %w", err)
+	}
+	return Serve(ctx, o, client, ln)
+}
+
+// Serve runs the extender on ln with an injected client until ctx ends: the
+// HTTP server answers at once (readyz turns ready after the informers sync).
+func Serve(ctx context.Context, o Options, client kubernetes.Interface, ln net.Listener) error {
+	logger := klog.FromContext(ctx)
+	policy, err := allocator.Lookup(o.Policy)
+	if err != nil {
+		return err
+	}
+	mode, err := server.ParseFilterMode(o.FilterMode)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	c := cache.New()
+	factory := informers.NewSharedInformerFactory(client, o.ResyncPeriod)
+	pods, err := c.Attach(factory)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{Cache: c, Client: client, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg})
+	if err != nil {
+		return err
+	}
+	gin.SetMode(gin.ReleaseMode)
+	httpSrv := &http.Server{
+		Handler:           srv.Handler(reg),
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	go func() {
+		if err := c.WaitForSync(ctx, factory); err != nil {
+			logger.Error(err, "Cache did not sync")
+			return
+		}
+		logger.Info("Ready", "policy", policy.Name, "filterMode", mode)
+	}()
+	go func() {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.CleanupExpired()
+			}
+		}
+	}()
+
+	errc := make(chan error, 1)
+	go func() { errc <- httpSrv.Serve(ln) }()
+	logger.Info("Serving", "address", ln.Addr().String())
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer done()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("http server shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+func parse(t *testing.T, args []string, env map[string]string) (Options, error) {
+	t.Helper()
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.AddFlags(fs)
+	err := Parse(fs, args, func(k string) string { return env[k] })
+	return o, err
+}
+
+func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
+	o, err := parse(t, []string{"--policy=spread"}, map[string]string{
+		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN_ADDRESS": "127.0.0.1:8080",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all"}
+	if diff := cmp.Diff(want, o); diff != "" {
+		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
+	}
+	if err := o.Validate(); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+	if _, err := parse(t, nil, map[string]string{"GPUSHARE_RESYNC_PERIOD": "soon"}); err == nil || !strings.Contains(err.Error(), "GPUSHARE_RESYNC_PERIOD") {
+		t.Errorf("bad environment value: err = %v, want one naming the variable", err)
+	}
+	if _, err := parse(t, nil, map[string]string{"GPUSHARE_V": "4"}); err != nil {
+		t.Errorf("GPUSHARE_V sets klog's verbosity: %v", err)
+	}
+}
+
+func TestValidateSaysWhatToChange(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `--policy: unknown policy "tetris": known policies are `},
+		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
+		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen-address "localhost"`},
+		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
+		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tc.mod(&o)
+			err := o.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+	if d := DefaultOptions(); d.Validate() != nil {
+		err := d.Validate()
+		t.Errorf("defaults: %v", err)
+	}
+}
+
+// TestServeOnRandomPort wires the real server (informers over a fake
+// clientset, gin, metrics) on a random port and drives it over HTTP as
+// kube-scheduler would: readyz, filter, prioritize, bind; then the informer
+// confirms the bound pod.
+func TestServeOnRandomPort(t *testing.T) {
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	client := fake.NewClientset(
+		fixture.MakeNode("n1").Card(0, 40).Obj(),
+		fixture.MakeNode("n2").Card(0, 40).Obj(),
+		fixture.MakePod("ns", "resident").GPU("main", 20).Assign("n2", api.PhaseAllocated, 0).Obj(),
+		pod,
+	)
+	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ca := action.(k8stesting.CreateAction)
+		if ca.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := ca.GetObject().(*corev1.Binding)
+		p, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		bound := p.(*corev1.Pod).DeepCopy()
+		bound.Spec.NodeName = b.Target.Name
+		return true, b, client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), bound, b.Namespace)
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	o := DefaultOptions()
+	go func() { done <- Serve(ctx, o, client, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String()
+
+	get := func(path string) (int, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	post := func(path string, in, out any) {
+		t.Helper()
+		b, _ := json.Marshal(in)
+		resp, err := http.Post(base+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST %s: %s", path, resp.Status)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	poll("readyz", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("healthz %d", code)
+	}
+
+	nodes := []string{"n1", "n2"}
+	var fr extenderv1.ExtenderFilterResult
+	post("/filter", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}, &fr)
+	if fr.NodeNames == nil || !cmp.Equal(*fr.NodeNames, []string{"n2"}) {
+		t.Errorf("filter kept %v, want [n2] (binpack: the fuller node)", fr.NodeNames)
+	}
+	var pr extenderv1.HostPriorityList
+	post("/prioritize", extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nodes}, &pr)
+	if diff := cmp.Diff(extenderv1.HostPriorityList{{Host: "n1", Score: 0}, {Host: "n2", Score: 10}}, pr); diff != "" {
+		t.Errorf("prioritize (-want +got):\n%s", diff)
+	}
+	var br extenderv1.ExtenderBindingResult
+	post("/bind", extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: pod.UID, Node: "n2"}, &br)
+	if br.Error != "" {
+		t.Fatalf("bind: %s", br.Error)
+	}
+	got, err := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, err := api.AssignmentFromPod(got); err != nil || a.Node != "n2" {
+		t.Fatalf("assignment after bind: %+v, %v", a, err)
+	}
+	// The informer sees the bound pod: /inspect shows it confirmed.
+	poll("confirmation", func() bool {
+		_, body := get("/inspect/n2")
+		return strings.Contains(body, `"name":"p","uid":"uid-ns-p","container":"main","units":10,"state":"confirmed"`)
+	})
+	if _, body := get("/metrics"); !strings.Contains(body, `gpushare_card_used_units{card="0",node="n2",uuid="GPU-n2-0"} 30`) {
+		t.Errorf("metrics lack n2's used units:\n%s", body)
+	}
+}
+
+func TestRunFailsOnBadOptions(t *testing.T) {
+	o := DefaultOptions()
+	o.Policy = "nope"
+	err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "known policies are") {
+		t.Errorf("Run with a bad policy: %v", err)
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	o = DefaultOptions()
+	o.ListenAddress = "127.0.0.1:0"
+	err = Run(context.Background(), o) // no kubeconfig, not in a cluster
+	if err == nil || !strings.Contains(err.Error(), "set --kubeconfig") {
+		t.Errorf("Run outside a cluster: %v", err)
+	}
+}
