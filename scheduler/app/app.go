@@ -54,7 +54,7 @@ func DefaultOptions() Options {
 }
 
 // envPrefix prefixes the environment variable of every flag:
-// --listen-address is GPUSHARE_LISTEN_ADDRESS.
+// --filter-mode is GPUSHARE_FILTER_MODE.
 const envPrefix = "GPUSHARE_"
 
 // EnvName is the environment variable that sets the named flag.
@@ -64,7 +64,7 @@ func EnvName(flagName string) string {
 
 // AddFlags defines the options' flags, and klog's (-v, …), on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen-address")+")")
+	fs.StringVar(&o.ListenAddress, "listen", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen")+")")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account (env "+EnvName("kubeconfig")+")")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
@@ -103,7 +103,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--filter-mode: %w", err))
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-address %q: %w (want host:port, e.g. :39999)", o.ListenAddress, err))
+		errs = append(errs, fmt.Errorf("--listen %q: %w (want host:port, e.g. :39999)", o.ListenAddress, err))
 	}
 	if o.Kubeconfig != "" {
 		if _, err := os.Stat(o.Kubeconfig); err != nil {
@@ -149,7 +149,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	ln, err := net.Listen("tcp", o.ListenAddress)
 	if err != nil {
-		return fmt.Errorf("--listen-address: %w", err)
+		return fmt.Errorf("--listen: %w", err)
 	}
 	return Serve(ctx, o, client, ln)
 }

@@ -37,7 +37,7 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	o, err := parse(t, []string{"--policy=spread"}, map[string]string{
-		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN_ADDRESS": "127.0.0.1:8080",
+		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +65,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 	}{
 		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `--policy: unknown policy "tetris": known policies are `},
 		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
-		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen-address "localhost"`},
+		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
 	}
