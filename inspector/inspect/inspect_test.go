@@ -46,6 +46,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 	noInventory := "node gpu-1: example.com/gpu-mem capacity is 16 but the node has no gpushare.example.com/inventory annotation (is the gpushare device plugin running on it?); its cards and unit are unknown and it is left out of the totals"
 	want := View{
 		Version: ViewVersion,
+		Source:  SourceAPIServer,
 		Nodes: []Node{
 			{
 				Name: "gpu-1", Address: "10.0.0.1", Capacity: ptr(16), Allocatable: ptr(16),

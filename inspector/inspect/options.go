@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -78,10 +80,18 @@ type Options struct {
 	Output string
 	// NodeName restricts the view to one node (the optional argument).
 	NodeName string
+	// FromExtender, when set, is the base URL of the gpushare scheduler
+	// extender: the view is its GET /inspect instead of the API server's
+	// nodes and pods (--from-extender).
+	FromExtender string
 
 	// Client is the API client. Complete builds it from ConfigFlags unless it
 	// is already set (tests inject a fake clientset).
 	Client kubernetes.Interface
+
+	// HTTPClient talks to the extender with --from-extender. Complete sets
+	// one with the request timeout unless it is already set.
+	HTTPClient *http.Client
 
 	// server is the API server's address, for error messages.
 	server string
@@ -128,6 +138,7 @@ as the gpushare scheduler extender counts it, and warn about nodes whose GPU rep
 	})
 	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
+	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:12345) instead of the API server")
 	o.ConfigFlags.AddFlags(cmd.Flags())
 	return cmd
 }
@@ -139,6 +150,16 @@ func (o *Options) Complete(_ *cobra.Command, args []string) error {
 	}
 	if len(args) == 1 {
 		o.NodeName = args[0]
+	}
+	if o.FromExtender != "" {
+		if o.HTTPClient == nil {
+			timeout, err := o.requestTimeout()
+			if err != nil {
+				return err
+			}
+			o.HTTPClient = &http.Client{Timeout: timeout}
+		}
+		return nil // no Kubernetes client needed
 	}
 	if o.Client != nil {
 		return nil
@@ -163,6 +184,19 @@ func (o *Options) Complete(_ *cobra.Command, args []string) error {
 	}
 	o.Client = client
 	return nil
+}
+
+// requestTimeout is --request-timeout, or defaultRequestTimeout when it is
+// not set ("0").
+func (o *Options) requestTimeout() (time.Duration, error) {
+	if o.ConfigFlags.Timeout == nil || *o.ConfigFlags.Timeout == "" || *o.ConfigFlags.Timeout == "0" {
+		return defaultRequestTimeout, nil
+	}
+	d, err := time.ParseDuration(*o.ConfigFlags.Timeout)
+	if err != nil || d < 0 {
+		return 0, usagef("--request-timeout %q: want a duration such as 10s", *o.ConfigFlags.Timeout)
+	}
+	return d, nil
 }
 
 // errNoConfig says how to give the plugin a cluster.
@@ -198,10 +232,36 @@ func (o *Options) Validate() error {
 	if o.Details && o.Output != OutputTable {
 		return usagef("-d/--details is a table view; -o %s already contains every detail", o.Output)
 	}
+	if o.FromExtender != "" {
+		u, err := url.Parse(o.FromExtender)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("--from-extender %q: want the extender's base URL, e.g. http://localhost:12345", o.FromExtender)
+		}
+		if o.HTTPClient == nil {
+			return errors.New("no HTTP client (Complete was not called)")
+		}
+		return nil
+	}
 	if o.Client == nil {
 		return errors.New("no Kubernetes client (Complete was not called)")
 	}
 	return nil
+}
+
+// view reads the data from the extender or from the API server.
+func (o *Options) view(ctx context.Context) (View, error) {
+	if o.FromExtender != "" {
+		return FromExtender(ctx, o.HTTPClient, o.FromExtender, o.NodeName)
+	}
+	nodes, pods, err := Gather(ctx, o.Client, o.NodeName)
+	if err != nil {
+		var status apierrors.APIStatus
+		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
+			return View{}, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
+		}
+		return View{}, err
+	}
+	return Build(nodes, pods), nil
 }
 
 // Run gathers the nodes and pods, builds the view and prints it.
@@ -209,15 +269,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	nodes, pods, err := Gather(ctx, o.Client, o.NodeName)
+	v, err := o.view(ctx)
 	if err != nil {
-		var status apierrors.APIStatus
-		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
-			return fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
-		}
 		return err
 	}
-	v := Build(nodes, pods)
 	oneNode := o.NodeName != ""
 	switch {
 	case o.Output == OutputJSON:

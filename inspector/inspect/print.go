@@ -94,6 +94,7 @@ func nodeName(n Node) string {
 // card index, then the totals and the warnings. oneNode leaves out the
 // cluster line, for a view restricted to one node.
 func PrintTable(w io.Writer, v View, oneNode bool) error {
+	printSource(w, v)
 	if len(v.Nodes) == 0 {
 		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=true label.\n",
 			api.ResourceName, api.AnnotationInventory, api.LabelEnabled)
@@ -149,6 +150,15 @@ func PrintTable(w io.Writer, v View, oneNode bool) error {
 	return printWarnings(w, v)
 }
 
+// printSource names the source when it is not the API server, whose view is
+// the default and needs no introduction.
+func printSource(w io.Writer, v View) {
+	if v.Source == SourceExtender {
+		fmt.Fprintln(w, "Source: the gpushare scheduler extender's cache (binds in flight included; no addresses, cordons or kubelet figures).")
+		fmt.Fprintln(w)
+	}
+}
+
 func printTotals(w io.Writer, v View) {
 	fmt.Fprintln(w)
 	if len(v.Totals) == 0 {
@@ -178,12 +188,13 @@ func PrintDetails(w io.Writer, v View, oneNode bool) error {
 	if len(v.Nodes) == 0 {
 		return PrintTable(w, v, oneNode)
 	}
+	printSource(w, v)
 	style := unitStyle{} // figures always carry their unit here
 	for i, n := range v.Nodes {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := printNodeDetails(w, n, style); err != nil {
+		if err := printNodeDetails(w, n, style, v.Source == SourceExtender); err != nil {
 			return err
 		}
 	}
@@ -197,21 +208,27 @@ func PrintDetails(w io.Writer, v View, oneNode bool) error {
 	return nil
 }
 
-func printNodeDetails(w io.Writer, n Node, style unitStyle) error {
+// printNodeDetails writes one node; fromExtender leaves out what the
+// extender does not know (address, cordon, kubelet figures).
+func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) error {
 	kv := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 	fmt.Fprintf(kv, "Node:\t%s\n", n.Name)
-	fmt.Fprintf(kv, "Address:\t%s\n", dash(n.Address))
-	if n.Cordoned {
-		fmt.Fprintf(kv, "Schedulable:\tno (cordoned)\n")
-	} else {
-		fmt.Fprintf(kv, "Schedulable:\tyes\n")
+	if !fromExtender {
+		fmt.Fprintf(kv, "Address:\t%s\n", dash(n.Address))
+		if n.Cordoned {
+			fmt.Fprintf(kv, "Schedulable:\tno (cordoned)\n")
+		} else {
+			fmt.Fprintf(kv, "Schedulable:\tyes\n")
+		}
 	}
 	if n.Unit == "" {
 		fmt.Fprintf(kv, "Allocated:\tunknown (no readable inventory)\n")
 	} else {
 		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
 	}
-	fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.ResourceName, optInt(n.Capacity), optInt(n.Allocatable))
+	if !fromExtender {
+		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.ResourceName, optInt(n.Capacity), optInt(n.Allocatable))
+	}
 	if n.InventoryError != "" {
 		fmt.Fprintf(kv, "Inventory:\t%s\n", n.InventoryError)
 	}

@@ -19,6 +19,9 @@ type View struct {
 	// Version is ViewVersion; it changes only when a field changes meaning
 	// or goes away (new fields may be added within a version).
 	Version int `json:"version"`
+	// Source says where the data came from: SourceAPIServer or
+	// SourceExtender.
+	Source string `json:"source"`
 	// Nodes are the GPU nodes, sorted by name.
 	Nodes []Node `json:"nodes"`
 	// Totals sums Nodes per memory unit, sorted by unit. Nodes whose unit is
@@ -32,6 +35,16 @@ type View struct {
 
 // ViewVersion is the version of View this program prints.
 const ViewVersion = 1
+
+// Values of View.Source.
+const (
+	// SourceAPIServer: nodes and pods read from the API server and decoded
+	// here (Build).
+	SourceAPIServer = "apiserver"
+	// SourceExtender: the scheduler extender's own view of its cache
+	// (FromExtender); addresses, cordons and kubelet figures are unknown.
+	SourceExtender = "extender"
+)
 
 // Total is allocated and total memory in one unit.
 type Total struct {
@@ -209,7 +222,7 @@ type nodeBuild struct {
 // is decoded with the api package, nothing is fetched. Nodes that are not GPU
 // nodes (IsGPUNode) are ignored; pods are counted when bound and not finished.
 func Build(nodes []corev1.Node, pods []corev1.Pod) View {
-	v := View{Version: ViewVersion, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
+	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	builds := map[string]*nodeBuild{}
 	known := map[string]bool{}
 	var order []*nodeBuild
@@ -232,38 +245,52 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 		placePod(p, builds[p.Spec.NodeName], known[p.Spec.NodeName], &v.Warnings)
 	}
 
-	sort.Slice(order, func(i, j int) bool { return order[i].view.Name < order[j].view.Name })
-	totals := map[api.MemoryUnit]*Total{}
 	for _, b := range order {
-		n := b.view
+		v.Nodes = append(v.Nodes, *b.view)
+	}
+	v.finish()
+	return v
+}
+
+// finish completes a View whose nodes have their cards and pods: it sums
+// each node's cards, warns about overcommitted cards, computes the totals
+// and sorts everything.
+func (v *View) finish() {
+	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
+	totals := map[api.MemoryUnit]*Total{}
+	for ni := range v.Nodes {
+		n := &v.Nodes[ni]
+		n.Allocated, n.Total = 0, 0
+		sort.Slice(n.Cards, func(i, j int) bool { return n.Cards[i].Index < n.Cards[j].Index })
 		for ci := range n.Cards {
 			c := &n.Cards[ci]
 			sort.Slice(c.Pods, func(i, j int) bool { return podLess(c.Pods[i], c.Pods[j]) })
 			n.Allocated += c.Allocated
+			n.Total += c.Total
 			if c.Allocated > c.Total {
 				v.Warnings = append(v.Warnings, Warning{Node: n.Name, Code: WarnOvercommitted,
 					Message: fmt.Sprintf("node %s: card %d holds %d %s but has only %d", n.Name, c.Index, c.Allocated, n.Unit, c.Total)})
 			}
 		}
 		sort.Slice(n.Uncounted, func(i, j int) bool { return uncountedLess(n.Uncounted[i], n.Uncounted[j]) })
-		if b.hasInv {
-			t := totals[n.Unit]
-			if t == nil {
-				t = &Total{Unit: n.Unit}
-				totals[n.Unit] = t
-			}
-			t.Allocated += n.Allocated
-			t.Total += n.Total
+		if n.Unit == "" {
+			continue // no readable inventory: unit unknown, left out of the totals
 		}
-		v.Nodes = append(v.Nodes, *n)
+		t := totals[n.Unit]
+		if t == nil {
+			t = &Total{Unit: n.Unit}
+			totals[n.Unit] = t
+		}
+		t.Allocated += n.Allocated
+		t.Total += n.Total
 	}
+	v.Totals = make([]Total, 0, len(totals))
 	for _, t := range totals {
 		t.Percent = Percent(t.Allocated, t.Total)
 		v.Totals = append(v.Totals, *t)
 	}
 	sort.Slice(v.Totals, func(i, j int) bool { return v.Totals[i].Unit < v.Totals[j].Unit })
 	sort.SliceStable(v.Warnings, func(i, j int) bool { return warningLess(v.Warnings[i], v.Warnings[j]) })
-	return v
 }
 
 // buildNode reads one GPU node's inventory and status and checks that they

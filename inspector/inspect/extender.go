@@ -1,0 +1,138 @@
+package inspect
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// The JSON the scheduler extender serves at GET /inspect (a list) and
+// GET /inspect/NODE (one node); see scheduler/cache/inspect.go, whose
+// NodeInfo these mirror field for field. They are copied rather than imported
+// so that the plugin does not link the extender's cache and informers; a test
+// encodes the extender's own type and decodes it with these.
+type extenderNode struct {
+	Name           string           `json:"name"`
+	Unit           api.MemoryUnit   `json:"unit"`
+	InventoryError string           `json:"inventoryError"`
+	Cards          []extenderCard   `json:"cards"`
+	Unplaced       []extenderPodUse `json:"unplaced"`
+}
+
+type extenderCard struct {
+	Index    int              `json:"index"`
+	UUID     string           `json:"uuid"`
+	Model    string           `json:"model"`
+	State    api.CardState    `json:"state"`
+	Capacity int64            `json:"capacity"`
+	Used     int64            `json:"used"`
+	Pods     []extenderPodUse `json:"pods"`
+}
+
+type extenderPodUse struct {
+	Namespace string              `json:"namespace"`
+	Name      string              `json:"name"`
+	Container string              `json:"container"`
+	Units     int64               `json:"units"`
+	Phase     api.AssignmentPhase `json:"phase"`
+}
+
+// maxExtenderBody bounds the extender's answer (64 MiB is far beyond any
+// cluster's /inspect).
+const maxExtenderBody = 64 << 20
+
+// FromExtender asks the scheduler extender at base (e.g.
+// "http://gpushare-scheduler.kube-system:12345") for its view: GET
+// base/inspect, or base/inspect/NODE when node is set. This is what the
+// extender decides with, assumed binds included; it knows nothing of node
+// addresses, cordons or kubelet figures, so those stay empty and the node
+// health checks that need them are not made.
+func FromExtender(ctx context.Context, client *http.Client, base, node string) (View, error) {
+	u := strings.TrimRight(base, "/") + "/inspect"
+	if node != "" {
+		u += "/" + url.PathEscape(node)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return View{}, fmt.Errorf("extender URL %q: %w", base, err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return View{}, fmt.Errorf("cannot reach the gpushare extender: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxExtenderBody))
+	if err != nil {
+		return View{}, fmt.Errorf("reading the gpushare extender's answer from %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		if resp.StatusCode == http.StatusNotFound && node != "" {
+			return View{}, fmt.Errorf("node %q: %w (the extender at %s says: %s)", node, ErrNodeNotFound, base, msg)
+		}
+		return View{}, fmt.Errorf("the gpushare extender at %s answered %s: %s", u, resp.Status, msg)
+	}
+
+	var nodes []extenderNode
+	if node != "" {
+		var one extenderNode
+		err = json.Unmarshal(body, &one)
+		nodes = []extenderNode{one}
+	} else {
+		err = json.Unmarshal(body, &nodes)
+	}
+	if err != nil {
+		return View{}, fmt.Errorf("the gpushare extender at %s answered JSON this inspector does not read: %w", u, err)
+	}
+	return viewFromExtender(nodes), nil
+}
+
+// viewFromExtender converts the extender's nodes into a View. A card's
+// Allocated is the extender's Used (what it decides with); a node the
+// extender knows without cards, unit or inventory error is a CPU node and is
+// left out.
+func viewFromExtender(in []extenderNode) View {
+	v := View{Version: ViewVersion, Source: SourceExtender, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
+	for _, en := range in {
+		if en.Unit == "" && en.InventoryError == "" && len(en.Cards) == 0 && len(en.Unplaced) == 0 {
+			continue
+		}
+		n := Node{Name: en.Name, Unit: en.Unit, InventoryError: en.InventoryError, Cards: []Card{}, Uncounted: []Uncounted{}}
+		if en.InventoryError != "" {
+			code := WarnInvalidInventory
+			if strings.Contains(en.InventoryError, api.ErrNoInventory.Error()) {
+				code = WarnNoInventory
+			}
+			v.Warnings = append(v.Warnings, Warning{Node: n.Name, Code: code, Message: en.InventoryError + " (as the extender sees it)"})
+			n.Unit = "" // no usable inventory: no unit, left out of the totals
+		}
+		for _, ec := range en.Cards {
+			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
+			for _, p := range ec.Pods {
+				c.Pods = append(c.Pods, Pod{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Units: p.Units, Phase: p.Phase, Pending: p.Phase == api.PhaseAssigned})
+			}
+			n.Cards = append(n.Cards, c)
+		}
+		for _, p := range en.Unplaced {
+			msg := fmt.Sprintf("pod %s/%s container %s: the extender holds %d %s for it on a card node %s's inventory does not list; not counted",
+				p.Namespace, p.Name, p.Container, p.Units, en.Unit, n.Name)
+			n.Uncounted = append(n.Uncounted, Uncounted{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Code: WarnUnknownCard, Message: msg})
+			v.Warnings = append(v.Warnings, Warning{Node: n.Name, Pod: p.Namespace + "/" + p.Name, Code: WarnUnknownCard, Message: msg})
+		}
+		v.Nodes = append(v.Nodes, n)
+	}
+	v.finish()
+	return v
+}

@@ -1,0 +1,148 @@
+package inspect
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/cache"
+)
+
+// extenderNodes is what the extender's cache would show: written with the
+// extender's own types, so that a change of its JSON breaks this test.
+func extenderNodes() []cache.NodeInfo {
+	return []cache.NodeInfo{
+		{Name: "cpu-1", Cards: []cache.CardInfo{}},
+		{Name: "gpu-b", Unit: api.UnitGiB, Cards: []cache.CardInfo{
+			{Index: 1, UUID: "GPU-b1", Model: a100, State: api.CardUnhealthy, Capacity: 40, Used: 0, Pods: []cache.PodUnits{}},
+			{Index: 0, UUID: "GPU-b0", Model: a100, State: api.CardHealthy, Capacity: 40, Used: 30, Pods: []cache.PodUnits{
+				{Namespace: "ml", Name: "train", UID: "u1", Container: "c", Units: 20, State: cache.Confirmed, Phase: api.PhaseAllocated},
+				{Namespace: "ml", Name: "new", UID: "u2", Container: "c", Units: 10, State: cache.Assumed, Phase: api.PhaseAssigned},
+			}},
+		}, Unplaced: []cache.PodUnits{
+			{Namespace: "ml", Name: "lost", UID: "u3", Container: "c", Units: 5, State: cache.Confirmed, Phase: api.PhaseAllocated},
+		}},
+		{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []cache.CardInfo{}},
+	}
+}
+
+// fakeExtender serves GET /inspect and /inspect/NODE like the extender does.
+func fakeExtender(t *testing.T, nodes []cache.NodeInfo) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == "/inspect" {
+			_ = json.NewEncoder(w).Encode(nodes)
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, "/inspect/")
+		for _, n := range nodes {
+			if n.Name == name {
+				_ = json.NewEncoder(w).Encode(n)
+				return
+			}
+		}
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "not found: node \"" + name + "\" is not in the extender's cache"})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestFromExtender(t *testing.T) {
+	srv := fakeExtender(t, extenderNodes())
+	out, _, err := runCmd(t, nil, "--from-extender", srv.URL, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got View
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	lost := "pod ml/lost container c: the extender holds 5 GiB for it on a card node gpu-b's inventory does not list; not counted"
+	want := View{
+		Version: ViewVersion, Source: SourceExtender,
+		Nodes: []Node{
+			{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []Card{}, Uncounted: []Uncounted{}},
+			{Name: "gpu-b", Unit: api.UnitGiB, Allocated: 30, Total: 80, Cards: []Card{
+				{Index: 0, UUID: "GPU-b0", Model: a100, State: api.CardHealthy, Allocated: 30, Total: 40, Pods: []Pod{
+					{Namespace: "ml", Name: "new", Container: "c", Units: 10, Phase: api.PhaseAssigned, Pending: true},
+					{Namespace: "ml", Name: "train", Container: "c", Units: 20, Phase: api.PhaseAllocated},
+				}},
+				{Index: 1, UUID: "GPU-b1", Model: a100, State: api.CardUnhealthy, Total: 40, Pods: []Pod{}},
+			}, Uncounted: []Uncounted{{Namespace: "ml", Name: "lost", Container: "c", Code: WarnUnknownCard, Message: lost}}},
+		},
+		Totals: []Total{{Unit: api.UnitGiB, Allocated: 30, Total: 80, Percent: 38}},
+		Warnings: []Warning{
+			{Node: "gpu-a", Code: WarnNoInventory, Message: "node gpu-a: " + api.ErrNoInventory.Error() + " (as the extender sees it)"},
+			{Node: "gpu-b", Pod: "ml/lost", Code: WarnUnknownCard, Message: lost},
+		},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("view from the extender (-want +got):\n%s", diff)
+	}
+
+	table, _, err := runCmd(t, nil, "--from-extender", srv.URL+"/", "gpu-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTable := `Source: the gpushare scheduler extender's cache (binds in flight included; no addresses, cordons or kubelet figures).
+
+NAME   IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)
+gpu-b             30/40                  0/40 (unhealthy)       30/80
+
+Warnings (1):
+  UnknownCard: ` + lost + "\n"
+	if diff := cmp.Diff(strings.Split(wantTable, "\n"), strings.Split(table, "\n")); diff != "" {
+		t.Errorf("one node from the extender (-want +got):\n%s", diff)
+	}
+}
+
+func TestFromExtenderErrors(t *testing.T) {
+	srv := fakeExtender(t, extenderNodes())
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"cache not synced yet"}`))
+	}))
+	defer broken.Close()
+	notJSON := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`<html>`))
+	}))
+	defer notJSON.Close()
+
+	cases := []struct {
+		name    string
+		args    []string
+		wantIs  error
+		code    int
+		wantMsg string
+	}{
+		{"unknown node", []string{"--from-extender", srv.URL, "gpu-zz"}, ErrNodeNotFound, ExitError, `node "gpu-zz": node not found (the extender at`},
+		{"extender not ready", []string{"--from-extender", broken.URL}, nil, ExitError, "answered 503 Service Unavailable: cache not synced yet"},
+		{"not the extender", []string{"--from-extender", notJSON.URL}, nil, ExitError, "answered JSON this inspector does not read"},
+		{"not a URL", []string{"--from-extender", "localhost:12345"}, ErrUsage, ExitUsage, "want the extender's base URL"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, _, err := runCmd(t, nil, c.args...)
+			if err == nil {
+				t.Fatalf("no error; printed %q", out)
+			}
+			if c.wantIs != nil && !errors.Is(err, c.wantIs) {
+				t.Errorf("error %v does not match %v", err, c.wantIs)
+			}
+			if ExitCode(err) != c.code {
+				t.Errorf("ExitCode = %d, want %d", ExitCode(err), c.code)
+			}
+			if !strings.Contains(err.Error(), c.wantMsg) {
+				t.Errorf("error %q, want it to contain %q", err, c.wantMsg)
+			}
+		})
+	}
+}
