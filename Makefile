@@ -4,7 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e
 
 help: ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -32,7 +32,10 @@ lint: vet fmt-check tidy-check ## vet, gofmt and go mod tidy checks
 unit: ## unit tests with the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
-test: lint unit ## the test command CI runs: lint + unit tests (-race)
+chart-check: ## helm lint + render matrix + refusals of contradictory values (builds helm once into the cache)
+	hack/chart-check.sh
+
+test: lint unit chart-check ## the test command CI runs: lint, unit tests (-race), Helm chart checks
 
 bench: ## Go benchmarks (figures printed; no pass/fail on speed)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
@@ -42,3 +45,13 @@ IMAGE ?= gpushare:dev
 image: ## container image (needs a Docker engine; without one, builds the binaries the image would hold)
 	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
 	else echo "no Docker engine here: building the image's binaries with 'make build' instead"; $(MAKE) build; fi
+
+# End-to-end: a real control plane on 127.0.0.1 (hack/cluster.sh) and simulated GPU
+# nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
+E2E_TIMEOUT ?= 20m
+
+cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
+	hack/build-k8s.sh
+
+e2e: cluster-binaries ## end-to-end tests against a local control plane (root; docs/e2e.md)
+	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...

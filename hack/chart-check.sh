@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Checks the Helm chart: helm lint; helm template for both scheduler modes and a matrix of values,
+# with assertions on what each renders; contradictory values must fail with their message.
+# With CHART_CHECK_SERVER_DRY_RUN=1 and KUBECONFIG pointing at a live API server (the e2e harness's
+# cluster), every rendering is also validated by the real API: kubectl apply --dry-run=server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+chart=charts/gpushare
+# The Kubernetes version the chart is rendered for (the version the e2e control plane runs).
+kube_version="${KUBE_VERSION:-v1.34.4}"
+helm="$(hack/tools.sh helm)"
+kubectl="${KUBECTL:-kubectl}"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+passed=0
+failed=0
+
+pass() { passed=$((passed + 1)); echo "ok   $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
+
+# render NAME ARGS... : helm template must succeed; the output is kept in $out/NAME.yaml.
+render() {
+  local name=$1; shift
+  if "$helm" template gpushare "$chart" --kube-version "$kube_version" --namespace gpushare-system "$@" >"$out/$name.yaml" 2>"$out/$name.err"; then
+    pass "render $name"
+  else
+    fail "render $name" "$(cat "$out/$name.err")"
+  fi
+}
+
+# expect NAME PATTERN [absent] : the rendering of NAME contains (or, with "absent", lacks) PATTERN.
+expect() {
+  local name=$1 pattern=$2 mode=${3:-present}
+  if grep -qE -- "$pattern" "$out/$name.yaml"; then
+    [ "$mode" = present ] && pass "$name has /$pattern/" || fail "$name" "should not contain /$pattern/"
+  else
+    [ "$mode" = absent ] && pass "$name lacks /$pattern/" || fail "$name" "should contain /$pattern/"
+  fi
+}
+
+# refuse NAME MESSAGE ARGS... : helm template must fail and say MESSAGE.
+refuse() {
+  local name=$1 message=$2; shift 2
+  if "$helm" template gpushare "$chart" --kube-version "$kube_version" "$@" >/dev/null 2>"$out/$name.err"; then
+    fail "refuse $name" "rendered, but should have failed with: $message"
+  elif grep -qF -- "$message" "$out/$name.err"; then
+    pass "refuse $name"
+  else
+    fail "refuse $name" "failed without the message '$message': $(cat "$out/$name.err")"
+  fi
+}
+
+if "$helm" lint "$chart" --kube-version "$kube_version" >"$out/lint.txt" 2>&1; then pass "helm lint"; else fail "helm lint" "$(cat "$out/lint.txt")"; fi
+if "$helm" lint "$chart" --kube-version "$kube_version" --set scheduler.mode=extender-only >"$out/lint2.txt" 2>&1; then pass "helm lint extender-only"; else fail "helm lint extender-only" "$(cat "$out/lint2.txt")"; fi
+
+render dedicated
+expect dedicated 'kind: KubeSchedulerConfiguration'
+expect dedicated 'urlPrefix: http://127.0.0.1:39999'
+expect dedicated 'nodeCacheCapable: true'
+expect dedicated 'name: example.com/gpu-mem'
+expect dedicated 'image: "registry.k8s.io/kube-scheduler:v1.34.4"'
+expect dedicated 'kind: DaemonSet'
+expect dedicated 'priorityClassName: system-node-critical'
+expect dedicated 'fieldPath: spec.nodeName'
+expect dedicated 'name: "system:kube-scheduler"'
+expect dedicated 'resources: \[pods/binding\]'
+expect dedicated 'kind: ServiceMonitor' absent
+
+render extender-only --set scheduler.mode=extender-only
+expect extender-only 'kind: KubeSchedulerConfiguration' absent
+expect extender-only 'name: kube-scheduler$' absent
+expect extender-only 'system:kube-scheduler' absent
+expect extender-only 'kind: Service$'
+expect extender-only 'value: ":39999"'
+
+render ha --set scheduler.replicas=2
+expect ha 'replicas: 2'
+expect ha 'leaderElect: true'
+expect ha 'kind: Lease|resources: \[leases\]'
+
+render strategies --set devicePlugin.deviceListStrategy=envvar --set devicePlugin.deviceIDStrategy=index \
+  --set devicePlugin.memoryUnit=MiB --set devicePlugin.healthChecks=false
+expect strategies 'value: "envvar"'
+expect strategies 'value: "index"'
+expect strategies 'value: "MiB"'
+expect strategies 'unhealthyDevices.json' absent
+
+render isolation --set 'devicePlugin.isolation.index={1,3}' --set 'devicePlugin.isolation.uuid={GPU-0000aaaa}'
+expect isolation 'unhealthyDevices.json: .*index.*\[1,3\]'
+expect isolation 'GPUSHARE_ISOLATION_FILE'
+
+render no-deviceplugin --set devicePlugin.enabled=false
+expect no-deviceplugin 'kind: DaemonSet' absent
+
+render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect servicemonitor 'kind: ServiceMonitor'
+
+refuse bad-mode '/scheduler/mode' --set scheduler.mode=primary
+refuse extender-only-replicas 'extender-only mode runs one extender replica' --set scheduler.mode=extender-only --set scheduler.replicas=2
+refuse ha-without-election 'needs scheduler.kubeScheduler.leaderElection=true' --set scheduler.replicas=2 --set scheduler.kubeScheduler.leaderElection=false
+refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
+refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
+refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
+refuse unknown-value 'additional properties' --set scheduler.polcy=spread
+
+if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
+  "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
+  for f in "$out"/*.yaml; do
+    name=$(basename "$f" .yaml)
+    [ "$name" = servicemonitor ] && continue   # no Prometheus operator CRD on the test cluster
+    if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
+      pass "server dry-run $name"
+    else
+      fail "server dry-run $name" "$(cat "$out/$name.dry")"
+    fi
+  done
+fi
+
+echo "chart: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
