@@ -49,6 +49,25 @@ type Node struct {
 	// InventoryErr is set when the node's inventory could not be read; such
 	// a node never fits, and the reason says why.
 	InventoryErr error
+	// HostFree, when not nil, is the node's CPU and memory not yet requested
+	// by its pods (allocatable minus the sum of requests, as kube-scheduler's
+	// NodeResourcesFit counts them), before the pod being decided is placed.
+	// Optional: nil means unknown, and policies then ignore CPU and memory.
+	// Decide never filters on it (kube-scheduler does); fragmentation-aware
+	// policies use it to see GPUs that CPU or memory leave unusable.
+	HostFree *HostResources
+}
+
+// HostResources is CPU and memory as kube-scheduler counts requests:
+// CPU in millicores, memory in MiB (2^20 bytes).
+type HostResources struct {
+	CPUMilli  int64
+	MemoryMiB int64
+}
+
+// Fits reports whether a request r fits in free h.
+func (h HostResources) Fits(r HostResources) bool {
+	return r.CPUMilli <= h.CPUMilli && r.MemoryMiB <= h.MemoryMiB
 }
 
 // Demand is what one container asks for.
@@ -69,6 +88,9 @@ type Request struct {
 	Demands []Demand
 	// Models, when not empty, restricts the pod to cards of these models.
 	Models []string
+	// Host is the pod's CPU and memory request (sum over its containers).
+	// Optional: the zero value means none or unknown.
+	Host HostResources
 }
 
 // RequestFromPod converts the contract's pod request into an allocator request.
@@ -156,16 +178,22 @@ func (d Decision) Message() string {
 // Workload is the distribution of demands seen so far, learned online from
 // the pods the scheduler has already handled; policies that care about
 // fragmentation weigh free space by it. A nil or empty Workload is allowed.
+// Build it with Observe (see workload.go), which also keeps the index those
+// policies read precomputed.
 type Workload struct {
 	Shapes []Shape
+	idx    *fragIndex
 }
 
-// Shape is one kind of demand and how often it was seen.
+// Shape is one kind of demand and how often it was seen. A shape with
+// Units == 0 and WholeCards == 0 is a pod that asks for no GPU.
 type Shape struct {
 	Units      int64
 	WholeCards int
 	Models     []string
 	Weight     float64
+	// Host is the shape's CPU and memory request (zero when unknown).
+	Host HostResources
 }
 
 func quantity(units int64, unit api.MemoryUnit) string {

@@ -94,14 +94,13 @@ func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements boo
 		order = append(order, i)
 	}
 	// Hardest first: whole-card demands by count, then shares by size;
-	// equal demands keep the pod's order.
-	sort.SliceStable(order, func(a, b int) bool {
-		da, db := req.Demands[order[a]], req.Demands[order[b]]
-		if da.WholeCards != db.WholeCards {
-			return da.WholeCards > db.WholeCards
+	// equal demands keep the pod's order. An insertion sort: pods have few
+	// containers, and it allocates nothing on this hot path.
+	for a := 1; a < len(order); a++ {
+		for b := a; b > 0 && harder(req.Demands[order[b]], req.Demands[order[b-1]]); b-- {
+			order[b], order[b-1] = order[b-1], order[b]
 		}
-		return da.Units > db.Units
-	})
+	}
 	if wantPlacements {
 		d.Placements = make([]Placement, len(req.Demands))
 	}
@@ -146,6 +145,15 @@ func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements boo
 	d.Fits = true
 	d.Score = p.Score(node, free, req, w)
 	return d
+}
+
+// harder reports whether demand a is placed before demand b: whole-card
+// demands by count, then shares by size.
+func harder(a, b Demand) bool {
+	if a.WholeCards != b.WholeCards {
+		return a.WholeCards > b.WholeCards
+	}
+	return a.Units > b.Units
 }
 
 // shareReason says why no card can take a share demand.
@@ -258,6 +266,18 @@ func registry() map[string]*Policy {
 			Description: "use the emptiest card on the least allocated node, spreading load (and the blast radius of a card failure)",
 			ChooseCard:  worstFit,
 			Score:       func(n *Node, free []int64, r Request, w *Workload) float64 { return 1 - allocatedShare(n, free, r, w) },
+		},
+		"bestfit": {
+			Name:        "bestfit",
+			Description: "the FGD paper's BestFit baseline: least CPU and GPU left on the node after placement (0.5·cores/128 + 0.5·cards/8), best-fit card",
+			ChooseCard:  bestFit,
+			Score:       bestFitScore,
+		},
+		"fgd": {
+			Name:        "fgd",
+			Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
+			ChooseCard:  fragChooseCard,
+			Score:       fgdScore,
 		},
 	}
 }

@@ -1,0 +1,8 @@
+//go:build !unix
+
+package allocator
+
+import "time"
+
+// processCPU is unknown here; benchmarks then report 0 CPU ns/op.
+func processCPU() time.Duration { return 0 }

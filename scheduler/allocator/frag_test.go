@@ -1,0 +1,226 @@
+package allocator
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// fragNode has two 1,000-unit T4 cards, the first with 700 used, and 8
+// cores / 32 GiB free.
+func fragNode() *Node {
+	return &Node{
+		Name: "n",
+		Cards: []Card{
+			{Index: 0, Model: "T4", Capacity: 1000, Used: 700, State: api.CardHealthy},
+			{Index: 1, Model: "T4", Capacity: 1000, State: api.CardHealthy},
+		},
+		HostFree: &HostResources{CPUMilli: 8000, MemoryMiB: 32768},
+	}
+}
+
+// fragWorkload: 2 pods of 500 units (4 cores), 1 of a full card (4 cores),
+// 1 CPU-only (2 cores), 1 of 200 units that wants 16 cores.
+func fragWorkload() *Workload {
+	w := &Workload{}
+	w.Observe(Shape{Units: 500, Host: HostResources{CPUMilli: 4000}})
+	w.Observe(Shape{Units: 500, Host: HostResources{CPUMilli: 4000}})
+	w.Observe(Shape{Units: 1000, Host: HostResources{CPUMilli: 4000}})
+	w.Observe(Shape{Host: HostResources{CPUMilli: 2000}})
+	w.Observe(Shape{Units: 200, Host: HostResources{CPUMilli: 16000}})
+	return w
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+
+func TestFragMeasureByHand(t *testing.T) {
+	node, w := fragNode(), fragWorkload()
+	ix := w.index()
+	if len(w.Shapes) != 4 {
+		t.Fatalf("Observe kept %d shapes, want 4 (the two 500-unit pods merge)", len(w.Shapes))
+	}
+	before, bits := make([]int64, 2), make([]uint64, 2)
+	ix.modelBits(node, bits)
+	beforeFree(node, before)
+	// Free: 300 and 1,000 (T = 1,300). Shares: 500u 2/5, 1000u 1/5,
+	// CPU-only 1/5, 200u@16 cores 1/5.
+	//   500u:       card 0 (300 < 500) is lost, card 1 fits: 300 × 0.4 = 120
+	//   1000u:      card 0 lost again:                        300 × 0.2 =  60
+	//   CPU-only:   asks no GPU, all free is lost:           1300 × 0.2 = 260
+	//   200u@16c:   the node has 8 cores, all free is lost:  1300 × 0.2 = 260
+	// frag = 700.
+	if got := ix.measure(node, before, bits, node.HostFree); !near(got, 700) {
+		t.Errorf("frag = %v, want 700", got)
+	}
+	// Without host information nothing is CPU-blocked: the 200-unit shape
+	// uses both cards (300 ≥ 200), so frag = 120 + 60 + 260 + 0 = 440.
+	if got := ix.measure(node, before, bits, nil); !near(got, 440) {
+		t.Errorf("frag without host = %v, want 440", got)
+	}
+	// The sorted fast path agrees.
+	var v nodeView
+	v.load(node, before, bits)
+	fit := make([]float64, len(ix.classes))
+	ix.fitWeights(node.HostFree, fit)
+	if got := ix.measureView(&v, fit); !near(got, 700) {
+		t.Errorf("fast frag = %v, want 700", got)
+	}
+}
+
+// TestFastMeasureMatchesDefinition compares the sorted fast path with the
+// card-by-card definition on random nodes (alike and mixed models) and
+// random workloads.
+func TestFastMeasureMatchesDefinition(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	for iter := 0; iter < 2000; iter++ {
+		w := &Workload{}
+		for k := 0; k < 1+rng.Intn(12); k++ {
+			s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
+			switch rng.Intn(4) {
+			case 0:
+				s.WholeCards = 1 + rng.Intn(4)
+			case 1: // no GPU
+			default:
+				s.Units = int64(1+rng.Intn(10)) * 100
+			}
+			if rng.Intn(3) == 0 {
+				s.Models = []string{[]string{"A", "B", "C"}[rng.Intn(3)]}
+			}
+			w.Observe(s)
+		}
+		n := 1 + rng.Intn(8)
+		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
+		mixed := rng.Intn(2) == 0
+		for i := 0; i < n; i++ {
+			c := Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
+			if mixed {
+				c.Model = []string{"A", "B"}[rng.Intn(2)]
+				if rng.Intn(3) == 0 {
+					c.Capacity = 2000
+				}
+			}
+			node.Cards = append(node.Cards, c)
+		}
+		ix := w.index()
+		vec, bits := make([]int64, n), make([]uint64, n)
+		ix.modelBits(node, bits)
+		beforeFree(node, vec)
+		var v nodeView
+		v.load(node, vec, bits)
+		fit := make([]float64, len(ix.classes))
+		ix.fitWeights(node.HostFree, fit)
+		if got, want := ix.measureView(&v, fit), ix.measure(node, vec, bits, node.HostFree); !near(got, want) {
+			t.Fatalf("iteration %d: fast %v, definition %v\nnode %+v\nshapes %+v", iter, got, want, node.Cards, w.Shapes)
+		}
+		// take agrees with changing the vector.
+		for i := range vec {
+			if vec[i] >= 100 {
+				tv := v.take(vec[i], 100, node.Cards[i].Capacity, bits[i])
+				vec[i] -= 100
+				if got, want := ix.measureView(&tv, fit), ix.measure(node, vec, bits, node.HostFree); !near(got, want) {
+					t.Fatalf("iteration %d: after take fast %v, definition %v", iter, got, want)
+				}
+				break
+			}
+		}
+	}
+}
+
+func TestFGDPlacesWhereFragGrowsLeast(t *testing.T) {
+	node, w := fragNode(), fragWorkload()
+	fgd, err := Lookup("fgd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 1000}}
+	// On card 0 (300 → 0): free 0 and 1,000, T = 1,000, 7 cores left:
+	//   500u 0, 1000u 0, CPU-only 200, 200u@16c 200: frag 400, growth −300.
+	// On card 1 (1,000 → 700): free 300 and 700, T = 1,000:
+	//   500u 300×0.4 = 120, 1000u no card fits: 1000×0.2 = 200, CPU-only
+	//   200, 200u@16c 200: frag 720, growth +20.
+	// FGD takes card 0 and scores the node −growth = 300.
+	d := fgd.Decide(node, req, w)
+	if !d.Fits || d.Placements[0].Grants[0].Card != 0 {
+		t.Fatalf("decision = %+v, want card 0", d)
+	}
+	if !near(d.Score, 300) {
+		t.Errorf("score = %v, want 300", d.Score)
+	}
+	if e := fgd.Evaluate(node, req, w); !near(e.Score, d.Score) {
+		t.Errorf("Evaluate score %v differs from Decide's %v", e.Score, d.Score)
+	}
+}
+
+func TestFGDCountsCPUBlockedAndExcludedModels(t *testing.T) {
+	w := &Workload{}
+	w.Observe(Shape{Units: 500, Models: []string{"V100"}})
+	node := fragNode()
+	// The only shape wants V100s: every T4 unit is lost, before and after,
+	// so placing a model-free pod of 200 units shrinks frag by exactly 200.
+	fgd, _ := Lookup("fgd")
+	d := fgd.Evaluate(node, Request{Demands: []Demand{{Units: 200}}}, w)
+	if !near(d.Score, 200) {
+		t.Errorf("score = %v, want 200", d.Score)
+	}
+}
+
+func TestFragWithoutWorkloadIsNeutral(t *testing.T) {
+	fgd, _ := Lookup("fgd")
+	d := fgd.Evaluate(fragNode(), Request{Demands: []Demand{{Units: 200}}}, nil)
+	if !d.Fits || d.Score != 0 {
+		t.Errorf("decision = %+v, want a fit scored 0", d)
+	}
+}
+
+func TestObserveMergesEqualShapesAndIndexesClasses(t *testing.T) {
+	w := &Workload{}
+	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 1000}})
+	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 1000}})
+	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 2000}})
+	w.Observe(Shape{WholeCards: 2})
+	if len(w.Shapes) != 3 || w.Shapes[0].Weight != 2 {
+		t.Fatalf("shapes = %+v, want 3 with the first weighing 2", w.Shapes)
+	}
+	ix := w.index()
+	// One class for the 500-unit T4 pods (two host requests), one for 2 whole cards.
+	if len(ix.classes) != 2 {
+		t.Fatalf("classes = %+v, want 2", ix.classes)
+	}
+	c := ix.classes[0]
+	if c.units != 500 || c.count != 1 || !near(c.weight, 0.75) || len(c.hosts) != 2 {
+		t.Errorf("share class = %+v, want 500 units ×1, weight 0.75, 2 host requests", c)
+	}
+	if c := ix.classes[1]; c.units != 0 || c.count != 2 || !near(c.weight, 0.25) {
+		t.Errorf("whole class = %+v, want 2 whole cards, weight 0.25", c)
+	}
+	// Of the share class's 0.75, 0.5 asks for 1 core and 0.25 for 2: with
+	// 1.5 cores free 0.5 fits, with 0.5 cores nothing, with 2 cores all.
+	for _, tc := range []struct {
+		cpu  int64
+		want float64
+	}{{1500, 0.5}, {500, 0}, {2000, 0.75}} {
+		if got := c.hostFitWeight(&HostResources{CPUMilli: tc.cpu}); !near(got, tc.want) {
+			t.Errorf("host-fit weight with %d millicores = %v, want %v", tc.cpu, got, tc.want)
+		}
+	}
+}
+
+func TestBestFitScoreByHand(t *testing.T) {
+	node := &Node{
+		Cards: []Card{
+			{Capacity: 1000, Used: 500, State: api.CardHealthy},
+			{Capacity: 1000, State: api.CardHealthy},
+			{Capacity: 1000, State: api.CardHealthy},
+		},
+		HostFree: &HostResources{CPUMilli: 40000, MemoryMiB: 1 << 20},
+	}
+	bf, _ := Lookup("bestfit")
+	// A whole card and 8 cores: 1.5 cards and 32 cores left:
+	// −(0.5·32/128 + 0.5·1.5/8) = −0.21875.
+	d := bf.Evaluate(node, Request{Demands: []Demand{{Units: 1000}}, Host: HostResources{CPUMilli: 8000}}, nil)
+	if !near(d.Score, -0.21875) {
+		t.Errorf("score = %v, want -0.21875", d.Score)
+	}
+}

@@ -1,0 +1,207 @@
+package allocator
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Observe records one more pod of shape s: its weight is added to an equal
+// shape already recorded (same Units, WholeCards, Models and Host), or s is
+// appended. A zero s.Weight counts as 1. Observe keeps the precomputed index
+// that fragmentation-aware policies read up to date, so it must not run
+// while another goroutine evaluates a policy with w: callers update a
+// workload between decisions (the simulator after each arrival, the
+// extender's cache under its lock) and hand policies a settled value.
+//
+// This is how a policy learns the workload online, from pods it has seen.
+func (w *Workload) Observe(s Shape) {
+	if s.Weight == 0 {
+		s.Weight = 1
+	}
+	for i := range w.Shapes {
+		if sameShape(w.Shapes[i], s) {
+			w.Shapes[i].Weight += s.Weight
+			w.Reindex()
+			return
+		}
+	}
+	s.Models = slices.Clone(s.Models)
+	w.Shapes = append(w.Shapes, s)
+	w.Reindex()
+}
+
+// Reindex rebuilds the precomputed index from Shapes. Call it after changing
+// Shapes directly; policies given a workload whose index is missing or stale
+// build a temporary one on every call (correct, but slower and allocating).
+func (w *Workload) Reindex() {
+	w.idx = buildFragIndex(w.Shapes)
+}
+
+func sameShape(a, b Shape) bool {
+	return a.Units == b.Units && a.WholeCards == b.WholeCards && a.Host == b.Host && slices.Equal(a.Models, b.Models)
+}
+
+// fragIndex is a workload's shapes arranged for the fragmentation measure:
+// GPU shapes grouped into classes that need the same cards, with weights
+// normalised to shares of all pods seen.
+type fragIndex struct {
+	// shapes is len(Workload.Shapes) and weight the total weight when the
+	// index was built; a mismatch means the index is stale.
+	shapes int
+	weight float64
+	// noGPU is the share of pods that ask for no GPU.
+	noGPU float64
+	// models are the models any shape names; bit i of a class's mask is models[i].
+	models  []string
+	classes []fragClass
+	// weights[i] is classes[i].weight; maxHost bounds every GPU shape's
+	// CPU and memory request (a node with that much free blocks none).
+	weights []float64
+	maxHost HostResources
+}
+
+// fragClass is the GPU shapes that need the same cards: count cards with
+// units free each (units == 0: count whole unused cards), of the models in
+// mask (any model when anyModel).
+type fragClass struct {
+	units    int64
+	count    int
+	anyModel bool
+	mask     uint64
+	// weight is the class's share of all pods; hosts splits it by CPU and
+	// memory request, and minHost/maxHost bound those requests so that most
+	// nodes need not look at hosts at all.
+	weight           float64
+	hosts            []hostWeight
+	minHost, maxHost HostResources
+}
+
+type hostWeight struct {
+	host   HostResources
+	weight float64
+}
+
+// hostFitWeight is the part of the class's weight whose CPU and memory fit
+// in free (all of it when free is unknown).
+func (c *fragClass) hostFitWeight(free *HostResources) float64 {
+	if free == nil || free.Fits(c.maxHost) {
+		return c.weight
+	}
+	if !free.Fits(c.minHost) {
+		return 0
+	}
+	var w float64
+	for _, h := range c.hosts { // by ascending CPU
+		if h.host.CPUMilli > free.CPUMilli {
+			break
+		}
+		if h.host.MemoryMiB <= free.MemoryMiB {
+			w += h.weight
+		}
+	}
+	return w
+}
+
+func buildFragIndex(shapes []Shape) *fragIndex {
+	ix := &fragIndex{shapes: len(shapes)}
+	for _, s := range shapes {
+		if s.Weight > 0 {
+			ix.weight += s.Weight
+		}
+	}
+	if ix.weight == 0 {
+		return ix
+	}
+	modelBit := func(m string) uint64 {
+		for i, known := range ix.models {
+			if known == m {
+				return 1 << uint(i)
+			}
+		}
+		if len(ix.models) == 64 {
+			return 0 // more than 64 models: treated as not matching (conservative)
+		}
+		ix.models = append(ix.models, m)
+		return 1 << uint(len(ix.models)-1)
+	}
+	byKey := map[string]int{}
+	for _, s := range shapes {
+		if s.Weight <= 0 {
+			continue
+		}
+		share := s.Weight / ix.weight
+		if s.WholeCards <= 0 && s.Units <= 0 {
+			ix.noGPU += share
+			continue
+		}
+		c := fragClass{units: s.Units, count: 1, anyModel: len(s.Models) == 0}
+		if s.WholeCards > 0 {
+			c.units, c.count = 0, s.WholeCards
+		}
+		for _, m := range s.Models {
+			c.mask |= modelBit(m)
+		}
+		models := slices.Clone(s.Models)
+		slices.Sort(models)
+		key := strings.Join([]string{strconv.FormatInt(c.units, 10), strconv.Itoa(c.count), strings.Join(models, "|")}, "/")
+		i, ok := byKey[key]
+		if !ok {
+			i = len(ix.classes)
+			byKey[key] = i
+			c.minHost, c.maxHost = s.Host, s.Host
+			ix.classes = append(ix.classes, c)
+		}
+		cl := &ix.classes[i]
+		cl.weight += share
+		cl.minHost.CPUMilli = min(cl.minHost.CPUMilli, s.Host.CPUMilli)
+		cl.minHost.MemoryMiB = min(cl.minHost.MemoryMiB, s.Host.MemoryMiB)
+		cl.maxHost.CPUMilli = max(cl.maxHost.CPUMilli, s.Host.CPUMilli)
+		cl.maxHost.MemoryMiB = max(cl.maxHost.MemoryMiB, s.Host.MemoryMiB)
+		merged := false
+		for k := range cl.hosts {
+			if cl.hosts[k].host == s.Host {
+				cl.hosts[k].weight += share
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			cl.hosts = append(cl.hosts, hostWeight{host: s.Host, weight: share})
+		}
+	}
+	// Classes by card count, then by per-card units: the measure walks the
+	// share classes (count 1) in ascending units along a node's sorted free
+	// shares. Host requests by ascending CPU let hostFitWeight stop early.
+	slices.SortStableFunc(ix.classes, func(a, b fragClass) int {
+		switch {
+		case a.count != b.count:
+			return a.count - b.count
+		case a.units < b.units:
+			return -1
+		case a.units > b.units:
+			return 1
+		}
+		return 0
+	})
+	for i := range ix.classes {
+		c := &ix.classes[i]
+		slices.SortStableFunc(c.hosts, func(a, b hostWeight) int { return int(a.host.CPUMilli - b.host.CPUMilli) })
+		ix.weights = append(ix.weights, c.weight)
+		ix.maxHost.CPUMilli = max(ix.maxHost.CPUMilli, c.maxHost.CPUMilli)
+		ix.maxHost.MemoryMiB = max(ix.maxHost.MemoryMiB, c.maxHost.MemoryMiB)
+	}
+	return ix
+}
+
+// index returns the workload's precomputed index, or builds one when it is
+// missing or stale (Shapes changed without Reindex).
+func (w *Workload) index() *fragIndex {
+	if w == nil {
+		return nil
+	}
+	if ix := w.idx; ix != nil && ix.shapes == len(w.Shapes) {
+		return ix
+	}
+	return buildFragIndex(w.Shapes)
+}
