@@ -1,0 +1,206 @@
+package replay
+
+import (
+	"bytes"
+	"image/png"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
+
+// tinyNodes is one node with two cards and 10 cores.
+const tinyNodes = `sn,cpu_milli,memory_mib,gpu,model
+n0,10000,65536,2,T4
+`
+
+// tinyPods: a full card, a 600-milli share, two whole cards, and a CPU-only
+// pod too big for the node's CPU.
+const tinyPods = `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec
+a,1000,1024,1,1000,
+b,1000,1024,1,600,T4
+d,1000,1024,2,1000,
+c,20000,1024,0,0,
+`
+
+func tinyTrace(t *testing.T) *Trace {
+	t.Helper()
+	nodes, err := ReadNodes(strings.NewReader(tinyNodes), FormatOpenb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPods(strings.NewReader(tinyPods), FormatOpenb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &Trace{Name: "tiny", Nodes: nodes, Pods: pods, WholeCardUnits: OpenbCardUnits}
+	if err := tr.validate(); err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestReadOpenb(t *testing.T) {
+	tr := tinyTrace(t)
+	if got, want := tr.Capacity(), int64(2000); got != want {
+		t.Errorf("capacity = %d, want %d", got, want)
+	}
+	want := []PodSpec{
+		{Name: "a", CPUMilli: 1000, MemoryMiB: 1024, Units: 1000},
+		{Name: "b", CPUMilli: 1000, MemoryMiB: 1024, Units: 600, Models: []string{"T4"}},
+		{Name: "d", CPUMilli: 1000, MemoryMiB: 1024, WholeCards: 2},
+		{Name: "c", CPUMilli: 20000, MemoryMiB: 1024},
+	}
+	if diff := cmp.Diff(want, tr.Pods); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+	// GPU request: a share counts its units, whole cards 1,000 each.
+	if got := tr.GPURequest(tr.Pods[2]); got != 2000 {
+		t.Errorf("request of 2 whole cards = %d, want 2000", got)
+	}
+}
+
+func TestReadMemoryFormat(t *testing.T) {
+	nodes, err := ReadNodes(strings.NewReader("name,cpu_milli,memory_mib,gpu,model,card_gib\nn1,32000,131072,2,T4,16\n"), FormatMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantNodes := []NodeSpec{{Name: "n1", CPUMilli: 32000, MemoryMiB: 131072, Cards: []CardSpec{{"T4", 16}, {"T4", 16}}}}
+	if diff := cmp.Diff(wantNodes, nodes); diff != "" {
+		t.Errorf("nodes (-want +got):\n%s", diff)
+	}
+	pods, err := ReadPods(strings.NewReader("name,cpu_milli,memory_mib,num_gpu,gpu_gib,gpu_spec\np1,4000,8192,1,6,\np2,1000,1024,2,0,T4|A10\n"), FormatMemory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPods := []PodSpec{
+		{Name: "p1", CPUMilli: 4000, MemoryMiB: 8192, Units: 6},
+		{Name: "p2", CPUMilli: 1000, MemoryMiB: 1024, WholeCards: 2, Models: []string{"T4", "A10"}},
+	}
+	if diff := cmp.Diff(wantPods, pods); diff != "" {
+		t.Errorf("pods (-want +got):\n%s", diff)
+	}
+}
+
+func TestReadRejectsBadRows(t *testing.T) {
+	for name, in := range map[string]string{
+		"negative cpu":          "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,-1,0,0,0\n",
+		"one gpu of no share":   "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,0,1,0\n",
+		"missing gpu_milli col": "name,cpu_milli,memory_mib,num_gpu\np,1,0,1\n",
+	} {
+		if _, err := ReadPods(strings.NewReader(in), FormatOpenb); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestArrivalsShuffleThenInflateToTarget(t *testing.T) {
+	tr := tinyTrace(t)
+	// The trace asks for 1000+600+2000 = 3600 units of 2000: already 180%,
+	// so at 130% no copy is added, only the order changes.
+	got := arrivals(tr, 42, 1.3)
+	if len(got) != 4 {
+		t.Fatalf("%d arrivals at 130%%, want the 4 trace pods", len(got))
+	}
+	// At 300% (6000 units) copies are appended until the request reaches it.
+	got = arrivals(tr, 42, 3.0)
+	var names []string
+	var total int64
+	for _, p := range got {
+		names = append(names, p.Name)
+		total += tr.GPURequest(p)
+	}
+	first := slices.Clone(names[:4])
+	slices.Sort(first)
+	if diff := cmp.Diff([]string{"a", "b", "c", "d"}, first); diff != "" {
+		t.Errorf("the first arrivals are not a permutation of the trace (-want +got):\n%s", diff)
+	}
+	if total < 6000 {
+		t.Errorf("total request %d after inflation, want ≥ 6000", total)
+	}
+	last := got[len(got)-1]
+	if total-tr.GPURequest(last) >= 6000 {
+		t.Errorf("the last copy (%s) was not needed: %d before it", last.Name, total-tr.GPURequest(last))
+	}
+	// Same seed, same arrivals; another seed, another order.
+	if diff := cmp.Diff(got, arrivals(tr, 42, 3.0)); diff != "" {
+		t.Errorf("arrivals are not reproducible:\n%s", diff)
+	}
+}
+
+func TestReplayPlacesFailsAndDrawsTheCurve(t *testing.T) {
+	tr := tinyTrace(t)
+	binpack, err := allocator.Lookup("binpack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Order a, b, d, c on one node with two 1,000-unit cards and 10 cores:
+	//   a (1000) takes card 0: arrived 1000 = 50%, allocated 50%;
+	//   b (600) takes card 1:  arrived 1600 = 80%, allocated 80%;
+	//   d (2 whole cards) fails, no unused card: arrived 3600 = 180%;
+	//   c (CPU-only, 20 cores) fails the CPU filter.
+	// So the curve is 50 up to 50% arrival, 80 from 51% to 130%, and
+	// unallocated at 100% is 20.
+	run := replayPods(tr, binpack, 0, tr.Pods)
+	if run.Failed != 2 || run.Pods != 4 {
+		t.Errorf("pods %d failed %d, want 4 and 2", run.Pods, run.Failed)
+	}
+	if run.FailedAt100 != 0 {
+		t.Errorf("failed before 100%% arrival = %d, want 0 (d arrives at 180%%)", run.FailedAt100)
+	}
+	want := make([]float64, CurveSteps)
+	for k := 1; k < CurveSteps; k++ {
+		if k <= 50 {
+			want[k] = 50
+		} else {
+			want[k] = 80
+		}
+	}
+	if diff := cmp.Diff(want, run.Curve); diff != "" {
+		t.Errorf("curve (-want +got):\n%s", diff)
+	}
+	if got := run.UnallocatedAt100(); got != 20 {
+		t.Errorf("unallocated at 100%% = %v, want 20", got)
+	}
+}
+
+func TestReplayCountsFailuresBeforeFullArrival(t *testing.T) {
+	tr := tinyTrace(t)
+	binpack, _ := allocator.Lookup("binpack")
+	// c first (fails on CPU at 0% arrival), then a: one failure before 100%.
+	run := replayPods(tr, binpack, 0, []PodSpec{tr.Pods[3], tr.Pods[0]})
+	if run.Failed != 1 || run.FailedAt100 != 1 {
+		t.Errorf("failed %d (at 100%%: %d), want 1 and 1", run.Failed, run.FailedAt100)
+	}
+}
+
+func TestSummarizeAveragesSeeds(t *testing.T) {
+	a := Run{Trace: "t", Policy: "p", Failed: 1, Curve: make([]float64, CurveSteps)}
+	b := Run{Trace: "t", Policy: "p", Failed: 3, Curve: make([]float64, CurveSteps)}
+	a.Curve[100], b.Curve[100] = 90, 94
+	s := Summarize([]Run{a, b})
+	if s.UnallocatedAt100 != 8 || s.FailedPods != 2 || s.AllocatedAt["100"] != 92 {
+		t.Errorf("summary = %+v, want unallocated 8, failed 2, allocated@100 92", s)
+	}
+}
+
+func TestPlotWritesAPNG(t *testing.T) {
+	curve := make([]float64, CurveSteps)
+	for k := range curve {
+		curve[k] = min(float64(k), 93)
+	}
+	var buf bytes.Buffer
+	if err := Plot(&buf, []Series{{Name: "binpack", Curve: curve}, {Name: "anchor", Curve: curve, Dashed: true}}, "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() < 600 || b.Dy() < 300 {
+		t.Errorf("image is %v, too small to read", b)
+	}
+}

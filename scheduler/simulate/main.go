@@ -1,0 +1,57 @@
+// Command gpushare-simulate replays GPU-sharing traces (Alibaba's openb, or
+// gpushare's memory format) through the extender's allocator and policies
+// and reports how much GPU capacity each policy allocates (docs/packing.md).
+//
+//	gpushare-simulate -workloads default -policies binpack,fgd,frag
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/replay"
+)
+
+func main() {
+	o := replay.Options{Stdout: os.Stdout}
+	var workloads, policies string
+	var quiet bool
+	flag.StringVar(&o.TracesDir, "traces", envOr("GPUSHARE_TRACES", "../shared/traces"), "directory with openb/ and fgd_anchor_unallocated.csv (env GPUSHARE_TRACES)")
+	flag.StringVar(&workloads, "workloads", "default", `comma-separated openb workloads ("default", "gpushare40", …) or "all" for the anchor's 17`)
+	flag.StringVar(&o.MemoryNodes, "memory-nodes", "", "node file of a memory-format trace (replaces -workloads)")
+	flag.StringVar(&o.MemoryPods, "memory-pods", "", "pod file of a memory-format trace")
+	flag.StringVar(&policies, "policies", strings.Join(allocator.Names(), ","), "comma-separated policies")
+	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
+	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
+	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
+	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
+	flag.StringVar(&o.Output, "o", "table", "output: table or json")
+	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
+	flag.StringVar(&o.PNG, "png", "", "write the allocation curves of the first workload to this PNG")
+	flag.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	flag.Parse()
+	o.Workloads = strings.Split(workloads, ",")
+	o.Policies = strings.Split(policies, ",")
+	if !quiet {
+		o.Progress = os.Stderr
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := replay.Main(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
