@@ -100,17 +100,18 @@ type Options struct {
 // NewOptions returns Options writing to streams, with kubectl's default
 // connection flags.
 func NewOptions(streams genericiooptions.IOStreams) *Options {
-	return &Options{
-		ConfigFlags: genericclioptions.NewConfigFlags(true),
-		IOStreams:   streams,
-	}
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.Namespace = nil // the view spans every namespace: no -n flag
+	return &Options{ConfigFlags: flags, IOStreams: streams}
 }
 
 // NewCmd returns the `kubectl inspect gpushare` command run with o.
 func NewCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "kubectl inspect gpushare [NODE] [-d] [-o json|yaml]",
-		Short: "Show GPU-memory allocation per node and per card",
+		Use: "kubectl-inspect-gpushare [NODE] [-d] [-o json|yaml]",
+		// kubectl runs the plugin for `kubectl inspect gpushare`; help says so.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
+		Short:       "Show GPU-memory allocation per node and per card",
 		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
 as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.`,
 		Example: `  # one row per GPU node, one column per card
