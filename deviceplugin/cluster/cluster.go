@@ -107,7 +107,17 @@ func (c *Cluster) Start(ctx context.Context) error {
 
 // Pods lists the pods bound to the node, from the informer's cache.
 func (c *Cluster) Pods() ([]*corev1.Pod, error) {
-	return c.pods.List(labels.Everything())
+	all, err := c.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0:0]
+	for _, p := range all {
+		if p.Spec.NodeName == c.node { // the field selector already does this; the fake clientset does not
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // UpdateAssignment reads the pod's assignment from the API server, applies

@@ -1,0 +1,567 @@
+package plugin
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+const nodeName = "gpu-node"
+
+// fakeKubelet is the kubelet's Registration service on kubelet.sock.
+type fakeKubelet struct {
+	pluginapi.UnimplementedRegistrationServer
+	reqs chan *pluginapi.RegisterRequest
+	srv  *grpc.Server
+}
+
+func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.reqs <- r
+	return &pluginapi.Empty{}, nil
+}
+
+func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
+	t.Helper()
+	path := filepath.Join(dir, "kubelet.sock")
+	_ = os.Remove(path)
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &fakeKubelet{reqs: make(chan *pluginapi.RegisterRequest, 8), srv: grpc.NewServer()}
+	pluginapi.RegisterRegistrationServer(k.srv, k)
+	go func() { _ = k.srv.Serve(lis) }()
+	t.Cleanup(k.srv.Stop)
+	return k
+}
+
+func (k *fakeKubelet) waitRegistration(t *testing.T) *pluginapi.RegisterRequest {
+	t.Helper()
+	select {
+	case r := <-k.reqs:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("the plugin did not register with the kubelet within 10s")
+		return nil
+	}
+}
+
+// fakePodResources is the kubelet's PodResources API.
+type fakePodResources struct {
+	mu sync.Mutex
+	hs []Holding
+}
+
+func (f *fakePodResources) set(hs ...Holding) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hs = hs
+}
+
+func (f *fakePodResources) List(context.Context) ([]Holding, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Holding(nil), f.hs...), nil
+}
+
+type harness struct {
+	dir     string
+	sim     *nvml.Simulator
+	store   *inventory.Store
+	client  *fake.Clientset
+	plugin  *Plugin
+	kubelet *fakeKubelet
+	dp      pluginapi.DevicePluginClient
+	hup     chan os.Signal
+	podres  *fakePodResources
+	cards   [2]podtest.Card
+}
+
+type setup struct {
+	cfg    Config
+	pods   func(cards [2]podtest.Card) []*corev1.Pod
+	podres bool
+}
+
+// newHarness runs a plugin over two simulated 8 GiB cards, a fake clientset
+// and a fake kubelet, and dials its socket.
+func newHarness(t *testing.T, s setup) *harness {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	dir, err := os.MkdirTemp("", "gdp") // short: unix socket paths are limited to 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{dir: dir, hup: make(chan os.Signal, 1)}
+	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.sim = sim
+	h.cards = [2]podtest.Card{{UUID: sim.UUID(0), Index: 0}, {UUID: sim.UUID(1), Index: 1}}
+	cards, err := gpus.Cards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.store, err = inventory.New(api.UnitGiB, cards); err != nil {
+		t.Fatal(err)
+	}
+	h.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	if s.pods != nil {
+		for _, p := range s.pods(h.cards) {
+			if _, err := h.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cl := cluster.New(h.client, nodeName)
+	if err := cl.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var podres PodResources
+	if s.podres {
+		h.podres = &fakePodResources{}
+		podres = h.podres
+	}
+	cfg := s.cfg
+	cfg.PluginDir = dir
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = time.Hour // tests call Reconcile themselves
+	}
+	h.kubelet = startFakeKubelet(t, dir)
+	h.plugin = New(cfg, h.store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	done := make(chan error, 1)
+	go func() { done <- h.plugin.Run(ctx, h.hup) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	h.kubelet.waitRegistration(t)
+	conn, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h.dp = pluginapi.NewDevicePluginClient(conn)
+	return h
+}
+
+func unitIDs(card string, from, n int64) []string {
+	out := make([]string, 0, n)
+	for i := from; i < from+n; i++ {
+		out = append(out, api.UnitID(card, i))
+	}
+	return out
+}
+
+func (h *harness) allocate(t *testing.T, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	t.Helper()
+	resp, err := h.dp.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.ContainerResponses) != 1 {
+		t.Fatalf("%d container responses, want 1", len(resp.ContainerResponses))
+	}
+	return resp.ContainerResponses[0], nil
+}
+
+func (h *harness) mustAllocate(t *testing.T, ids []string) *pluginapi.ContainerAllocateResponse {
+	t.Helper()
+	r, err := h.allocate(t, ids)
+	if err != nil {
+		t.Fatalf("Allocate(%v): %v", ids, err)
+	}
+	return r
+}
+
+// record reads a pod's assignment from the API server.
+func (h *harness) record(t *testing.T, name string) api.Assignment {
+	t.Helper()
+	p, err := h.client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.AssignmentFromPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// cardsOf is "container=cardIndex" for each container of the record, and its phase.
+func cardsOf(a api.Assignment) []string {
+	out := []string{string(a.Phase)}
+	for _, c := range a.Containers {
+		out = append(out, c.Name+"="+c.CardUUID)
+	}
+	return out
+}
+
+// mountedCard is the card a volume-mounts response exposes.
+func mountedCard(t *testing.T, r *pluginapi.ContainerAllocateResponse) string {
+	t.Helper()
+	if len(r.Mounts) != 1 {
+		t.Fatalf("%d mounts, want 1", len(r.Mounts))
+	}
+	return strings.TrimPrefix(r.Mounts[0].ContainerPath, api.VisibleDevicesVolumeRoot+"/")
+}
+
+func TestRegistration(t *testing.T) {
+	h := newHarness(t, setup{})
+	// newHarness consumed the first registration; SIGHUP must produce another.
+	h.hup <- syscall.SIGHUP
+	r := h.kubelet.waitRegistration(t)
+	want := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "gpushare.sock", ResourceName: string(api.ResourceName), Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}}
+	if r.Version != want.Version || r.Endpoint != want.Endpoint || r.ResourceName != want.ResourceName || !r.Options.GetGetPreferredAllocationAvailable() {
+		t.Errorf("register request = %v, want %v", r, want)
+	}
+}
+
+func TestReRegistersWhenKubeletRestarts(t *testing.T) {
+	h := newHarness(t, setup{})
+	// The kubelet restarts: it wipes the directory and re-creates kubelet.sock.
+	h.kubelet.srv.Stop()
+	_ = os.Remove(h.plugin.SocketPath())
+	k2 := startFakeKubelet(t, h.dir)
+	k2.waitRegistration(t)
+	// The plugin serves again. (It may restart once more for a late
+	// kubelet.sock event; a new registration follows each restart.)
+	conn, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	waitFor(t, "the restarted plugin to answer", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
+		return err == nil
+	})
+}
+
+func recvDevices(t *testing.T, s pluginapi.DevicePlugin_ListAndWatchClient) map[string]int {
+	t.Helper()
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, d := range r.Devices {
+		card, _, err := api.ParseUnitID(d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[card[:12]+" "+d.Health]++
+	}
+	return count
+}
+
+func TestListAndWatchFollowsHealth(t *testing.T) {
+	h := newHarness(t, setup{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := h.dp.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, c1 := h.cards[0].UUID[:12], h.cards[1].UUID[:12]
+	steps := []struct {
+		name   string
+		change func()
+		want   map[string]int
+	}{
+		{"all units healthy at start", func() {}, map[string]int{c0 + " Healthy": 8, c1 + " Healthy": 8}},
+		{"an XID on card 1 makes its units unhealthy", func() { h.store.SetUnhealthy(h.cards[1].UUID, "XID 79") }, map[string]int{c0 + " Healthy": 8, c1 + " Unhealthy": 8}},
+		{"isolating card 0 by index", func() { h.store.SetIsolation(inventory.SourceAnnotation, api.Isolation{Index: []int{0}}) }, map[string]int{c0 + " Unhealthy": 8, c1 + " Unhealthy": 8}},
+		{"recovery and lifting bring both back", func() {
+			h.store.SetHealthy(h.cards[1].UUID)
+			h.store.SetIsolation(inventory.SourceAnnotation, api.Isolation{})
+		}, map[string]int{c0 + " Healthy": 8, c1 + " Healthy": 8}},
+	}
+	for _, st := range steps {
+		st.change()
+		var got map[string]int
+		// A change may be sent in two messages (two store updates): read until it settles.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			got = recvDevices(t, s)
+			if cmp.Equal(got, st.want) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if diff := cmp.Diff(st.want, got); diff != "" {
+			t.Errorf("%s: devices (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
+func TestGetPreferredAllocationSteersToAssignedCard(t *testing.T) {
+	h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+		return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+	}})
+	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)
+	resp, err := h.dp.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(unitIDs(h.cards[1].UUID, 0, 3), resp.ContainerResponses[0].DeviceIDs); diff != "" {
+		t.Errorf("preferred (-want +got):\n%s", diff)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return cond(), nil })
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func TestAllocate(t *testing.T) {
+	t.Run("single container gets its card and the record becomes Allocated", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()}
+		}})
+		r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
+		if got := mountedCard(t, r); got != h.cards[1].UUID {
+			t.Errorf("mounted card %s, want %s", got, h.cards[1].UUID)
+		}
+		want := map[string]string{
+			api.EnvNvidiaVisibleDevices: api.VisibleDevicesVolumeRoot,
+			api.EnvMemoryUnits:          "4", api.EnvMemoryUnit: "GiB", api.EnvMemoryMiB: "4096",
+			api.EnvCardMemoryMiB: "8192", api.EnvCardUUID: h.cards[1].UUID, api.EnvCardIndex: "1",
+		}
+		if diff := cmp.Diff(want, r.Envs); diff != "" {
+			t.Errorf("envs (-want +got):\n%s", diff)
+		}
+		if r.Mounts[0].HostPath != "/dev/null" || !r.Mounts[0].ReadOnly {
+			t.Errorf("mount = %v, want host /dev/null read-only", r.Mounts[0])
+		}
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[1].UUID}, cardsOf(h.record(t, "p"))); diff != "" {
+			t.Errorf("record (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("each container of a multi-container pod gets its own card", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("a", 2).Container("no-gpu", 0).Container("b", 2).Assign(api.PhaseAssigned, c[0], c[1]).Obj()}
+		}})
+		ra := h.mustAllocate(t, unitIDs(h.cards[0].UUID, 0, 2))
+		if got := cardsOf(h.record(t, "p"))[0]; got != "Assigned" {
+			t.Errorf("after the first container the phase is %s, want Assigned", got)
+		}
+		rb := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 2))
+		if mountedCard(t, ra) != h.cards[0].UUID || mountedCard(t, rb) != h.cards[1].UUID {
+			t.Errorf("containers got %s and %s, want card 0 then card 1", mountedCard(t, ra), mountedCard(t, rb))
+		}
+		if diff := cmp.Diff([]string{"Allocated", "a=" + h.cards[0].UUID, "b=" + h.cards[1].UUID}, cardsOf(h.record(t, "p"))); diff != "" {
+			t.Errorf("record (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("two same-size pods admitted in swapped order: no card overbooked, records follow reality", func(t *testing.T) {
+		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				podtest.Make(nodeName, "older", 1).Container("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Make(nodeName, "younger", 2).Container("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
+			}
+		}})
+		// The kubelet hands out card 1 first, then card 0 (6 of 8 units each:
+		// the two can never share a card).
+		r1 := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 6))
+		r2 := h.mustAllocate(t, unitIDs(h.cards[0].UUID, 0, 6))
+		if mountedCard(t, r1) == mountedCard(t, r2) {
+			t.Fatalf("both containers got card %s", mountedCard(t, r1))
+		}
+		// The plugin's guess: the queue's head (older) got the first offer.
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[1].UUID}, cardsOf(h.record(t, "older"))); diff != "" {
+			t.Errorf("older record after Allocate (-want +got):\n%s", diff)
+		}
+		// The kubelet's PodResources says the younger pod got card 1: reconcile.
+		h.podres.set(
+			Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: unitIDs(h.cards[1].UUID, 0, 6)},
+			Holding{Namespace: "ns", Pod: "older", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)},
+		)
+		waitFor(t, "the informer to see the records", func() bool {
+			pods, _ := h.plugin.cluster.Pods()
+			n := 0
+			for _, p := range pods {
+				if a, err := api.AssignmentFromPod(p); err == nil && a.Phase == api.PhaseAllocated {
+					n++
+				}
+			}
+			return n == 2
+		})
+		if err := h.plugin.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "older"))); diff != "" {
+			t.Errorf("older record after reconcile (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[1].UUID}, cardsOf(h.record(t, "younger"))); diff != "" {
+			t.Errorf("younger record after reconcile (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("a pod without assignment is refused with a reason, and the next pod is not blocked", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				podtest.Make(nodeName, "by-hand", 1).Container("c", 2).Obj(),
+				podtest.Make(nodeName, "scheduled", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+			}
+		}})
+		_, err := h.allocate(t, unitIDs(h.cards[0].UUID, 0, 2))
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("Allocate for the bypass pod: %v, want FailedPrecondition", err)
+		}
+		want := "pod ns/by-hand has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler"
+		if !strings.Contains(status.Convert(err).Message(), want) {
+			t.Errorf("message %q does not say %q", status.Convert(err).Message(), want)
+		}
+		r := h.mustAllocate(t, unitIDs(h.cards[0].UUID, 0, 2))
+		if mountedCard(t, r) != h.cards[0].UUID {
+			t.Errorf("scheduled pod got %s", mountedCard(t, r))
+		}
+		if got := cardsOf(h.record(t, "scheduled"))[0]; got != "Allocated" {
+			t.Errorf("scheduled pod's record is %s, want Allocated", got)
+		}
+	})
+
+	t.Run("a retried Allocate for the same container gives the same card and consumes no queue entry", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				podtest.Make(nodeName, "first", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Make(nodeName, "second", 2).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
+			}
+		}})
+		ids := unitIDs(h.cards[0].UUID, 0, 2)
+		r1 := h.mustAllocate(t, ids)
+		r2 := h.mustAllocate(t, ids)
+		if diff := cmp.Diff(r1.Envs, r2.Envs); diff != "" {
+			t.Errorf("retry differs (-first +retry):\n%s", diff)
+		}
+		if got := cardsOf(h.record(t, "second"))[0]; got != "Assigned" {
+			t.Fatalf("the retry consumed the second pod's entry (its record is %s)", got)
+		}
+		h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 2))
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[1].UUID}, cardsOf(h.record(t, "second"))); diff != "" {
+			t.Errorf("second record (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("after a plugin restart a retry is recognised through PodResources", func(t *testing.T) {
+		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				// "pending" is older: without recognising the retry, the
+				// plugin would hand its queue entry to the retried call.
+				podtest.Make(nodeName, "pending", 1).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Make(nodeName, "running", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+			}
+		}})
+		// The kubelet holds units of card 0 for "running" (allocated by a previous plugin process).
+		ids := unitIDs(h.cards[0].UUID, 2, 2)
+		h.podres.set(Holding{Namespace: "ns", Pod: "running", Container: "c", IDs: ids})
+		r := h.mustAllocate(t, ids)
+		if mountedCard(t, r) != h.cards[0].UUID {
+			t.Errorf("retry got %s, want card 0", mountedCard(t, r))
+		}
+		if got := cardsOf(h.record(t, "pending"))[0]; got != "Assigned" {
+			t.Errorf("the retry consumed the pending pod's entry (its record is %s)", got)
+		}
+	})
+
+	t.Run("units of two cards are refused", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj()}
+		}})
+		_, err := h.allocate(t, append(unitIDs(h.cards[0].UUID, 0, 1), unitIDs(h.cards[1].UUID, 0, 1)...))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("err = %v, want InvalidArgument", err)
+		}
+	})
+}
+
+func TestContainerResponseStrategies(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Config
+		wantEnv   func(h *harness) string
+		wantMount func(h *harness) string
+	}{
+		{
+			name:      "volume-mounts with uuid mounts /dev/null at the card's UUID",
+			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDUUID},
+			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
+			wantMount: func(h *harness) string { return api.VisibleDevicesVolumeRoot + "/" + h.cards[1].UUID },
+		},
+		{
+			name:      "volume-mounts with index mounts /dev/null at the card's index",
+			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDIndex},
+			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
+			wantMount: func(*harness) string { return api.VisibleDevicesVolumeRoot + "/1" },
+		},
+		{
+			name:      "envvar with uuid names the card's UUID and mounts nothing",
+			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDUUID},
+			wantEnv:   func(h *harness) string { return h.cards[1].UUID },
+			wantMount: func(*harness) string { return "" },
+		},
+		{
+			name:      "envvar with index names the card's index",
+			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDIndex},
+			wantEnv:   func(*harness) string { return "1" },
+			wantMount: func(*harness) string { return "" },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{cfg: tt.cfg, pods: func(c [2]podtest.Card) []*corev1.Pod {
+				return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
+			}})
+			r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 7, 1))
+			if got := r.Envs[api.EnvNvidiaVisibleDevices]; got != tt.wantEnv(h) {
+				t.Errorf("%s = %q, want %q", api.EnvNvidiaVisibleDevices, got, tt.wantEnv(h))
+			}
+			mount := ""
+			if len(r.Mounts) > 0 {
+				mount = r.Mounts[0].ContainerPath
+			}
+			if mount != tt.wantMount(h) {
+				t.Errorf("mount = %q, want %q", mount, tt.wantMount(h))
+			}
+		})
+	}
+}
