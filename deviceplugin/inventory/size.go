@@ -20,9 +20,11 @@ const MaxMessageBytes = 4 << 20
 // Each device is one repeated field: tag (1 byte) + length varint + the
 // Device message, which is ID (1 + varint + len) and Health (1 + 1 + 9).
 // Worked example: 8 cards of 40 GiB in MiB units = 327,680 devices with IDs
-// like "GPU-<36 hex and dashes>::40959" (47 bytes): 2+47 + 2+9 = 60 bytes per
-// Device, 62 with its tag and length, 20,316,160 bytes in all — five times
-// the limit, so the plugin refuses --memory-unit MiB on that node.
+// "GPU-<36 characters>::<n>" of 43 to 47 bytes; the largest Device is
+// 2+47 + 2+9 = 60 bytes, 62 with its tag and length; the message is
+// 20,227,280 bytes — almost five times the limit, so the plugin refuses
+// --memory-unit MiB on that node. One such card alone (2,528,410 bytes) fits;
+// in GiB units the 8 cards take 18,800 bytes.
 func ListAndWatchBytes(unit api.MemoryUnit, cards []nvml.Card) int64 {
 	var total int64
 	for _, c := range cards {
