@@ -6,6 +6,7 @@ module github.com/gpushare/gpushare/test
 go 1.26.8
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/gpushare/gpushare v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.4
@@ -40,7 +41,6 @@ require (
 	github.com/google/cadvisor v0.52.1 // indirect
 	github.com/google/cel-go v0.26.0 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
-	github.com/google/go-cmp v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.26.3 // indirect

@@ -1,0 +1,239 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+const testNode = "gpu-1"
+
+// fakeDM stands in for the kubelet device manager: it records the order of
+// Allocate calls and fails those for pods named in fail.
+type fakeDM struct {
+	mu       sync.Mutex
+	order    []string
+	fail     map[string]error
+	capacity corev1.ResourceList
+	released int
+}
+
+func (f *fakeDM) Allocate(pod *corev1.Pod, c *corev1.Container) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail[pod.Name]; err != nil {
+		return err
+	}
+	f.order = append(f.order, pod.Name+"/"+c.Name)
+	return nil
+}
+
+func (f *fakeDM) GetDeviceRunContainerOptions(pod *corev1.Pod, c *corev1.Container) (*devicemanager.DeviceRunContainerOptions, error) {
+	return &devicemanager.DeviceRunContainerOptions{
+		Envs:   []kubecontainer.EnvVar{{Name: "CARD", Value: pod.Name + "-" + c.Name}},
+		Mounts: []kubecontainer.Mount{{ContainerPath: "/dev/card/" + c.Name, HostPath: "/dev/null", ReadOnly: true}},
+	}, nil
+}
+
+func (f *fakeDM) GetDevices(podUID, containerName string) devicemanager.ResourceDeviceInstances {
+	return devicemanager.ResourceDeviceInstances{string(api.ResourceName): {"GPU-a::" + containerName: {ID: "GPU-a::" + containerName}}}
+}
+
+func (f *fakeDM) GetAllocatableDevices() devicemanager.ResourceDeviceInstances { return nil }
+
+func (f *fakeDM) GetCapacity() (corev1.ResourceList, corev1.ResourceList, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.capacity.DeepCopy(), f.capacity.DeepCopy(), nil
+}
+
+func (f *fakeDM) UpdateAllocatedDevices() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released++
+}
+
+func (f *fakeDM) Stop() error { return nil }
+
+func (f *fakeDM) allocated() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.order...)
+}
+
+func gpuPod(name string, created time.Time, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created)},
+		Spec:       corev1.PodSpec{NodeName: testNode},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: "pause",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("1")}}})
+	}
+	return p
+}
+
+// runAgent runs an agent over a fake clientset until the test ends.
+func runAgent(t *testing.T, dm *fakeDM, pods ...*corev1.Pod) *fake.Clientset {
+	t.Helper()
+	client := fake.NewClientset()
+	for _, p := range pods {
+		if err := client.Tracker().Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent, err := New(Config{
+		NodeName: testNode, Client: client, SyncInterval: 50 * time.Millisecond,
+		StartDeviceManager: func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	return client
+}
+
+func waitPod(t *testing.T, client *fake.Clientset, name string, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	var last *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = p
+		return cond(p), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s: condition not reached: %v; last: %+v", name, err, last)
+	}
+	return last
+}
+
+func running(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning }
+
+func TestPodsWaitingTogetherAreAdmittedOldestFirstAndRecorded(t *testing.T) {
+	now := time.Now()
+	dm := &fakeDM{}
+	client := runAgent(t, dm,
+		gpuPod("young", now, "main"),
+		gpuPod("old", now.Add(-2*time.Minute), "a", "b"),
+		gpuPod("middle", now.Add(-time.Minute), "main"),
+	)
+	for _, n := range []string{"young", "old", "middle"} {
+		waitPod(t, client, n, running)
+	}
+	if diff := cmp.Diff([]string{"old/a", "old/b", "middle/main", "young/main"}, dm.allocated()); diff != "" {
+		t.Errorf("Allocate order (-want +got):\n%s", diff)
+	}
+	p := waitPod(t, client, "old", running)
+	recs, err := RecordsFromPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ContainerRecords{Version: RecordVersion, Node: testNode, Containers: []ContainerRecord{
+		{Name: "a", DeviceIDs: map[string][]string{string(api.ResourceName): {"GPU-a::a"}}, Env: map[string]string{"CARD": "old-a"},
+			Mounts: []Mount{{ContainerPath: "/dev/card/a", HostPath: "/dev/null", ReadOnly: true}}},
+		{Name: "b", DeviceIDs: map[string][]string{string(api.ResourceName): {"GPU-a::b"}}, Env: map[string]string{"CARD": "old-b"},
+			Mounts: []Mount{{ContainerPath: "/dev/card/b", HostPath: "/dev/null", ReadOnly: true}}},
+	}}
+	if diff := cmp.Diff(want, recs); diff != "" {
+		t.Errorf("records (-want +got):\n%s", diff)
+	}
+	if len(p.Status.ContainerStatuses) != 2 || !p.Status.ContainerStatuses[0].Ready {
+		t.Errorf("container statuses: %+v", p.Status.ContainerStatuses)
+	}
+}
+
+func TestFailedAllocateRejectsPodWithKubeletReason(t *testing.T) {
+	dm := &fakeDM{fail: map[string]error{"bypass": errors.New("pod has no assignment")}}
+	client := runAgent(t, dm, gpuPod("bypass", time.Now(), "main"))
+	p := waitPod(t, client, "bypass", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if p.Status.Reason != "UnexpectedAdmissionError" {
+		t.Errorf("reason %q, want UnexpectedAdmissionError", p.Status.Reason)
+	}
+	if want := "Allocate failed due to pod has no assignment, which is unexpected"; p.Status.Message != want {
+		t.Errorf("message %q, want %q", p.Status.Message, want)
+	}
+	if _, ok := p.Annotations[api.AnnotationSimulatedContainers]; ok {
+		t.Errorf("rejected pod has a record")
+	}
+}
+
+func TestNodeIsRegisteredReadyWithDeviceCapacity(t *testing.T) {
+	dm := &fakeDM{capacity: corev1.ResourceList{api.ResourceName: resource.MustParse("80")}}
+	client := runAgent(t, dm)
+	var node *corev1.Node
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		n, err := client.CoreV1().Nodes().Get(ctx, testNode, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		node = n
+		q := n.Status.Allocatable[api.ResourceName]
+		return q.Value() == 80, nil
+	})
+	if err != nil {
+		t.Fatalf("node never got 80 %s: %+v", api.ResourceName, node)
+	}
+	ready := false
+	for _, c := range node.Status.Conditions {
+		ready = ready || c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	}
+	if !ready {
+		t.Errorf("node not Ready: %+v", node.Status.Conditions)
+	}
+	if _, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), testNode, metav1.GetOptions{}); err != nil {
+		t.Errorf("no node lease: %v", err)
+	}
+}
+
+func TestDeletedPodIsRemovedAndItsDevicesReleased(t *testing.T) {
+	p := gpuPod("leaving", time.Now(), "main")
+	p.Status.Phase = corev1.PodRunning
+	now := metav1.Now()
+	p.DeletionTimestamp = &now
+	p.Finalizers = nil
+	dm := &fakeDM{}
+	client := runAgent(t, dm, p)
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, "leaving", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("pod being deleted was not removed: %v", err)
+	}
+	dm.mu.Lock()
+	released := dm.released
+	dm.mu.Unlock()
+	if released == 0 {
+		t.Errorf("devices of the deleted pod were not released (UpdateAllocatedDevices never called)")
+	}
+	if got := dm.allocated(); len(got) != 0 {
+		t.Errorf("a pod being deleted was admitted: %v", got)
+	}
+}

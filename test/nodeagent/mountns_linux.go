@@ -1,0 +1,104 @@
+package nodeagent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+)
+
+// KubeletDir is the kubelet's root directory; the device manager and device
+// plugins hard-code paths below it.
+const KubeletDir = "/var/lib/kubelet"
+
+// envInNamespace marks the re-executed agent that already runs in its own
+// mount namespace.
+const envInNamespace = "GPUSHARE_NODEAGENT_MOUNTNS"
+
+// ReexecInMountNamespace runs this program again in a new, private mount
+// namespace (Go makes / recursively private in the child) and returns its
+// exit code; the caller should exit with it. Signals SIGINT and SIGTERM are
+// passed on to the child. In the child itself it returns inChild true and
+// does nothing. Needs root (CAP_SYS_ADMIN).
+func ReexecInMountNamespace() (inChild bool, exitCode int, err error) {
+	if os.Getenv(envInNamespace) == "1" {
+		return true, 0, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return false, 1, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), envInNamespace+"=1")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Pdeathsig: if this parent dies, so does the agent (the parent is the
+	// PID people and tests stop). It fires when the starting OS thread exits,
+	// so keep this goroutine on its thread for the rest of the process.
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS, Pdeathsig: syscall.SIGTERM}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return false, 1, fmt.Errorf("start agent in a new mount namespace (needs root): %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	for {
+		select {
+		case s := <-sigs:
+			_ = cmd.Process.Signal(s)
+		case err := <-done:
+			var exitErr *exec.ExitError
+			if errors.As(err, &exitErr) {
+				return false, exitErr.ExitCode(), nil
+			}
+			if err != nil {
+				return false, 1, err
+			}
+			return false, 0, nil
+		}
+	}
+}
+
+// SetupKubeletDir prepares this process's private mount namespace: a tmpfs
+// on /var/lib/kubelet (created on the host if missing, empty there), with
+// stateDir/device-plugins and stateDir/pod-resources bind-mounted at the
+// kubelet's paths. The device manager's sockets and checkpoint thus live in
+// stateDir, where a device plugin of this node outside the namespace, or the
+// next agent after a restart, finds them.
+//
+// It refuses to run in the host's mount namespace (that of PID 1).
+func SetupKubeletDir(stateDir string) error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("read own mount namespace: %w", err)
+	}
+	if init, err := os.Readlink("/proc/1/ns/mnt"); err != nil || init == self {
+		return fmt.Errorf("refusing to mount over %s in the host's mount namespace (%s): run the agent through ReexecInMountNamespace or unshare -m", KubeletDir, self)
+	}
+	if err := os.MkdirAll(KubeletDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", KubeletDir, err)
+	}
+	if err := syscall.Mount("tmpfs", KubeletDir, "tmpfs", 0, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", KubeletDir, err)
+	}
+	for _, sub := range []string{"device-plugins", "pod-resources"} {
+		src := filepath.Join(stateDir, sub)
+		dst := filepath.Join(KubeletDir, sub)
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", src, err)
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dst, err)
+		}
+		if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options are the agent program's command-line settings.
+type Options struct {
+	NodeName   string
+	Kubeconfig string
+	StateDir   string
+	Labels     string
+	PluginPath string
+	// PluginArgs are the plugin's arguments (the command line after "--").
+	PluginArgs         []string
+	PluginEnv          string
+	LeavePluginRunning bool
+	NoDeviceManager    bool
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node", os.Getenv("NODE_NAME"), "name of the Node to play the kubelet for (env NODE_NAME)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster (env KUBECONFIG)")
+	fs.StringVar(&o.StateDir, "state-dir", "", "this node's directory: device-plugins/, pod-resources/, plugin.pid, plugin.log (default /tmp/gpushare-nodes/NODE)")
+	fs.StringVar(&o.Labels, "labels", "", "labels for the Node when the agent creates it: k=v,k2=v2")
+	fs.StringVar(&o.PluginPath, "plugin", "", "device plugin binary to run beside the device manager; its arguments follow \"--\"")
+	fs.StringVar(&o.PluginEnv, "plugin-env", "", "extra environment for the plugin: K=V,K2=V2 (NODE_NAME and KUBECONFIG are set)")
+	fs.BoolVar(&o.LeavePluginRunning, "leave-plugin-running", false, "do not stop the plugin when the agent stops (the next agent adopts it)")
+	fs.BoolVar(&o.NoDeviceManager, "no-device-manager", false, "run without the kubelet device manager (no root, no devices)")
+}
+
+// Complete fills defaults and checks the options.
+func (o *Options) Complete(args []string) error {
+	o.PluginArgs = args
+	if o.NodeName == "" {
+		return errors.New("--node (or NODE_NAME) is required")
+	}
+	if o.Kubeconfig == "" {
+		return errors.New("--kubeconfig (or KUBECONFIG) is required")
+	}
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(os.TempDir(), "gpushare-nodes", o.NodeName)
+	}
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	o.StateDir = abs
+	if len(args) > 0 && o.PluginPath == "" {
+		return fmt.Errorf("plugin arguments %q given without --plugin", args)
+	}
+	if o.PluginPath != "" && o.NoDeviceManager {
+		return errors.New("--plugin needs the device manager: drop --no-device-manager")
+	}
+	return os.MkdirAll(o.StateDir, 0o755)
+}
+
+// Config builds the agent's configuration from the options.
+func (o *Options) Config() (Config, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return Config{}, fmt.Errorf("kubeconfig %s: %w", o.Kubeconfig, err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return Config{}, fmt.Errorf("API client: %w", err)
+	}
+	labels, err := splitPairs(o.Labels)
+	if err != nil {
+		return Config{}, fmt.Errorf("--labels: %w", err)
+	}
+	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels}
+	if !o.NoDeviceManager {
+		cfg.StartDeviceManager = StartKubeletDeviceManager
+		cfg.PodResourcesSocket = PodResourcesSocket
+	}
+	if o.PluginPath != "" {
+		env, err := splitPairs(o.PluginEnv)
+		if err != nil {
+			return Config{}, fmt.Errorf("--plugin-env: %w", err)
+		}
+		p := &PluginCommand{
+			Path: o.PluginPath, Args: o.PluginArgs,
+			Env:          []string{"KUBECONFIG=" + o.Kubeconfig},
+			LogFile:      filepath.Join(o.StateDir, "plugin.log"),
+			PIDFile:      filepath.Join(o.StateDir, "plugin.pid"),
+			LeaveRunning: o.LeavePluginRunning,
+		}
+		for k, v := range env {
+			p.Env = append(p.Env, k+"="+v)
+		}
+		if p.Path, err = filepath.Abs(p.Path); err != nil {
+			return Config{}, fmt.Errorf("--plugin: %w", err)
+		}
+		cfg.Plugin = p
+	}
+	return cfg, nil
+}
+
+// Run sets up the mount namespace's kubelet directory (unless the device
+// manager is off) and runs the agent until ctx ends.
+func (o *Options) Run(ctx context.Context) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	if cfg.StartDeviceManager != nil {
+		if err := SetupKubeletDir(o.StateDir); err != nil {
+			return err
+		}
+	}
+	agent, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	return agent.Run(ctx)
+}
+
+func splitPairs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}

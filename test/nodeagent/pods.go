@@ -1,0 +1,218 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/kubelet/cm/admission"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// syncPods finishes the deletion of pods being deleted and admits the pods
+// waiting on this node, oldest first (the kubelet's admission order).
+func (a *Agent) syncPods(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	all, err := a.pods.List(labels.Everything())
+	if err != nil {
+		logger.Error(err, "Listing pods")
+		return
+	}
+	var pending []*corev1.Pod
+	seen := map[types.UID]bool{}
+	for _, p := range all {
+		if p.Spec.NodeName != a.cfg.NodeName {
+			continue
+		}
+		seen[p.UID] = true
+		switch {
+		case p.DeletionTimestamp != nil:
+			a.finishDeletion(ctx, p)
+		case p.Status.Phase == corev1.PodPending || p.Status.Phase == "":
+			if !a.isHandled(p.UID) {
+				pending = append(pending, p)
+			}
+		}
+	}
+	a.forgetExcept(seen)
+	sort.SliceStable(pending, func(i, j int) bool {
+		ti, tj := pending[i].CreationTimestamp, pending[j].CreationTimestamp
+		if !ti.Equal(&tj) {
+			return ti.Before(&tj)
+		}
+		return pending[i].Name < pending[j].Name
+	})
+	for _, p := range pending {
+		if ctx.Err() != nil {
+			return
+		}
+		a.admit(ctx, p)
+	}
+}
+
+func (a *Agent) isHandled(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.handled[uid]
+}
+
+func (a *Agent) setHandled(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.handled[uid] = true
+}
+
+func (a *Agent) forgetExcept(seen map[types.UID]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for uid := range a.handled {
+		if !seen[uid] {
+			delete(a.handled, uid)
+		}
+	}
+}
+
+// admit does what the kubelet does for a new pod, minus the containers:
+// Allocate for every container (init containers first), then the run options
+// each container would get. A failed Allocate rejects the pod the kubelet's
+// way (Failed, UnexpectedAdmissionError); otherwise the agent records the run
+// options on the pod and reports it Running.
+func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	containers := make([]*corev1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		containers = append(containers, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		containers = append(containers, &pod.Spec.Containers[i])
+	}
+
+	records := ContainerRecords{Version: RecordVersion, Node: a.cfg.NodeName}
+	if a.dm != nil {
+		for _, c := range containers {
+			if err := a.dm.Allocate(pod, c); err != nil {
+				result := admission.GetPodAdmitResult(err)
+				logger.Info("Rejecting pod", "container", c.Name, "reason", result.Reason, "message", result.Message)
+				a.reject(ctx, pod, result.Reason, result.Message)
+				return
+			}
+		}
+		for _, c := range containers {
+			opts, err := a.dm.GetDeviceRunContainerOptions(pod, c)
+			if err != nil {
+				// The kubelet would fail to start this container and retry.
+				logger.Error(err, "Getting device run options; will retry", "container", c.Name)
+				a.recorder.Eventf(pod, corev1.EventTypeWarning, "Failed", "Error: device run options of container %s: %v", c.Name, err)
+				return
+			}
+			records.Containers = append(records.Containers, newContainerRecord(c.Name, a.dm.GetDevices(string(pod.UID), c.Name), opts))
+		}
+	}
+	value, err := records.Encode()
+	if err != nil {
+		logger.Error(err, "Encoding container records")
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{api.AnnotationSimulatedContainers: value},
+	}})
+	if _, err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		logger.Error(err, "Recording container run options on the pod; will retry")
+		return
+	}
+	if err := a.patchPodStatus(ctx, pod, runningStatus(pod, a.cfg.Clock.Now())); err != nil {
+		logger.Error(err, "Reporting pod Running; will retry")
+		return
+	}
+	a.setHandled(pod.UID)
+	a.recorder.Event(pod, corev1.EventTypeNormal, "Started", "Started all containers (simulated by the gpushare node agent)")
+	logger.Info("Pod running", "containers", len(records.Containers))
+}
+
+// reject marks the pod Failed with the kubelet's reason and message, and
+// emits the event the kubelet emits.
+func (a *Agent) reject(ctx context.Context, pod *corev1.Pod, reason, message string) {
+	a.recorder.Event(pod, corev1.EventTypeWarning, reason, message)
+	st := corev1.PodStatus{Phase: corev1.PodFailed, Reason: reason, Message: message}
+	if err := a.patchPodStatus(ctx, pod, st); err != nil {
+		klog.FromContext(ctx).Error(err, "Rejecting pod; will retry", "pod", klog.KObj(pod))
+		return
+	}
+	a.setHandled(pod.UID)
+}
+
+func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
+	t := metav1.NewTime(now)
+	st := corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		HostIP:    "127.0.0.1",
+		HostIPs:   []corev1.HostIP{{IP: "127.0.0.1"}},
+		StartTime: &t,
+	}
+	for _, typ := range []corev1.PodConditionType{corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
+		st.Conditions = append(st.Conditions, corev1.PodCondition{Type: typ, Status: corev1.ConditionTrue, LastTransitionTime: t})
+	}
+	for _, c := range pod.Spec.InitContainers {
+		st.InitContainerStatuses = append(st.InitContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: containerID(pod, c.Name),
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: t, FinishedAt: t}},
+		})
+	}
+	for _, c := range pod.Spec.Containers {
+		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{
+			Name: c.Name, Image: c.Image, ImageID: c.Image, ContainerID: containerID(pod, c.Name),
+			Ready: true, Started: ptr.To(true),
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}},
+		})
+	}
+	return st
+}
+
+func containerID(pod *corev1.Pod, name string) string {
+	return fmt.Sprintf("gpushare-sim://%s/%s", pod.UID, name)
+}
+
+// patchPodStatus writes st on the pod's status subresource with a strategic
+// merge patch (conditions merge by type, so PodScheduled stays).
+func (a *Agent) patchPodStatus(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) error {
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"uid": pod.UID},
+		"status":   st,
+	})
+	if err != nil {
+		return fmt.Errorf("encode pod status: %w", err)
+	}
+	_, err = a.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, body, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch status of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+// finishDeletion plays the kubelet's part of a pod deletion: the containers
+// are "stopped" at once, so the pod is removed (grace period 0, only this
+// very pod) and its devices are released in the device manager.
+func (a *Agent) finishDeletion(ctx context.Context, pod *corev1.Pod) {
+	err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: ptr.To[int64](0),
+		Preconditions:      &metav1.Preconditions{UID: ptr.To(pod.UID)},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		klog.FromContext(ctx).Error(err, "Finishing pod deletion; will retry", "pod", klog.KObj(pod))
+		return
+	}
+	if a.dm != nil {
+		a.dm.UpdateAllocatedDevices()
+	}
+	klog.FromContext(ctx).V(2).Info("Pod deleted", "pod", klog.KObj(pod))
+}
