@@ -1,0 +1,105 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+)
+
+const node = "gpu-node"
+
+func inv(cards ...api.Card) api.Inventory {
+	return api.Inventory{Version: api.InventoryVersion, Unit: api.UnitGiB, Cards: cards}
+}
+
+func card(i int, model string, units int64) api.Card {
+	return api.Card{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: model, MemoryMiB: units * 1024, Units: units, State: api.CardHealthy}
+}
+
+func TestPublishWritesInventoryAndLabels(t *testing.T) {
+	tests := []struct {
+		name       string
+		inv        api.Inventory
+		wantLabels map[string]string
+	}{
+		{"same model", inv(card(0, "NVIDIA A100-SXM4-40GB", 40), card(1, "NVIDIA A100-SXM4-40GB", 40)), map[string]string{"keep": "me", api.LabelGPUCount: "2", api.LabelGPUModel: "NVIDIA-A100-SXM4-40GB", api.LabelGPUMemory: "40GiB"}},
+		{"mixed models: largest card's memory", inv(card(0, "NVIDIA H100", 79), card(1, "NVIDIA A100", 40)), map[string]string{"keep": "me", api.LabelGPUCount: "2", api.LabelGPUModel: "mixed", api.LabelGPUMemory: "79GiB"}},
+		{"no cards: model and memory labels removed", inv(), map[string]string{"keep": "me", api.LabelGPUCount: "0"}},
+	}
+	ctx := context.Background()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"keep": "me"}}})
+	c := New(client, node)
+	for _, tt := range tests { // in sequence on one Node: each publish replaces the last
+		t.Run(tt.name, func(t *testing.T) {
+			if err := c.Publish(ctx, tt.inv); err != nil {
+				t.Fatal(err)
+			}
+			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := api.InventoryFromNode(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.inv, got); diff != "" {
+				t.Errorf("inventory (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantLabels, n.Labels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCheckNode(t *testing.T) {
+	err := New(fake.NewClientset(), "missing").CheckNode(context.Background())
+	if !errors.Is(err, ErrNodeNotFound) {
+		t.Errorf("err = %v, want ErrNodeNotFound", err)
+	}
+}
+
+func TestUpdateAssignment(t *testing.T) {
+	ctx := context.Background()
+	pod := podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
+	client := fake.NewClientset(pod)
+	c := New(client, node)
+	setAllocated := func(a *api.Assignment) bool { a.Phase = api.PhaseAllocated; return true }
+
+	if err := c.UpdateAssignment(ctx, "ns", "p", "another-uid", setAllocated); err != nil {
+		t.Fatal(err)
+	}
+	if got := phaseOf(t, client); got != api.PhaseAssigned {
+		t.Fatalf("a re-created pod (other UID) was written: phase %s", got)
+	}
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, setAllocated); err != nil {
+		t.Fatal(err)
+	}
+	if got := phaseOf(t, client); got != api.PhaseAllocated {
+		t.Errorf("phase %s, want Allocated", got)
+	}
+	if err := c.UpdateAssignment(ctx, "ns", "gone", "uid-gone", setAllocated); err != nil {
+		t.Errorf("a deleted pod: %v, want nil", err)
+	}
+}
+
+func phaseOf(t *testing.T, client *fake.Clientset) api.AssignmentPhase {
+	t.Helper()
+	p, err := client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.AssignmentFromPod(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Phase
+}
