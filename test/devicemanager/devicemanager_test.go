@@ -1,0 +1,304 @@
+package devicemanager
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
+	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/app"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+const (
+	node     = "dm-node"
+	spec     = "spec:2x8GiB:Test-GPU"
+	envChild = "GPUSHARE_DEVICEMANAGER_TEST_CHILD"
+)
+
+// TestMain re-runs the test binary inside `unshare -m --propagation private`
+// with a tmpfs on /var/lib, unless it already runs there.
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "1" {
+		os.Exit(m.Run())
+	}
+	if reason := cannotIsolate(); reason != "" {
+		os.Setenv(envSkip, reason)
+		os.Exit(m.Run())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		panic(err)
+	}
+	args := append([]string{"-m", "--propagation", "private", "sh", "-c", `mount -t tmpfs tmpfs /var/lib && exec "$0" "$@"`, self}, os.Args[1:]...)
+	cmd := exec.Command("unshare", args...)
+	cmd.Env = append(os.Environ(), envChild+"=1")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.ExitCode())
+		}
+		panic(err)
+	}
+	os.Exit(0)
+}
+
+const envSkip = "GPUSHARE_DEVICEMANAGER_TEST_SKIP"
+
+func cannotIsolate() string {
+	if os.Geteuid() != 0 {
+		return "not root: the kubelet device manager owns /var/lib/kubelet/device-plugins and must run in a private mount namespace (run as root: make test-devicemanager)"
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		return "unshare(1) not found (util-linux): cannot make a private mount namespace for the kubelet device manager"
+	}
+	if err := exec.Command("unshare", "-m", "--propagation", "private", "true").Run(); err != nil {
+		return "unshare -m failed (" + err.Error() + "): no private mount namespace possible here"
+	}
+	return ""
+}
+
+type sourcesReady struct{}
+
+func (sourcesReady) AddSource(string) {}
+func (sourcesReady) AllReady() bool   { return true }
+
+// kubelet is the real device manager plus the pods it considers active.
+type kubelet struct {
+	m    *devicemanager.ManagerImpl
+	mu   sync.Mutex
+	pods []*corev1.Pod
+}
+
+func (k *kubelet) activePods() []*corev1.Pod {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return append([]*corev1.Pod(nil), k.pods...)
+}
+
+func startKubelet(t *testing.T, pods []*corev1.Pod) *kubelet {
+	t.Helper()
+	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{m: m, pods: pods}
+	if err := m.Start(k.activePods, sourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// admit runs the kubelet's device admission for every container of pod.
+func (k *kubelet) admit(pod *corev1.Pod) error {
+	k.mu.Lock()
+	k.pods = append(k.pods, pod)
+	k.mu.Unlock()
+	for i := range pod.Spec.Containers {
+		if err := k.m.Allocate(pod, &pod.Spec.Containers[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mountedCard is the card the runtime would expose: the volume-mounts entry.
+func (k *kubelet) mountedCard(t *testing.T, pod *corev1.Pod, container string) string {
+	t.Helper()
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name != container {
+			continue
+		}
+		opts, err := k.m.GetDeviceRunContainerOptions(pod, &pod.Spec.Containers[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if opts == nil {
+			t.Fatalf("%s/%s: no device run options", pod.Name, container)
+		}
+		env := map[string]string{}
+		for _, e := range opts.Envs {
+			env[e.Name] = e.Value
+		}
+		if env[api.EnvNvidiaVisibleDevices] != api.VisibleDevicesVolumeRoot {
+			t.Errorf("%s/%s: %s=%q", pod.Name, container, api.EnvNvidiaVisibleDevices, env[api.EnvNvidiaVisibleDevices])
+		}
+		var cards []string
+		for _, m := range opts.Mounts {
+			if strings.HasPrefix(m.ContainerPath, api.VisibleDevicesVolumeRoot+"/") && m.HostPath == "/dev/null" {
+				cards = append(cards, strings.TrimPrefix(m.ContainerPath, api.VisibleDevicesVolumeRoot+"/"))
+			}
+		}
+		if len(cards) != 1 {
+			t.Fatalf("%s/%s: mounts %v, want exactly one card", pod.Name, container, opts.Mounts)
+		}
+		return cards[0]
+	}
+	t.Fatalf("no container %s", container)
+	return ""
+}
+
+func (k *kubelet) waitCapacity(t *testing.T, want int64) {
+	t.Helper()
+	var got int64
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		capacity, allocatable, _ := k.m.GetCapacity()
+		q := allocatable[api.ResourceName]
+		c := capacity[api.ResourceName]
+		got = q.Value()
+		return c.Value() == want && got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("kubelet capacity of %s: %d allocatable, want %d", api.ResourceName, got, want)
+	}
+}
+
+type card struct {
+	uuid  string
+	index int
+}
+
+// pod builds a pod bound to node; assigned: one card per gpu container, or nil for none.
+func pod(name string, age int, units []int64, assigned []card) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, age, 0, time.UTC))},
+		Spec:       corev1.PodSpec{NodeName: node},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	a := api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: node, Unit: api.UnitGiB, Phase: api.PhaseAssigned}
+	for i, u := range units {
+		c := corev1.Container{Name: "c" + string(rune('0'+i)), Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}}}
+		p.Spec.Containers = append(p.Spec.Containers, c)
+		if assigned != nil {
+			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: assigned[i].uuid, CardIndex: assigned[i].index, Units: u})
+		}
+	}
+	if assigned != nil {
+		s, err := api.EncodeAssignment(a)
+		if err != nil {
+			panic(err)
+		}
+		p.Annotations = map[string]string{api.AnnotationAssignment: s}
+	}
+	return p
+}
+
+func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
+	if reason := os.Getenv(envSkip); reason != "" {
+		t.Skip(reason)
+	}
+	if err := os.MkdirAll("/var/lib/kubelet/device-plugins", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := nvml.ParseSource(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := nvml.NewSimulator(node, src.GPUs...) // the same stable UUIDs the plugin will see
+	c0, c1 := card{sim.UUID(0), 0}, card{sim.UUID(1), 1}
+
+	single := pod("single", 1, []int64{3}, []card{c1})
+	multi := pod("multi", 2, []int64{2, 2}, []card{c0, c1})
+	bypass := pod("bypass", 3, []int64{1}, nil)
+	afterRestart := pod("after-restart", 4, []int64{4}, []card{c0})
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, single, multi, bypass, afterRestart)
+
+	k := startKubelet(t, nil)
+	defer func() { _ = k.m.Stop() }()
+
+	// The plugin, as the binary runs it (app.Run), on the kubelet's real paths.
+	var o app.Options
+	fs := flagSet(&o)
+	if err := fs.Parse([]string{"--nvml=" + spec, "--pod-resources-socket=", "--allocate-wait=5s"}); err != nil {
+		t.Fatal(err)
+	}
+	o.NodeName = node
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, o, client, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("plugin: %v", err)
+		}
+	}()
+
+	k.waitCapacity(t, 16)
+
+	if err := k.admit(single); err != nil {
+		t.Fatalf("admit single: %v", err)
+	}
+	if got := k.mountedCard(t, single, "c0"); got != c1.uuid {
+		t.Errorf("single got card %s, want its assigned card 1 (%s)", got, c1.uuid)
+	}
+	if err := k.admit(multi); err != nil {
+		t.Fatalf("admit multi: %v", err)
+	}
+	if a, b := k.mountedCard(t, multi, "c0"), k.mountedCard(t, multi, "c1"); a != c0.uuid || b != c1.uuid {
+		t.Errorf("multi got %s and %s, want card 0 then card 1", a, b)
+	}
+	err = k.admit(bypass)
+	if err == nil || !strings.Contains(err.Error(), "pod default/bypass has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler") {
+		t.Errorf("admit bypass: %v, want the plugin's refusal", err)
+	}
+	for _, name := range []string{"single", "multi"} {
+		waitRecord(t, client, name, api.PhaseAllocated)
+	}
+
+	// The kubelet restarts: a new device manager wipes the directory and
+	// re-creates kubelet.sock; the plugin must register again.
+	if err := k.m.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	k = startKubelet(t, k.activePods()[:2]) // single and multi are still running
+	k.waitCapacity(t, 16)
+	if got := k.mountedCard(t, single, "c0"); got != c1.uuid {
+		t.Errorf("after the restart single's container options name %s, want card 1 (from the kubelet's checkpoint)", got)
+	}
+	if err := k.admit(afterRestart); err != nil {
+		t.Fatalf("admit after restart: %v", err)
+	}
+	if got := k.mountedCard(t, afterRestart, "c0"); got != c0.uuid {
+		t.Errorf("after-restart got card %s, want card 0", got)
+	}
+	waitRecord(t, client, "after-restart", api.PhaseAllocated)
+}
+
+func waitRecord(t *testing.T, client *fake.Clientset, name string, phase api.AssignmentPhase) {
+	t.Helper()
+	var got api.AssignmentPhase
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		a, err := api.AssignmentFromPod(p)
+		if err != nil {
+			return false, err
+		}
+		got = a.Phase
+		return got == phase, nil
+	})
+	if err != nil {
+		t.Errorf("pod %s: record phase %s, want %s", name, got, phase)
+	}
+}
