@@ -47,6 +47,10 @@ type State struct {
 	// Rejected reports pods whose Allocate the plugin already refused: the
 	// kubelet fails the whole pod, so they are never admitted.
 	Rejected func(uid types.UID) bool
+	// Reopened reports pods whose Allocated record the plugin knows to be
+	// stale (a guessed holding was replaced by the kubelet's truth): their
+	// containers the plugin does not see holding units are pending again.
+	Reopened func(uid types.UID) bool
 }
 
 // Snapshot is what the matching functions decide over.
@@ -77,7 +81,8 @@ func recorded(pods []*corev1.Pod, st State) []Entry {
 			continue
 		}
 		admitted := p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
-		if !admitted && a.Phase != api.PhaseAllocated {
+		reopened := st.Reopened != nil && st.Reopened(p.UID)
+		if !admitted && (a.Phase != api.PhaseAllocated || reopened) {
 			continue
 		}
 		for _, c := range a.Containers {
@@ -129,7 +134,7 @@ func Queue(pods []*corev1.Pod, st State) []Entry {
 	var q []Entry
 	for _, p := range ps {
 		a, aerr := api.AssignmentFromPod(p)
-		if aerr == nil && a.Phase == api.PhaseAllocated {
+		if aerr == nil && a.Phase == api.PhaseAllocated && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}
 		containers := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)

@@ -106,8 +106,18 @@ func TestQueue(t *testing.T) {
 		pods      []*corev1.Pod
 		allocated map[key]bool
 		rejected  map[string]bool
+		reopened  map[string]bool
 		want      []key
 	}{
+		{
+			name: "an Allocated record the kubelet contradicted is pending again",
+			pods: []*corev1.Pod{
+				makePod("guessed-wrong", 1).container("c", 6).assign(api.PhaseAllocated, card0).obj(),
+				makePod("really-done", 2).container("c", 6).assign(api.PhaseAllocated, card1).obj(),
+			},
+			reopened: map[string]bool{"uid-guessed-wrong": true},
+			want:     []key{{"guessed-wrong", "c"}},
+		},
 		{
 			name: "pods in creation order, containers in spec order, non-gpu containers skipped",
 			pods: []*corev1.Pod{
@@ -158,6 +168,7 @@ func TestQueue(t *testing.T) {
 			q := Queue(tt.pods, State{
 				Allocated: func(uid types.UID, c string) bool { return tt.allocated[key{string(uid), c}] },
 				Rejected:  func(uid types.UID) bool { return tt.rejected[string(uid)] },
+				Reopened:  func(uid types.UID) bool { return tt.reopened[string(uid)] },
 			})
 			if diff := cmp.Diff(tt.want, keys(q)); diff != "" {
 				t.Errorf("queue (-want +got):\n%s", diff)

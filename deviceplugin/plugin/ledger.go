@@ -31,10 +31,13 @@ type ledger struct {
 	byCont   map[ckey]holding
 	byIDs    map[string]ckey
 	rejected map[types.UID]bool
+	// evicted are pods one of whose guessed holdings the kubelet's truth
+	// replaced: their containers are pending again, whatever the record says.
+	evicted map[types.UID]bool
 }
 
 func newLedger() *ledger {
-	return &ledger{byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{}}
+	return &ledger{byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{}, evicted: map[types.UID]bool{}}
 }
 
 func idsKey(ids []string) string {
@@ -55,9 +58,17 @@ func (l *ledger) set(h holding) {
 	ik := idsKey(h.IDs)
 	if other, ok := l.byIDs[ik]; ok && other != k {
 		delete(l.byCont, other)
+		l.evicted[other.uid] = true
 	}
 	l.byCont[k] = h
 	l.byIDs[ik] = k
+	delete(l.evicted, h.UID)
+}
+
+func (l *ledger) isEvicted(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.evicted[uid]
 }
 
 func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
@@ -114,6 +125,11 @@ func (l *ledger) retain(live map[types.UID]bool) {
 	for uid := range l.rejected {
 		if !live[uid] {
 			delete(l.rejected, uid)
+		}
+	}
+	for uid := range l.evicted {
+		if !live[uid] {
+			delete(l.evicted, uid)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -107,7 +108,8 @@ type Plugin struct {
 	ledger    *ledger
 	reconcile chan struct{}
 
-	registered chan struct{} // receives after each successful registration (tests)
+	registered     chan struct{} // receives after each successful registration (tests)
+	registeredWith os.FileInfo   // the kubelet.sock registered with (Run's goroutine only)
 }
 
 // New builds the plugin. podres may be nil.
@@ -161,7 +163,7 @@ func (p *Plugin) snapshot() (allocate.Snapshot, error) {
 	if err != nil {
 		return allocate.Snapshot{}, err
 	}
-	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected}), nil
+	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isEvicted}), nil
 }
 
 // GetPreferredAllocation steers the kubelet to units of the card assigned to
@@ -320,15 +322,19 @@ func (p *Plugin) uidOf(namespace, name string) (types.UID, bool) {
 // once every container is known.
 func (p *Plugin) writeRecord(ctx context.Context, namespace, name string, uid types.UID) error {
 	held := p.ledger.forPod(uid)
-	if len(held) == 0 {
+	if len(held) == 0 && !p.ledger.isEvicted(uid) {
 		return nil
 	}
+	evicted := p.ledger.isEvicted(uid)
 	return p.cluster.UpdateAssignment(ctx, namespace, name, uid, func(a *api.Assignment) bool {
-		return p.applyHoldings(a, held)
+		return p.applyHoldings(a, held, evicted)
 	})
 }
 
-func (p *Plugin) applyHoldings(a *api.Assignment, held map[string]holding) bool {
+// applyHoldings makes a match the ledger. evicted: the plugin learnt that a
+// container of this pod does not hold what it guessed, so a record it had
+// marked Allocated goes back to Assigned until the kubelet allocates again.
+func (p *Plugin) applyHoldings(a *api.Assignment, held map[string]holding, evicted bool) bool {
 	changed := false
 	all := true
 	for i := range a.Containers {
@@ -349,6 +355,10 @@ func (p *Plugin) applyHoldings(a *api.Assignment, held map[string]holding) bool 
 	}
 	if all && a.Phase != api.PhaseAllocated {
 		a.Phase = api.PhaseAllocated
+		changed = true
+	}
+	if !all && evicted && a.Phase == api.PhaseAllocated {
+		a.Phase = api.PhaseAssigned
 		changed = true
 	}
 	return changed
@@ -419,14 +429,15 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	var errs []error
 	for _, pod := range pods {
 		held := p.ledger.forPod(pod.UID)
-		if len(held) == 0 {
+		evicted := p.ledger.isEvicted(pod.UID)
+		if len(held) == 0 && !evicted {
 			continue
 		}
 		a, err := api.AssignmentFromPod(pod)
 		if err != nil {
 			continue
 		}
-		if !p.applyHoldings(&a, held) {
+		if !p.applyHoldings(&a, held, evicted) {
 			continue // the cached record already matches
 		}
 		if err := p.writeRecord(ctx, pod.Namespace, pod.Name, pod.UID); err != nil {

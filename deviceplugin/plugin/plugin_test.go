@@ -436,6 +436,43 @@ func TestAllocate(t *testing.T) {
 		}
 	})
 
+	t.Run("the kubelet's truth arriving between two same-size admissions reopens the wrongly guessed pod", func(t *testing.T) {
+		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				podtest.Make(nodeName, "older", 1).Container("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Make(nodeName, "younger", 2).Container("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
+			}
+		}})
+		// The kubelet admits the younger pod first, on card 0; the plugin guesses "older".
+		first := unitIDs(h.cards[0].UUID, 0, 6)
+		h.mustAllocate(t, first)
+		waitFor(t, "the informer to see older's Allocated record", func() bool {
+			pods, _ := h.plugin.cluster.Pods()
+			for _, p := range pods {
+				if a, err := api.AssignmentFromPod(p); err == nil && p.Name == "older" && a.Phase == api.PhaseAllocated {
+					return true
+				}
+			}
+			return false
+		})
+		// Before the kubelet admits "older", PodResources shows who really holds card 0.
+		h.podres.set(Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: first})
+		if err := h.plugin.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]string{"Assigned", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "older"))); diff != "" {
+			t.Errorf("older's record after reconcile (-want +got):\n%s", diff)
+		}
+		// Now the kubelet admits "older": only card 1 has room, and it is older's.
+		h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 6))
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[1].UUID}, cardsOf(h.record(t, "older"))); diff != "" {
+			t.Errorf("older (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "younger"))); diff != "" {
+			t.Errorf("younger (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("a pod without assignment is refused with a reason, and the next pod is not blocked", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{

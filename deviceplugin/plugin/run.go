@@ -82,6 +82,13 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 			p.log.Error(err, "Watching the device-plugin directory")
 		case e := <-w.Events:
 			if e.Name == p.KubeletSocketPath() && e.Has(fsnotify.Create) {
+				// A late event for the kubelet we registered with already
+				// (e.g. after restarting for our own socket's removal) must
+				// not restart us again: a second registration racing the
+				// kubelet's handling of the first can lose the resource.
+				if fi, err := os.Stat(p.KubeletSocketPath()); err == nil && p.registeredWith != nil && os.SameFile(fi, p.registeredWith) {
+					continue
+				}
 				return "kubelet.sock re-created (kubelet restarted)"
 			}
 			if e.Name == p.SocketPath() && (e.Has(fsnotify.Remove) || e.Has(fsnotify.Rename)) {
@@ -121,6 +128,8 @@ func (p *Plugin) serve() (stop func(), err error) {
 
 // register tells the kubelet about the plugin.
 func (p *Plugin) register(ctx context.Context) error {
+	p.registeredWith = nil
+	before, _ := os.Stat(p.KubeletSocketPath())
 	conn, err := grpc.NewClient("unix://"+p.KubeletSocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return fmt.Errorf("kubelet socket %s: %w", p.KubeletSocketPath(), err)
@@ -137,6 +146,7 @@ func (p *Plugin) register(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register %s with the kubelet at %s: %w", api.ResourceName, p.KubeletSocketPath(), err)
 	}
+	p.registeredWith = before
 	p.log.Info("Registered with the kubelet", "resource", api.ResourceName, "socket", p.SocketPath())
 	select {
 	case p.registered <- struct{}{}:

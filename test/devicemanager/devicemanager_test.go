@@ -224,23 +224,8 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	k := startKubelet(t, nil)
 	defer func() { _ = k.m.Stop() }()
 
-	// The plugin, as the binary runs it (app.Run), on the kubelet's real paths.
-	var o app.Options
-	fs := flagSet(&o)
-	if err := fs.Parse([]string{"--nvml=" + spec, "--pod-resources-socket=", "--allocate-wait=5s"}); err != nil {
-		t.Fatal(err)
-	}
-	o.NodeName = node
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, o, client, nil) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("plugin: %v", err)
-		}
-	}()
+	stop := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=5s")
+	defer stop()
 
 	k.waitCapacity(t, 16)
 
@@ -281,6 +266,28 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 		t.Errorf("after-restart got card %s, want card 0", got)
 	}
 	waitRecord(t, client, "after-restart", api.PhaseAllocated)
+}
+
+// startPlugin runs the plugin as the binary does (app.Run, flags with their
+// defaults plus args) on the kubelet's real paths; stop ends it.
+func startPlugin(t *testing.T, client *fake.Clientset, args ...string) (stop func()) {
+	t.Helper()
+	var o app.Options
+	fs := flagSet(&o)
+	if err := fs.Parse(append([]string{"--nvml=" + spec}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	o.NodeName = node
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, o, client, nil) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("plugin: %v", err)
+		}
+	}
 }
 
 func waitRecord(t *testing.T, client *fake.Clientset, name string, phase api.AssignmentPhase) {
