@@ -55,3 +55,9 @@ cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller
 
 e2e: cluster-binaries ## end-to-end tests against a local control plane (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
+
+# The device plugin against the real kubelet device manager (test/devicemanager): the test
+# re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.
+.PHONY: test-devicemanager
+test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)
+	cd test && $(GO) test -race -count=1 -v -run . ./devicemanager/
