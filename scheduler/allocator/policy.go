@@ -58,28 +58,50 @@ func usable(c Card, models []string) bool {
 
 // Decide places req on node under policy p. It is pure: node is not changed.
 func (p *Policy) Decide(node *Node, req Request, w *Workload) Decision {
-	return p.decide(node, req, w, true)
+	return p.decide(node, req, w, true, nil)
 }
 
 // Evaluate is Decide without the placements: the filter and prioritize hot
 // path, which only needs the verdict, the reasons and the score.
 func (p *Policy) Evaluate(node *Node, req Request, w *Workload) Decision {
-	return p.decide(node, req, w, false)
+	return p.decide(node, req, w, false, nil)
 }
 
-func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements bool) Decision {
+// EvaluateAll is Evaluate on every node: out[i] = Evaluate(nodes[i], …).
+// A nil node is skipped (out[i] is left as it is). len(out) must be at
+// least len(nodes). It shares one scratch buffer between the nodes, where
+// Evaluate allocates one per call (the slice a policy's functions receive
+// escapes to the heap): the extender's filter and prioritize evaluate
+// thousands of nodes per call.
+func (p *Policy) EvaluateAll(nodes []*Node, req Request, w *Workload, out []Decision) {
+	scratch := make([]int64, 0, 16)
+	for i, n := range nodes {
+		if n == nil {
+			continue
+		}
+		if len(n.Cards) > cap(scratch) {
+			scratch = make([]int64, 0, len(n.Cards))
+		}
+		out[i] = p.decide(n, req, w, false, scratch)
+	}
+}
+
+// decide places req on node. scratch, when it has room for the node's
+// cards, holds the free units the policy works on; the policy never keeps it.
+func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements bool, scratch []int64) Decision {
 	d := Decision{Node: node.Name}
 	if node.InventoryErr != nil {
 		d.Reasons = []Reason{{Code: ReasonNoInventory, Message: fmt.Sprintf("GPU inventory unusable: %v", node.InventoryErr)}}
 		return d
 	}
-	var freeBuf [16]int64
-	free := freeBuf[:0]
-	if len(node.Cards) > len(freeBuf) {
+	free := scratch[:0]
+	if len(node.Cards) > cap(scratch) {
 		free = make([]int64, 0, len(node.Cards))
 	}
-	for _, c := range node.Cards {
-		if usable(c, req.Models) {
+	for i := range node.Cards {
+		// By pointer: a Card is 80 bytes, and this loop runs for every
+		// card of every candidate node.
+		if c := &node.Cards[i]; c.Schedulable() && (len(req.Models) == 0 || usable(*c, req.Models)) {
 			free = append(free, c.Free())
 		} else {
 			free = append(free, Unusable)

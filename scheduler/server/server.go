@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +98,8 @@ type Server struct {
 	maxBody  int64
 	metrics  *metrics
 	betterBy string
+	// decisionPool recycles the per-call decision slices.
+	decisionPool sync.Pool
 }
 
 // New checks cfg and returns a Server.
@@ -201,16 +204,33 @@ func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocato
 	req := allocator.RequestFromPod(preq)
 	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
-	decisions = make([]allocator.Decision, len(names))
+	decisions = s.getDecisions(len(names))
+	s.policy.EvaluateAll(snaps, req, w, decisions)
 	for i, n := range snaps {
 		if n == nil {
 			decisions[i] = allocator.Decision{Node: names[i], Reasons: []allocator.Reason{{Code: reasonUnknownNode,
 				Message: fmt.Sprintf("%v: %s", cache.ErrUnknownNode, names[i])}}}
-			continue
 		}
-		decisions[i] = s.policy.Evaluate(n, req, w)
 	}
 	return decisions, true, nil
+}
+
+// getDecisions returns a zeroed slice of n decisions, reused between calls
+// (at 5,000 nodes it is 400 kB a call); putDecisions hands it back once the
+// response no longer refers to it.
+func (s *Server) getDecisions(n int) []allocator.Decision {
+	if p, ok := s.decisionPool.Get().(*[]allocator.Decision); ok && cap(*p) >= n {
+		d := (*p)[:n]
+		clear(d)
+		return d
+	}
+	return make([]allocator.Decision, n)
+}
+
+func (s *Server) putDecisions(d []allocator.Decision) {
+	if d != nil {
+		s.decisionPool.Put(&d)
+	}
 }
 
 // Filter implements the filter verb. Pods that ask for no gpu-mem pass on
@@ -226,11 +246,13 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*ex
 		return nil, ErrNotReady
 	}
 	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	defer s.putDecisions(decisions)
 	if !interested {
 		return &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}, nil
 	}
+	// Sized for the common case: in best mode most candidates fail.
 	res := &extenderv1.ExtenderFilterResult{
-		FailedNodes:                extenderv1.FailedNodesMap{},
+		FailedNodes:                make(extenderv1.FailedNodesMap, len(names)),
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
 	keep := make([]bool, len(names))
@@ -305,6 +327,7 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 		out[i].Host = n
 	}
 	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	defer s.putDecisions(decisions)
 	if !interested || reqErr != nil {
 		return out, nil
 	}

@@ -1,0 +1,124 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+// Benchmark cluster: every node has 8 cards of 80 GiB; 10,000 pods of 1 to
+// 20 GiB are cached, bound with assignments, spread at random.
+const (
+	benchCardsPerNode = 8
+	benchCardUnits    = 80
+	benchPods         = 10000
+)
+
+var benchSizes = []int{100, 1000, 5000}
+
+func benchEnv(b *testing.B, nodes int) (*env, []string) {
+	b.Helper()
+	rng := rand.New(rand.NewSource(1))
+	var ns []*corev1.Node
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%05d", i)
+		ns = append(ns, fixture.MakeNode(names[i]).Cards(benchCardsPerNode, benchCardUnits).Obj())
+	}
+	e := newEnv(b, envOpts{}, ns)
+	used := make(map[string]int64)
+	for i := 0; i < benchPods; i++ {
+		node := names[rng.Intn(nodes)]
+		cardIdx := rng.Intn(benchCardsPerNode)
+		units := int64(1 + rng.Intn(20))
+		key := fmt.Sprintf("%s/%d", node, cardIdx)
+		if used[key]+units > benchCardUnits {
+			continue
+		}
+		used[key] += units
+		e.cache.SetPod(fixture.MakePod("bench", fmt.Sprintf("p%05d", i)).GPU("main", units).Assign(node, api.PhaseAllocated, cardIdx).Obj())
+	}
+	return e, names
+}
+
+// reportCPU adds cpu-ns/op: the process's CPU time per call (GC included).
+// On a shared machine ns/op also counts waiting for a core; run with -cpu 1
+// for the one-core figure.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+func BenchmarkFilter(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			e, names := benchEnv(b, n)
+			args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			defer func() { reportCPU(b, cpu0) }()
+			for i := 0; i < b.N; i++ {
+				res, err := e.srv.Filter(ctx, args)
+				if err != nil || len(*res.NodeNames) == 0 {
+					b.Fatalf("filter: %v %+v", err, res)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPrioritize(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			e, names := benchEnv(b, n)
+			args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			defer func() { reportCPU(b, cpu0) }()
+			for i := 0; i < b.N; i++ {
+				res, err := e.srv.Prioritize(ctx, args)
+				if err != nil || len(res) != n {
+					b.Fatalf("prioritize: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkFilterHTTP is BenchmarkFilter through the gin handler, JSON
+// decoding and encoding included: what kube-scheduler waits for, less the
+// network.
+func BenchmarkFilterHTTP(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			e, names := benchEnv(b, n)
+			body := mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names})
+			h := e.srv.Handler(nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := processCPU()
+			defer func() { reportCPU(b, cpu0) }()
+			for i := 0; i < b.N; i++ {
+				req := httptest.NewRequest("POST", "/filter", strings.NewReader(body))
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+}
