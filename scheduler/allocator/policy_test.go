@@ -302,3 +302,35 @@ func TestLookup(t *testing.T) {
 		}
 	}
 }
+
+func TestEvaluateAllEqualsEvaluatePerNode(t *testing.T) {
+	nodes := []*allocator.Node{
+		node(card(0, 40, 30), card(1, 16, 0)),
+		nil, // unknown to the caller: skipped
+		{Name: "many", Cards: func() []allocator.Card {
+			var cs []allocator.Card
+			for i := 0; i < 20; i++ { // more cards than the shared scratch holds
+				cs = append(cs, card(i, 24, int64(i)))
+			}
+			return cs
+		}()},
+		node(card(0, 8, 0)),
+		{Name: "broken", InventoryErr: api.ErrNoInventory},
+	}
+	for _, name := range allocator.Names() {
+		p, _ := allocator.Lookup(name)
+		req := shares(10, 6)
+		got := make([]allocator.Decision, len(nodes))
+		got[1] = allocator.Decision{Node: "left alone"}
+		p.EvaluateAll(nodes, req, nil, got)
+		for i, n := range nodes {
+			want := allocator.Decision{Node: "left alone"}
+			if n != nil {
+				want = p.Evaluate(n, req, nil)
+			}
+			if diff := cmp.Diff(want, got[i]); diff != "" {
+				t.Errorf("%s: node %d (-Evaluate +EvaluateAll):\n%s", name, i, diff)
+			}
+		}
+	}
+}
