@@ -108,8 +108,7 @@ type Plugin struct {
 	ledger    *ledger
 	reconcile chan struct{}
 
-	registered     chan struct{} // receives after each successful registration (tests)
-	registeredWith os.FileInfo   // the kubelet.sock registered with (Run's goroutine only)
+	registeredWith os.FileInfo // the kubelet.sock registered with (Run's goroutine only)
 }
 
 // New builds the plugin. podres may be nil.
@@ -129,7 +128,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = 10 * time.Second
 	}
-	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1), registered: make(chan struct{}, 16)}
+	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1)}
 }
 
 // GetDevicePluginOptions implements the device plugin API.

@@ -25,9 +25,6 @@ func (p *Plugin) KubeletSocketPath() string {
 	return filepath.Join(p.cfg.PluginDir, filepath.Base(pluginapi.KubeletSocket))
 }
 
-// Registered receives after each successful registration with the kubelet.
-func (p *Plugin) Registered() <-chan struct{} { return p.registered }
-
 // Run serves the kubelet until ctx is done: it listens on SocketPath,
 // registers with the kubelet, and starts over (new socket, new
 // registration) when the kubelet re-creates kubelet.sock (a kubelet
@@ -148,9 +145,5 @@ func (p *Plugin) register(ctx context.Context) error {
 	}
 	p.registeredWith = before
 	p.log.Info("Registered with the kubelet", "resource", api.ResourceName, "socket", p.SocketPath())
-	select {
-	case p.registered <- struct{}{}:
-	default:
-	}
 	return nil
 }
