@@ -42,6 +42,11 @@ type Options struct {
 	FilterMode string
 	// ResyncPeriod is the informers' resync period (0: none).
 	ResyncPeriod time.Duration
+	// KubeAPIQPS and KubeAPIBurst bound the client's request rate. Every
+	// bind is two writes; client-go's defaults (5/10) delay binds by seconds
+	// in a burst of pods, so the defaults are kube-scheduler's (50/100).
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -50,6 +55,8 @@ func DefaultOptions() Options {
 		ListenAddress: ":39999",
 		Policy:        allocator.DefaultPolicy,
 		FilterMode:    string(server.FilterBest),
+		KubeAPIQPS:    50,
+		KubeAPIBurst:  100,
 	}
 }
 
@@ -69,6 +76,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none (env "+EnvName("resync-period")+")")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server (env "+EnvName("kube-api-qps")+")")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server (env "+EnvName("kube-api-burst")+")")
 	klog.InitFlags(fs)
 }
 
@@ -110,6 +119,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--kubeconfig: %w", err))
 		}
 	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.KubeAPIQPS, o.KubeAPIBurst))
+	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
 	}
@@ -143,6 +155,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	cfg.UserAgent = "gpushare-scheduler"
+	cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)

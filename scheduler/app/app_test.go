@@ -42,7 +42,7 @@ func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all"}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 50, KubeAPIBurst: 100}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -68,6 +68,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
+		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 100 must be positive"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
