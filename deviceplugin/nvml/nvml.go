@@ -173,13 +173,17 @@ func (l *lib) WatchHealth(ctx context.Context, report func(HealthEvent)) error {
 		if ret != gonvml.SUCCESS {
 			return fmt.Errorf("nvml: device %d: supported events: %v", i, ret)
 		}
+		// Like NVIDIA's device plugin: a card whose health cannot be watched
+		// is not offered (run with --health-checks=false to offer it anyway).
 		if supported&gonvml.EventTypeXidCriticalError == 0 {
 			uuid, _ := d.GetUUID()
 			report(HealthEvent{UUID: uuid, Reason: "card does not report XID events: health cannot be checked"})
 			continue
 		}
 		if ret := d.RegisterEvents(gonvml.EventTypeXidCriticalError, set); ret != gonvml.SUCCESS {
-			return fmt.Errorf("nvml: device %d: register XID events: %v", i, ret)
+			uuid, _ := d.GetUUID()
+			report(HealthEvent{UUID: uuid, Reason: fmt.Sprintf("cannot register for XID events (%v): health cannot be checked", ret)})
+			continue
 		}
 	}
 	for ctx.Err() == nil {

@@ -11,6 +11,7 @@ import (
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -196,5 +197,34 @@ func TestCheck(t *testing.T) {
 	}
 	if err := n.Check("GPU-unknown"); err == nil {
 		t.Error("unknown card passes the check")
+	}
+}
+
+func TestWatchHealthMarksCardsItCannotWatch(t *testing.T) {
+	src, _ := ParseSource("spec:3x40GiB")
+	sim := NewSimulator("n", src.GPUs...)
+	devs := sim.srv.Devices
+	devs[0].(*server.Device).GetSupportedEventTypesFunc = func() (uint64, gonvml.Return) { return 0, gonvml.SUCCESS }
+	devs[1].(*server.Device).RegisterEventsFunc = func(uint64, gonvml.EventSet) gonvml.Return { return gonvml.ERROR_NOT_SUPPORTED }
+	n, err := Open(sim.Library(), Options{WaitTimeoutMs: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var ev events
+	done := make(chan error)
+	go func() { done <- n.WatchHealth(ctx, ev.add) }()
+	err = wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) { return len(ev.list()) >= 2, nil })
+	cancel()
+	if werr := <-done; werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil {
+		t.Fatalf("events %v", ev.list())
+	}
+	got := ev.list()
+	if got[0].UUID != sim.UUID(0) || !strings.Contains(got[0].Reason, "does not report XID events") ||
+		got[1].UUID != sim.UUID(1) || !strings.Contains(got[1].Reason, "cannot register for XID events") {
+		t.Errorf("events = %v", got)
 	}
 }
