@@ -182,7 +182,21 @@ func (d Decision) Message() string {
 // policies read precomputed.
 type Workload struct {
 	Shapes []Shape
-	idx    *fragIndex
+	// ModelCapacity, optional, is the cluster's schedulable GPU capacity
+	// per card model: what the scheduler knows of its own cluster (the
+	// extender from its cache, the simulator from the trace's nodes), not
+	// of future pods. Policies that weigh how scarce a model is for the pods
+	// that insist on it (frag) read it; nil disables that. Call Reindex
+	// after changing it.
+	ModelCapacity map[string]ModelCapacity
+	idx           *fragIndex
+}
+
+// ModelCapacity is how many cards of one model a cluster has and their
+// total capacity in the nodes' unit.
+type ModelCapacity struct {
+	Cards int
+	Units int64
 }
 
 // Shape is one kind of demand and how often it was seen. A shape with

@@ -1,5 +1,10 @@
 package allocator
 
+import (
+	"math"
+	"slices"
+)
+
 // Fragmentation-aware policies (see docs/packing.md).
 //
 // The measure is FGD's (Weng et al., "Beware of Fragmentation", USENIX ATC
@@ -18,8 +23,23 @@ package allocator
 //     excludes and cards with less free than s's per-card demand (for a
 //     whole-card demand: cards already partly used).
 //
-// A policy places a pod where frag grows least (FGD's "gradient descent").
-// The workload is learned online (Workload.Observe); nothing reads ahead.
+// FGD places a pod where frag grows least (its "gradient descent"); the
+// fgd policy does that. The workload is learned online (Workload.Observe):
+// nothing reads ahead.
+//
+// The frag policy adds three terms to FGD's, all in cards (see
+// NewFragPolicy and docs/packing.md for the measurements behind them):
+//   - stranded GPU (strandGrowth): FGD looks one pod ahead, so a CPU-only or
+//     CPU-heavy pod that leaves a node's free cards without the CPU or
+//     memory to feed them costs nothing until a single pod no longer fits.
+//     The strand term looks at the node filled with the workload's average
+//     GPU pod and charges the GPU its CPU and memory cannot feed;
+//   - model scarcity (scarcityCost): a pod that may run on several models
+//     pays for taking capacity of a model that the pods insisting on it will
+//     need (needs Workload.ModelCapacity, the cluster's cards per model);
+//   - binpack (allocatedShare), with a small weight: among nodes that the
+//     other terms rate alike, the fuller one, keeping empty nodes for
+//     8-card pods.
 //
 // Worked example (one node, two cards of 1,000 units each with 300 and
 // 1,000 free, plenty of CPU; workload: half the pods ask for 500 units,
@@ -155,33 +175,6 @@ func (v *nodeView) load(node *Node, free []int64, bits []uint64) bool {
 	return true
 }
 
-// take returns a copy of v with u units taken from a card with free f (of
-// that capacity and bit).
-func (v *nodeView) take(f, u, c int64, bit uint64) nodeView {
-	out := *v
-	// Remove one card with free f, capacity c and bit.
-	i := 0
-	for i < out.k && !(out.free[i] == f && out.cap[i] == c && out.bits[i] == bit) {
-		i++
-	}
-	copy(out.free[i:out.k], out.free[i+1:out.k])
-	copy(out.cap[i:out.k], out.cap[i+1:out.k])
-	copy(out.bits[i:out.k], out.bits[i+1:out.k])
-	out.k--
-	out.total -= f
-	if left := f - u; left > 0 {
-		j := out.k
-		for j > 0 && out.free[j-1] > left {
-			out.free[j], out.cap[j], out.bits[j] = out.free[j-1], out.cap[j-1], out.bits[j-1]
-			j--
-		}
-		out.free[j], out.cap[j], out.bits[j] = left, c, bit
-		out.k++
-		out.total += left
-	}
-	return out
-}
-
 // fitWeights fills fit[c] with the part of class c's weight whose CPU and
 // memory fit in host.
 func (ix *fragIndex) fitWeights(host *HostResources, fit []float64) {
@@ -282,6 +275,7 @@ type fragScratch struct {
 	vec          [maxStackCards]int64
 	bits         [maxStackCards]uint64
 	fitA, fitB   [maxFastClasses]float64
+	st           [maxFastClasses]classStat
 	viewA, viewB nodeView
 }
 
@@ -331,20 +325,26 @@ func hostAfter(node *Node, req Request, buf *HostResources) *HostResources {
 // fragGrowth is frag after the pod minus frag before, in the node's units
 // (negative when placing the pod makes the node less fragmented, e.g. a
 // pod that exactly fills a card's unusable leftover).
-func fragGrowth(node *Node, free []int64, req Request, w *Workload) float64 {
+func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool) float64 {
 	ix := w.index()
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
-	var hb HostResources
+	var hb, hbefore HostResources
 	hostA := hostAfter(node, req, &hb)
+	hostB := node.HostFree
+	if cpuOnly && hostB != nil {
+		hb.MemoryMiB = math.MaxInt64
+		hbefore = HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
+		hostB = &hbefore
+	}
 	if len(node.Cards) > maxStackCards {
 		vec, bits := make([]int64, len(node.Cards)), make([]uint64, len(node.Cards))
 		ix.modelBits(node, bits)
 		afterFree(node, free, vec)
 		after := ix.measure(node, vec, bits, hostA)
 		beforeFree(node, vec)
-		return after - ix.measure(node, vec, bits, node.HostFree)
+		return after - ix.measure(node, vec, bits, hostB)
 	}
 	var s fragScratch
 	n := len(node.Cards)
@@ -353,7 +353,7 @@ func fragGrowth(node *Node, free []int64, req Request, w *Workload) float64 {
 	fitA, fitB := s.fits(ix)
 	beforeFree(node, vec)
 	s.viewB.load(node, vec, bits)
-	ix.fitWeights(node.HostFree, fitB)
+	ix.fitWeights(hostB, fitB)
 	afterFree(node, free, vec)
 	s.viewA.load(node, vec, bits)
 	ix.fitWeights(hostA, fitA)
@@ -408,23 +408,175 @@ func fragChooseCard(node *Node, free []int64, d Demand, w *Workload) int {
 	s.viewB.load(node, vec, bits)
 	fit, _ := s.fits(ix)
 	ix.fitWeights(node.HostFree, fit)
-	best, bestFrag := -1, 0.0
+	st := s.stats(ix)
+	ix.classStats(&s.viewB, st)
+	best, bestGrowth := -1, 0.0
 	for _, i := range cand[:nc] {
-		s.viewA = s.viewB.take(free[i], d.Units, node.Cards[i].Capacity, bits[i])
-		f := ix.measureView(&s.viewA, fit)
+		g := ix.takeGrowth(&s.viewB, st, fit, free[i], d.Units, node.Cards[i].Capacity, bits[i])
 		switch {
-		case best < 0 || f < bestFrag-ScoreTolerance:
-			best, bestFrag = i, f
-		case f <= bestFrag+ScoreTolerance && free[i] < free[best]:
+		case best < 0 || g < bestGrowth-ScoreTolerance:
+			best, bestGrowth = i, g
+		case g <= bestGrowth+ScoreTolerance && free[i] < free[best]:
 			best = i
 		}
 	}
 	return best
 }
 
+// classStat is, for one class on one node state, how many cards can take
+// the class's per-card demand (n) and the free share of the others (lost).
+type classStat struct {
+	n    int
+	lost int64
+}
+
+func (s *fragScratch) stats(ix *fragIndex) []classStat {
+	if n := len(ix.classes); n > maxFastClasses {
+		return make([]classStat, n)
+	}
+	return s.st[:len(ix.classes)]
+}
+
+// classStats fills st with every class's classStat on view v.
+func (ix *fragIndex) classStats(v *nodeView, st []classStat) {
+	j := 0
+	var below int64
+	full := -1
+	for ci := range ix.classes {
+		c := &ix.classes[ci]
+		switch {
+		case !v.alike:
+			st[ci].n, st[ci].lost = v.classFit(c)
+		case !c.anyModel && c.mask&v.bit == 0:
+			st[ci] = classStat{0, v.total}
+		case c.units > 0:
+			for j < v.k && v.free[j] < c.units {
+				below += v.free[j]
+				j++
+			}
+			st[ci] = classStat{v.k - j, below}
+		default:
+			if full < 0 {
+				full = 0
+				for i := v.k - 1; i >= 0 && v.free[i] >= v.cap0; i-- {
+					full++
+				}
+			}
+			st[ci] = classStat{full, v.total - int64(full)*v.cap0}
+		}
+	}
+}
+
+// takeGrowth is how much frag grows when u units are taken from a card
+// with free f, capacity cp and model bit b, given the node's class stats
+// st and host-fit weights fit; it leaves out the part every candidate card
+// shares (the shapes that the host blocks or that ask for no GPU lose u
+// wherever it is taken). Per class, with T the node's free total:
+//   - the node could not host the class (n < count): its frag, T, drops by u;
+//   - the card was already lost to the class (model excluded or f < need):
+//     lost drops by u;
+//   - the card stays usable (f − u ≥ need): nothing changes;
+//   - the card becomes lost: lost grows by f − u, or, if that leaves too few
+//     usable cards, the class's frag jumps from lost to T − u.
+func (ix *fragIndex) takeGrowth(v *nodeView, st []classStat, fit []float64, f, u, cp int64, b uint64) float64 {
+	t := float64(v.total)
+	var g float64
+	for ci := range ix.classes {
+		fw := fit[ci]
+		if fw <= 0 {
+			continue
+		}
+		c := &ix.classes[ci]
+		n := st[ci].n
+		need := c.units
+		if need == 0 {
+			need = cp
+		}
+		switch {
+		case n < c.count, !c.anyModel && c.mask&b == 0, f < need:
+			g -= fw * float64(u)
+		case f-u >= need:
+		case n-1 >= c.count:
+			g += fw * float64(f-u)
+		default:
+			g += fw * (t - float64(u) - float64(st[ci].lost))
+		}
+	}
+	return g
+}
+
 // fgdScore is FGD's node score: the less frag grows, the better.
 func fgdScore(node *Node, free []int64, req Request, w *Workload) float64 {
-	return -fragGrowth(node, free, req, w)
+	return -fragGrowth(node, free, req, w, false)
+}
+
+// The frag policy's weights (docs/packing.md shows how they were chosen:
+// on the default trace, 0.5 to 2 for the strand term give the same result
+// within 0.05 points; the pack term mostly breaks near-ties; the scarcity
+// weight was tried at 0.5, 1 and 2 on gpuspec33).
+const (
+	FragPackWeight     = 0.01
+	FragStrandWeight   = 1.0
+	FragScarcityWeight = 2.0
+)
+
+// FragOptions tune the fragmentation-aware policy family (NewFragPolicy).
+type FragOptions struct {
+	Name, Description string
+	// PackWeight adds PackWeight × the node's allocated GPU share after
+	// placement (0..1, binpack's score) to the main term, −Δfrag in cards.
+	// 0 is FGD's score.
+	PackWeight float64
+	// CPUOnly ignores memory when the measure checks whether a shape fits a
+	// node's host resources, as the FGD paper does.
+	CPUOnly bool
+	// StrandWeight subtracts StrandWeight × the growth of the node's
+	// stranded GPU, in cards (see strandGrowth).
+	StrandWeight float64
+	// ScarcityWeight subtracts ScarcityWeight × the pod's GPU request in
+	// cards × the pressure on the models it lands on (see modelPressure and
+	// scarcityCost). Needs Workload.ModelCapacity.
+	ScarcityWeight float64
+}
+
+// NewFragPolicy builds a fragmentation-aware policy: FGD's card choice, and
+// a node score of −Δfrag (in cards) plus the options' terms.
+func NewFragPolicy(o FragOptions) *Policy {
+	return &Policy{
+		Name:        o.Name,
+		Description: o.Description,
+		ChooseCard:  fragChooseCard,
+		Score: func(node *Node, free []int64, req Request, w *Workload) float64 {
+			s := -fragGrowth(node, free, req, w, o.CPUOnly) / cardUnits(node)
+			if o.PackWeight != 0 {
+				s += o.PackWeight * allocatedShare(node, free, req, w)
+			}
+			if o.StrandWeight != 0 {
+				s -= o.StrandWeight * strandGrowth(node, free, req, w) / cardUnits(node)
+			}
+			if o.ScarcityWeight != 0 {
+				s -= o.ScarcityWeight * scarcityCost(node, free, w) / cardUnits(node)
+			}
+			return s
+		},
+	}
+}
+
+// cardUnits is the mean capacity of the node's schedulable cards (1 when
+// it has none), to express the measure in cards.
+func cardUnits(node *Node) float64 {
+	var sum int64
+	n := 0
+	for _, c := range node.Cards {
+		if c.Schedulable() && c.Capacity > 0 {
+			sum += c.Capacity
+			n++
+		}
+	}
+	if n == 0 {
+		return 1
+	}
+	return float64(sum) / float64(n)
 }
 
 // bestFitScore is the FGD paper's BestFit baseline: prefer the node with the
@@ -455,4 +607,93 @@ func bestFitScore(node *Node, free []int64, req Request, _ *Workload) float64 {
 		score -= 0.5 * float64(cpuLeft) / 128000
 	}
 	return score
+}
+
+// strandGrowth is how much the node's stranded GPU grows with the pod.
+//
+// Stranded GPU is free GPU that the node's CPU and memory cannot feed if
+// future GPU pods ask for them in the workload's proportions: with free GPU
+// G units, free CPU C and memory M, and the workload's GPU pods asking rc
+// millicores and rm MiB per GPU unit, the node can use at most
+// min(G, C/rc, M/rm) units; the rest, max(0, G − min(C/rc, M/rm)), is
+// stranded. Where FGD's measure looks one pod ahead, this looks at the node
+// filled with the workload's average GPU pod: it sees that a CPU-only pod
+// on a node with many free cards eats the CPU those cards will need.
+//
+// Worked example: 4 free cards (4,000 units), 20 cores and plenty of memory
+// free, GPU pods asking 10 cores per card (rc = 10 millicores per unit):
+// usable min(4000, 20000/10) = 2,000, stranded 2,000 units (2 cards).
+func strandGrowth(node *Node, free []int64, req Request, w *Workload) float64 {
+	ix := w.index()
+	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 {
+		return 0
+	}
+	var before, after, capSum int64
+	n := 0
+	for i, c := range node.Cards {
+		if !c.Schedulable() {
+			continue
+		}
+		capSum += c.Capacity
+		n++
+		before += c.Free()
+		switch f := free[i]; {
+		case f >= 0:
+			after += f
+		case f == Unusable:
+			after += c.Free()
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	units := ix.gpuShareUnits + ix.gpuWholeCards*float64(capSum)/float64(n)
+	if units <= 0 {
+		return 0
+	}
+	rc, rm := ix.gpuCPU/units, ix.gpuMem/units
+	h := *node.HostFree
+	ha := HostResources{CPUMilli: h.CPUMilli - req.Host.CPUMilli, MemoryMiB: h.MemoryMiB - req.Host.MemoryMiB}
+	return stranded(float64(after), ha, rc, rm) - stranded(float64(before), h, rc, rm)
+}
+
+func stranded(g float64, h HostResources, rc, rm float64) float64 {
+	usable := g
+	if rc > 0 {
+		usable = min(usable, max(0, float64(h.CPUMilli))/rc)
+	}
+	if rm > 0 {
+		usable = min(usable, max(0, float64(h.MemoryMiB))/rm)
+	}
+	return g - usable
+}
+
+// scarcityCost is the GPU the pod takes on this node, each unit weighted by
+// the pressure on its card's model: taking a scarce model's capacity for a
+// pod that could run elsewhere costs the pods that cannot. For a pod that
+// insists on one model it is the same on every node it fits, so it only
+// steers pods that have a choice.
+func scarcityCost(node *Node, free []int64, w *Workload) float64 {
+	ix := w.index()
+	if ix == nil || len(ix.pressure) == 0 {
+		return 0
+	}
+	var cost float64
+	for i, c := range node.Cards {
+		f := free[i]
+		if f == Unusable || !c.Schedulable() {
+			continue
+		}
+		taken := c.Free()
+		if f >= 0 {
+			taken -= f
+		}
+		if taken <= 0 {
+			continue
+		}
+		if k := slices.Index(ix.models, c.Model); k >= 0 {
+			cost += float64(taken) * ix.pressure[k]
+		}
+	}
+	return cost
 }

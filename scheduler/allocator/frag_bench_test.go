@@ -28,10 +28,13 @@ func benchWorkload(rng *rand.Rand) *Workload {
 	return w
 }
 
-// benchNodes are n nodes of 8 cards, partly used at random.
+// benchNodes are n nodes of 8 cards, partly used the way a busy openb
+// cluster is: a quarter of the cards unused, a quarter held whole, the rest
+// holding one or two of the trace's common shares.
 func benchNodes(rng *rand.Rand, n int) []Node {
 	nodes := make([]Node, n)
 	models := []string{"G2", "T4", "V100M32", "P100"}
+	shares := []int64{810, 470, 940, 650, 320, 230, 460, 590, 1000}
 	for i := range nodes {
 		cards := make([]Card, 8)
 		m := models[rng.Intn(len(models))]
@@ -42,7 +45,7 @@ func benchNodes(rng *rand.Rand, n int) []Node {
 			case 1:
 				cards[k].Used, cards[k].Whole = 1000, true
 			default:
-				cards[k].Used = int64(rng.Intn(20)) * 50
+				cards[k].Used = shares[rng.Intn(len(shares))]
 			}
 		}
 		nodes[i] = Node{Name: fmt.Sprint("n", i), Cards: cards,
@@ -81,5 +84,7 @@ func benchmarkEvaluate(b *testing.B, policy string) {
 }
 
 func BenchmarkFGDEvaluate(b *testing.B) { benchmarkEvaluate(b, "fgd") }
+
+func BenchmarkFragEvaluate(b *testing.B) { benchmarkEvaluate(b, "frag") }
 
 func BenchmarkBinpackEvaluate(b *testing.B) { benchmarkEvaluate(b, "binpack") }

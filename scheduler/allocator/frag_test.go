@@ -114,15 +114,30 @@ func TestFastMeasureMatchesDefinition(t *testing.T) {
 		if got, want := ix.measureView(&v, fit), ix.measure(node, vec, bits, node.HostFree); !near(got, want) {
 			t.Fatalf("iteration %d: fast %v, definition %v\nnode %+v\nshapes %+v", iter, got, want, node.Cards, w.Shapes)
 		}
-		// take agrees with changing the vector.
+		// take, and takeGrowth plus the part shared by all cards, agree
+		// with changing the vector.
+		st := make([]classStat, len(ix.classes))
+		ix.classStats(&v, st)
+		base := ix.measure(node, vec, bits, node.HostFree)
+		shared := ix.noGPU
+		for ci, c := range ix.classes {
+			shared += c.weight - fit[ci]
+		}
 		for i := range vec {
-			if vec[i] >= 100 {
-				tv := v.take(vec[i], 100, node.Cards[i].Capacity, bits[i])
-				vec[i] -= 100
-				if got, want := ix.measureView(&tv, fit), ix.measure(node, vec, bits, node.HostFree); !near(got, want) {
-					t.Fatalf("iteration %d: after take fast %v, definition %v", iter, got, want)
-				}
-				break
+			if vec[i] < 100 {
+				continue
+			}
+			const u = 100
+			tv := v.take(vec[i], u, node.Cards[i].Capacity, bits[i])
+			growth := ix.takeGrowth(&v, st, fit, vec[i], u, node.Cards[i].Capacity, bits[i]) - shared*u
+			vec[i] -= u
+			want := ix.measure(node, vec, bits, node.HostFree)
+			vec[i] += u
+			if got := ix.measureView(&tv, fit); !near(got, want) {
+				t.Fatalf("iteration %d: after take fast %v, definition %v", iter, got, want)
+			}
+			if !near(base+growth, want) {
+				t.Fatalf("iteration %d card %d: base %v + takeGrowth %v = %v, definition %v", iter, i, base, growth, base+growth, want)
 			}
 		}
 	}
@@ -222,5 +237,104 @@ func TestBestFitScoreByHand(t *testing.T) {
 	d := bf.Evaluate(node, Request{Demands: []Demand{{Units: 1000}}, Host: HostResources{CPUMilli: 8000}}, nil)
 	if !near(d.Score, -0.21875) {
 		t.Errorf("score = %v, want -0.21875", d.Score)
+	}
+}
+
+// take (a test helper) returns a copy of v with u units taken from a card with free f (of
+// that capacity and bit).
+func (v *nodeView) take(f, u, c int64, bit uint64) nodeView {
+	out := *v
+	// Remove one card with free f, capacity c and bit.
+	i := 0
+	for i < out.k && !(out.free[i] == f && out.cap[i] == c && out.bits[i] == bit) {
+		i++
+	}
+	copy(out.free[i:out.k], out.free[i+1:out.k])
+	copy(out.cap[i:out.k], out.cap[i+1:out.k])
+	copy(out.bits[i:out.k], out.bits[i+1:out.k])
+	out.k--
+	out.total -= f
+	if left := f - u; left > 0 {
+		j := out.k
+		for j > 0 && out.free[j-1] > left {
+			out.free[j], out.cap[j], out.bits[j] = out.free[j-1], out.cap[j-1], out.bits[j-1]
+			j--
+		}
+		out.free[j], out.cap[j], out.bits[j] = left, c, bit
+		out.k++
+		out.total += left
+	}
+	return out
+}
+
+func TestStrandGrowthByHand(t *testing.T) {
+	node := &Node{HostFree: &HostResources{CPUMilli: 20000, MemoryMiB: 1 << 20}}
+	for i := 0; i < 4; i++ {
+		node.Cards = append(node.Cards, Card{Index: i, Model: "G2", Capacity: 1000, State: api.CardHealthy})
+	}
+	w := &Workload{}
+	// GPU pods ask for 10 cores per card: rc = 10,000/1,000 = 10 millicores
+	// per unit (no memory asked: memory never strands here).
+	w.Observe(Shape{Units: 1000, Host: HostResources{CPUMilli: 10000}})
+	// Before: 4,000 units free, 20 cores feed 2,000: 2,000 stranded.
+	// A CPU-only pod of 10 cores: 10 cores feed 1,000: 3,000 stranded.
+	cpuPod := Request{Host: HostResources{CPUMilli: 10000}}
+	free := []int64{1000, 1000, 1000, 1000}
+	if got := strandGrowth(node, free, cpuPod, w); !near(got, 1000) {
+		t.Errorf("strand growth of a CPU-only pod = %v, want 1000", got)
+	}
+	// A GPU pod of one card and 10 cores: 3,000 free, 10 cores feed 1,000:
+	// 2,000 stranded, no growth.
+	gpuPod := Request{Demands: []Demand{{Units: 1000}}, Host: HostResources{CPUMilli: 10000}}
+	if got := strandGrowth(node, []int64{0, 1000, 1000, 1000}, gpuPod, w); !near(got, 0) {
+		t.Errorf("strand growth of a balanced GPU pod = %v, want 0", got)
+	}
+	// The frag policy charges the CPU-only pod one card for it.
+	frag, _ := Lookup("frag")
+	d := frag.Evaluate(node, cpuPod, w)
+	noStrand := NewFragPolicy(FragOptions{PackWeight: FragPackWeight, ScarcityWeight: FragScarcityWeight}).Evaluate(node, cpuPod, w)
+	if !near(noStrand.Score-d.Score, FragStrandWeight*1) {
+		t.Errorf("strand term = %v, want %v", noStrand.Score-d.Score, FragStrandWeight)
+	}
+}
+
+func TestModelPressureAndScarcityByHand(t *testing.T) {
+	w := &Workload{ModelCapacity: map[string]ModelCapacity{
+		"A": {Cards: 10, Units: 10000},
+		"B": {Cards: 30, Units: 30000},
+	}}
+	w.Observe(Shape{Units: 500, Models: []string{"A"}})
+	w.Observe(Shape{WholeCards: 2, Models: []string{"A", "B"}})
+	w.Observe(Shape{Units: 1000, Weight: 2})
+	// Per pod seen (4): A-only 500/4 = 125 on A; 2 whole cards of the
+	// {A,B} mean 1,000 units: 2,000/4 = 500, split by capacity 125 on A and
+	// 375 on B; free pods 2·1,000/4 = 500. D = 1,125.
+	// pressure(A) = 250/1,125 · 40,000/10,000 = 0.8889
+	// pressure(B) = 375/1,125 · 40,000/30,000 = 0.4444
+	ix := w.index()
+	for _, tc := range []struct {
+		model string
+		want  float64
+	}{{"A", 250.0 / 1125 * 4}, {"B", 375.0 / 1125 * 4 / 3}} {
+		k := -1
+		for i, m := range ix.models {
+			if m == tc.model {
+				k = i
+			}
+		}
+		if k < 0 || !near(ix.pressure[k], tc.want) {
+			t.Errorf("pressure(%s) = %v, want %v", tc.model, ix.pressure, tc.want)
+		}
+	}
+	// Taking a whole A card costs 1,000 × 0.8889 units.
+	node := &Node{Cards: []Card{{Model: "A", Capacity: 1000, State: api.CardHealthy}}}
+	if got := scarcityCost(node, []int64{0}, w); !near(got, 1000*250.0/1125*4) {
+		t.Errorf("scarcity cost = %v, want %v", got, 1000*250.0/1125*4)
+	}
+	// Without ModelCapacity there is no pressure.
+	w.ModelCapacity = nil
+	w.Reindex()
+	if got := scarcityCost(node, []int64{0}, w); got != 0 {
+		t.Errorf("scarcity cost without capacities = %v, want 0", got)
 	}
 }

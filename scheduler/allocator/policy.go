@@ -295,6 +295,13 @@ func registry() map[string]*Policy {
 			ChooseCard:  bestFit,
 			Score:       bestFitScore,
 		},
+		"frag": NewFragPolicy(FragOptions{
+			Name:           "frag",
+			Description:    "fragmentation-aware: FGD's fragmentation growth plus the growth of GPU stranded by CPU/memory, the scarcity of the models it takes, and a little binpack",
+			PackWeight:     FragPackWeight,
+			StrandWeight:   FragStrandWeight,
+			ScarcityWeight: FragScarcityWeight,
+		}),
 		"fgd": {
 			Name:        "fgd",
 			Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",

@@ -35,7 +35,7 @@ func (w *Workload) Observe(s Shape) {
 // Shapes directly; policies given a workload whose index is missing or stale
 // build a temporary one on every call (correct, but slower and allocating).
 func (w *Workload) Reindex() {
-	w.idx = buildFragIndex(w.Shapes)
+	w.idx = buildFragIndex(w.Shapes, w.ModelCapacity)
 }
 
 func sameShape(a, b Shape) bool {
@@ -59,6 +59,13 @@ type fragIndex struct {
 	// CPU and memory request (a node with that much free blocks none).
 	weights []float64
 	maxHost HostResources
+	// GPU pods' totals, each pod weighted by its share: CPU and memory
+	// requested, share units and whole cards. Their ratio is how much CPU
+	// and memory the workload's GPU pods want per GPU unit.
+	gpuCPU, gpuMem, gpuShareUnits, gpuWholeCards float64
+	// pressure[i] is the scarcity of models[i] (see modelPressure); empty
+	// without ModelCapacity.
+	pressure []float64
 }
 
 // fragClass is the GPU shapes that need the same cards: count cards with
@@ -103,7 +110,7 @@ func (c *fragClass) hostFitWeight(free *HostResources) float64 {
 	return w
 }
 
-func buildFragIndex(shapes []Shape) *fragIndex {
+func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragIndex {
 	ix := &fragIndex{shapes: len(shapes)}
 	for _, s := range shapes {
 		if s.Weight > 0 {
@@ -134,6 +141,13 @@ func buildFragIndex(shapes []Shape) *fragIndex {
 		if s.WholeCards <= 0 && s.Units <= 0 {
 			ix.noGPU += share
 			continue
+		}
+		ix.gpuCPU += share * float64(s.Host.CPUMilli)
+		ix.gpuMem += share * float64(s.Host.MemoryMiB)
+		if s.WholeCards > 0 {
+			ix.gpuWholeCards += share * float64(s.WholeCards)
+		} else {
+			ix.gpuShareUnits += share * float64(s.Units)
 		}
 		c := fragClass{units: s.Units, count: 1, anyModel: len(s.Models) == 0}
 		if s.WholeCards > 0 {
@@ -184,6 +198,7 @@ func buildFragIndex(shapes []Shape) *fragIndex {
 		}
 		return 0
 	})
+	ix.pressure = modelPressure(shapes, capacity, ix.models, ix.weight)
 	for i := range ix.classes {
 		c := &ix.classes[i]
 		slices.SortStableFunc(c.hosts, func(a, b hostWeight) int { return int(a.host.CPUMilli - b.host.CPUMilli) })
@@ -203,5 +218,76 @@ func (w *Workload) index() *fragIndex {
 	if ix := w.idx; ix != nil && ix.shapes == len(w.Shapes) {
 		return ix
 	}
-	return buildFragIndex(w.Shapes)
+	return buildFragIndex(w.Shapes, w.ModelCapacity)
+}
+
+// modelPressure estimates, for each model, the share of its capacity that
+// the pods insisting on it will want by the time the arrived GPU request
+// equals the cluster's capacity, capped at 1. A shape with a model
+// constraint spreads its GPU request over its allowed models in proportion
+// to their capacity (a whole card counts its models' mean card capacity);
+// D_m is what lands on model m, D the workload's whole GPU request (per pod
+// seen), C_m and C the capacities:
+//
+//	pressure(m) = min(1, (D_m / D) · (C / C_m))
+//
+// Worked example (openb gpuspec33): T4 holds 842 of 6,212 cards, and pods
+// that insist on T4 ask for 1,049 cards' worth at 100% arrival: pressure 1;
+// G2 holds 4,392 cards and G2-only pods ask for 393: pressure 0.09.
+func modelPressure(shapes []Shape, capacity map[string]ModelCapacity, models []string, total float64) []float64 {
+	if len(capacity) == 0 || total == 0 || len(models) == 0 {
+		return nil
+	}
+	var capAll int64
+	cards := 0
+	for _, c := range capacity {
+		capAll += c.Units
+		cards += c.Cards
+	}
+	if capAll <= 0 || cards == 0 {
+		return nil
+	}
+	meanCard := float64(capAll) / float64(cards)
+	demand := make([]float64, len(models))
+	var all float64
+	for _, s := range shapes {
+		if s.Weight <= 0 {
+			continue
+		}
+		set := slices.Compact(slices.Sorted(slices.Values(s.Models)))
+		var setUnits int64
+		setCards := 0
+		for _, m := range set {
+			setUnits += capacity[m].Units
+			setCards += capacity[m].Cards
+		}
+		req := float64(s.Units)
+		if s.WholeCards > 0 {
+			card := meanCard
+			if len(set) > 0 && setCards > 0 {
+				card = float64(setUnits) / float64(setCards)
+			}
+			req = float64(s.WholeCards) * card
+		}
+		req *= s.Weight / total
+		all += req
+		if len(set) == 0 || req == 0 || setUnits == 0 {
+			continue
+		}
+		for _, m := range set {
+			if i := slices.Index(models, m); i >= 0 {
+				demand[i] += req * float64(capacity[m].Units) / float64(setUnits)
+			}
+		}
+	}
+	if all == 0 {
+		return nil
+	}
+	out := make([]float64, len(models))
+	for i, m := range models {
+		if c := capacity[m].Units; c > 0 {
+			out[i] = min(1, demand[i]/all*float64(capAll)/float64(c))
+		}
+	}
+	return out
 }

@@ -100,7 +100,7 @@ func replayPods(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec) Run {
 	capacity := t.Capacity()
 	c := newCluster(t)
 	run := Run{Trace: t.Name, Policy: p.Name, Seed: seed, Pods: len(pods), Curve: make([]float64, CurveSteps)}
-	w := &allocator.Workload{}
+	w := &allocator.Workload{ModelCapacity: t.ModelCapacity()}
 	var (
 		arrived, allocated int64
 		next               = 1 // next curve step to record; Curve[0] = 0

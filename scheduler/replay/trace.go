@@ -74,6 +74,21 @@ func (t *Trace) Capacity() int64 {
 	return c
 }
 
+// ModelCapacity is the cluster's GPU capacity per card model, what a
+// scheduler knows of its own cluster (allocator.Workload.ModelCapacity).
+func (t *Trace) ModelCapacity() map[string]allocator.ModelCapacity {
+	out := map[string]allocator.ModelCapacity{}
+	for _, n := range t.Nodes {
+		for _, c := range n.Cards {
+			mc := out[c.Model]
+			mc.Cards++
+			mc.Units += c.Capacity
+			out[c.Model] = mc
+		}
+	}
+	return out
+}
+
 // Cards is the number of GPUs in the cluster.
 func (t *Trace) Cards() int {
 	var c int
