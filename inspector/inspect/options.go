@@ -85,8 +85,8 @@ type Options struct {
 	// nodes and pods (--from-extender).
 	FromExtender string
 
-	// Client is the API client. Complete builds it from ConfigFlags unless it
-	// is already set (tests inject a fake clientset).
+	// Client is the API client. Run builds it from ConfigFlags unless it is
+	// already set (tests inject a fake clientset).
 	Client kubernetes.Interface
 
 	// HTTPClient talks to the extender with --from-extender. Complete sets
@@ -144,7 +144,9 @@ as the gpushare scheduler extender counts it, and warn about nodes whose GPU rep
 	return cmd
 }
 
-// Complete takes the node argument and builds the API client.
+// Complete takes the node argument and, for --from-extender, makes the HTTP
+// client. The Kubernetes client is made by Run (unless already set), so that
+// a flag mistake is reported before a missing kubeconfig.
 func (o *Options) Complete(_ *cobra.Command, args []string) error {
 	if len(args) > 1 {
 		return usagef("at most one NODE argument, got %d: %s", len(args), strings.Join(args, " "))
@@ -152,28 +154,30 @@ func (o *Options) Complete(_ *cobra.Command, args []string) error {
 	if len(args) == 1 {
 		o.NodeName = args[0]
 	}
-	if o.FromExtender != "" {
-		if o.HTTPClient == nil {
-			timeout, err := o.requestTimeout()
-			if err != nil {
-				return err
-			}
-			o.HTTPClient = &http.Client{Timeout: timeout}
+	if o.FromExtender != "" && o.HTTPClient == nil {
+		timeout, err := o.requestTimeout()
+		if err != nil {
+			return err
 		}
-		return nil // no Kubernetes client needed
+		o.HTTPClient = &http.Client{Timeout: timeout}
 	}
+	return nil
+}
+
+// kubeClient returns o.Client, building it from ConfigFlags the first time.
+func (o *Options) kubeClient() (kubernetes.Interface, error) {
 	if o.Client != nil {
-		return nil
+		return o.Client, nil
 	}
 	if err := o.checkConfigExists(); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := o.ConfigFlags.ToRESTConfig()
 	if err != nil {
 		if clientcmd.IsEmptyConfig(err) {
-			return errNoConfig
+			return nil, errNoConfig
 		}
-		return fmt.Errorf("cannot load the Kubernetes configuration: %w", err)
+		return nil, fmt.Errorf("cannot load the Kubernetes configuration: %w", err)
 	}
 	o.server = cfg.Host
 	if cfg.Timeout == 0 {
@@ -181,10 +185,10 @@ func (o *Options) Complete(_ *cobra.Command, args []string) error {
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("cannot create a Kubernetes client for %s: %w", cfg.Host, err)
+		return nil, fmt.Errorf("cannot create a Kubernetes client for %s: %w", cfg.Host, err)
 	}
 	o.Client = client
-	return nil
+	return client, nil
 }
 
 // requestTimeout is --request-timeout, or defaultRequestTimeout when it is
@@ -241,10 +245,6 @@ func (o *Options) Validate() error {
 		if o.HTTPClient == nil {
 			return errors.New("no HTTP client (Complete was not called)")
 		}
-		return nil
-	}
-	if o.Client == nil {
-		return errors.New("no Kubernetes client (Complete was not called)")
 	}
 	return nil
 }
@@ -254,7 +254,11 @@ func (o *Options) view(ctx context.Context) (View, error) {
 	if o.FromExtender != "" {
 		return FromExtender(ctx, o.HTTPClient, o.FromExtender, o.NodeName)
 	}
-	nodes, pods, err := Gather(ctx, o.Client, o.NodeName)
+	client, err := o.kubeClient()
+	if err != nil {
+		return View{}, err
+	}
+	nodes, pods, err := Gather(ctx, client, o.NodeName)
 	if err != nil {
 		var status apierrors.APIStatus
 		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
