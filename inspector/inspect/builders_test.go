@@ -18,11 +18,11 @@ import (
 // so the tests only ever write records the real programs would write.
 
 type nodeBuilder struct {
-	t *testing.T
+	t testing.TB
 	n corev1.Node
 }
 
-func makeNode(t *testing.T, name, ip string) *nodeBuilder {
+func makeNode(t testing.TB, name, ip string) *nodeBuilder {
 	t.Helper()
 	n := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}, Labels: map[string]string{}}}
 	if ip != "" {
@@ -107,13 +107,13 @@ func withState(c api.Card, state api.CardState, reason string) api.Card {
 }
 
 type podBuilder struct {
-	t *testing.T
+	t testing.TB
 	p corev1.Pod
 }
 
 // makePod returns a Running pod with a UID derived from its name, as the API
 // server would have given it.
-func makePod(t *testing.T, namespace, name string) *podBuilder {
+func makePod(t testing.TB, namespace, name string) *podBuilder {
 	return &podBuilder{t: t, p: corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + namespace + "-" + name), Annotations: map[string]string{}},
 		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
