@@ -31,8 +31,10 @@ type Options struct {
 	Output string
 	PerRun bool
 	// PNG, when set, is where the allocation curves of the first workload go.
-	PNG    string
-	Stdout io.Writer
+	PNG string
+	// JSONFile, when set, also gets the JSON report (whatever Output is).
+	JSONFile string
+	Stdout   io.Writer
 	// Progress gets a line per finished replay (nil: none).
 	Progress io.Writer
 }
@@ -125,6 +127,15 @@ func Main(ctx context.Context, o Options) error {
 			return err
 		}
 		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if o.JSONFile != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(o.JSONFile, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}

@@ -99,10 +99,10 @@ func Plot(w io.Writer, series []Series, title string) error {
 	const W, H = 1200, 560
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.White, image.Point{}, draw.Src)
-	label(img, 20, 22, title+": allocated GPU (% of capacity) vs arrived GPU request (% of capacity)", color.Black)
+	label(img, 20, 20, title+": allocated GPU (% of capacity) vs arrived GPU request (% of capacity)", color.Black)
 	panels := []panel{
-		{r: image.Rect(60, 50, 430, 500), x0: 0, x1: 130, y0: 0, y1: 100, dx: 10, dy: 10},
-		{r: image.Rect(500, 50, 930, 500), x0: 80, x1: 130, y0: 80, y1: 100, dx: 5, dy: 2},
+		{r: image.Rect(60, 56, 430, 500), x0: 0, x1: 130, y0: 0, y1: 100, dx: 10, dy: 10},
+		{r: image.Rect(500, 56, 930, 500), x0: 80, x1: 130, y0: 80, y1: 100, dx: 5, dy: 2},
 	}
 	grid := color.RGBA{0xe0, 0xe0, 0xe0, 0xff}
 	for _, p := range panels {
@@ -119,6 +119,7 @@ func Plot(w io.Writer, series []Series, title string) error {
 			label(img, p.r.Min.X-8-len(s)*7, b+4, s, color.Black)
 		}
 		rect(img, p.r, color.Black)
+		label(img, p.r.Min.X, p.r.Min.Y-6, "allocated, %", color.Black)
 		label(img, p.r.Min.X+p.r.Dx()/2-70, p.r.Max.Y+34, "arrived request, %", color.Black)
 		for i, s := range series {
 			c := palette[i%len(palette)]

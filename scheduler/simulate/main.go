@@ -34,6 +34,7 @@ func main() {
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
 	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
 	flag.StringVar(&o.PNG, "png", "", "write the allocation curves of the first workload to this PNG")
+	flag.StringVar(&o.JSONFile, "json", "", "also write the JSON report to this file")
 	flag.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	flag.Parse()
 	o.Workloads = strings.Split(workloads, ",")
