@@ -8,6 +8,7 @@ package inventory
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -173,7 +174,7 @@ func (s *Store) Inventory() api.Inventory {
 		card := api.Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryMiB: c.MemoryMiB, Units: s.unit.UnitsFromMiB(c.MemoryMiB), State: api.CardHealthy}
 		if srcs, ok := iso[c.UUID]; ok {
 			card.State = api.CardIsolated
-			card.Reason = fmt.Sprintf("isolated by the operator (%v)", srcs)
+			card.Reason = "isolated by the operator (" + strings.Join(srcs, ", ") + ")"
 		} else if r, ok := s.unhealthy[c.UUID]; ok {
 			card.State = api.CardUnhealthy
 			card.Reason = r

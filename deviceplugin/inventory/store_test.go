@@ -73,9 +73,9 @@ func TestStateChanges(t *testing.T) {
 	}{
 		{"an XID makes a card unhealthy", func() bool { return s.SetUnhealthy(uuid1, "XID 79") }, true, []string{"healthy:", "unhealthy:XID 79"}},
 		{"the same XID again changes nothing", func() bool { return s.SetUnhealthy(uuid1, "XID 79") }, false, []string{"healthy:", "unhealthy:XID 79"}},
-		{"the file isolates the unhealthy card by index: isolated wins", func() bool { return s.SetIsolation(SourceFile, api.Isolation{Index: []int{1}}) }, true, []string{"healthy:", "isolated:isolated by the operator ([file])"}},
-		{"the annotation isolates card 0 by UUID", func() bool { return s.SetIsolation(SourceAnnotation, api.Isolation{UUID: []string{uuid0}}) }, true, []string{"isolated:isolated by the operator ([annotation])", "isolated:isolated by the operator ([file])"}},
-		{"lifting the file shows the health failure again", func() bool { return s.SetIsolation(SourceFile, api.Isolation{}) }, true, []string{"isolated:isolated by the operator ([annotation])", "unhealthy:XID 79"}},
+		{"the file isolates the unhealthy card by index: isolated wins", func() bool { return s.SetIsolation(SourceFile, api.Isolation{Index: []int{1}}) }, true, []string{"healthy:", "isolated:isolated by the operator (file)"}},
+		{"the annotation isolates card 0 by UUID", func() bool { return s.SetIsolation(SourceAnnotation, api.Isolation{UUID: []string{uuid0}}) }, true, []string{"isolated:isolated by the operator (annotation)", "isolated:isolated by the operator (file)"}},
+		{"lifting the file shows the health failure again", func() bool { return s.SetIsolation(SourceFile, api.Isolation{}) }, true, []string{"isolated:isolated by the operator (annotation)", "unhealthy:XID 79"}},
 		{"recovery and lifting the annotation bring both back", func() bool {
 			return s.SetHealthy(uuid1) && s.SetIsolation(SourceAnnotation, api.Isolation{})
 		}, true, []string{"healthy:", "healthy:"}},
