@@ -18,6 +18,7 @@ package cache
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -66,7 +67,10 @@ type podState struct {
 	name       string
 	node       string
 	assignment api.Assignment
-	state      State
+	// host is the pod's CPU and memory request; every pod bound to a node
+	// is kept for it, GPU or not (the node's HostFree).
+	host  allocator.HostResources
+	state State
 	// bindDone and deadline: an assumed pod whose bind finished expires at
 	// deadline unless confirmed first.
 	bindDone bool
@@ -82,7 +86,13 @@ type nodeState struct {
 	invErr       error
 	hasInventory bool
 	iso          api.Isolation
-	pods         map[types.UID]*podState
+	// alloc is the node's allocatable CPU and memory; hasAlloc is false
+	// when the node reports none (HostFree is then unknown).
+	alloc    allocator.HostResources
+	hasAlloc bool
+	// models is what the node adds to the cluster's per-model capacity.
+	models map[string]allocator.ModelCapacity
+	pods   map[types.UID]*podState
 	// snap is the published, immutable view; replaced on every change.
 	snap *allocator.Node
 }
@@ -98,8 +108,10 @@ type Cache struct {
 	// lookups read this map only.
 	snaps map[string]*allocator.Node
 	pods  map[types.UID]*podState
-	// shapes counts the per-container demands of the pods seen, by units.
-	shapes       map[int64]float64
+	// shapes counts the demands of the pods seen (see learn).
+	shapes map[shapeKey]float64
+	// modelCap is the cluster's cards and units per model.
+	modelCap     map[string]allocator.ModelCapacity
 	seen         map[types.UID]struct{}
 	workload     *allocator.Workload
 	workloadDirt bool
@@ -124,7 +136,8 @@ func New(opts ...Option) *Cache {
 		nodes:     map[string]*nodeState{},
 		snaps:     map[string]*allocator.Node{},
 		pods:      map[types.UID]*podState{},
-		shapes:    map[int64]float64{},
+		shapes:    map[shapeKey]float64{},
+		modelCap:  map[string]allocator.ModelCapacity{},
 		seen:      map[types.UID]struct{}{},
 	}
 	for _, o := range opts {
@@ -174,11 +187,15 @@ func (c *Cache) SetNode(node *corev1.Node) {
 		iso, isoErr = api.ParseIsolation(s)
 	}
 
+	alloc, hasAlloc := hostAllocatable(node)
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.known = true
 	n.inv, n.invErr, n.iso = inv, nil, iso
+	n.alloc, n.hasAlloc = alloc, hasAlloc
+	c.setModels(n, modelsOf(inv))
 	n.hasInventory = invErr == nil
 	switch {
 	case invErr == nil && isoErr != nil:
@@ -202,6 +219,8 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	n.known = false
 	n.inv, n.invErr, n.hasInventory, n.iso = api.Inventory{}, nil, false, api.Isolation{}
+	n.hasAlloc = false
+	c.setModels(n, nil)
 	c.publish(n)
 	c.gc(n)
 }
@@ -226,6 +245,15 @@ func (n *nodeState) rebuild() {
 		snap, cards = &allocator.Node{}, make([]allocator.Card, k)
 	}
 	snap.Name, snap.Unit, snap.InventoryErr = n.name, n.inv.Unit, n.invErr
+	if n.hasAlloc {
+		free := n.alloc
+		for _, p := range n.pods {
+			free.CPUMilli -= p.host.CPUMilli
+			free.MemoryMiB -= p.host.MemoryMiB
+		}
+		free.CPUMilli, free.MemoryMiB = max(free.CPUMilli, 0), max(free.MemoryMiB, 0)
+		snap.HostFree = &free
+	}
 	if n.invErr == nil && len(n.inv.Cards) > 0 {
 		used := make(map[string]int64, len(n.inv.Cards))
 		for _, p := range n.pods {
@@ -275,10 +303,12 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	req, reqErr := api.RequestFromPod(pod)
+	host := HostRequest(pod)
 	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
+	bound := !terminated && pod.Spec.NodeName != ""
 	var a api.Assignment
 	valid := false
-	if !terminated && pod.Spec.NodeName != "" && reqErr == nil && !req.Empty() {
+	if bound && reqErr == nil && !req.Empty() {
 		var err error
 		a, err = api.AssignmentFromPod(pod)
 		valid = err == nil && a.Node == pod.Spec.NodeName
@@ -289,27 +319,34 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if reqErr == nil && !req.Empty() {
-		c.learn(pod.UID, req)
+	if reqErr == nil {
+		c.learn(pod.UID, req, host)
 	}
 	old := c.pods[pod.UID]
 	switch {
 	case terminated:
 		c.remove(old)
 	case valid:
-		if old != nil && old.state == Confirmed && old.node == a.Node && sameCards(old.assignment, a) {
+		if old != nil && old.state == Confirmed && old.node == a.Node && old.host == host && sameCards(old.assignment, a) {
 			// A status update that changes nothing we count: keep the
 			// published snapshot (and so concurrent binds' basis) as is.
 			old.assignment = a
 			return
 		}
 		c.remove(old)
-		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, state: Confirmed})
+		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Confirmed})
+	case bound && (old == nil || old.state == Confirmed):
+		// Bound without a (valid) assignment: a pod that asks for no GPU,
+		// or one another scheduler placed. Its CPU and memory count.
+		if old != nil && old.node == pod.Spec.NodeName && old.host == host && len(old.assignment.Containers) == 0 {
+			return
+		}
+		c.remove(old)
+		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, host: host, state: Confirmed})
 	case old != nil && old.state == Confirmed:
-		// Was counted, no longer carries a valid assignment: release.
 		c.remove(old)
 	}
-	// Otherwise: not counted, or assumed and not yet confirmed: keep as is.
+	// Otherwise: not bound yet, or assumed and not yet confirmed: keep as is.
 }
 
 func sameCards(a, b api.Assignment) bool {
@@ -330,6 +367,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.remove(c.pods[uid])
+	delete(c.seen, uid)
 }
 
 func (c *Cache) add(p *podState) {
@@ -351,21 +389,73 @@ func (c *Cache) remove(p *podState) {
 	}
 }
 
-// learn counts a pod's demand shapes once per pod UID.
-func (c *Cache) learn(uid types.UID, req api.PodRequest) {
+// shapeKey is one demand shape: units on one card (0: no GPU) and the
+// CPU and memory that come with them.
+type shapeKey struct {
+	units int64
+	host  allocator.HostResources
+}
+
+// learn counts a pod's demand once per pod UID: a pod that asks for no GPU
+// is one shape of 0 units with its CPU and memory; a GPU pod is one shape
+// per requesting container, the pod's CPU and memory split evenly between
+// them (exact for the common one-container pod).
+func (c *Cache) learn(uid types.UID, req api.PodRequest, host allocator.HostResources) {
 	if _, ok := c.seen[uid]; ok {
 		return
 	}
 	c.seen[uid] = struct{}{}
-	for _, ct := range req.Containers {
-		c.shapes[ct.Units]++
+	if req.Empty() {
+		c.shapes[shapeKey{host: host}]++
+	} else {
+		k := int64(len(req.Containers))
+		share := allocator.HostResources{CPUMilli: host.CPUMilli / k, MemoryMiB: host.MemoryMiB / k}
+		for _, ct := range req.Containers {
+			c.shapes[shapeKey{units: ct.Units, host: share}]++
+		}
 	}
 	c.workloadDirt = true
 }
 
-// Workload returns the histogram of per-container demands of every pod the
-// cache has seen (one shape per distinct unit count, weighted by how often it
-// was seen). The value is shared and must not be changed.
+// setModels replaces node n's contribution to the per-model capacity.
+func (c *Cache) setModels(n *nodeState, models map[string]allocator.ModelCapacity) {
+	for m, mc := range n.models {
+		t := c.modelCap[m]
+		t.Cards -= mc.Cards
+		t.Units -= mc.Units
+		if t.Cards <= 0 {
+			delete(c.modelCap, m)
+		} else {
+			c.modelCap[m] = t
+		}
+	}
+	for m, mc := range models {
+		t := c.modelCap[m]
+		t.Cards += mc.Cards
+		t.Units += mc.Units
+		c.modelCap[m] = t
+	}
+	if len(n.models) > 0 || len(models) > 0 {
+		c.workloadDirt = true
+	}
+	n.models = models
+}
+
+func modelsOf(inv api.Inventory) map[string]allocator.ModelCapacity {
+	out := map[string]allocator.ModelCapacity{}
+	for _, card := range inv.Cards {
+		mc := out[card.Model]
+		mc.Cards++
+		mc.Units += card.Units
+		out[card.Model] = mc
+	}
+	return out
+}
+
+// Workload returns the histogram of the demands of every pod the cache has
+// seen (see learn; one shape per distinct demand, weighted by how often it
+// was seen) and the cluster's per-model card capacity. The value is shared
+// and must not be changed.
 func (c *Cache) Workload() *allocator.Workload {
 	c.mu.RLock()
 	w, dirty := c.workload, c.workloadDirt
@@ -378,11 +468,20 @@ func (c *Cache) Workload() *allocator.Workload {
 	if c.workloadDirt || c.workload == nil {
 		// A fresh value each time: the one handed out before is never
 		// changed, so policies may read it without the lock.
-		w := &allocator.Workload{Shapes: make([]allocator.Shape, 0, len(c.shapes))}
-		for u, n := range c.shapes {
-			w.Shapes = append(w.Shapes, allocator.Shape{Units: u, Weight: n})
+		w := &allocator.Workload{Shapes: make([]allocator.Shape, 0, len(c.shapes)), ModelCapacity: maps.Clone(c.modelCap)}
+		for k, n := range c.shapes {
+			w.Shapes = append(w.Shapes, allocator.Shape{Units: k.units, Host: k.host, Weight: n})
 		}
-		sort.Slice(w.Shapes, func(a, b int) bool { return w.Shapes[a].Units < w.Shapes[b].Units })
+		sort.Slice(w.Shapes, func(a, b int) bool {
+			x, y := w.Shapes[a], w.Shapes[b]
+			if x.Units != y.Units {
+				return x.Units < y.Units
+			}
+			if x.Host.CPUMilli != y.Host.CPUMilli {
+				return x.Host.CPUMilli < y.Host.CPUMilli
+			}
+			return x.Host.MemoryMiB < y.Host.MemoryMiB
+		})
 		w.Reindex()
 		c.workload, c.workloadDirt = w, false
 	}
@@ -421,6 +520,7 @@ func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node)
 	if err := a.Validate(); err != nil {
 		return err
 	}
+	host := HostRequest(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.pods[pod.UID]; ok {
@@ -453,7 +553,7 @@ func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node)
 			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
 		}
 	}
-	c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, state: Assumed})
+	c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Assumed})
 	return nil
 }
 

@@ -362,15 +362,66 @@ func TestNodeInventoryStates(t *testing.T) {
 
 func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	c := cache.New()
-	p1 := fixture.MakePod("ns", "p1").GPU("a", 10).GPU("b", 20).Obj()
-	p2 := fixture.MakePod("ns", "p2").GPU("a", 10).Obj()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())
+	c.SetNode(fixture.MakeNode("n2").CardOf(0, 80, "H100", api.CardHealthy).Obj())
+	p1 := fixture.MakePod("ns", "p1").GPU("a", 10).GPU("b", 20).Host("4", "8Gi").Obj()
+	p2 := fixture.MakePod("ns", "p2").GPU("a", 10).Host("2", "4Gi").Obj()
 	c.SetPod(p1)
 	c.SetPod(p1) // an update: not counted twice
 	c.SetPod(p2)
-	c.SetPod(fixture.MakePod("ns", "cpu").Container("main").Obj())
-	want := []allocator.Shape{{Units: 10, Weight: 2}, {Units: 20, Weight: 1}}
-	if diff := cmp.Diff(want, c.Workload().Shapes); diff != "" {
-		t.Errorf("workload (-want +got):\n%s", diff)
+	c.SetPod(fixture.MakePod("ns", "cpu").Container("main").Host("1", "1Gi").Obj())
+	c.SetPod(fixture.MakePod("ns", "invalid").InitGPU("i", 1).Obj()) // not learned
+	w := c.Workload()
+	want := []allocator.Shape{
+		{Units: 0, Host: allocator.HostResources{CPUMilli: 1000, MemoryMiB: 1024}, Weight: 1},
+		// p1's two containers share its 4 CPU / 8 GiB.
+		{Units: 10, Host: allocator.HostResources{CPUMilli: 2000, MemoryMiB: 4096}, Weight: 2},
+		{Units: 20, Host: allocator.HostResources{CPUMilli: 2000, MemoryMiB: 4096}, Weight: 1},
+	}
+	if diff := cmp.Diff(want, w.Shapes); diff != "" {
+		t.Errorf("workload shapes (-want +got):\n%s", diff)
+	}
+	wantCap := map[string]allocator.ModelCapacity{"A100": {Cards: 2, Units: 80}, "H100": {Cards: 1, Units: 80}}
+	if diff := cmp.Diff(wantCap, w.ModelCapacity); diff != "" {
+		t.Errorf("model capacity (-want +got):\n%s", diff)
+	}
+	if c.Workload() != w {
+		t.Error("an unchanged workload was rebuilt")
+	}
+	c.DeleteNode("n2")
+	if diff := cmp.Diff(map[string]allocator.ModelCapacity{"A100": {Cards: 2, Units: 80}}, c.Workload().ModelCapacity); diff != "" {
+		t.Errorf("model capacity after a node is deleted (-want +got):\n%s", diff)
+	}
+}
+
+func TestHostFreeCountsEveryBoundPod(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Allocatable("16", "64Gi").Obj())
+	c.SetNode(fixture.MakeNode("no-alloc").Card(0, 40).Obj())
+	host := func() *allocator.HostResources { return c.Snapshot([]string{"n1"})[0].HostFree }
+	if diff := cmp.Diff(&allocator.HostResources{CPUMilli: 16000, MemoryMiB: 65536}, host()); diff != "" {
+		t.Errorf("empty node (-want +got):\n%s", diff)
+	}
+	gpu := fixture.MakePod("ns", "gpu").GPU("main", 10).Host("4", "16Gi").Assign("n1", api.PhaseAllocated, 0).Obj()
+	web := fixture.MakePod("ns", "web").Container("main").Host("2", "1Gi").Node("n1").Obj()
+	pending := fixture.MakePod("ns", "pending").Container("main").Host("8", "8Gi").Obj()
+	done := fixture.MakePod("ns", "done").Container("main").Host("8", "8Gi").Node("n1").Phase(corev1.PodSucceeded).Obj()
+	for _, p := range []*corev1.Pod{gpu, web, pending, done} {
+		c.SetPod(p)
+	}
+	if diff := cmp.Diff(&allocator.HostResources{CPUMilli: 10000, MemoryMiB: 65536 - 16384 - 1024}, host()); diff != "" {
+		t.Errorf("after pods (-want +got):\n%s", diff)
+	}
+	c.DeletePod(web.UID)
+	if got := host().CPUMilli; got != 12000 {
+		t.Errorf("CPU free after deleting web = %d, want 12000", got)
+	}
+	if got := c.Snapshot([]string{"no-alloc"})[0].HostFree; got != nil {
+		t.Errorf("a node without allocatable CPU has HostFree %+v, want nil (unknown)", got)
+	}
+	// The web pod never requested GPU: it is not on any card.
+	if diff := cmp.Diff(map[int]int64{0: 10}, used(c, "n1")); diff != "" {
+		t.Errorf("card usage (-want +got):\n%s", diff)
 	}
 }
 

@@ -132,6 +132,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 // the snapshot and the assumption.
 func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.Assignment, string, error) {
 	req := allocator.RequestFromPod(preq)
+	req.Host = cache.HostRequest(pod)
 	for attempt := 0; attempt < maxAssumeAttempts; attempt++ {
 		snap, err := s.cache.NodeSnapshot(node)
 		if err != nil {

@@ -355,3 +355,51 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 		t.Errorf("%d Bindings posted, %d binds succeeded", len(e.binds), bound)
 	}
 }
+
+// TestEveryPolicyFiltersAndBindsWithinCapacity runs every registered policy
+// through filter (best mode) and bind, one pod after another, on nodes with
+// cards of different sizes, CPU and memory: the chosen node must be one the
+// filter kept, and no card may ever exceed its capacity.
+func TestEveryPolicyFiltersAndBindsWithinCapacity(t *testing.T) {
+	for _, policy := range allocator.Names() {
+		t.Run(policy, func(t *testing.T) {
+			nodes := []*corev1.Node{
+				fixture.MakeNode("a").Card(0, 16).Card(1, 24).Allocatable("8", "32Gi").Obj(),
+				fixture.MakeNode("b").Card(0, 40).Allocatable("32", "128Gi").Obj(),
+				fixture.MakeNode("c").Cards(4, 12).Allocatable("16", "64Gi").Obj(),
+			}
+			var pods []*corev1.Pod
+			for i, u := range []int64{8, 12, 4, 16, 6, 10, 3, 12, 9, 5, 7, 2, 11, 4} {
+				pods = append(pods, fixture.MakePod("ns", fmt.Sprintf("p%02d", i)).GPU("main", u).Host("1", "2Gi").Obj())
+			}
+			e := newEnv(t, envOpts{policy: policy}, nodes, pods...)
+			names := []string{"a", "b", "c"}
+			for _, p := range pods {
+				e.cache.SetPod(p) // the informer sees the pod before it is scheduled
+				fr, err := e.srv.Filter(context.Background(), &extenderv1.ExtenderArgs{Pod: p, NodeNames: &names})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(*fr.NodeNames) == 0 {
+					continue // nothing fits any more
+				}
+				res, err := e.srv.Bind(context.Background(), bindArgs(p, (*fr.NodeNames)[0]))
+				if err != nil || res.Error != "" {
+					t.Fatalf("%s: bind: %v %q", p.Name, err, res.Error)
+				}
+			}
+			bound := 0
+			for _, ni := range e.cache.Inspect() {
+				for _, c := range ni.Cards {
+					if c.Used > c.Capacity {
+						t.Errorf("node %s card %d: %d of %d units", ni.Name, c.Index, c.Used, c.Capacity)
+					}
+					bound += len(c.Pods)
+				}
+			}
+			if bound == 0 {
+				t.Error("no pod was bound")
+			}
+		})
+	}
+}

@@ -202,6 +202,7 @@ func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocato
 		return nil, false, nil
 	}
 	req := allocator.RequestFromPod(preq)
+	req.Host = cache.HostRequest(pod)
 	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
 	decisions = s.getDecisions(len(names))
