@@ -15,9 +15,9 @@ import (
 // plugins hard-code paths below it.
 const KubeletDir = "/var/lib/kubelet"
 
-// envInNamespace marks the re-executed agent that already runs in its own
-// mount namespace.
-const envInNamespace = "GPUSHARE_NODEAGENT_MOUNTNS"
+// envParentNamespace, set for the re-executed agent, names the mount
+// namespace of the parent it must not be in.
+const envParentNamespace = "GPUSHARE_NODEAGENT_PARENT_MOUNTNS"
 
 // ReexecInMountNamespace runs this program again in a new, private mount
 // namespace (Go makes / recursively private in the child) and returns its
@@ -25,15 +25,19 @@ const envInNamespace = "GPUSHARE_NODEAGENT_MOUNTNS"
 // passed on to the child. In the child itself it returns inChild true and
 // does nothing. Needs root (CAP_SYS_ADMIN).
 func ReexecInMountNamespace() (inChild bool, exitCode int, err error) {
-	if os.Getenv(envInNamespace) == "1" {
+	if os.Getenv(envParentNamespace) != "" {
 		return true, 0, nil
+	}
+	parentNS, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return false, 1, fmt.Errorf("read own mount namespace: %w", err)
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return false, 1, fmt.Errorf("find own executable: %w", err)
 	}
 	cmd := exec.Command(self, os.Args[1:]...)
-	cmd.Env = append(os.Environ(), envInNamespace+"=1")
+	cmd.Env = append(os.Environ(), envParentNamespace+"="+parentNS)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Pdeathsig: if this parent dies, so does the agent (the parent is the
 	// PID people and tests stop). It fires when the starting OS thread exits,
@@ -72,14 +76,15 @@ func ReexecInMountNamespace() (inChild bool, exitCode int, err error) {
 // stateDir, where a device plugin of this node outside the namespace, or the
 // next agent after a restart, finds them.
 //
-// It refuses to run in the host's mount namespace (that of PID 1).
+// It refuses to run anywhere but in the new namespace ReexecInMountNamespace
+// made: never in the namespace of the process that started the agent.
 func SetupKubeletDir(stateDir string) error {
 	self, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
 		return fmt.Errorf("read own mount namespace: %w", err)
 	}
-	if init, err := os.Readlink("/proc/1/ns/mnt"); err != nil || init == self {
-		return fmt.Errorf("refusing to mount over %s in the host's mount namespace (%s): run the agent through ReexecInMountNamespace or unshare -m", KubeletDir, self)
+	if parent := os.Getenv(envParentNamespace); parent == "" || parent == self {
+		return fmt.Errorf("refusing to mount over %s outside a private mount namespace (own %s, parent %q): start the agent through ReexecInMountNamespace", KubeletDir, self, parent)
 	}
 	if err := os.MkdirAll(KubeletDir, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", KubeletDir, err)

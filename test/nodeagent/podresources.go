@@ -38,6 +38,9 @@ func (a *Agent) servePodResources(ctx context.Context, socket string) error {
 		Devices: devicesProvider{a.dm},
 		Cpus:    noCPUs{},
 		Memory:  noMemory{},
+		// The kubelet's server calls it for every container (DRA feature
+		// gate on by default): it must not be nil.
+		DynamicResources: noDynamicResources{},
 	}))
 	go func() {
 		<-ctx.Done()
@@ -113,3 +116,9 @@ type noMemory struct{}
 
 func (noMemory) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
 func (noMemory) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
+
+type noDynamicResources struct{}
+
+func (noDynamicResources) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesv1.DynamicResource {
+	return nil
+}
