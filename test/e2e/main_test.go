@@ -1,0 +1,130 @@
+// Package e2e is gpushare's end-to-end suite: a real control plane
+// (hack/cluster.sh: etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler on 127.0.0.1) and simulated GPU nodes (test/nodeagent: the
+// real kubelet device manager) in one process tree. See docs/e2e.md.
+//
+// Without the control-plane binaries (make cluster-binaries) the tests skip,
+// unless GPUSHARE_E2E=1 (as `make e2e` sets), where they fail.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+var (
+	// skipReason, when set, is why the suite cannot run here.
+	skipReason string
+	// binDir holds the binaries TestMain built (the node agent).
+	binDir string
+	// env is the shared control plane, started once for the package.
+	env *cluster.Cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	required := os.Getenv("GPUSHARE_E2E") == "1"
+	if missing := cluster.MissingBinaries(cluster.BinDir()); len(missing) > 0 {
+		skipReason = fmt.Sprintf("control-plane binaries %s missing in %s: run `make cluster-binaries`", strings.Join(missing, ", "), cluster.BinDir())
+		if required {
+			fmt.Fprintln(os.Stderr, "e2e:", skipReason)
+			return 1
+		}
+		return m.Run()
+	}
+	var err error
+	binDir, err = os.MkdirTemp("", "gpushare-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	start := time.Now()
+	if err := goBuild(filepath.Join(binDir, "gpushare-nodeagent"), "./nodeagent/cmd"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: built the node agent in %v\n", time.Since(start).Round(time.Millisecond))
+
+	state, err := os.MkdirTemp("", "gpushare-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start = time.Now()
+	env, err = cluster.Start(ctx, cluster.Options{StateDir: state, Log: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "e2e: "+f+"\n", a...)
+	}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: control plane:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: control plane up in %v (state %s)\n", time.Since(start).Round(time.Millisecond), state)
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: stopping the control plane:", err)
+		code = 1
+	}
+	if code == 0 && os.Getenv("GPUSHARE_E2E_KEEP") == "" {
+		_ = os.RemoveAll(state)
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: state and logs kept in %s\n", state)
+	}
+	return code
+}
+
+// setup skips the test when the suite cannot run here.
+func setup(t *testing.T) *cluster.Cluster {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+	return env
+}
+
+// needRoot skips (or, under GPUSHARE_E2E=1, fails) a test that needs root
+// for the node agent's mount namespace.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("GPUSHARE_E2E") == "1" {
+		t.Fatal("the node agent's private mount namespace needs root")
+	}
+	t.Skip("the node agent's private mount namespace needs root")
+}
+
+// goBuild builds a package of the test module (path relative to test/).
+func goBuild(out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// goBuildProduct builds a package of the product module (path relative to
+// the repository root).
+func goBuildProduct(out, pkg string) error {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = cluster.RepoRoot()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
