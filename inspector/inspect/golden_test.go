@@ -69,6 +69,13 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makePod(t, "ml", "on-healthy").container("c", 10).node("gpu-x").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
 			makePod(t, "ml", "on-unhealthy").container("c", 25).node("gpu-x").assign(api.PhaseAllocated, on{"c", 1, 25}).obj(),
 			makePod(t, "ml", "on-isolated").container("c", 5).node("gpu-x").assign(api.PhaseAllocated, on{"c", 2, 5}).obj(),
+			// An operator isolated card 1 of gpu-y by annotation; the device
+			// plugin has not reported it yet, the extender already honours it.
+			makeNode(t, "gpu-y", "10.0.1.2").annotate(api.AnnotationIsolation, "1").inventory(api.UnitGiB,
+				gpu("gpu-y", 0, t4, 15), gpu("gpu-y", 1, t4, 15)).obj(),
+			// A typo in the annotation: the extender refuses the node.
+			makeNode(t, "gpu-z", "10.0.1.3").annotate(api.AnnotationIsolation, "card-1").inventory(api.UnitGiB,
+				gpu("gpu-z", 0, t4, 15)).obj(),
 		}
 	},
 	"pending": func(t *testing.T) []runtime.Object {

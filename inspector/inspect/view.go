@@ -148,6 +148,9 @@ const (
 	// WarnAllocatableMismatch: the healthy cards' total differs from the
 	// node's gpu-mem allocatable.
 	WarnAllocatableMismatch WarningCode = "AllocatableMismatch"
+	// WarnInvalidIsolation: the node's isolation annotation does not parse;
+	// the extender places no new pods on the node.
+	WarnInvalidIsolation WarningCode = "InvalidIsolation"
 	// WarnOvercommitted: a card holds more than its total.
 	WarnOvercommitted WarningCode = "Overcommitted"
 	// WarnMalformedAssignment: a pod's assignment does not decode, validate
@@ -337,17 +340,33 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 
 	b.inv, b.hasInv = inv, true
 	view.Unit = inv.Unit
+	// The operator's isolation annotation takes effect in the extender at
+	// once, before the device plugin reports the card isolated; show it the
+	// same way. A malformed one makes the extender refuse the node.
+	var iso api.Isolation
+	if s, ok := n.Annotations[api.AnnotationIsolation]; ok {
+		var err error
+		if iso, err = api.ParseIsolation(s); err != nil {
+			warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
+				n.Name, api.AnnotationIsolation, err)
+		}
+	}
 	cards := append([]api.Card(nil), inv.Cards...)
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Index < cards[j].Index })
 	var healthy int64
 	for _, c := range cards {
 		b.cardPos[c.UUID] = len(view.Cards)
-		view.Cards = append(view.Cards, Card{
+		card := Card{
 			Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: c.Reason,
 			Total: c.Units, Pods: []Pod{},
-		})
+		}
+		if c.State == api.CardHealthy && iso.Isolates(c.Index, c.UUID) {
+			card.State = api.CardIsolated
+			card.Reason = "isolate annotation; device plugin not updated yet"
+		}
+		view.Cards = append(view.Cards, card)
 		view.Total += c.Units
-		if c.Schedulable() {
+		if c.Schedulable() { // as the device plugin reported it to the kubelet
 			healthy += c.Units
 		}
 	}
