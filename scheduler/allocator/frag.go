@@ -351,13 +351,87 @@ func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool
 	vec, bits := s.vec[:n], s.bits[:n]
 	ix.modelBits(node, bits)
 	fitA, fitB := s.fits(ix)
-	beforeFree(node, vec)
-	s.viewB.load(node, vec, bits)
 	ix.fitWeights(hostB, fitB)
-	afterFree(node, free, vec)
-	s.viewA.load(node, vec, bits)
 	ix.fitWeights(hostA, fitA)
-	return ix.measureView(&s.viewA, fitA) - ix.measureView(&s.viewB, fitB)
+	beforeFree(node, vec)
+	// At most one card changed (a share, or a CPU-only pod): the growth
+	// follows from the before state's class stats (see takeGrowth).
+	changed, f, fAfter := -1, int64(0), int64(0)
+	for i := range node.Cards {
+		a := free[i]
+		if a == Unusable {
+			continue
+		}
+		if a < 0 {
+			a = 0
+		}
+		if a != vec[i] {
+			if changed >= 0 {
+				changed = -2
+				break
+			}
+			changed, f, fAfter = i, vec[i], a
+		}
+	}
+	s.viewB.load(node, vec, bits)
+	if changed == -2 {
+		afterFree(node, free, vec)
+		s.viewA.load(node, vec, bits)
+		return ix.measureView(&s.viewA, fitA) - ix.measureView(&s.viewB, fitB)
+	}
+	st := s.stats(ix)
+	ix.classStats(&s.viewB, st)
+	var u, cp int64
+	var b uint64
+	if changed >= 0 {
+		u, cp, b = f-fAfter, node.Cards[changed].Capacity, bits[changed]
+	}
+	return ix.growth(&s.viewB, st, fitB, fitA, changed >= 0, f, u, cp, b)
+}
+
+// growth is frag after minus frag before when at most one card changes (u
+// units taken from a card with free f, capacity cp and model bit b; none
+// when !took) and the host fit weights go from fitB to fitA. st holds the
+// before state's class stats. Per class, X is what the class loses: T when
+// the node cannot host it, else lost (see takeGrowth for how the taken
+// card moves it).
+func (ix *fragIndex) growth(v *nodeView, st []classStat, fitB, fitA []float64, took bool, f, u, cp int64, b uint64) float64 {
+	if v.total == 0 {
+		return 0
+	}
+	t := float64(v.total)
+	ta := t - float64(u)
+	g := ix.noGPU * (ta - t)
+	for ci := range ix.classes {
+		c := &ix.classes[ci]
+		fb, fa := fitB[ci], fitA[ci]
+		n, lost := st[ci].n, float64(st[ci].lost)
+		x := lost
+		if n < c.count {
+			x = t
+		}
+		xa := x
+		if took {
+			need := c.units
+			if need == 0 {
+				need = cp
+			}
+			switch {
+			case n < c.count:
+				xa = ta
+			case !c.anyModel && c.mask&b == 0, f < need:
+				xa = lost - float64(u)
+			case f-u >= need:
+				xa = lost
+			case n-1 >= c.count:
+				xa = lost + float64(f-u)
+			default:
+				xa = ta
+			}
+		}
+		g += (c.weight-fa)*ta + fa*xa - (c.weight-fb)*t - fb*x
+	}
+	return g
 }
 
 // fragChooseCard places a share demand on the card where the node's frag
@@ -547,36 +621,80 @@ func NewFragPolicy(o FragOptions) *Policy {
 		Description: o.Description,
 		ChooseCard:  fragChooseCard,
 		Score: func(node *Node, free []int64, req Request, w *Workload) float64 {
-			s := -fragGrowth(node, free, req, w, o.CPUOnly) / cardUnits(node)
-			if o.PackWeight != 0 {
-				s += o.PackWeight * allocatedShare(node, free, req, w)
+			t := totalsOf(node, free, w)
+			unit := t.cardUnits()
+			s := -fragGrowth(node, free, req, w, o.CPUOnly) / unit
+			if o.PackWeight != 0 && t.capacity > 0 {
+				s += o.PackWeight * float64(t.capacity-t.after) / float64(t.capacity)
 			}
 			if o.StrandWeight != 0 {
-				s -= o.StrandWeight * strandGrowth(node, free, req, w) / cardUnits(node)
+				s -= o.StrandWeight * t.strandGrowth(node, req, w) / unit
 			}
 			if o.ScarcityWeight != 0 {
-				s -= o.ScarcityWeight * scarcityCost(node, free, w) / cardUnits(node)
+				s -= o.ScarcityWeight * t.scarcity / unit
 			}
 			return s
 		},
 	}
 }
 
-// cardUnits is the mean capacity of the node's schedulable cards (1 when
-// it has none), to express the measure in cards.
-func cardUnits(node *Node) float64 {
-	var sum int64
-	n := 0
-	for _, c := range node.Cards {
-		if c.Schedulable() && c.Capacity > 0 {
-			sum += c.Capacity
-			n++
+// nodeTotals is one pass over a node's schedulable cards for the frag
+// policy's terms.
+type nodeTotals struct {
+	cards int
+	// capacity, and free before and after the pod (cards the pod could not
+	// use keep their free share), in units.
+	capacity, before, after int64
+	// scarcity is the GPU the pod takes, each unit weighted by its model's
+	// pressure (see scarcityCost).
+	scarcity float64
+}
+
+func totalsOf(node *Node, free []int64, w *Workload) nodeTotals {
+	var t nodeTotals
+	var pressure []float64
+	var models []string
+	if ix := w.index(); ix != nil {
+		pressure, models = ix.pressure, ix.models
+	}
+	lastModel, lastP := "", 0.0
+	haveLast := false
+	for i, c := range node.Cards {
+		if !c.Schedulable() {
+			continue
+		}
+		t.cards++
+		t.capacity += c.Capacity
+		b := c.Free()
+		t.before += b
+		a := free[i]
+		switch {
+		case a == Unusable:
+			a = b
+		case a < 0:
+			a = 0
+		}
+		t.after += a
+		if taken := b - a; taken > 0 && len(pressure) > 0 {
+			if !haveLast || c.Model != lastModel {
+				lastModel, lastP, haveLast = c.Model, 0, true
+				if k := slices.Index(models, c.Model); k >= 0 {
+					lastP = pressure[k]
+				}
+			}
+			t.scarcity += float64(taken) * lastP
 		}
 	}
-	if n == 0 {
+	return t
+}
+
+// cardUnits is the mean card capacity (1 without cards), to express terms
+// in cards.
+func (t nodeTotals) cardUnits() float64 {
+	if t.cards == 0 || t.capacity == 0 {
 		return 1
 	}
-	return float64(sum) / float64(n)
+	return float64(t.capacity) / float64(t.cards)
 }
 
 // bestFitScore is the FGD paper's BestFit baseline: prefer the node with the
@@ -624,37 +742,22 @@ func bestFitScore(node *Node, free []int64, req Request, _ *Workload) float64 {
 // free, GPU pods asking 10 cores per card (rc = 10 millicores per unit):
 // usable min(4000, 20000/10) = 2,000, stranded 2,000 units (2 cards).
 func strandGrowth(node *Node, free []int64, req Request, w *Workload) float64 {
+	return totalsOf(node, free, w).strandGrowth(node, req, w)
+}
+
+func (t nodeTotals) strandGrowth(node *Node, req Request, w *Workload) float64 {
 	ix := w.index()
-	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 {
+	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 || t.cards == 0 {
 		return 0
 	}
-	var before, after, capSum int64
-	n := 0
-	for i, c := range node.Cards {
-		if !c.Schedulable() {
-			continue
-		}
-		capSum += c.Capacity
-		n++
-		before += c.Free()
-		switch f := free[i]; {
-		case f >= 0:
-			after += f
-		case f == Unusable:
-			after += c.Free()
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	units := ix.gpuShareUnits + ix.gpuWholeCards*float64(capSum)/float64(n)
+	units := ix.gpuShareUnits + ix.gpuWholeCards*t.cardUnits()
 	if units <= 0 {
 		return 0
 	}
 	rc, rm := ix.gpuCPU/units, ix.gpuMem/units
 	h := *node.HostFree
 	ha := HostResources{CPUMilli: h.CPUMilli - req.Host.CPUMilli, MemoryMiB: h.MemoryMiB - req.Host.MemoryMiB}
-	return stranded(float64(after), ha, rc, rm) - stranded(float64(before), h, rc, rm)
+	return stranded(float64(t.after), ha, rc, rm) - stranded(float64(t.before), h, rc, rm)
 }
 
 func stranded(g float64, h HostResources, rc, rm float64) float64 {
@@ -674,26 +777,5 @@ func stranded(g float64, h HostResources, rc, rm float64) float64 {
 // insists on one model it is the same on every node it fits, so it only
 // steers pods that have a choice.
 func scarcityCost(node *Node, free []int64, w *Workload) float64 {
-	ix := w.index()
-	if ix == nil || len(ix.pressure) == 0 {
-		return 0
-	}
-	var cost float64
-	for i, c := range node.Cards {
-		f := free[i]
-		if f == Unusable || !c.Schedulable() {
-			continue
-		}
-		taken := c.Free()
-		if f >= 0 {
-			taken -= f
-		}
-		if taken <= 0 {
-			continue
-		}
-		if k := slices.Index(ix.models, c.Model); k >= 0 {
-			cost += float64(taken) * ix.pressure[k]
-		}
-	}
-	return cost
+	return totalsOf(node, free, w).scarcity
 }

@@ -338,3 +338,63 @@ func TestModelPressureAndScarcityByHand(t *testing.T) {
 		t.Errorf("scarcity cost without capacities = %v, want 0", got)
 	}
 }
+
+// TestFGDScoreMatchesDefinition checks the fgd score (computed from the
+// before state's class stats) against frag(after) − frag(before) computed
+// card by card, on random nodes, workloads and pods.
+func TestFGDScoreMatchesDefinition(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	fgd, _ := Lookup("fgd")
+	for iter := 0; iter < 2000; iter++ {
+		w := &Workload{}
+		for k := 0; k < 1+rng.Intn(10); k++ {
+			s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000}}
+			switch rng.Intn(4) {
+			case 0:
+				s.WholeCards = 1 + rng.Intn(3)
+			case 1:
+			default:
+				s.Units = int64(1+rng.Intn(10)) * 100
+			}
+			if rng.Intn(3) == 0 {
+				s.Models = []string{"A"}
+			}
+			w.Observe(s)
+		}
+		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(10)) * 1000, MemoryMiB: 1 << 20}}
+		for i := 0; i < 1+rng.Intn(8); i++ {
+			c := Card{Index: i, Model: []string{"A", "B"}[rng.Intn(2)], Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
+			node.Cards = append(node.Cards, c)
+		}
+		req := Request{Host: HostResources{CPUMilli: int64(rng.Intn(3)) * 1000}}
+		switch rng.Intn(3) {
+		case 0:
+			req.Demands = []Demand{{Units: int64(1+rng.Intn(10)) * 100}}
+		case 1:
+			req.Demands = []Demand{{WholeCards: 1 + rng.Intn(2)}}
+		}
+		d := fgd.Decide(node, req, w)
+		if !d.Fits {
+			continue
+		}
+		after := make([]int64, len(node.Cards))
+		for i, c := range node.Cards {
+			after[i] = c.Free()
+		}
+		for _, p := range d.Placements {
+			for _, g := range p.Grants {
+				after[g.Card] -= g.Units
+			}
+		}
+		ix := w.index()
+		bits := make([]uint64, len(node.Cards))
+		ix.modelBits(node, bits)
+		before := make([]int64, len(node.Cards))
+		beforeFree(node, before)
+		hostA := HostResources{CPUMilli: node.HostFree.CPUMilli - req.Host.CPUMilli, MemoryMiB: node.HostFree.MemoryMiB}
+		want := ix.measure(node, after, bits, &hostA) - ix.measure(node, before, bits, node.HostFree)
+		if !near(-d.Score, want) {
+			t.Fatalf("iteration %d: growth %v, definition %v\nnode %+v\nreq %+v", iter, -d.Score, want, node.Cards, req)
+		}
+	}
+}
