@@ -67,16 +67,36 @@ type Snapshot struct {
 
 // Build takes a snapshot of the pods bound to the node.
 func Build(pods []*corev1.Pod, st State) Snapshot {
-	return Snapshot{Pending: Queue(pods, st), Recorded: recorded(pods, st)}
+	decode := memoDecode()
+	return Snapshot{Pending: queue(pods, st, decode), Recorded: recorded(pods, st, decode)}
 }
 
-func recorded(pods []*corev1.Pod, st State) []Entry {
+type decodeFunc func(*corev1.Pod) (api.Assignment, error)
+
+// memoDecode decodes each pod's assignment once per snapshot.
+func memoDecode() decodeFunc {
+	type result struct {
+		a   api.Assignment
+		err error
+	}
+	seen := map[*corev1.Pod]result{}
+	return func(p *corev1.Pod) (api.Assignment, error) {
+		if r, ok := seen[p]; ok {
+			return r.a, r.err
+		}
+		a, err := api.AssignmentFromPod(p)
+		seen[p] = result{a, err}
+		return a, err
+	}
+}
+
+func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	var out []Entry
 	for _, p := range pods {
 		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := decode(p)
 		if err != nil {
 			continue
 		}
@@ -111,6 +131,10 @@ func recorded(pods []*corev1.Pod, st State) []Entry {
 // Order: creation time, then UID; within a pod init containers, then app
 // containers, in spec order.
 func Queue(pods []*corev1.Pod, st State) []Entry {
+	return queue(pods, st, api.AssignmentFromPod)
+}
+
+func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	ps := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
 		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodRunning {
@@ -133,7 +157,7 @@ func Queue(pods []*corev1.Pod, st State) []Entry {
 	})
 	var q []Entry
 	for _, p := range ps {
-		a, aerr := api.AssignmentFromPod(p)
+		a, aerr := decode(p)
 		if aerr == nil && a.Phase == api.PhaseAllocated && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}

@@ -22,9 +22,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/health"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
@@ -105,6 +107,10 @@ type setup struct {
 	cfg    Config
 	pods   func(cards [2]podtest.Card) []*corev1.Pod
 	podres bool
+	// wrap, if set, wraps the cluster the plugin sees.
+	wrap func(Cluster) Cluster
+	// health runs the NVML health monitor over the simulated cards.
+	health bool
 }
 
 // newHarness runs a plugin over two simulated 8 GiB cards, a fake clientset
@@ -122,7 +128,7 @@ func newHarness(t *testing.T, s setup) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{})
+	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +164,14 @@ func newHarness(t *testing.T, s setup) *harness {
 		cfg.ReconcileInterval = time.Hour // tests call Reconcile themselves
 	}
 	h.kubelet = startFakeKubelet(t, dir)
-	h.plugin = New(cfg, h.store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	var pc Cluster = cl
+	if s.wrap != nil {
+		pc = s.wrap(cl)
+	}
+	if s.health {
+		go health.New(gpus, h.store, clock.RealClock{}, 0, ktesting.NewLogger(t, ktesting.NewConfig())).Run(ctx)
+	}
+	h.plugin = New(cfg, h.store, pc, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	done := make(chan error, 1)
 	go func() { done <- h.plugin.Run(ctx, h.hup) }()
 	t.Cleanup(func() {
@@ -600,5 +613,62 @@ func TestContainerResponseStrategies(t *testing.T) {
 				t.Errorf("mount = %q, want %q", mount, tt.wantMount(h))
 			}
 		})
+	}
+}
+
+func TestListAndWatchMarksUnitsUnhealthyOnXID(t *testing.T) {
+	h := newHarness(t, setup{health: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := h.dp.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, c1 := h.cards[0].UUID[:12], h.cards[1].UUID[:12]
+	if got, want := recvDevices(t, s), map[string]int{c0 + " Healthy": 8, c1 + " Healthy": 8}; !cmp.Equal(got, want) {
+		t.Fatalf("at start: %v, want %v", got, want)
+	}
+	h.sim.InjectXID(0, 79) // through NVML's event set and the health monitor
+	want := map[string]int{c0 + " Unhealthy": 8, c1 + " Healthy": 8}
+	if got := recvDevices(t, s); !cmp.Equal(got, want) {
+		t.Errorf("after XID 79 on card 0: %v, want %v", got, want)
+	}
+}
+
+// lateCluster hides the pods until Allocate has looked once and found nothing.
+type lateCluster struct {
+	Cluster
+	mu     sync.Mutex
+	looked int
+}
+
+func (l *lateCluster) Pods() ([]*corev1.Pod, error) {
+	l.mu.Lock()
+	l.looked++
+	n := l.looked
+	l.mu.Unlock()
+	if n <= 1 {
+		return nil, nil
+	}
+	return l.Cluster.Pods()
+}
+
+func TestAllocateWaitsForAPodTheKubeletSawFirst(t *testing.T) {
+	var late *lateCluster
+	h := newHarness(t, setup{
+		cfg:  Config{AllocateWait: 5 * time.Second},
+		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
+		pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
+		},
+	})
+	r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 2))
+	if mountedCard(t, r) != h.cards[1].UUID {
+		t.Errorf("got %s", mountedCard(t, r))
+	}
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	if late.looked < 2 {
+		t.Errorf("the pod cache was read %d times: Allocate did not have to wait", late.looked)
 	}
 }
