@@ -231,7 +231,7 @@ func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.Cont
 		return nil, fmt.Errorf("%w: %s", errUnknownCard, cardUUID)
 	}
 	units := int64(len(ids))
-	if h, ok := p.ledger.byDeviceIDs(ids); ok {
+	if h, ok := p.ledger.byDeviceIDs(ids); ok && p.holds(h.UID) {
 		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID)
 		return p.response(card, units), nil
 	}
@@ -275,6 +275,22 @@ func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.Cont
 		p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(e.Namespace, e.Pod))
 	}
 	return p.response(card, units), nil
+}
+
+// holds reports whether the pod with this UID can still hold units: it is in
+// the pod cache, not terminal and not being deleted. Units of a pod that is
+// gone are free; the kubelet may hand the same IDs to the next pod.
+func (p *Plugin) holds(uid types.UID) bool {
+	pods, err := p.cluster.Pods()
+	if err != nil {
+		return false
+	}
+	for _, pod := range pods {
+		if pod.UID == uid {
+			return pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+		}
+	}
+	return false
 }
 
 // repeatFromKubelet asks the kubelet whether a container already holds

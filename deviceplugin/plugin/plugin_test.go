@@ -532,6 +532,30 @@ func TestAllocate(t *testing.T) {
 		}
 	})
 
+	t.Run("units freed by a finished pod and handed to the next pod are not taken for a retry", func(t *testing.T) {
+		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{
+				podtest.Make(nodeName, "first", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Make(nodeName, "next", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+			}
+		}})
+		ids := unitIDs(h.cards[0].UUID, 0, 2)
+		h.mustAllocate(t, ids)
+		first, err := h.client.CoreV1().Pods("ns").Get(context.Background(), "first", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Status.Phase = corev1.PodSucceeded
+		if _, err := h.client.CoreV1().Pods("ns").UpdateStatus(context.Background(), first, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the informer to see the first pod finished", func() bool { return !h.plugin.holds(first.UID) })
+		h.mustAllocate(t, ids) // the kubelet reuses the freed units for "next"
+		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "next"))); diff != "" {
+			t.Errorf("next's record (-want +got):\n%s", diff)
+		}
+	})
+
 	t.Run("after a plugin restart a retry is recognised through PodResources", func(t *testing.T) {
 		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
