@@ -78,7 +78,14 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 			return
 		}
 		res, err := s.Filter(c.Request.Context(), &args)
-		respond(c, res, err)
+		if err == nil {
+			var b []byte
+			if b, err = encodeFilterResult(res); err == nil {
+				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
+				return
+			}
+		}
+		respond(c, nil, err)
 	})
 	r.POST("/prioritize", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
