@@ -219,13 +219,14 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	multi := pod("multi", 2, []int64{2, 2}, []card{c0, c1})
 	bypass := pod("bypass", 3, []int64{1}, nil)
 	afterRestart := pod("after-restart", 4, []int64{4}, []card{c0})
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, single, multi, bypass, afterRestart)
+	afterPluginRestart := pod("after-plugin-restart", 5, []int64{1}, []card{c1})
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, single, multi, bypass, afterRestart, afterPluginRestart)
 
 	k := startKubelet(t, nil)
 	defer func() { _ = k.m.Stop() }()
 
 	stop := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=5s")
-	defer stop()
+	defer func() { stop() }()
 
 	k.waitCapacity(t, 16)
 
@@ -244,6 +245,12 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	err = k.admit(bypass)
 	if err == nil || !strings.Contains(err.Error(), "pod default/bypass has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler") {
 		t.Errorf("admit bypass: %v, want the plugin's refusal", err)
+	}
+	// What the kubelet does next (this test has no status writer): the pod fails.
+	bypass.Status.Phase = corev1.PodFailed
+	bypass.Status.Reason = "UnexpectedAdmissionError"
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(context.Background(), bypass, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 	for _, name := range []string{"single", "multi"} {
 		waitRecord(t, client, name, api.PhaseAllocated)
@@ -266,6 +273,41 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 		t.Errorf("after-restart got card %s, want card 0", got)
 	}
 	waitRecord(t, client, "after-restart", api.PhaseAllocated)
+
+	// The plugin restarts (new process, empty memory) while the kubelet runs:
+	// it registers again, the records of running pods stay as they are, and
+	// the next pod is allocated as usual.
+	before := records(t, client)
+	stop()
+	stop = startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=5s")
+	k.waitCapacity(t, 16)
+	if err := k.admit(afterPluginRestart); err != nil {
+		t.Fatalf("admit after the plugin restart: %v", err)
+	}
+	if got := k.mountedCard(t, afterPluginRestart, "c0"); got != c1.uuid {
+		t.Errorf("after-plugin-restart got card %s, want card 1", got)
+	}
+	waitRecord(t, client, "after-plugin-restart", api.PhaseAllocated)
+	after := records(t, client)
+	for _, name := range []string{"single", "multi", "after-restart"} {
+		if rec := before[name]; after[name] != rec || !strings.Contains(rec, `"phase":"Allocated"`) {
+			t.Errorf("pod %s: record changed across the plugin restart: %s -> %s", name, rec, after[name])
+		}
+	}
+}
+
+// records is each pod's assignment annotation.
+func records(t *testing.T, client *fake.Clientset) map[string]string {
+	t.Helper()
+	pods, err := client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pods.Items {
+		out[p.Name] = p.Annotations[api.AnnotationAssignment]
+	}
+	return out
 }
 
 // startPlugin runs the plugin as the binary does (app.Run, flags with their
