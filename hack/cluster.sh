@@ -68,9 +68,19 @@ pid_of() {
 	echo "$pid"
 }
 
+# own_child NAME prints the recorded PID if it is a child of this very script
+# (started by this `up`, possibly not yet exec'd into the binary).
+own_child() {
+	local pid
+	pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 1
+	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
+	[[ "$(awk '{print $4}' "/proc/$pid/stat" 2>/dev/null)" == "$$" ]] || return 1
+	echo "$pid"
+}
+
 stop_one() {
 	local name="$1" pid i
-	if pid="$(pid_of "$name")"; then
+	if pid="$(pid_of "$name")" || pid="$(own_child "$name")"; then
 		log "stopping $name (pid $pid)"
 		kill -TERM "$pid" 2>/dev/null || true
 		for ((i = 0; i < 100; i++)); do
@@ -226,12 +236,15 @@ start() {
 wait_healthy() {
 	local name="$1" url="$2"
 	shift 2
-	local deadline=$((SECONDS + READY_TIMEOUT)) body
+	local deadline=$((SECONDS + READY_TIMEOUT)) body pid
+	pid="$(cat "$PIDS/$name.pid")"
 	while ((SECONDS < deadline)); do
-		pid_of "$name" >/dev/null || {
+		# Not pid_of: just after `start` the child may not have exec'd the
+		# binary yet, so its command line is still this script's.
+		if ! kill -0 "$pid" 2>/dev/null || [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]]; then
 			tail -n 20 "$LOGS/$name.log" >&2 || true
 			die "$name exited; log: $LOGS/$name.log"
-		}
+		fi
 		if body="$(curl -fsS --max-time 2 "$@" "$url" 2>/dev/null)" && [[ "$body" == ok ]]; then
 			log "$name healthy ($url)"
 			return

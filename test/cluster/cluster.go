@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -186,7 +187,7 @@ func (c *Cluster) script(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(c.opts.RepoRoot, "hack", "cluster.sh")}, args...)...)
 	cmd.Env = c.env
 	// On a cancelled context the script gets SIGTERM: it stops what it started.
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	out, err := cmd.CombinedOutput()
 	for _, line := range strings.Split(strings.TrimRight(string(out), "\n"), "\n") {

@@ -82,7 +82,7 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 
 	bypass := func(pod string) *corev1.Pod {
 		t.Helper()
-		createGPUPod(ctx, t, c, pod, name, 4)
+		createPod(ctx, t, c, pod, name, api.ResourceName, 4)
 		got, err := cluster.WaitPod(ctx, c.Client, "default", pod, time.Minute, "Failed", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodFailed
 		})
@@ -112,7 +112,7 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 	if got := node.PluginPID(); got != pluginPID || pluginPID == 0 {
 		t.Errorf("plugin PID %d after the agent restart, want the adopted %d", got, pluginPID)
 	}
-	waitCapacity(ctx, t, c, name, inv.TotalUnits(), node)
+	waitCapacity(ctx, t, c, name, api.ResourceName, inv.TotalUnits(), node)
 	second := bypass("bypass-2")
 	if strings.Contains(second.Status.Message, "endpoint") || strings.Contains(second.Status.Message, "unknown Device Plugin") {
 		t.Errorf("after the agent restart the plugin did not answer (not registered again?): %q (before: %q)", second.Status.Message, first.Status.Message)

@@ -27,6 +27,12 @@ var (
 	binDir string
 	// env is the shared control plane, started once for the package.
 	env *cluster.Cluster
+	// extender is gpushare's scheduler extender, when the program and the
+	// project's KubeSchedulerConfiguration exist; kube-scheduler calls it.
+	extender *cluster.Process
+	// schedulerName is the profile pods name to be scheduled (by the
+	// project's configuration when the extender runs).
+	schedulerName = "default-scheduler"
 )
 
 func TestMain(m *testing.M) {
@@ -62,18 +68,63 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	opts := cluster.Options{StateDir: state, Log: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "e2e: "+f+"\n", a...)
+	}}
+	// With the extender written, kube-scheduler runs the project's
+	// configuration pointing at it.
+	schedConfig := filepath.Join(cluster.RepoRoot(), cluster.SchedulerConfigFile)
+	extenderBin := filepath.Join(binDir, "gpushare-scheduler")
+	extenderPort := 0
+	if _, err := os.Stat(filepath.Join(cluster.RepoRoot(), "scheduler", "main.go")); err == nil {
+		if _, err := os.Stat(schedConfig); err == nil {
+			start := time.Now()
+			if err := goBuildProduct(extenderBin, "./scheduler"); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+				return 1
+			}
+			fmt.Fprintf(os.Stderr, "e2e: built the extender in %v\n", time.Since(start).Round(time.Millisecond))
+			if schedulerName, err = cluster.SchedulerName(schedConfig); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+				return 1
+			}
+			if extenderPort, err = cluster.FreePort(); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+				return 1
+			}
+			opts.SchedulerConfig = schedConfig
+			opts.ExtenderURL = fmt.Sprintf("http://127.0.0.1:%d", extenderPort)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start = time.Now()
-	env, err = cluster.Start(ctx, cluster.Options{StateDir: state, Log: func(f string, a ...any) {
-		fmt.Fprintf(os.Stderr, "e2e: "+f+"\n", a...)
-	}})
+	env, err = cluster.Start(ctx, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: control plane:", err)
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e: control plane up in %v (state %s)\n", time.Since(start).Round(time.Millisecond), state)
-	code := m.Run()
+	code := 0
+	if extenderPort != 0 {
+		start = time.Now()
+		extender, err = env.StartExtender(ctx, extenderBin, extenderPort, "--policy", "binpack")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: extender:", err)
+			code = 1
+		} else {
+			fmt.Fprintf(os.Stderr, "e2e: extender ready in %v (scheduler name %q)\n", time.Since(start).Round(time.Millisecond), schedulerName)
+		}
+	}
+	if code == 0 {
+		code = m.Run()
+	}
+	if extender != nil {
+		if err := extender.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: stopping the extender:", err)
+			code = 1
+		}
+	}
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: stopping the control plane:", err)
 		code = 1
@@ -93,6 +144,14 @@ func setup(t *testing.T) *cluster.Cluster {
 		t.Skip(skipReason)
 	}
 	return env
+}
+
+// needExtender skips the test when the extender does not run.
+func needExtender(t *testing.T) {
+	t.Helper()
+	if extender == nil {
+		t.Skip("the gpushare extender (scheduler/main.go) or its kube-scheduler configuration does not exist yet")
+	}
 }
 
 // needRoot skips (or, under GPUSHARE_E2E=1, fails) a test that needs root

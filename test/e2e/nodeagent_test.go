@@ -32,14 +32,16 @@ func TestNodeAgentWithRealDeviceManager(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const name = "dm-node"
-	res := string(api.ResourceName)
+	// Not gpushare's resource: this test is about the agent and the device
+	// manager, so the extender (interested in gpu-mem only) stays out of it.
+	const res = stubResource
 	var devices []string
 	for i := range 4 {
 		devices = append(devices, api.UnitID("GPU-stub-0", int64(i)))
 	}
 
 	stateDir := c.NodeStateDir(name)
-	plugin := newStubPlugin(filepath.Join(stateDir, "device-plugins"), res, devices)
+	plugin := newStubPlugin(filepath.Join(stateDir, "device-plugins"), string(res), devices)
 	pctx, stopPlugin := context.WithCancel(ctx)
 	pluginDone := make(chan struct{})
 	go func() { defer close(pluginDone); plugin.run(pctx, t) }()
@@ -59,13 +61,13 @@ func TestNodeAgentWithRealDeviceManager(t *testing.T) {
 		}
 		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	waitCapacity(ctx, t, c, name, 4, node)
+	waitCapacity(ctx, t, c, name, stubResource, 4, node)
 
-	a := createGPUPod(ctx, t, c, "dm-a", "", 2)
+	a := createPod(ctx, t, c, "dm-a", "", stubResource, 2)
 	aIDs := runningDevices(ctx, t, c, a, 2, node)
 
 	// Bypassing the scheduler: 3 asked, 2 free -> the kubelet's rejection.
-	createGPUPod(ctx, t, c, "dm-bypass", name, 3)
+	createPod(ctx, t, c, "dm-bypass", name, stubResource, 3)
 	got, err := cluster.WaitPod(ctx, c.Client, "default", "dm-bypass", time.Minute, "Failed", func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodFailed
 	})
@@ -89,11 +91,11 @@ func TestNodeAgentWithRealDeviceManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, "the plugin to register again after the agent restart", func() bool { return plugin.registrations() > regs })
-	waitCapacity(ctx, t, c, name, 4, node)
+	waitCapacity(ctx, t, c, name, stubResource, 4, node)
 	if p, err := c.Client.CoreV1().Pods("default").Get(ctx, "dm-a", metav1.GetOptions{}); err != nil || p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("dm-a after the agent restart: %v %v", p.Status.Phase, err)
 	}
-	b := createGPUPod(ctx, t, c, "dm-b", "", 2)
+	b := createPod(ctx, t, c, "dm-b", "", stubResource, 2)
 	bIDs := runningDevices(ctx, t, c, b, 2, node)
 	if aIDs.HasAny(bIDs.UnsortedList()...) {
 		t.Errorf("after the restart dm-b got %v, overlapping dm-a's %v", sets.List(bIDs), sets.List(aIDs))
@@ -106,7 +108,7 @@ func TestNodeAgentWithRealDeviceManager(t *testing.T) {
 	if err := cluster.WaitPodGone(ctx, c.Client, "default", "dm-a", 30*time.Second); err != nil {
 		t.Fatalf("dm-a not removed: %v", err)
 	}
-	cp := createGPUPod(ctx, t, c, "dm-c", "", 2)
+	cp := createPod(ctx, t, c, "dm-c", "", stubResource, 2)
 	cIDs := runningDevices(ctx, t, c, cp, 2, node)
 	if !cIDs.Equal(aIDs) {
 		t.Errorf("dm-c got %v, want dm-a's freed devices %v", sets.List(cIDs), sets.List(aIDs))
@@ -127,10 +129,13 @@ func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, name string, want int64, node *cluster.Node) {
+// stubResource is the stub plugin's resource.
+const stubResource corev1.ResourceName = "e2e.example.com/stub"
+
+func waitCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, name string, res corev1.ResourceName, want int64, node *cluster.Node) {
 	t.Helper()
-	_, err := cluster.WaitNode(ctx, c.Client, name, time.Minute, fmt.Sprintf("Ready with %d %s", want, api.ResourceName), func(n *corev1.Node) bool {
-		q := n.Status.Allocatable[api.ResourceName]
+	_, err := cluster.WaitNode(ctx, c.Client, name, time.Minute, fmt.Sprintf("Ready with %d %s", want, res), func(n *corev1.Node) bool {
+		q := n.Status.Allocatable[res]
 		return cluster.NodeReady(n) && q.Value() == want
 	})
 	if err != nil {
@@ -138,16 +143,19 @@ func waitCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, name st
 	}
 }
 
-func createGPUPod(ctx context.Context, t *testing.T, c *cluster.Cluster, name, nodeName string, units int64) *corev1.Pod {
+// createPod creates a one-container pod asking for units of res, scheduled
+// by schedulerName, or bound to nodeName by hand when it is set.
+func createPod(ctx context.Context, t *testing.T, c *cluster.Cluster, name, nodeName string, res corev1.ResourceName, units int64) *corev1.Pod {
 	t.Helper()
 	q := *resource.NewQuantity(units, resource.DecimalSI)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
-			NodeName: nodeName,
+			NodeName:      nodeName,
+			SchedulerName: schedulerName,
 			Containers: []corev1.Container{{
 				Name: "main", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: q}},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: q}},
 			}},
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 		},
@@ -167,15 +175,8 @@ func runningDevices(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *
 	if err != nil {
 		t.Fatalf("%v\nagent log: %s", err, node.LogFile())
 	}
-	recs, err := nodeagent.RecordsFromPod(got)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, ok := recs.Container("main")
-	if !ok {
-		t.Fatalf("pod %s: no record for container main: %+v", pod.Name, recs)
-	}
-	ids := rec.DeviceIDs[string(api.ResourceName)]
+	rec := containerRecord(t, got, "main")
+	ids := rec.DeviceIDs[string(stubResource)]
 	if len(ids) != want {
 		t.Fatalf("pod %s: container got devices %v, want %d", pod.Name, ids, want)
 	}
@@ -192,4 +193,18 @@ func runningDevices(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *
 		}
 	}
 	return sets.New(ids...)
+}
+
+// containerRecord is what the node agent recorded for the pod's container.
+func containerRecord(t *testing.T, pod *corev1.Pod, container string) nodeagent.ContainerRecord {
+	t.Helper()
+	recs, err := nodeagent.RecordsFromPod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok := recs.Container(container)
+	if !ok {
+		t.Fatalf("pod %s: no record for container %s: %+v", pod.Name, container, recs)
+	}
+	return rec
 }

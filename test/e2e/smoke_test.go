@@ -70,6 +70,7 @@ func TestSmokeNodeReadyPodScheduledAndRunning(t *testing.T) {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "smoke", Namespace: "default"},
 		Spec: corev1.PodSpec{
+			SchedulerName:                 schedulerName,
 			Containers:                    []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10"}},
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 		},
