@@ -4,7 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e bench-packing
 
 help: ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,17 @@ test: lint unit chart-check ## the test command CI runs: lint, unit tests (-race
 
 bench: ## Go benchmarks (figures printed; no pass/fail on speed)
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Packing quality: replay Alibaba's openb traces (docs/packing.md).
+# TRACES: the traces folder; VARIANTS=all replays the anchor's 17 workloads
+# (default: the default trace only); POLICIES: comma-separated (default: all).
+TRACES   ?= ../shared/traces
+VARIANTS ?= default
+POLICIES ?=
+bench-packing: ## replay the openb traces for every policy, table beside the FGD anchor (VARIANTS=all for 17)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
+	$(BIN)/gpushare-simulate -traces $(TRACES) -workloads $(VARIANTS) $(if $(POLICIES),-policies $(POLICIES)) -png $(BIN)/packing-curves.png -quiet
 
 IMAGE ?= gpushare:dev
 
