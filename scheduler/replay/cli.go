@@ -76,6 +76,13 @@ func Main(ctx context.Context, o Options) error {
 				return fmt.Errorf("-workloads all needs %s", anchorPath)
 			}
 			names = AnchorWorkloads(anchor)
+			// The default trace first: the PNG shows the first workload.
+			for i, n := range names {
+				if n == "openb_pod_list_default" {
+					copy(names[1:i+1], names[:i])
+					names[0] = n
+				}
+			}
 		}
 		for _, name := range names {
 			name = strings.TrimSpace(name)
