@@ -2,7 +2,10 @@ package replay
 
 import (
 	"bytes"
+	"encoding/json"
 	"image/png"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +205,40 @@ func TestPlotWritesAPNG(t *testing.T) {
 	}
 	if b := img.Bounds(); b.Dx() < 600 || b.Dy() < 300 {
 		t.Errorf("image is %v, too small to read", b)
+	}
+}
+
+func TestMainReplaysATraceDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "openb"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"openb/openb_node_list_gpu_node.csv": tinyNodes,
+		"openb/openb_pod_list_tiny.csv":      tinyPods,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out bytes.Buffer
+	png := filepath.Join(dir, "curves.png")
+	err := Main(t.Context(), Options{TracesDir: dir, Workloads: []string{"tiny"}, Policies: []string{"binpack", "frag"},
+		FirstSeed: 42, Seeds: 2, Output: "json", Parallel: 2, PNG: png, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not a JSON report: %v\n%s", err, out.String())
+	}
+	if len(rep.Runs) != 4 || len(rep.Summaries) != 2 || rep.Summaries[1].Policy != "frag" || rep.Runs[1].Seed != 43 {
+		t.Errorf("report has %d runs and summaries %+v, want 4 runs (2 policies × seeds 42, 43)", len(rep.Runs), rep.Summaries)
+	}
+	if _, err := os.Stat(png); err != nil {
+		t.Errorf("no PNG: %v", err)
+	}
+	if err := Main(t.Context(), Options{TracesDir: dir, Workloads: []string{"tiny"}, Policies: []string{"nope"}, Seeds: 1, Output: "table", Stdout: &out}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
+		t.Errorf("unknown policy: err = %v", err)
 	}
 }
