@@ -398,3 +398,23 @@ func TestFGDScoreMatchesDefinition(t *testing.T) {
 		}
 	}
 }
+
+func TestFragWithoutHostOrCapacitiesStillPacks(t *testing.T) {
+	frag, _ := Lookup("frag")
+	w := &Workload{}
+	w.Observe(Shape{Units: 500})
+	// No HostFree, no ModelCapacity: only FGD's term and binpack count.
+	// Frag stays 0 either way (the busy node's half card is filled exactly;
+	// the empty node's card keeps a usable 500), so binpack decides: the
+	// busy node ends full (1.0), the empty one a quarter full.
+	busy := &Node{Cards: []Card{{Capacity: 1000, Used: 500, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
+	empty := &Node{Cards: []Card{{Capacity: 1000, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
+	req := Request{Demands: []Demand{{Units: 500}}}
+	b, e := frag.Evaluate(busy, req, w), frag.Evaluate(empty, req, w)
+	if !b.Fits || !e.Fits || b.Score <= e.Score {
+		t.Errorf("busy node %v, empty node %v: want the busy node preferred", b.Score, e.Score)
+	}
+	if got := frag.Evaluate(empty, req, nil); !got.Fits {
+		t.Errorf("nil workload: %+v", got)
+	}
+}
