@@ -125,6 +125,23 @@ func (n *Node) PluginPID() int {
 	return pid
 }
 
+// registrationLine is what the kubelet's device manager (v1.34) logs when a
+// device plugin registers; the agent's log is the harness's own file.
+const registrationLine = "Got registration request from device plugin"
+
+// Registrations counts the device-plugin registrations the node's device
+// managers (this agent and its predecessors on the same state dir) accepted.
+// Wait for it to grow after restarting a plugin: until the plugin registers
+// again, the device manager keeps the old, stopped endpoint and refuses
+// Allocate.
+func (n *Node) Registrations() int {
+	b, err := os.ReadFile(n.LogFile())
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), registrationLine)
+}
+
 // Exited reports whether the agent process has ended, and how.
 func (n *Node) Exited() (bool, error) {
 	select {

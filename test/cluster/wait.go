@@ -96,3 +96,24 @@ func describePod(p *corev1.Pod) string {
 	}
 	return fmt.Sprintf("node=%q phase=%s reason=%q message=%q conditions=%v", p.Spec.NodeName, p.Status.Phase, p.Status.Reason, p.Status.Message, p.Status.Conditions)
 }
+
+// ReadyMessage is the message of the node's Ready condition (the node agent
+// names its process there; see WaitNodeAgentReplaced).
+func ReadyMessage(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// WaitNodeAgentReplaced waits until the node's status was posted by an agent
+// other than the one whose Ready message was before, and cond holds. Use it
+// after restarting an agent: until the new agent posts, the Node still shows
+// the old agent's status (capacity included).
+func WaitNodeAgentReplaced(ctx context.Context, c kubernetes.Interface, name, before string, timeout time.Duration, what string, cond func(*corev1.Node) bool) (*corev1.Node, error) {
+	return WaitNode(ctx, c, name, timeout, "posted by the new agent and "+what, func(n *corev1.Node) bool {
+		return ReadyMessage(n) != before && cond(n)
+	})
+}

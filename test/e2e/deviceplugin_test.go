@@ -103,19 +103,17 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 	// Kubelet restart, plugin left running: it must register with the new
 	// kubelet.sock; the answer for the next bypass pod comes from it again.
 	pluginPID := node.PluginPID()
-	if err := node.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	if node, err = c.StartNode(opts); err != nil {
-		t.Fatal(err)
-	}
+	node = restartAgent(ctx, t, c, node)
 	if got := node.PluginPID(); got != pluginPID || pluginPID == 0 {
 		t.Errorf("plugin PID %d after the agent restart, want the adopted %d", got, pluginPID)
 	}
-	waitCapacity(ctx, t, c, name, api.ResourceName, inv.TotalUnits(), node)
 	second := bypass("bypass-2")
-	if strings.Contains(second.Status.Message, "endpoint") || strings.Contains(second.Status.Message, "unknown Device Plugin") {
-		t.Errorf("after the agent restart the plugin did not answer (not registered again?): %q (before: %q)", second.Status.Message, first.Status.Message)
+	// The plugin refuses with gRPC FailedPrecondition; the device manager's
+	// own refusals (no plugin, no healthy devices) carry no gRPC code.
+	for _, msg := range []string{first.Status.Message, second.Status.Message} {
+		if !strings.Contains(msg, "FailedPrecondition") {
+			t.Errorf("refusal not from the plugin (not registered?): %q", msg)
+		}
 	}
 }
 

@@ -30,6 +30,9 @@ var (
 	// extender is gpushare's scheduler extender, when the program and the
 	// project's KubeSchedulerConfiguration exist; kube-scheduler calls it.
 	extender *cluster.Process
+	// extenderBin and extenderPort let a test restart the extender.
+	extenderBin  string
+	extenderPort int
 	// schedulerName is the profile pods name to be scheduled (by the
 	// project's configuration when the extender runs).
 	schedulerName = "default-scheduler"
@@ -74,8 +77,7 @@ func run(m *testing.M) int {
 	// With the extender written, kube-scheduler runs the project's
 	// configuration pointing at it.
 	schedConfig := filepath.Join(cluster.RepoRoot(), cluster.SchedulerConfigFile)
-	extenderBin := filepath.Join(binDir, "gpushare-scheduler")
-	extenderPort := 0
+	extenderBin = filepath.Join(binDir, "gpushare-scheduler")
 	if _, err := os.Stat(filepath.Join(cluster.RepoRoot(), "scheduler", "main.go")); err == nil {
 		if _, err := os.Stat(schedConfig); err == nil {
 			start := time.Now()
@@ -108,7 +110,7 @@ func run(m *testing.M) int {
 	code := 0
 	if extenderPort != 0 {
 		start = time.Now()
-		extender, err = env.StartExtender(ctx, extenderBin, extenderPort, "--policy", "binpack")
+		extender, err = env.StartExtender(ctx, extenderBin, extenderPort, extenderArgs...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: extender:", err)
 			code = 1
@@ -145,6 +147,9 @@ func setup(t *testing.T) *cluster.Cluster {
 	}
 	return env
 }
+
+// extenderArgs are the extender's flags besides kubeconfig and listen.
+var extenderArgs = []string{"--policy", "binpack"}
 
 // needExtender skips the test when the extender does not run.
 func needExtender(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -68,7 +69,7 @@ func (a *Agent) nodeStatus(now time.Time, capacity, allocatable corev1.ResourceL
 			Type:               corev1.NodeReady,
 			Status:             corev1.ConditionTrue,
 			Reason:             "KubeletReady",
-			Message:            "gpushare simulated node agent is posting ready status",
+			Message:            a.readyMessage(),
 			LastHeartbeatTime:  metav1.NewTime(now),
 			LastTransitionTime: a.readySince,
 		}},
@@ -94,6 +95,13 @@ func (a *Agent) nodeStatus(now time.Time, capacity, allocatable corev1.ResourceL
 		st.Allocatable[k] = v
 	}
 	return st
+}
+
+// readyMessage is the Ready condition's message. It names this agent process
+// (PID and start time), so that a test that restarted the agent can tell when
+// the new one has posted its status.
+func (a *Agent) readyMessage() string {
+	return fmt.Sprintf("gpushare simulated node agent is posting ready status (pid %d, started %s)", os.Getpid(), a.readySince.UTC().Format(time.RFC3339Nano))
 }
 
 // KubeletVersion is the version the agent reports for its node.

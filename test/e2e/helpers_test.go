@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// gpuNode starts a simulated GPU node running gpushare's device plugin with
+// the given simulated cards (--nvml=spec:...), waits until it is Ready with
+// its inventory and capacity, and removes it (pods in ns included) when the
+// test ends.
+func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) (*cluster.Node, api.Inventory) {
+	t.Helper()
+	node, err := c.StartNode(cluster.NodeOptions{
+		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
+		Labels:       api.LabelEnabled + "=true",
+		PluginBinary: pluginBinary(t),
+		PluginArgs:   []string{"--nvml=spec:" + spec},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := node.Stop(); err != nil {
+			t.Errorf("stopping node agent %s: %v", name, err)
+		}
+		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	inv := waitInventory(ctx, t, c, node)
+	return node, inv
+}
+
+// waitInventory waits until the node is Ready with the plugin's inventory and
+// allocatable gpu-mem equal to the inventory's units.
+func waitInventory(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node) api.Inventory {
+	t.Helper()
+	return waitInventoryAfter(ctx, t, c, node, "")
+}
+
+// restartAgent stops the node's agent and starts it again with the same
+// options; it returns the new one once it has posted the Node's status and
+// the plugin's capacity is back (registered again with the new device
+// manager, which reports zero until then).
+func restartAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node) *cluster.Node {
+	t.Helper()
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Opts.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := cluster.ReadyMessage(n)
+	if err := node.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := c.StartNode(node.Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Stop() })
+	waitInventoryAfter(ctx, t, c, restarted, before)
+	return restarted
+}
+
+func waitInventoryAfter(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node, before string) api.Inventory {
+	t.Helper()
+	var inv api.Inventory
+	if _, err := cluster.WaitNodeAgentReplaced(ctx, c.Client, node.Opts.Name, before, 2*time.Minute, "Ready with inventory and capacity", func(n *corev1.Node) bool {
+		got, err := api.InventoryFromNode(n)
+		q := n.Status.Allocatable[api.ResourceName]
+		inv = got
+		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
+	}); err != nil {
+		t.Fatalf("%v\nagent log: %s", err, node.LogFile())
+	}
+	return inv
+}
+
+// testNamespace creates a namespace for the test, deleted (pods and all)
+// when it ends.
+func testNamespace(ctx context.Context, t *testing.T, c *cluster.Cluster, name string) string {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Client.CoreV1().Pods(name).DeleteCollection(context.Background(), metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		_ = c.Client.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+// gpuPod builds a pod scheduled by the extender's profile, one container per
+// entry of units (named c0, c1, ...), each asking for that many gpu-mem units.
+func gpuPod(ns, name string, units ...int64) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       corev1.PodSpec{SchedulerName: schedulerName, TerminationGracePeriodSeconds: ptr.To[int64](1)},
+	}
+	for i, u := range units {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}},
+		})
+	}
+	return pod
+}
+
+// runPod creates the pod and waits until it runs.
+func runPod(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod, node *cluster.Node) *corev1.Pod {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return waitRunning(ctx, t, c, pod.Namespace, pod.Name, node)
+}
+
+func waitRunning(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string, node *cluster.Node) *corev1.Pod {
+	t.Helper()
+	got, err := cluster.WaitPod(ctx, c.Client, ns, name, 2*time.Minute, "Running", cluster.PodRunning)
+	if err != nil {
+		t.Fatalf("%v\nextender log: %s\nagent log: %s", err, extender.LogPath, node.LogFile())
+	}
+	return got
+}
+
+// checkCards checks a running pod end to end: it has a valid assignment for
+// its node, and every container's record (what the kubelet's device manager
+// handed it) is exactly its assigned card: one card mount at that UUID, the
+// assigned number of units, all of that card. It returns the assignment.
+func checkCards(t *testing.T, pod *corev1.Pod) api.Assignment {
+	t.Helper()
+	asg, err := api.AssignmentFromPod(pod)
+	if err != nil {
+		t.Fatalf("pod %s: %v", pod.Name, err)
+	}
+	if asg.Node != pod.Spec.NodeName {
+		t.Errorf("pod %s: assignment for node %q, bound to %q", pod.Name, asg.Node, pod.Spec.NodeName)
+	}
+	for _, ca := range asg.Containers {
+		rec := containerRecord(t, pod, ca.Name)
+		var mounts []string
+		for _, m := range rec.Mounts {
+			if strings.HasPrefix(m.ContainerPath, api.VisibleDevicesVolumeRoot+"/") {
+				mounts = append(mounts, strings.TrimPrefix(m.ContainerPath, api.VisibleDevicesVolumeRoot+"/"))
+			}
+		}
+		if len(mounts) != 1 || mounts[0] != ca.CardUUID {
+			t.Errorf("pod %s container %s: card mounts %v, want exactly [%s]", pod.Name, ca.Name, mounts, ca.CardUUID)
+		}
+		ids := rec.DeviceIDs[string(api.ResourceName)]
+		if int64(len(ids)) != ca.Units {
+			t.Errorf("pod %s container %s: %d units allocated by the kubelet, assignment says %d", pod.Name, ca.Name, len(ids), ca.Units)
+		}
+		for _, id := range ids {
+			if uuid, _, err := api.ParseUnitID(id); err != nil || uuid != ca.CardUUID {
+				t.Errorf("pod %s container %s: unit %s is not of the assigned card %s", pod.Name, ca.Name, id, ca.CardUUID)
+				break
+			}
+		}
+	}
+	return asg
+}
+
+// checkCapacity lists the running pods on the node and checks that no card
+// holds more assigned units than it has, and that no kubelet unit is held by
+// two containers. It returns the used units per card UUID.
+func checkCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, node string, inv api.Inventory) map[string]int64 {
+	t.Helper()
+	pods, err := c.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]int64{}
+	holder := map[string]string{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		asg := checkCards(t, p)
+		for _, ca := range asg.Containers {
+			used[ca.CardUUID] += ca.Units
+			for _, id := range containerRecord(t, p, ca.Name).DeviceIDs[string(api.ResourceName)] {
+				if other, ok := holder[id]; ok {
+					t.Errorf("unit %s held by %s and %s/%s", id, other, p.Name, ca.Name)
+				}
+				holder[id] = p.Name + "/" + ca.Name
+			}
+		}
+	}
+	for uuid, u := range used {
+		card, ok := inv.CardByUUID(uuid)
+		if !ok {
+			t.Errorf("units assigned on unknown card %s", uuid)
+			continue
+		}
+		if u > card.Units {
+			t.Errorf("card %d (%s): %d units assigned, capacity %d", card.Index, uuid, u, card.Units)
+		}
+	}
+	return used
+}
+
+// usage formats used units per card index, for logs.
+func usage(inv api.Inventory, used map[string]int64) string {
+	var parts []string
+	for _, card := range inv.Cards {
+		parts = append(parts, fmt.Sprintf("card %d: %d/%d", card.Index, used[card.UUID], card.Units))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
