@@ -121,14 +121,21 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 // written yet.
 func pluginBinary(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat(filepath.Join(cluster.RepoRoot(), "deviceplugin", "main.go")); err != nil {
-		t.Skip("deviceplugin/main.go does not exist yet")
+	return productBinary(t, "gpushare-device-plugin", "deviceplugin")
+}
+
+// productBinary builds the product program in dir (once per run), or skips
+// the test when dir/main.go does not exist yet.
+func productBinary(t *testing.T, name, dir string) string {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(cluster.RepoRoot(), dir, "main.go")); err != nil {
+		t.Skipf("%s/main.go does not exist yet", dir)
 	}
-	out := filepath.Join(binDir, "gpushare-device-plugin")
+	out := filepath.Join(binDir, name)
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
-	if err := goBuildProduct(out, "./deviceplugin"); err != nil {
+	if err := goBuildProduct(out, "./"+dir); err != nil {
 		t.Fatal(err)
 	}
 	return out
