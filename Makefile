@@ -4,10 +4,10 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e bench-packing
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e playground playground-down bench-packing
 
 help: ## list targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # Binaries: name=package. A program not written yet is skipped.
 BINARIES = gpushare-scheduler=./scheduler gpushare-device-plugin=./deviceplugin kubectl-inspect-gpushare=./inspector
@@ -66,6 +66,12 @@ cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller
 
 e2e: cluster-binaries ## end-to-end tests against a local control plane (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
+
+playground: ## local cluster + extender + 3 simulated GPU nodes + docs/examples (root; first run builds Kubernetes, ~7-10 min)
+	hack/playground.sh up
+
+playground-down: ## stop the playground (every process by PID)
+	hack/playground.sh down
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
 # re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.
