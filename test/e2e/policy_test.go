@@ -42,7 +42,7 @@ func TestBinpackSequenceLandsOnTheExtendersPreferredNodeAndCard(t *testing.T) {
 		pod := gpuPod(ns, fmt.Sprintf("s%d", i), units)
 		preferred := extenderPreference(ctx, t, pod, []string{"bp-a", "bp-b"})
 		got := runPod(ctx, t, c, pod, nodeA)
-		asg := checkCards(t, got)
+		asg := checkCards(ctx, t, c, got)
 		if got.Spec.NodeName != preferred {
 			t.Errorf("pod %s (%d GiB): kube-scheduler chose %s, the extender preferred %s", pod.Name, units, got.Spec.NodeName, preferred)
 		}
@@ -167,14 +167,14 @@ func TestIsolatedCardTakesNoNewPodsUntilLifted(t *testing.T) {
 	annotate(&isolate)
 	cardState(api.CardIsolated, large.Units)
 	p1 := runPod(ctx, t, c, gpuPod(ns, "while-isolated", 10), node)
-	if got := checkCards(t, p1).Containers[0].CardUUID; got != large.UUID {
+	if got := checkCards(ctx, t, c, p1).Containers[0].CardUUID; got != large.UUID {
 		t.Errorf("with card 0 isolated the pod went to %s, want card 1 %s", got, large.UUID)
 	}
 
 	annotate(nil)
 	cardState(api.CardHealthy, small.Units+large.Units)
 	p2 := runPod(ctx, t, c, gpuPod(ns, "after-lift", 10), node)
-	if got := checkCards(t, p2).Containers[0].CardUUID; got != small.UUID {
+	if got := checkCards(ctx, t, c, p2).Containers[0].CardUUID; got != small.UUID {
 		t.Errorf("after lifting the isolation the pod went to %s, want card 0 %s (binpack's best fit)", got, small.UUID)
 	}
 }

@@ -29,7 +29,7 @@ func TestMultiContainerPodGetsACardPerContainerAndDeletionFreesThem(t *testing.T
 	ns := testNamespace(ctx, t, c, "mc")
 
 	multi := runPod(ctx, t, c, gpuPod(ns, "multi", 30, 30), node)
-	asg := checkCards(t, multi)
+	asg := checkCards(ctx, t, c, multi)
 	if len(asg.Containers) != 2 || asg.Containers[0].CardUUID == asg.Containers[1].CardUUID {
 		t.Errorf("containers share a card or are missing: %+v", asg.Containers)
 	}
@@ -42,7 +42,7 @@ func TestMultiContainerPodGetsACardPerContainerAndDeletionFreesThem(t *testing.T
 		t.Fatalf("multi not removed: %v", err)
 	}
 	whole := runPod(ctx, t, c, gpuPod(ns, "whole", 40), node)
-	checkCards(t, whole)
+	checkCards(ctx, t, c, whole)
 	t.Logf("after whole: %s", usage(inv, checkCapacity(ctx, t, c, "mc-node", inv)))
 }
 
@@ -122,7 +122,7 @@ func TestPluginAndKubeletRestartsKeepRunningPodsCards(t *testing.T) {
 	}
 	waitInventory(ctx, t, c, node)
 	p2 := runPod(ctx, t, c, gpuPod(ns, "p2", 50), node)
-	checkCards(t, p2)
+	checkCards(ctx, t, c, p2)
 	before["p2"] = p2.Annotations[api.AnnotationSimulatedContainers]
 
 	// Kubelet (agent) restart; the plugin is restarted with it.
@@ -135,10 +135,10 @@ func TestPluginAndKubeletRestartsKeepRunningPodsCards(t *testing.T) {
 		if p.Annotations[api.AnnotationSimulatedContainers] != rec {
 			t.Errorf("%s's record changed across the restarts:\nbefore %s\nafter  %s", name, rec, p.Annotations[api.AnnotationSimulatedContainers])
 		}
-		checkCards(t, p)
+		checkCards(ctx, t, c, p)
 	}
 	p3 := runPod(ctx, t, c, gpuPod(ns, "p3", 10), restarted)
-	checkCards(t, p3)
+	checkCards(ctx, t, c, p3)
 	t.Logf("after the restarts: %s", usage(inv, checkCapacity(ctx, t, c, "rs-node", inv)))
 }
 
