@@ -179,28 +179,28 @@ func (c *Cache) SetNode(node *corev1.Node) {
 		return
 	}
 	inv, invErr := api.InventoryFromNode(node)
-	_, hasCap := node.Status.Capacity[api.ResourceName]
-	_, hasAlloc := node.Status.Allocatable[api.ResourceName]
+	_, gpuCap := node.Status.Capacity[api.ResourceName]
+	_, gpuAlloc := node.Status.Allocatable[api.ResourceName]
 	var iso api.Isolation
 	isoErr := error(nil)
 	if s, ok := node.Annotations[api.AnnotationIsolation]; ok {
 		iso, isoErr = api.ParseIsolation(s)
 	}
 
-	alloc, hasAlloc := hostAllocatable(node)
+	host, hasHost := hostAllocatable(node)
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.known = true
 	n.inv, n.invErr, n.iso = inv, nil, iso
-	n.alloc, n.hasAlloc = alloc, hasAlloc
+	n.alloc, n.hasAlloc = host, hasHost
 	c.setModels(n, modelsOf(inv))
 	n.hasInventory = invErr == nil
 	switch {
 	case invErr == nil && isoErr != nil:
 		n.invErr = fmt.Errorf("node %s: %w", node.Name, isoErr)
-	case invErr != nil && (hasCap || hasAlloc || !errors.Is(invErr, api.ErrNoInventory)):
+	case invErr != nil && (gpuCap || gpuAlloc || !errors.Is(invErr, api.ErrNoInventory)):
 		// A node that offers gpu-mem (or carries a broken inventory) but whose
 		// inventory cannot be read is filtered with the reason.
 		n.invErr = invErr

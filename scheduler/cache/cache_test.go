@@ -329,7 +329,7 @@ func TestNodeInventoryStates(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
 	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
-	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Obj())
+	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Allocatable("8", "32Gi").Obj())
 	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.AnnotationIsolation, "1").Obj())
 	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
 
