@@ -76,6 +76,23 @@ func cannotIsolate() string {
 	return ""
 }
 
+// freshKubeletDir empties /var/lib/kubelet (the private tmpfs TestMain
+// mounted) so that each test, and each -count repetition, starts without the
+// device manager's checkpoint of an earlier one: with it, the kubelet would
+// treat pods with the same UIDs as already allocated and never call Allocate.
+func freshKubeletDir(t *testing.T) {
+	t.Helper()
+	if os.Getenv(envChild) != "1" {
+		t.Fatal("refusing to empty /var/lib/kubelet outside the test's private mount namespace")
+	}
+	if err := os.RemoveAll("/var/lib/kubelet"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll("/var/lib/kubelet/device-plugins", 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 type sourcesReady struct{}
 
 func (sourcesReady) AddSource(string) {}
@@ -156,18 +173,27 @@ func (k *kubelet) mountedCard(t *testing.T, pod *corev1.Pod, container string) s
 	return ""
 }
 
+// waitCapacity waits until the device manager counts want units of
+// capacity, all of them allocatable: a plugin is registered and its
+// ListAndWatch has reported every unit healthy.
 func (k *kubelet) waitCapacity(t *testing.T, want int64) {
 	t.Helper()
-	var got int64
+	k.waitResource(t, want, want)
+}
+
+// waitResource waits until the device manager reports capacity and
+// allocatable units of the resource.
+func (k *kubelet) waitResource(t *testing.T, capacity, allocatable int64) {
+	t.Helper()
+	var gotC, gotA int64
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		capacity, allocatable, _ := k.m.GetCapacity()
-		q := allocatable[api.ResourceName]
-		c := capacity[api.ResourceName]
-		got = q.Value()
-		return c.Value() == want && got == want, nil
+		c, a, _ := k.m.GetCapacity()
+		qc, qa := c[api.ResourceName], a[api.ResourceName]
+		gotC, gotA = qc.Value(), qa.Value()
+		return gotC == capacity && gotA == allocatable, nil
 	})
 	if err != nil {
-		t.Fatalf("kubelet capacity of %s: %d allocatable, want %d", api.ResourceName, got, want)
+		t.Fatalf("kubelet %s: capacity %d, allocatable %d; want %d and %d", api.ResourceName, gotC, gotA, capacity, allocatable)
 	}
 }
 
@@ -205,9 +231,7 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	if reason := os.Getenv(envSkip); reason != "" {
 		t.Skip(reason)
 	}
-	if err := os.MkdirAll("/var/lib/kubelet/device-plugins", 0o755); err != nil {
-		t.Fatal(err)
-	}
+	freshKubeletDir(t)
 	src, err := nvml.ParseSource(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +303,14 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	// the next pod is allocated as usual.
 	before := records(t, client)
 	stop()
+	// The device manager learns that the plugin went away asynchronously
+	// (its ListAndWatch client sees the stream end, then marks every unit
+	// unhealthy). Until then it still shows 16 allocatable units from the
+	// old plugin, so waiting for 16 right away could pass before the new
+	// plugin even started, and the admission would go to the old, closing
+	// endpoint. Wait for the drop first: 16 allocatable units after it can
+	// only come from the new plugin's registration and ListAndWatch.
+	k.waitResource(t, 16, 0)
 	stop = startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=5s")
 	k.waitCapacity(t, 16)
 	if err := k.admit(afterPluginRestart); err != nil {

@@ -97,6 +97,7 @@ func TestRecordsFollowTheKubeletWhenSameSizePodsAreAdmittedOutOfOrder(t *testing
 	if reason := os.Getenv(envSkip); reason != "" {
 		t.Skip(reason)
 	}
+	freshKubeletDir(t)
 	src, err := nvml.ParseSource(spec)
 	if err != nil {
 		t.Fatal(err)
