@@ -77,10 +77,10 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 			respond(c, nil, err)
 			return
 		}
-		res, err := s.Filter(c.Request.Context(), &args)
+		fr, err := s.filter(c.Request.Context(), &args)
 		if err == nil {
 			var b []byte
-			if b, err = encodeFilterResult(res); err == nil {
+			if b, err = encodeFilter(fr); err == nil {
 				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
 				return
 			}

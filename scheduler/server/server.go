@@ -238,24 +238,47 @@ func (s *Server) putDecisions(d []allocator.Decision) {
 // every node; a pod whose demand is invalid (e.g. an init container asks for
 // gpu-mem) fails every node, unresolvably, with the reason.
 func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
-	defer s.metrics.observe("filter", time.Now())
-	names, err := checkArgs(args)
+	fr, err := s.filter(ctx, args)
 	if err != nil {
 		return nil, err
 	}
+	for _, n := range fr.better {
+		fr.res.FailedNodes[n] = fr.betterMsg
+	}
+	return fr.res, nil
+}
+
+// filterResult is a filter answer with the fitting-but-not-best nodes kept
+// apart from FailedNodes: in best mode they are nearly all the candidates,
+// and the HTTP handler writes them straight into the JSON (encodeFilter)
+// instead of hashing thousands of names into a map first.
+type filterResult struct {
+	res *extenderv1.ExtenderFilterResult
+	// better are nodes that belong in FailedNodes with betterMsg.
+	better    []string
+	betterMsg string
+}
+
+func (s *Server) filter(_ context.Context, args *extenderv1.ExtenderArgs) (filterResult, error) {
+	defer s.metrics.observe("filter", time.Now())
+	names, err := checkArgs(args)
+	if err != nil {
+		return filterResult{}, err
+	}
 	if !s.cache.Synced() {
-		return nil, ErrNotReady
+		return filterResult{}, ErrNotReady
 	}
 	decisions, interested, reqErr := s.evaluate(args.Pod, names)
 	defer s.putDecisions(decisions)
 	if !interested {
-		return &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}, nil
+		return filterResult{res: &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}}, nil
 	}
-	// Sized for the common case: in best mode most candidates fail.
+	fr := filterResult{betterMsg: s.betterBy}
 	res := &extenderv1.ExtenderFilterResult{
-		FailedNodes:                make(extenderv1.FailedNodesMap, len(names)),
+		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
+	fr.res = res
 	keep := make([]bool, len(names))
 	if reqErr != nil {
 		msg := reqErr.Error()
@@ -282,7 +305,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*ex
 			case d.Fits:
 				// Fits, but not best: resolvable (the pod fits elsewhere, so
 				// kube-scheduler never preempts for it).
-				res.FailedNodes[d.Node] = s.betterBy
+				fr.better = append(fr.better, d.Node)
 			case unresolvable(d):
 				res.FailedAndUnresolvableNodes[d.Node] = d.Message()
 			default:
@@ -307,7 +330,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*ex
 		}
 		res.Nodes = out
 	}
-	return res, nil
+	return fr, nil
 }
 
 // Prioritize implements the prioritize verb: the policy's node scores
