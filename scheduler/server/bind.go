@@ -36,20 +36,6 @@ const (
 // bound only guards against a node that changes without pause.
 const maxAssumeAttempts = 100
 
-// bindError is a bind failure reported in the extender result (HTTP 200,
-// so that kube-scheduler shows the message in the pod's events).
-type bindError struct {
-	outcome string
-	err     error
-}
-
-func (e *bindError) Error() string { return e.err.Error() }
-func (e *bindError) Unwrap() error { return e.err }
-
-func fail(outcome string, format string, a ...any) error {
-	return &bindError{outcome: outcome, err: fmt.Errorf(format, a...)}
-}
-
 // Bind implements the bind verb: decide the cards on the node's current
 // snapshot and assume them, write the assignment annotation (merge patch,
 // retried on conflict), then POST the Binding. If the pod no longer fits,
