@@ -81,11 +81,10 @@ type podState struct {
 type nodeState struct {
 	name string
 	// known is true while the node informer has the node.
-	known        bool
-	inv          api.Inventory
-	invErr       error
-	hasInventory bool
-	iso          api.Isolation
+	known  bool
+	inv    api.Inventory
+	invErr error
+	iso    api.Isolation
 	// alloc is the node's allocatable CPU and memory; hasAlloc is false
 	// when the node reports none (HostFree is then unknown).
 	alloc    allocator.HostResources
@@ -196,7 +195,6 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	n.inv, n.invErr, n.iso = inv, nil, iso
 	n.alloc, n.hasAlloc = host, hasHost
 	c.setModels(n, modelsOf(inv))
-	n.hasInventory = invErr == nil
 	switch {
 	case invErr == nil && isoErr != nil:
 		n.invErr = fmt.Errorf("node %s: %w", node.Name, isoErr)
@@ -218,7 +216,7 @@ func (c *Cache) DeleteNode(name string) {
 		return
 	}
 	n.known = false
-	n.inv, n.invErr, n.hasInventory, n.iso = api.Inventory{}, nil, false, api.Isolation{}
+	n.inv, n.invErr, n.iso = api.Inventory{}, nil, api.Isolation{}
 	n.hasAlloc = false
 	c.setModels(n, nil)
 	c.publish(n)
