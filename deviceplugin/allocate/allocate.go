@@ -51,6 +51,14 @@ type State struct {
 	// stale (a guessed holding was replaced by the kubelet's truth): their
 	// containers the plugin does not see holding units are pending again.
 	Reopened func(uid types.UID) bool
+	// KubeletAccount: Allocated covers the kubelet's own account of every
+	// container it has allocated so far (PodResources, read while no
+	// Allocate is in flight), besides the plugin's decisions it does not
+	// contradict. An Allocated record then proves nothing (it may come from
+	// a guess the kubelet contradicted, before a plugin restart): a pod is
+	// pending unless Allocated shows its containers or its status shows it
+	// admitted.
+	KubeletAccount bool
 }
 
 // Snapshot is what the matching functions decide over.
@@ -101,7 +109,7 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 			continue
 		}
 		admitted := p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
-		reopened := st.Reopened != nil && st.Reopened(p.UID)
+		reopened := st.KubeletAccount || (st.Reopened != nil && st.Reopened(p.UID))
 		if !admitted && (a.Phase != api.PhaseAllocated || reopened) {
 			continue
 		}
@@ -126,7 +134,8 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 //
 // A pod is in the queue while it is not terminal or being deleted, has no
 // container statuses yet (the kubelet writes them only after admission), its
-// assignment is not Allocated, and the plugin has not rejected it. Its
+// assignment is not Allocated (unless st.Reopened, or st.KubeletAccount), and
+// the plugin has not rejected it. Its
 // entries are the containers that request units and have not been allocated.
 // Order: creation time, then UID; within a pod init containers, then app
 // containers, in spec order.
@@ -158,7 +167,7 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	var q []Entry
 	for _, p := range ps {
 		a, aerr := decode(p)
-		if aerr == nil && a.Phase == api.PhaseAllocated && (st.Reopened == nil || !st.Reopened(p.UID)) {
+		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}
 		containers := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)

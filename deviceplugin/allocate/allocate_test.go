@@ -107,8 +107,19 @@ func TestQueue(t *testing.T) {
 		allocated map[key]bool
 		rejected  map[string]bool
 		reopened  map[string]bool
+		account   bool
 		want      []key
 	}{
+		{
+			name: "with the kubelet's account an Allocated record is pending unless the kubelet shows the container",
+			pods: []*corev1.Pod{
+				makePod("guessed-before-restart", 1).container("c", 6).assign(api.PhaseAllocated, card0).obj(),
+				makePod("really-done", 1).container("c", 6).assign(api.PhaseAllocated, card1).obj(),
+			},
+			allocated: map[key]bool{{"uid-really-done", "c"}: true},
+			account:   true,
+			want:      []key{{"guessed-before-restart", "c"}},
+		},
 		{
 			name: "an Allocated record the kubelet contradicted is pending again",
 			pods: []*corev1.Pod{
@@ -166,9 +177,10 @@ func TestQueue(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			q := Queue(tt.pods, State{
-				Allocated: func(uid types.UID, c string) bool { return tt.allocated[key{string(uid), c}] },
-				Rejected:  func(uid types.UID) bool { return tt.rejected[string(uid)] },
-				Reopened:  func(uid types.UID) bool { return tt.reopened[string(uid)] },
+				Allocated:      func(uid types.UID, c string) bool { return tt.allocated[key{string(uid), c}] },
+				Rejected:       func(uid types.UID) bool { return tt.rejected[string(uid)] },
+				Reopened:       func(uid types.UID) bool { return tt.reopened[string(uid)] },
+				KubeletAccount: tt.account,
 			})
 			if diff := cmp.Diff(tt.want, keys(q)); diff != "" {
 				t.Errorf("queue (-want +got):\n%s", diff)

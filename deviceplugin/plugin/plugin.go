@@ -157,20 +157,83 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	}
 }
 
-func (p *Plugin) snapshot() (allocate.Snapshot, error) {
+// snapshot builds the matching's view of the node. account: the ledger is
+// the kubelet's own account of what it has allocated (refreshFromKubelet).
+func (p *Plugin) snapshot(account bool) (allocate.Snapshot, error) {
 	pods, err := p.cluster.Pods()
 	if err != nil {
 		return allocate.Snapshot{}, err
 	}
-	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isEvicted}), nil
+	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isEvicted, KubeletAccount: account}), nil
+}
+
+// podResourcesTimeout bounds one read of the kubelet's PodResources API.
+const podResourcesTimeout = 5 * time.Second
+
+// kubeletHoldings reads the kubelet's PodResources: which container of the
+// pods in the cache holds which units. Containers of pods the cache does not
+// know are left out.
+func (p *Plugin) kubeletHoldings(ctx context.Context, pods []*corev1.Pod) ([]holding, error) {
+	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
+	defer cancel()
+	hs, err := p.podres.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]*corev1.Pod, len(pods))
+	for _, pod := range pods {
+		byName[pod.Namespace+"/"+pod.Name] = pod
+	}
+	out := make([]holding, 0, len(hs))
+	for _, h := range hs {
+		pod, ok := byName[h.Namespace+"/"+h.Pod]
+		if !ok {
+			continue
+		}
+		card, err := allocate.CardOf(h.IDs)
+		if err != nil {
+			p.log.Error(err, "Kubelet reports units of several cards for one container", "pod", klog.KObj(pod), "container", h.Container)
+			continue
+		}
+		out = append(out, holding{Namespace: h.Namespace, Pod: h.Pod, UID: pod.UID, Container: h.Container, Card: card, IDs: h.IDs})
+	}
+	return out, nil
+}
+
+// refreshFromKubelet puts the kubelet's own account into the ledger before
+// a decision (callers hold allocMu). The kubelet admits pods one at a time
+// and records a container's units as soon as its Allocate returns, so when
+// it asks about the next container, PodResources shows every container it
+// has allocated so far: those are not pending, whatever the plugin guessed
+// (a guess the account contradicts is dropped and its pod is pending again),
+// and the only unknown left is which of the still-pending containers this
+// call is for. false: no PodResources, or it failed (the ledger then holds
+// only the plugin's own decisions).
+func (p *Plugin) refreshFromKubelet(ctx context.Context) bool {
+	if p.podres == nil {
+		return false
+	}
+	pods, err := p.cluster.Pods()
+	if err != nil {
+		return false
+	}
+	hs, err := p.kubeletHoldings(ctx, pods)
+	if err != nil {
+		p.log.V(2).Info("PodResources unavailable; matching on the plugin's own decisions", "err", err)
+		return false
+	}
+	for _, h := range hs {
+		p.ledger.set(h)
+	}
+	return true
 }
 
 // GetPreferredAllocation steers the kubelet to units of the card assigned to
 // the container it is about to allocate (allocate.Preferred).
-func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
-	snap, err := p.snapshot()
+	snap, err := p.snapshot(p.refreshFromKubelet(ctx))
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "pod cache: %v", err)
 	}
@@ -188,8 +251,11 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 	p.allocMu.Lock()
 	defer p.allocMu.Unlock()
 	resp := &pluginapi.AllocateResponse{}
+	// Once per call: a second container of the same call is not yet in the
+	// kubelet's account, and must not lose the first one's decision.
+	account := p.refreshFromKubelet(ctx)
 	for _, cr := range req.GetContainerRequests() {
-		r, err := p.allocateOne(ctx, cr.GetDevicesIds())
+		r, err := p.allocateOne(ctx, cr.GetDevicesIds(), account)
 		if err != nil {
 			p.log.Error(err, "Allocate refused", "devices", len(cr.GetDevicesIds()))
 			return nil, toStatus(err)
@@ -221,7 +287,7 @@ func toStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (p *Plugin) allocateOne(ctx context.Context, ids []string, account bool) (*pluginapi.ContainerAllocateResponse, error) {
 	cardUUID, err := allocate.CardOf(ids)
 	if err != nil {
 		return nil, err
@@ -231,15 +297,13 @@ func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.Cont
 		return nil, fmt.Errorf("%w: %s", errUnknownCard, cardUUID)
 	}
 	units := int64(len(ids))
+	// With the kubelet's account, a container holding exactly these units is
+	// a retry (after a plugin restart too); without it, the plugin's memory.
 	if h, ok := p.ledger.byDeviceIDs(ids); ok && p.holds(h.UID) {
-		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID)
+		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID, "kubeletAccount", account)
 		return p.response(card, units), nil
 	}
-	if h, ok := p.repeatFromKubelet(ctx, ids); ok {
-		p.log.Info("Allocate repeated for a container the kubelet shows holding these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID)
-		return p.response(card, units), nil
-	}
-	snap, err := p.snapshot()
+	snap, err := p.snapshot(account)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +318,7 @@ func (p *Plugin) allocateOne(ctx context.Context, ids []string) (*pluginapi.Cont
 			case <-ctx.Done():
 				t.Stop()
 			}
-			if snap, err = p.snapshot(); err == nil {
+			if snap, err = p.snapshot(account); err == nil {
 				d, err = allocate.Match(snap, ids)
 			}
 		}
@@ -291,45 +355,6 @@ func (p *Plugin) holds(uid types.UID) bool {
 		}
 	}
 	return false
-}
-
-// repeatFromKubelet asks the kubelet whether a container already holds
-// exactly these units (after a plugin restart the ledger is empty).
-func (p *Plugin) repeatFromKubelet(ctx context.Context, ids []string) (holding, bool) {
-	if p.podres == nil {
-		return holding{}, false
-	}
-	hs, err := p.podres.List(ctx)
-	if err != nil {
-		p.log.V(2).Info("PodResources unavailable", "err", err)
-		return holding{}, false
-	}
-	want := idsKey(ids)
-	for _, h := range hs {
-		if idsKey(h.IDs) != want {
-			continue
-		}
-		if uid, ok := p.uidOf(h.Namespace, h.Pod); ok {
-			card, _ := allocate.CardOf(h.IDs)
-			hd := holding{Namespace: h.Namespace, Pod: h.Pod, UID: uid, Container: h.Container, Card: card, IDs: h.IDs}
-			p.ledger.set(hd)
-			return hd, true
-		}
-	}
-	return holding{}, false
-}
-
-func (p *Plugin) uidOf(namespace, name string) (types.UID, bool) {
-	pods, err := p.cluster.Pods()
-	if err != nil {
-		return "", false
-	}
-	for _, pod := range pods {
-		if pod.Namespace == namespace && pod.Name == name {
-			return pod.UID, true
-		}
-	}
-	return "", false
 }
 
 // writeRecord makes the pod's assignment match the ledger: each container
@@ -412,35 +437,31 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	byName := map[string]*corev1.Pod{}
+	byUID := map[types.UID]*corev1.Pod{}
 	live := map[types.UID]bool{}
 	for _, pod := range pods {
-		byName[pod.Namespace+"/"+pod.Name] = pod
+		byUID[pod.UID] = pod
 		live[pod.UID] = true
 	}
+	// Under allocMu: the kubelet's account read here must not be applied
+	// over a decision an Allocate makes in between. It is merged, not
+	// replaced: the kubelet records a container's units only after the
+	// Allocate it answers, so the latest decision may not be in it yet.
+	p.allocMu.Lock()
 	if p.podres != nil {
-		hs, err := p.podres.List(ctx)
+		hs, err := p.kubeletHoldings(ctx, pods)
 		if err != nil {
 			p.log.V(2).Info("PodResources unavailable; records follow the plugin's own decisions", "err", err)
 		}
 		for _, h := range hs {
-			pod, ok := byName[h.Namespace+"/"+h.Pod]
-			if !ok {
-				continue
+			if _, aerr := api.AssignmentFromPod(byUID[h.UID]); aerr != nil {
+				p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", h.Card)
 			}
-			card, err := allocate.CardOf(h.IDs)
-			if err != nil {
-				p.log.Error(err, "Kubelet reports units of several cards for one container", "pod", klog.KObj(pod), "container", h.Container)
-				continue
-			}
-			if _, aerr := api.AssignmentFromPod(pod); aerr != nil {
-				p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KObj(pod), "container", h.Container, "card", card)
-				continue
-			}
-			p.ledger.set(holding{Namespace: h.Namespace, Pod: h.Pod, UID: pod.UID, Container: h.Container, Card: card, IDs: h.IDs})
+			p.ledger.set(h)
 		}
 	}
 	p.ledger.retain(live)
+	p.allocMu.Unlock()
 	var errs []error
 	for _, pod := range pods {
 		held := p.ledger.forPod(pod.UID)
