@@ -107,8 +107,11 @@ func (r PodRequest) Empty() bool { return len(r.Containers) == 0 }
 //
 // Extended-resource rules apply: the quantity is taken from the container's
 // limits, or from its requests when only those are set (the API server
-// requires both to be equal when both are present). A quantity must be a whole
-// number between 1 and MaxUnits; zero means "no request". Init containers
+// requires both to be equal when both are present). A container without the
+// resource asks for nothing; one that names it must ask for a whole number
+// between 1 and MaxUnits — an explicit 0 is an error (ErrInvalidRequest), since
+// it is almost always a template mistake and "no GPU" is said by leaving the
+// resource out. Init containers
 // (including restartable sidecars) that request ResourceName make the whole
 // pod invalid (ErrInitContainerRequest).
 func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
@@ -147,6 +150,9 @@ func containerUnits(c corev1.Container) (int64, error) {
 	}
 	if q.Sign() < 0 {
 		return 0, fmt.Errorf("%w: container %q asks for %s, which is negative", ErrInvalidRequest, c.Name, q.String())
+	}
+	if q.IsZero() {
+		return 0, fmt.Errorf("%w: container %q asks for 0; ask for at least 1, or leave %s out to ask for no GPU", ErrInvalidRequest, c.Name, ResourceName)
 	}
 	if q.MilliValue()%1000 != 0 {
 		return 0, fmt.Errorf("%w: container %q asks for %s, which is not a whole number of units", ErrInvalidRequest, c.Name, q.String())

@@ -157,6 +157,8 @@ func TestFilterInvalidDemandFailsEveryNodeUnresolvably(t *testing.T) {
 			`invalid example.com/gpu-mem request: container "main" asks for -2, which is negative`},
 		{"fractional request", fixture.MakePod("ns", "p").GPUQuantity("main", "1500m").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 1500m, which is not a whole number of units`},
+		{"explicit zero request", fixture.MakePod("ns", "p").GPUQuantity("main", "0").Obj(),
+			`invalid example.com/gpu-mem request: container "main" asks for 0; ask for at least 1, or leave example.com/gpu-mem out to ask for no GPU`},
 		{"absurd request", fixture.MakePod("ns", "p").GPUQuantity("main", "4Ti").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 4Ti, more than the maximum 1099511627776 units`},
 	}
