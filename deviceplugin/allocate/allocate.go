@@ -59,6 +59,12 @@ type State struct {
 	// pending unless Allocated shows its containers or its status shows it
 	// admitted.
 	KubeletAccount bool
+	// Arrival is the order in which the plugin's informer first saw each
+	// pod bound to the node (false: not seen yet, i.e. newer than any seen).
+	// The kubelet's watch sees the same bindings in the same order and
+	// admits pods as they arrive, so this breaks ties in creation time the
+	// kubelet's way. nil: ties go by UID.
+	Arrival func(uid types.UID) (uint64, bool)
 }
 
 // Snapshot is what the matching functions decide over.
@@ -137,8 +143,8 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // assignment is not Allocated (unless st.Reopened, or st.KubeletAccount), and
 // the plugin has not rejected it. Its
 // entries are the containers that request units and have not been allocated.
-// Order: creation time, then UID; within a pod init containers, then app
-// containers, in spec order.
+// Order: creation time, then arrival (st.Arrival), then UID; within a pod
+// init containers, then app containers, in spec order.
 func Queue(pods []*corev1.Pod, st State) []Entry {
 	return queue(pods, st, api.AssignmentFromPod)
 }
@@ -157,10 +163,22 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		}
 		ps = append(ps, p)
 	}
+	arrival := st.Arrival
+	if arrival == nil {
+		arrival = func(types.UID) (uint64, bool) { return 0, false }
+	}
 	sort.SliceStable(ps, func(i, j int) bool {
 		ti, tj := ps[i].CreationTimestamp.Time, ps[j].CreationTimestamp.Time
 		if !ti.Equal(tj) {
 			return ti.Before(tj)
+		}
+		ai, oki := arrival(ps[i].UID)
+		aj, okj := arrival(ps[j].UID)
+		if oki != okj {
+			return oki // a pod not seen yet arrived after every pod seen
+		}
+		if oki && ai != aj {
+			return ai < aj
 		}
 		return ps[i].UID < ps[j].UID
 	})

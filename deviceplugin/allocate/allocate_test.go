@@ -108,8 +108,21 @@ func TestQueue(t *testing.T) {
 		rejected  map[string]bool
 		reopened  map[string]bool
 		account   bool
+		arrival   map[string]uint64
 		want      []key
 	}{
+		{
+			name: "same creation time is ordered by arrival, pods not seen yet last, then by UID",
+			pods: []*corev1.Pod{
+				makePod("a", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				makePod("b", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				makePod("c", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				makePod("d", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				makePod("older", 0).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+			},
+			arrival: map[string]uint64{"uid-d": 7, "uid-b": 9, "uid-older": 10},
+			want:    []key{{"older", "c"}, {"d", "c"}, {"b", "c"}, {"a", "c"}, {"c", "c"}},
+		},
 		{
 			name: "with the kubelet's account an Allocated record is pending unless the kubelet shows the container",
 			pods: []*corev1.Pod{
@@ -181,6 +194,10 @@ func TestQueue(t *testing.T) {
 				Rejected:       func(uid types.UID) bool { return tt.rejected[string(uid)] },
 				Reopened:       func(uid types.UID) bool { return tt.reopened[string(uid)] },
 				KubeletAccount: tt.account,
+				Arrival: func(uid types.UID) (uint64, bool) {
+					n, ok := tt.arrival[string(uid)]
+					return n, ok
+				},
 			})
 			if diff := cmp.Diff(tt.want, keys(q)); diff != "" {
 				t.Errorf("queue (-want +got):\n%s", diff)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,23 +44,71 @@ type Cluster struct {
 	podsSynced  cache.InformerSynced
 	nodeSynced  cache.InformerSynced
 	nodeInf     cache.SharedIndexInformer
+
+	mu       sync.Mutex
+	arrivals map[types.UID]uint64 // pod UID -> order in which the informer first saw it
+	next     uint64
 }
 
 // New builds the informers (started by Start) for the node named node.
 func New(client kubernetes.Interface, node string) *Cluster {
-	c := &Cluster{client: client, node: node}
+	c := &Cluster{client: client, node: node, arrivals: map[types.UID]uint64{}}
 	c.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
 	pi := c.podFactory.Core().V1().Pods()
 	c.pods = pi.Lister()
 	c.podsSynced = pi.Informer().HasSynced
+	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.arrived,
+		UpdateFunc: func(_, obj any) { c.arrived(obj) },
+		DeleteFunc: c.departed,
+	})
 	c.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
 	c.nodeInf = c.nodeFactory.Core().V1().Nodes().Informer()
 	c.nodeSynced = c.nodeInf.HasSynced
 	return c
+}
+
+func (c *Cluster) arrived(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Spec.NodeName != c.node {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, seen := c.arrivals[p.UID]; !seen {
+		c.arrivals[p.UID] = c.next
+		c.next++
+	}
+}
+
+func (c *Cluster) departed(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.arrivals, p.UID)
+}
+
+// Arrival is the order in which the pod informer first saw the pod bound to
+// the node: 0 for the first pod, counting up. The kubelet watches the same
+// pods with the same field selector, so it sees the bindings in this order
+// too, and it admits pods as they arrive. false: not seen yet (newer than
+// every pod seen). Pods in the informer's initial list get the list's order,
+// which says nothing about the kubelet's.
+func (c *Cluster) Arrival(uid types.UID) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.arrivals[uid]
+	return n, ok
 }
 
 // Node is the node's name.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/api"
@@ -102,4 +105,61 @@ func phaseOf(t *testing.T, client *fake.Clientset) api.AssignmentPhase {
 		t.Fatal(err)
 	}
 	return a.Phase
+}
+
+// The order the pod informer first sees pods bound to the node is the order
+// they were bound (the kubelet's admission order for pods created in the same
+// second); a pod bound later than it was created, or one never seen, keeps
+// its place; a deleted pod is forgotten.
+func TestArrivalFollowsTheOrderPodsAreBound(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	c := New(client, node)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	unbound := podtest.Make("", "late", 1).Container("c", 1).Obj()
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"z", "a"} {
+		if _, err := client.CoreV1().Pods("ns").Create(ctx, podtest.Make(node, name, 1).Container("c", 1).Obj(), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unbound.Spec.NodeName = node // bound last
+	if _, err := client.CoreV1().Pods("ns").Update(ctx, unbound, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{"uid-z": 0, "uid-a": 1, "uid-late": 2}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for uid := range want {
+			if _, ok := c.Arrival(types.UID(uid)); !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the informer did not see the three pods bound: %v", err)
+	}
+	got := map[string]uint64{}
+	for uid := range want {
+		n, _ := c.Arrival(types.UID(uid))
+		got[uid] = n
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("arrival (-want +got):\n%s", diff)
+	}
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "z", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		_, ok := c.Arrival("uid-z")
+		return !ok, nil
+	})
+	if err != nil {
+		t.Errorf("a deleted pod keeps its arrival: %v", err)
+	}
 }

@@ -19,10 +19,19 @@ import (
 )
 
 // memCluster is the API server and an informer that is always up to date:
-// pods in creation order, record writes visible at once.
+// pods in creation order, record writes visible at once, and the order in
+// which the informer saw the pods bound (arrival; absent: not known).
 type memCluster struct {
-	mu   sync.Mutex
-	pods []*corev1.Pod
+	mu      sync.Mutex
+	pods    []*corev1.Pod
+	arrival map[types.UID]uint64
+}
+
+func (c *memCluster) Arrival(uid types.UID) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.arrival[uid]
+	return n, ok
 }
 
 func (c *memCluster) Pods() ([]*corev1.Pod, error) {
@@ -174,7 +183,14 @@ func TestSameSecondSameSizePods(t *testing.T) {
 		reconcile reconcileAt
 		// restartAfter > 0: the plugin restarts (empty memory) after that many admissions.
 		restartAfter int
+		// arrival is the order the plugin's informer saw the pods bound (nil: unknown).
+		arrival []string
+		// exact: every Allocate is attributed to the pod the kubelet admits
+		// (records are right at once, before any reconciliation).
+		exact bool
 	}{
+		{name: "ties broken by arrival, the kubelet's order: every decision exact", kubelet: []string{"c", "a", "d", "b"}, arrival: []string{"c", "a", "d", "b"}, reconcile: reconcileAtEnd, exact: true},
+		{name: "ties broken by arrival, arrival unknown for the two newest", kubelet: []string{"d", "b", "c", "a"}, arrival: []string{"d", "b"}, reconcile: reconcileRacingKubelet},
 		{name: "kubelet order equals the tie-break", kubelet: []string{"a", "b", "c", "d"}, reconcile: reconcileRacingKubelet},
 		{name: "first two swapped, reconciliation only at the end", kubelet: []string{"b", "a", "c", "d"}, reconcile: reconcileAtEnd},
 		{name: "first two swapped, reconciliation racing the kubelet's account", kubelet: []string{"b", "a", "c", "d"}, reconcile: reconcileRacingKubelet},
@@ -205,7 +221,10 @@ func TestSameSecondSameSizePods(t *testing.T) {
 			}
 			c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
 			assigned := map[string]podtest.Card{"a": c0, "b": c0, "c": c1, "d": c1}
-			cl := &memCluster{}
+			cl := &memCluster{arrival: map[types.UID]uint64{}}
+			for i, name := range tc.arrival {
+				cl.arrival[types.UID("uid-"+name)] = uint64(i)
+			}
 			byName := map[string]*corev1.Pod{}
 			for _, name := range []string{"a", "b", "c", "d"} {
 				p := podtest.Make(nodeName, name, 1).Container("main", 20).Assign(api.PhaseAssigned, assigned[name]).Obj()
@@ -232,8 +251,18 @@ func TestSameSecondSameSizePods(t *testing.T) {
 				if err != nil {
 					t.Fatalf("admission %d (pod %s, which has a valid assignment): %v", i+1, name, err)
 				}
-				if h, ok := p.ledger.byDeviceIDs(ids); ok && before[h.Pod+"/"+h.Container] {
+				h, ok := p.ledger.byDeviceIDs(ids)
+				if ok && before[h.Pod+"/"+h.Container] {
 					t.Errorf("admission %d (pod %s): the plugin took %s/%s for it, a container the kubelet had already admitted", i+1, name, h.Pod, h.Container)
+				}
+				if tc.exact && (!ok || h.Pod != name) {
+					t.Errorf("admission %d (pod %s): the plugin took %s for it", i+1, name, h.Pod)
+				}
+				if tc.exact {
+					card, _ := cardOfIDs(ids)
+					if a := cl.record(t, name); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != card {
+						t.Errorf("admission %d (pod %s) got %s; its record says %s on %s", i+1, name, card, a.Phase, a.Containers[0].CardUUID)
+					}
 				}
 				if tc.reconcile == reconcileRacingKubelet {
 					if err := p.Reconcile(ctx); err != nil {

@@ -92,6 +92,9 @@ type Cluster interface {
 	Pods() ([]*corev1.Pod, error)
 	// UpdateAssignment applies mutate to the pod's assignment record.
 	UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error
+	// Arrival is the order in which the pod cache first saw the pod bound
+	// to the node (false: not seen); see allocate.State.Arrival.
+	Arrival(uid types.UID) (uint64, bool)
 }
 
 // Plugin serves the kubelet. Build it with New.
@@ -164,7 +167,7 @@ func (p *Plugin) snapshot(account bool) (allocate.Snapshot, error) {
 	if err != nil {
 		return allocate.Snapshot{}, err
 	}
-	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isEvicted, KubeletAccount: account}), nil
+	return allocate.Build(pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isEvicted, KubeletAccount: account, Arrival: p.cluster.Arrival}), nil
 }
 
 // podResourcesTimeout bounds one read of the kubelet's PodResources API.
