@@ -285,6 +285,42 @@ func TestReRegistersWhenKubeletRestarts(t *testing.T) {
 	})
 }
 
+// The kubelet (v1.34) can disconnect a plugin that just registered: when a
+// plugin restarts, the goroutine that handles the end of the old
+// connection's ListAndWatch looks the client up by resource name, and if
+// the new registration got there first it disconnects the new client. The
+// kubelet then closes the new connection and stops the endpoint (every
+// admission fails, the resource goes after 5 minutes). The plugin sees its
+// ListAndWatch ended by the kubelet while it still serves, and registers
+// again on the same socket.
+func TestRegistersAgainWhenTheKubeletDropsListAndWatch(t *testing.T) {
+	h := newHarness(t, setup{})
+	conn, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvDevices(t, s)
+	_ = conn.Close() // what the kubelet's client Disconnect does
+	h.kubelet.waitRegistration(t)
+	// Still the same server: the new registration's ListAndWatch is served.
+	conn2, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn2.Close() }()
+	s2, err := pluginapi.NewDevicePluginClient(conn2).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recvDevices(t, s2); len(got) == 0 {
+		t.Errorf("no devices after registering again")
+	}
+}
+
 func recvDevices(t *testing.T, s pluginapi.DevicePlugin_ListAndWatchClient) map[string]int {
 	t.Helper()
 	r, err := s.Recv()

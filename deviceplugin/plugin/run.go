@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -42,7 +43,7 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	}
 	go p.RunReconciler(ctx)
 	for {
-		stop, err := p.serve()
+		stop, dropped, err := p.serve()
 		if err != nil {
 			return err
 		}
@@ -50,7 +51,17 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 		if regErr != nil {
 			p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
 		}
-		reason := p.wait(ctx, w, restart, regErr != nil)
+		reason := p.wait(ctx, w, restart, dropped, regErr != nil)
+		for reason == reasonDropped {
+			// The kubelet disconnected this server while it still serves.
+			// Register it again as it is: restarting it would end the
+			// kubelet's streams on the old server once more.
+			p.log.Info("The kubelet ended ListAndWatch while the plugin serves; registering again")
+			if regErr = p.register(ctx); regErr != nil {
+				p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
+			}
+			reason = p.wait(ctx, w, restart, dropped, regErr != nil)
+		}
 		stop()
 		if ctx.Err() != nil {
 			return nil
@@ -59,8 +70,15 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	}
 }
 
-// wait blocks until something calls for a restart and says what.
-func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, retry bool) string {
+// reasonDropped is wait's answer when the kubelet ended a ListAndWatch of
+// the server while it serves: the kubelet dropped the plugin (e.g. kubelet
+// v1.34 disconnecting a just-registered client when it handles the end of
+// the previous connection late) and it must register again.
+const reasonDropped = "the kubelet ended ListAndWatch"
+
+// wait blocks until something calls for a restart or a new registration
+// (reasonDropped) and says what.
+func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, dropped <-chan struct{}, retry bool) string {
 	var tick <-chan time.Time
 	if retry {
 		t := time.NewTimer(5 * time.Second)
@@ -75,6 +93,8 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 			return fmt.Sprintf("signal %v", s)
 		case <-tick:
 			return "retrying registration"
+		case <-dropped:
+			return reasonDropped
 		case err := <-w.Errors:
 			p.log.Error(err, "Watching the device-plugin directory")
 		case e := <-w.Events:
@@ -97,18 +117,41 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 	}
 }
 
-// serve listens on the socket and serves the device plugin API; stop ends it.
-func (p *Plugin) serve() (stop func(), err error) {
+// served is the device plugin API as one server serves it: a ListAndWatch
+// that ends while the server is not stopping was ended by the kubelet, and
+// is reported on dropped.
+type served struct {
+	*Plugin
+	stopping atomic.Bool
+	dropped  chan struct{}
+}
+
+// ListAndWatch implements the device plugin API.
+func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	err := s.Plugin.ListAndWatch(e, stream)
+	if !s.stopping.Load() {
+		select {
+		case s.dropped <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// serve listens on the socket and serves the device plugin API; stop ends
+// it; dropped receives when the kubelet ends a ListAndWatch before stop.
+func (p *Plugin) serve() (stop func(), dropped <-chan struct{}, err error) {
 	path := p.SocketPath()
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		return nil, nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
+		return nil, nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
+	s := &served{Plugin: p, dropped: make(chan struct{}, 1)}
 	srv := grpc.NewServer()
-	pluginapi.RegisterDevicePluginServer(srv, p)
+	pluginapi.RegisterDevicePluginServer(srv, s)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -117,10 +160,11 @@ func (p *Plugin) serve() (stop func(), err error) {
 		}
 	}()
 	return func() {
+		s.stopping.Store(true)
 		srv.Stop()
 		<-done
 		_ = os.Remove(path)
-	}, nil
+	}, s.dropped, nil
 }
 
 // register tells the kubelet about the plugin.
