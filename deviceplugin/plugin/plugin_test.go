@@ -291,8 +291,8 @@ func TestReRegistersWhenKubeletRestarts(t *testing.T) {
 // the new registration got there first it disconnects the new client. The
 // kubelet then closes the new connection and stops the endpoint (every
 // admission fails, the resource goes after 5 minutes). The plugin sees its
-// ListAndWatch ended by the kubelet while it still serves, and registers
-// again on the same socket.
+// ListAndWatch ended by the kubelet while it still serves, and serves and
+// registers again.
 func TestRegistersAgainWhenTheKubeletDropsListAndWatch(t *testing.T) {
 	h := newHarness(t, setup{})
 	conn, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -306,7 +306,7 @@ func TestRegistersAgainWhenTheKubeletDropsListAndWatch(t *testing.T) {
 	recvDevices(t, s)
 	_ = conn.Close() // what the kubelet's client Disconnect does
 	h.kubelet.waitRegistration(t)
-	// Still the same server: the new registration's ListAndWatch is served.
+	// The new registration's ListAndWatch is served.
 	conn2, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

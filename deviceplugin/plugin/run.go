@@ -52,16 +52,6 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 			p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
 		}
 		reason := p.wait(ctx, w, restart, dropped, regErr != nil)
-		for reason == reasonDropped {
-			// The kubelet disconnected this server while it still serves.
-			// Register it again as it is: restarting it would end the
-			// kubelet's streams on the old server once more.
-			p.log.Info("The kubelet ended ListAndWatch while the plugin serves; registering again")
-			if regErr = p.register(ctx); regErr != nil {
-				p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
-			}
-			reason = p.wait(ctx, w, restart, dropped, regErr != nil)
-		}
 		stop()
 		if ctx.Err() != nil {
 			return nil
@@ -71,13 +61,16 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 }
 
 // reasonDropped is wait's answer when the kubelet ended a ListAndWatch of
-// the server while it serves: the kubelet dropped the plugin (e.g. kubelet
-// v1.34 disconnecting a just-registered client when it handles the end of
-// the previous connection late) and it must register again.
+// the server while it serves: the kubelet dropped the plugin (kubelet v1.34
+// disconnects a just-registered client when it handles the end of the
+// previous connection late; or the kubelet is stopping) and the plugin must
+// serve and register again. A new socket, not only a new registration: a
+// restarting kubelet wipes the directory, and a kubelet dialing a removed
+// socket blocks its registration for 10 s and then forgets the client that
+// registered meanwhile.
 const reasonDropped = "the kubelet ended ListAndWatch"
 
-// wait blocks until something calls for a restart or a new registration
-// (reasonDropped) and says what.
+// wait blocks until something calls for a restart and says what.
 func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, dropped <-chan struct{}, retry bool) string {
 	var tick <-chan time.Time
 	if retry {
