@@ -27,8 +27,10 @@ import (
 // fgd policy does that. The workload is learned online (Workload.Observe):
 // nothing reads ahead.
 //
-// The frag policy adds three terms to FGD's, all in cards (see
-// NewFragPolicy and docs/packing.md for the measurements behind them):
+// The frag policy places a share on the best-fit card of a node (on the
+// openb traces it packs as well as FGD's least-fragmentation card, for a
+// third less work) and adds three terms to FGD's node score, all in cards
+// (see NewFragPolicy and docs/packing.md for the measurements behind them):
 //   - stranded GPU (strandGrowth): FGD looks one pod ahead, so a CPU-only or
 //     CPU-heavy pod that leaves a node's free cards without the CPU or
 //     memory to feed them costs nothing until a single pod no longer fits.
@@ -607,19 +609,27 @@ type FragOptions struct {
 	// StrandWeight subtracts StrandWeight × the growth of the node's
 	// stranded GPU, in cards (see strandGrowth).
 	StrandWeight float64
+	// BestFitCard places a share on the card that keeps least (binpack's
+	// choice) instead of FGD's least-fragmentation card.
+	BestFitCard bool
 	// ScarcityWeight subtracts ScarcityWeight × the pod's GPU request in
 	// cards × the pressure on the models it lands on (see modelPressure and
 	// scarcityCost). Needs Workload.ModelCapacity.
 	ScarcityWeight float64
 }
 
-// NewFragPolicy builds a fragmentation-aware policy: FGD's card choice, and
-// a node score of −Δfrag (in cards) plus the options' terms.
+// NewFragPolicy builds a fragmentation-aware policy: FGD's card choice (or
+// best fit with BestFitCard), and a node score of −Δfrag (in cards) plus the
+// options' terms.
 func NewFragPolicy(o FragOptions) *Policy {
+	choose := fragChooseCard
+	if o.BestFitCard {
+		choose = bestFit
+	}
 	return &Policy{
 		Name:        o.Name,
 		Description: o.Description,
-		ChooseCard:  fragChooseCard,
+		ChooseCard:  choose,
 		Score: func(node *Node, free []int64, req Request, w *Workload) float64 {
 			t := totalsOf(node, free, w)
 			unit := t.cardUnits()

@@ -297,10 +297,11 @@ func registry() map[string]*Policy {
 		},
 		"frag": NewFragPolicy(FragOptions{
 			Name:           "frag",
-			Description:    "fragmentation-aware: FGD's fragmentation growth plus the growth of GPU stranded by CPU/memory, the scarcity of the models it takes, and a little binpack",
+			Description:    "fragmentation-aware: best-fit card on the node where FGD's fragmentation growth, plus the growth of GPU stranded by CPU/memory, the scarcity of the models taken and a little binpack, costs least",
 			PackWeight:     FragPackWeight,
 			StrandWeight:   FragStrandWeight,
 			ScarcityWeight: FragScarcityWeight,
+			BestFitCard:    true,
 		}),
 		"fgd": {
 			Name:        "fgd",
