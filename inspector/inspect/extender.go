@@ -12,37 +12,6 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// The JSON the scheduler extender serves at GET /inspect (a list) and
-// GET /inspect/NODE (one node); see scheduler/cache/inspect.go, whose
-// NodeInfo these mirror field for field. They are copied rather than imported
-// so that the plugin does not link the extender's cache and informers; a test
-// encodes the extender's own type and decodes it with these.
-type extenderNode struct {
-	Name           string           `json:"name"`
-	Unit           api.MemoryUnit   `json:"unit"`
-	InventoryError string           `json:"inventoryError"`
-	Cards          []extenderCard   `json:"cards"`
-	Unplaced       []extenderPodUse `json:"unplaced"`
-}
-
-type extenderCard struct {
-	Index    int              `json:"index"`
-	UUID     string           `json:"uuid"`
-	Model    string           `json:"model"`
-	State    api.CardState    `json:"state"`
-	Capacity int64            `json:"capacity"`
-	Used     int64            `json:"used"`
-	Pods     []extenderPodUse `json:"pods"`
-}
-
-type extenderPodUse struct {
-	Namespace string              `json:"namespace"`
-	Name      string              `json:"name"`
-	Container string              `json:"container"`
-	Units     int64               `json:"units"`
-	Phase     api.AssignmentPhase `json:"phase"`
-}
-
 // maxExtenderBody bounds the extender's answer (64 MiB is far beyond any
 // cluster's /inspect).
 const maxExtenderBody = 64 << 20
@@ -85,11 +54,11 @@ func FromExtender(ctx context.Context, client *http.Client, base, node string) (
 		return View{}, fmt.Errorf("the gpushare extender at %s answered %s: %s", u, resp.Status, msg)
 	}
 
-	var nodes []extenderNode
+	var nodes []api.ExtenderNode
 	if node != "" {
-		var one extenderNode
+		var one api.ExtenderNode
 		err = json.Unmarshal(body, &one)
-		nodes = []extenderNode{one}
+		nodes = []api.ExtenderNode{one}
 	} else {
 		err = json.Unmarshal(body, &nodes)
 	}
@@ -103,7 +72,7 @@ func FromExtender(ctx context.Context, client *http.Client, base, node string) (
 // Allocated is the extender's Used (what it decides with); a node the
 // extender knows without cards, unit or inventory error is a CPU node and is
 // left out.
-func viewFromExtender(in []extenderNode) View {
+func viewFromExtender(in []api.ExtenderNode) View {
 	v := View{Version: ViewVersion, Source: SourceExtender, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	for _, en := range in {
 		if en.Unit == "" && en.InventoryError == "" && len(en.Cards) == 0 && len(en.Unplaced) == 0 {

@@ -11,29 +11,28 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/scheduler/cache"
 )
 
-// extenderNodes is what the extender's cache would show: written with the
-// extender's own types, so that a change of its JSON breaks this test.
-func extenderNodes() []cache.NodeInfo {
-	return []cache.NodeInfo{
-		{Name: "cpu-1", Cards: []cache.CardInfo{}},
-		{Name: "gpu-b", Unit: api.UnitGiB, Cards: []cache.CardInfo{
-			{Index: 1, UUID: "GPU-b1", Model: a100, State: api.CardUnhealthy, Capacity: 40, Used: 0, Pods: []cache.PodUnits{}},
-			{Index: 0, UUID: "GPU-b0", Model: a100, State: api.CardHealthy, Capacity: 40, Used: 30, Pods: []cache.PodUnits{
-				{Namespace: "ml", Name: "train", UID: "u1", Container: "c", Units: 20, State: cache.Confirmed, Phase: api.PhaseAllocated},
-				{Namespace: "ml", Name: "new", UID: "u2", Container: "c", Units: 10, State: cache.Assumed, Phase: api.PhaseAssigned},
+// extenderNodes is what the extender's cache would show, in the contract's
+// types that the extender itself encodes (api.ExtenderNode).
+func extenderNodes() []api.ExtenderNode {
+	return []api.ExtenderNode{
+		{Name: "cpu-1", Cards: []api.ExtenderCard{}},
+		{Name: "gpu-b", Unit: api.UnitGiB, Cards: []api.ExtenderCard{
+			{Index: 1, UUID: "GPU-b1", Model: a100, State: api.CardUnhealthy, Capacity: 40, Used: 0, Pods: []api.ExtenderPod{}},
+			{Index: 0, UUID: "GPU-b0", Model: a100, State: api.CardHealthy, Capacity: 40, Used: 30, Pods: []api.ExtenderPod{
+				{Namespace: "ml", Name: "train", UID: "u1", Container: "c", Units: 20, State: api.ExtenderPodConfirmed, Phase: api.PhaseAllocated},
+				{Namespace: "ml", Name: "new", UID: "u2", Container: "c", Units: 10, State: api.ExtenderPodAssumed, Phase: api.PhaseAssigned},
 			}},
-		}, Unplaced: []cache.PodUnits{
-			{Namespace: "ml", Name: "lost", UID: "u3", Container: "c", Units: 5, State: cache.Confirmed, Phase: api.PhaseAllocated},
+		}, Unplaced: []api.ExtenderPod{
+			{Namespace: "ml", Name: "lost", UID: "u3", Container: "c", Units: 5, State: api.ExtenderPodConfirmed, Phase: api.PhaseAllocated},
 		}},
-		{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []cache.CardInfo{}},
+		{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []api.ExtenderCard{}},
 	}
 }
 
 // fakeExtender serves GET /inspect and /inspect/NODE like the extender does.
-func fakeExtender(t *testing.T, nodes []cache.NodeInfo) *httptest.Server {
+func fakeExtender(t *testing.T, nodes []api.ExtenderNode) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

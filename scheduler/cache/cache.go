@@ -50,14 +50,15 @@ var (
 	ErrOverCapacity = errors.New("assignment exceeds a card's capacity")
 )
 
-// State says how the cache knows about a pod's units.
-type State string
+// State says how the cache knows about a pod's units; it is the contract's
+// api.ExtenderPodState, shown at GET /inspect.
+type State = api.ExtenderPodState
 
 const (
 	// Assumed: recorded by bind before the API writes; not yet seen by the informer.
-	Assumed State = "assumed"
+	Assumed = api.ExtenderPodAssumed
 	// Confirmed: the informer shows the pod bound to the node with a valid assignment.
-	Confirmed State = "confirmed"
+	Confirmed = api.ExtenderPodConfirmed
 )
 
 // podState is what the cache holds for one pod.

@@ -319,7 +319,7 @@ func TestDevicePluginRewriteMovesUsage(t *testing.T) {
 		return u[0] == 0 && u[1] == 10
 	})
 	info := c.Inspect("n1")[0]
-	want := []cache.PodUnits{{Namespace: "ns", Name: "p", UID: pod.UID, Container: "main", Units: 10, State: cache.Confirmed, Phase: api.PhaseAllocated}}
+	want := []api.ExtenderPod{{Namespace: "ns", Name: "p", UID: pod.UID, Container: "main", Units: 10, State: cache.Confirmed, Phase: api.PhaseAllocated}}
 	if diff := cmp.Diff(want, info.Cards[1].Pods); diff != "" {
 		t.Errorf("card 1 pods (-want +got):\n%s", diff)
 	}

@@ -3,52 +3,13 @@ package cache
 import (
 	"sort"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/gpushare/gpushare/api"
 )
 
-// NodeInfo is one node as GET /inspect shows it.
-type NodeInfo struct {
-	Name string `json:"name"`
-	// Unit is the unit of Capacity and Used.
-	Unit api.MemoryUnit `json:"unit,omitempty"`
-	// InventoryError says why the node's cards are unusable, if they are.
-	InventoryError string     `json:"inventoryError,omitempty"`
-	Cards          []CardInfo `json:"cards"`
-	// Unplaced lists pods whose assignment names a card the node's
-	// inventory does not have (e.g. the node was removed).
-	Unplaced []PodUnits `json:"unplaced,omitempty"`
-}
-
-// CardInfo is one card of a NodeInfo.
-type CardInfo struct {
-	Index    int           `json:"index"`
-	UUID     string        `json:"uuid"`
-	Model    string        `json:"model,omitempty"`
-	State    api.CardState `json:"state"`
-	Capacity int64         `json:"capacity"`
-	Used     int64         `json:"used"`
-	Pods     []PodUnits    `json:"pods"`
-}
-
-// PodUnits is one container's share of a card.
-type PodUnits struct {
-	Namespace string    `json:"namespace"`
-	Name      string    `json:"name"`
-	UID       types.UID `json:"uid"`
-	Container string    `json:"container"`
-	Units     int64     `json:"units"`
-	// State is assumed (bind in flight) or confirmed (seen by the informer).
-	State State `json:"state"`
-	// Phase is the assignment's phase: Assigned or Allocated.
-	Phase api.AssignmentPhase `json:"phase"`
-}
-
-// Inspect returns the named nodes (all known nodes when none are named),
+// Inspect returns, as the contract's api.ExtenderNode, the named nodes (all known nodes when none are named),
 // sorted by name, with per-card capacity, used units and pods. Unknown names
 // are left out.
-func (c *Cache) Inspect(names ...string) []NodeInfo {
+func (c *Cache) Inspect(names ...string) []api.ExtenderNode {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var states []*nodeState
@@ -66,26 +27,26 @@ func (c *Cache) Inspect(names ...string) []NodeInfo {
 		}
 	}
 	sort.Slice(states, func(a, b int) bool { return states[a].name < states[b].name })
-	out := make([]NodeInfo, 0, len(states))
+	out := make([]api.ExtenderNode, 0, len(states))
 	for _, n := range states {
 		out = append(out, n.info())
 	}
 	return out
 }
 
-func (n *nodeState) info() NodeInfo {
-	ni := NodeInfo{Name: n.name, Unit: n.snap.Unit, Cards: []CardInfo{}}
+func (n *nodeState) info() api.ExtenderNode {
+	ni := api.ExtenderNode{Name: n.name, Unit: n.snap.Unit, Cards: []api.ExtenderCard{}}
 	if n.snap.InventoryErr != nil {
 		ni.InventoryError = n.snap.InventoryErr.Error()
 	}
 	pos := map[string]int{}
 	for i, c := range n.snap.Cards {
-		ni.Cards = append(ni.Cards, CardInfo{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Capacity: c.Capacity, Used: c.Used, Pods: []PodUnits{}})
+		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
 		pos[c.UUID] = i
 	}
 	for _, p := range n.pods {
 		for _, ca := range p.assignment.Containers {
-			pu := PodUnits{Namespace: p.namespace, Name: p.name, UID: p.uid, Container: ca.Name, Units: ca.Units, State: p.state, Phase: p.assignment.Phase}
+			pu := api.ExtenderPod{Namespace: p.namespace, Name: p.name, UID: p.uid, Container: ca.Name, Units: ca.Units, State: p.state, Phase: p.assignment.Phase}
 			if i, ok := pos[ca.CardUUID]; ok {
 				ni.Cards[i].Pods = append(ni.Cards[i].Pods, pu)
 			} else {
@@ -93,7 +54,7 @@ func (n *nodeState) info() NodeInfo {
 			}
 		}
 	}
-	less := func(ps []PodUnits) func(a, b int) bool {
+	less := func(ps []api.ExtenderPod) func(a, b int) bool {
 		return func(a, b int) bool {
 			if ps[a].Namespace != ps[b].Namespace {
 				return ps[a].Namespace < ps[b].Namespace

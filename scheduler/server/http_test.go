@@ -130,13 +130,13 @@ func TestHTTPVerbs(t *testing.T) {
 
 	// Inspect.
 	rec = do(t, h, "GET", "/inspect/n1", "")
-	var ni cache.NodeInfo
+	var ni api.ExtenderNode
 	if err := json.Unmarshal(rec.Body.Bytes(), &ni); rec.Code != 200 || err != nil {
 		t.Fatalf("inspect: %d %v %s", rec.Code, err, rec.Body)
 	}
-	wantNI := cache.NodeInfo{Name: "n1", Unit: api.UnitGiB, Cards: []cache.CardInfo{{
+	wantNI := api.ExtenderNode{Name: "n1", Unit: api.UnitGiB, Cards: []api.ExtenderCard{{
 		Index: 0, UUID: fixture.CardUUID("n1", 0), Model: "A100", State: api.CardHealthy, Capacity: 40, Used: 40,
-		Pods: []cache.PodUnits{
+		Pods: []api.ExtenderPod{
 			{Namespace: "ns", Name: "p", UID: pod.UID, Container: "main", Units: 10, State: cache.Assumed, Phase: api.PhaseAssigned},
 			{Namespace: "ns", Name: "resident", UID: resident.UID, Container: "main", Units: 30, State: cache.Confirmed, Phase: api.PhaseAllocated},
 		},
@@ -145,7 +145,7 @@ func TestHTTPVerbs(t *testing.T) {
 		t.Errorf("inspect n1 (-want +got):\n%s", diff)
 	}
 	rec = do(t, h, "GET", "/inspect", "")
-	var all []cache.NodeInfo
+	var all []api.ExtenderNode
 	if err := json.Unmarshal(rec.Body.Bytes(), &all); rec.Code != 200 || err != nil || len(all) != 2 {
 		t.Fatalf("inspect all: %d %v %s", rec.Code, err, rec.Body)
 	}

@@ -64,7 +64,7 @@ type Cache interface {
 	Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
-	Inspect(names ...string) []cache.NodeInfo
+	Inspect(names ...string) []api.ExtenderNode
 	EachCard(func(cache.CardUsage))
 	Synced() bool
 }

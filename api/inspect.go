@@ -1,0 +1,58 @@
+package api
+
+import "k8s.io/apimachinery/pkg/types"
+
+// The JSON the scheduler extender serves at GET /inspect (a list of
+// ExtenderNode, sorted by name) and GET /inspect/{node} (one ExtenderNode):
+// what the extender's cache holds and decides with, assumed binds included.
+// The extender writes it and `kubectl inspect gpushare --from-extender` reads
+// it; both use these types.
+
+// ExtenderNode is one node in the extender's view.
+type ExtenderNode struct {
+	Name string `json:"name"`
+	// Unit is the unit of Capacity and Used.
+	Unit MemoryUnit `json:"unit,omitempty"`
+	// InventoryError says why the node's cards are unusable, if they are.
+	InventoryError string         `json:"inventoryError,omitempty"`
+	Cards          []ExtenderCard `json:"cards"`
+	// Unplaced lists pods whose assignment names a card the node's
+	// inventory does not have (e.g. the card disappeared).
+	Unplaced []ExtenderPod `json:"unplaced,omitempty"`
+}
+
+// ExtenderCard is one card of an ExtenderNode.
+type ExtenderCard struct {
+	Index    int           `json:"index"`
+	UUID     string        `json:"uuid"`
+	Model    string        `json:"model,omitempty"`
+	State    CardState     `json:"state"`
+	Capacity int64         `json:"capacity"`
+	Used     int64         `json:"used"`
+	Pods     []ExtenderPod `json:"pods"`
+}
+
+// ExtenderPod is one container's share of a card.
+type ExtenderPod struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	Container string    `json:"container"`
+	Units     int64     `json:"units"`
+	// State is how the extender knows of the share.
+	State ExtenderPodState `json:"state"`
+	// Phase is the assignment's phase: Assigned or Allocated.
+	Phase AssignmentPhase `json:"phase"`
+}
+
+// ExtenderPodState is how the extender's cache knows of a pod's units.
+type ExtenderPodState string
+
+const (
+	// ExtenderPodAssumed: recorded by bind before its API writes; not yet
+	// seen by the informer.
+	ExtenderPodAssumed ExtenderPodState = "assumed"
+	// ExtenderPodConfirmed: the informer shows the pod bound to the node
+	// with a valid assignment.
+	ExtenderPodConfirmed ExtenderPodState = "confirmed"
+)
