@@ -5,7 +5,7 @@
 # There is no kubelet: the simulated GPU node agents (test/nodeagent) play it.
 #
 # Usage:
-#   hack/cluster.sh up [--scheduler-config FILE] [--extender-url URL]
+#   hack/cluster.sh up [--scheduler-config FILE] [--extender-url URL] [--extra-profile NAME]...
 #   hack/cluster.sh down [--clean]     stop every process by its PID (--clean: also delete the state dir)
 #   hack/cluster.sh stop COMPONENT     stop one (e.g. kube-scheduler; `up` starts it again)
 #   hack/cluster.sh status             which processes run, where the kubeconfig is
@@ -22,6 +22,8 @@
 #   GPUSHARE_KCM_PORT=20257 GPUSHARE_SCHEDULER_PORT=20259
 # Other env: GPUSHARE_K8S_BIN (binaries; default the build-k8s.sh cache),
 #   GPUSHARE_SCHEDULER_CONFIG / GPUSHARE_EXTENDER_URL (same as the flags),
+#   --extra-profile NAME adds a scheduler profile (e.g. default-scheduler, so that pods
+#   without schedulerName are scheduled too; the config's extenders apply to every profile),
 #   GPUSHARE_SCHEDULER=0 (do not start kube-scheduler),
 #   GPUSHARE_KCM_CONTROLLERS (default '*': all controllers, node lifecycle included,
 #   so the not-ready taint is removed once a node agent reports Ready),
@@ -41,6 +43,7 @@ KCM_CONTROLLERS="${GPUSHARE_KCM_CONTROLLERS:-*}"
 READY_TIMEOUT="${GPUSHARE_READY_TIMEOUT:-60}"
 SCHEDULER_CONFIG="${GPUSHARE_SCHEDULER_CONFIG:-}"
 EXTENDER_URL="${GPUSHARE_EXTENDER_URL:-}"
+EXTRA_PROFILES=()
 START_SCHEDULER="${GPUSHARE_SCHEDULER:-1}"
 
 PKI="$STATE/pki"
@@ -183,7 +186,8 @@ EOF
 # write_scheduler_config writes $STATE/kube-scheduler-config.yaml: the given
 # KubeSchedulerConfiguration (or a minimal one) with clientConnection.kubeconfig
 # set to this cluster's kubeconfig, leader election off unless the file sets it,
-# and every extender urlPrefix replaced by --extender-url when one is given.
+# every extender urlPrefix replaced by --extender-url when one is given, and
+# one profile per --extra-profile appended to its profiles list.
 write_scheduler_config() {
 	local out="$STATE/kube-scheduler-config.yaml"
 	if [[ -n "$SCHEDULER_CONFIG" ]]; then
@@ -200,6 +204,12 @@ write_scheduler_config() {
 			grep -q 'urlPrefix:' "$out.tmp" || die "--extender-url given but $SCHEDULER_CONFIG has no extender urlPrefix"
 			sed -i "s#^\([[:space:]-]*urlPrefix:\).*#\1 \"${EXTENDER_URL}\"#" "$out.tmp"
 		fi
+		local profile
+		for profile in "${EXTRA_PROFILES[@]}"; do
+			grep -q '^profiles:' "$out.tmp" || die "--extra-profile needs a top-level 'profiles:' list in $SCHEDULER_CONFIG"
+			grep -q "schedulerName: *${profile}\$" "$out.tmp" && continue
+			sed -i "/^profiles:/a\\  - schedulerName: ${profile}" "$out.tmp"
+		done
 	else
 		[[ -z "$EXTENDER_URL" ]] || die "--extender-url needs --scheduler-config (the extender's verbs and managed resources live there)"
 		cat >"$out.tmp" <<-EOF
@@ -272,6 +282,10 @@ cmd_up() {
 			;;
 		--extender-url)
 			EXTENDER_URL="${2:?--extender-url needs a URL}"
+			shift
+			;;
+		--extra-profile)
+			EXTRA_PROFILES+=("${2:?--extra-profile needs a scheduler name}")
 			shift
 			;;
 		*) die "up: unknown argument $1" ;;

@@ -89,8 +89,10 @@ cmd_up() {
 	(cd "$ROOT" && make --no-print-directory build >/dev/null)
 	(cd "$ROOT/test" && go build -o "$BIN/gpushare-nodeagent" ./nodeagent/cmd)
 
+	# The playground's only scheduler: the gpushare profile, and default-scheduler so that pods
+	# without schedulerName are scheduled too (through the same extender).
 	"$ROOT/hack/cluster.sh" up --scheduler-config "$ROOT/scheduler/config/kube-scheduler-config.yaml" \
-		--extender-url "http://127.0.0.1:${EXTENDER_PORT}"
+		--extender-url "http://127.0.0.1:${EXTENDER_PORT}" --extra-profile default-scheduler
 
 	if pid="$(alive extender "$BIN/gpushare-scheduler")"; then
 		log "extender already running (pid $pid)"
@@ -161,7 +163,7 @@ The playground runs (state, logs and PIDs in $STATE). Try:
   kubectl describe pod too-big            # the extender's reason it stays Pending
   kubectl get pod single -o jsonpath='{.metadata.annotations.gpushare\.example\.com/e2e-containers}'
                                           # what the container got (mounts, env), recorded by the node agent
-  kubectl apply -f docs/examples/...      # or your own pods with schedulerName: gpushare-scheduler
+  kubectl apply -f docs/examples/...      # or your own pods (schedulerName gpushare-scheduler or none: both go through gpushare here)
 
 Stop everything: make playground-down
 EOF
