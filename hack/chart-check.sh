@@ -66,6 +66,10 @@ expect dedicated 'fieldPath: spec.nodeName'
 expect dedicated 'name: "system:kube-scheduler"'
 expect dedicated 'resources: \[pods/binding\]'
 expect dedicated 'kind: ServiceMonitor' absent
+expect dedicated 'value: "127.0.0.1:39999"'
+expect dedicated 'name: GPUSHARE_ADMIN_LISTEN'
+expect dedicated 'path: /readyz, port: admin'
+expect dedicated 'targetPort: http$' absent
 
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
@@ -73,6 +77,7 @@ expect extender-only 'name: kube-scheduler$' absent
 expect extender-only 'system:kube-scheduler' absent
 expect extender-only 'kind: Service$'
 expect extender-only 'value: ":39999"'
+expect extender-only 'targetPort: http$'
 
 render ha --set scheduler.replicas=2
 expect ha 'replicas: 2'
@@ -95,6 +100,7 @@ expect no-deviceplugin 'kind: DaemonSet' absent
 
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
+expect servicemonitor '- port: admin'
 
 refuse bad-mode '/scheduler/mode' --set scheduler.mode=primary
 refuse extender-only-replicas 'extender-only mode runs one extender replica' --set scheduler.mode=extender-only --set scheduler.replicas=2

@@ -34,6 +34,11 @@ import (
 type Options struct {
 	// ListenAddress is where the HTTP server listens, e.g. ":39999".
 	ListenAddress string
+	// AdminListenAddress, when set, is a second address serving only the
+	// read-only routes (/healthz, /readyz, /metrics, /inspect), e.g. ":39998":
+	// probes and Prometheus reach it while the verbs stay on ListenAddress
+	// (127.0.0.1 in the chart's dedicated mode).
+	AdminListenAddress string
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
 	// Policy names the allocator policy (allocator.Names()).
@@ -72,6 +77,7 @@ func EnvName(flagName string) string {
 // AddFlags defines the options' flags, and klog's (-v, …), on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen")+")")
+	fs.StringVar(&o.AdminListenAddress, "admin-listen", o.AdminListenAddress, "optional second address serving only /healthz, /readyz, /metrics and /inspect (env "+EnvName("admin-listen")+")")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account (env "+EnvName("kubeconfig")+")")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
@@ -113,6 +119,11 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w (want host:port, e.g. :39999)", o.ListenAddress, err))
+	}
+	if o.AdminListenAddress != "" {
+		if _, _, err := net.SplitHostPort(o.AdminListenAddress); err != nil {
+			errs = append(errs, fmt.Errorf("--admin-listen %q: %w (want host:port, e.g. :39998)", o.AdminListenAddress, err))
+		}
 	}
 	if o.Kubeconfig != "" {
 		if _, err := os.Stat(o.Kubeconfig); err != nil {
@@ -164,12 +175,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	return Serve(ctx, o, client, ln)
+	var admin net.Listener
+	if o.AdminListenAddress != "" {
+		if admin, err = net.Listen("tcp", o.AdminListenAddress); err != nil {
+			ln.Close()
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	return Serve(ctx, o, client, ln, admin)
 }
 
-// Serve runs the extender on ln with an injected client until ctx ends: the
-// HTTP server answers at once (readyz turns ready after the informers sync).
-func Serve(ctx context.Context, o Options, client kubernetes.Interface, ln net.Listener) error {
+// Serve runs the extender on ln (every route) and, when admin is not nil, the
+// read-only routes on admin, with an injected client until ctx ends: the HTTP
+// servers answer at once (readyz turns ready after the informers sync).
+func Serve(ctx context.Context, o Options, client kubernetes.Interface, ln, admin net.Listener) error {
 	logger := klog.FromContext(ctx)
 	policy, err := allocator.Lookup(o.Policy)
 	if err != nil {
@@ -223,18 +242,33 @@ func Serve(ctx context.Context, o Options, client kubernetes.Interface, ln net.L
 		}
 	}()
 
-	errc := make(chan error, 1)
-	go func() { errc <- httpSrv.Serve(ln) }()
-	logger.Info("Serving", "address", ln.Addr().String())
+	servers := []*http.Server{httpSrv}
+	listeners := []net.Listener{ln}
+	if admin != nil {
+		servers = append(servers, &http.Server{
+			Handler:           srv.ReadOnlyHandler(reg),
+			ReadHeaderTimeout: 10 * time.Second,
+			BaseContext:       func(net.Listener) context.Context { return ctx },
+		})
+		listeners = append(listeners, admin)
+	}
+	errc := make(chan error, len(servers))
+	for i := range servers {
+		go func(hs *http.Server, l net.Listener) { errc <- hs.Serve(l) }(servers[i], listeners[i])
+		logger.Info("Serving", "address", listeners[i].Addr().String(), "readOnly", i > 0)
+	}
+	var serveErr error
 	select {
 	case err := <-errc:
-		return fmt.Errorf("http server: %w", err)
+		serveErr = fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
 	}
 	shutdownCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer done()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("http server shutdown: %w", err)
+	for _, hs := range servers {
+		if err := hs.Shutdown(shutdownCtx); err != nil && serveErr == nil {
+			serveErr = fmt.Errorf("http server shutdown: %w", err)
+		}
 	}
-	return nil
+	return serveErr
 }

@@ -66,6 +66,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `--policy: unknown policy "tetris": known policies are `},
 		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
+		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
 		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 100 must be positive"},
@@ -116,10 +117,14 @@ func TestServeOnRandomPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	o := DefaultOptions()
-	go func() { done <- Serve(ctx, o, client, ln) }()
+	go func() { done <- Serve(ctx, o, client, ln, admin) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -193,6 +198,30 @@ func TestServeOnRandomPort(t *testing.T) {
 	})
 	if _, body := get("/metrics"); !strings.Contains(body, `gpushare_card_used_units{card="0",node="n2",uuid="GPU-n2-0"} 30`) {
 		t.Errorf("metrics lack n2's used units:\n%s", body)
+	}
+
+	// The admin address answers probes, metrics and inspect, and refuses the verbs.
+	adminBase := "http://" + admin.Addr().String()
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/inspect/n2"} {
+		resp, err := http.Get(adminBase + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("admin GET %s: %s, want 200", path, resp.Status)
+		}
+	}
+	for _, path := range []string{"/filter", "/prioritize", "/bind"} {
+		resp, err := http.Post(adminBase+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "not served on this address") {
+			t.Errorf("admin POST %s: %s %s, want 404 saying the verbs are not served there", path, resp.Status, b)
+		}
 	}
 }
 

@@ -67,7 +67,8 @@ func (s *Server) decode(c *gin.Context, v any) error {
 	return nil
 }
 
-// Handler returns the HTTP routes. gatherer serves /metrics (nil: no route).
+// Handler returns every HTTP route: the extender verbs and the read-only
+// ones. gatherer serves /metrics (nil: no route).
 func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
@@ -105,6 +106,28 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 		res, err := s.Bind(c.Request.Context(), &args)
 		respond(c, res, err)
 	})
+	s.readOnlyRoutes(r, gatherer)
+	r.NoRoute(func(c *gin.Context) {
+		respond(c, nil, fmt.Errorf("%w: %s %s", ErrNotFound, c.Request.Method, c.Request.URL.Path))
+	})
+	return r
+}
+
+// ReadOnlyHandler returns only the read-only routes (/inspect, /healthz,
+// /readyz, /metrics): for a listener that probes and Prometheus reach while
+// the extender verbs stay on an address only kube-scheduler reaches (e.g.
+// 127.0.0.1 in a sidecar).
+func (s *Server) ReadOnlyHandler(gatherer prometheus.Gatherer) http.Handler {
+	r := gin.New()
+	r.Use(gin.Recovery())
+	s.readOnlyRoutes(r, gatherer)
+	r.NoRoute(func(c *gin.Context) {
+		respond(c, nil, fmt.Errorf("%w: %s %s (the extender verbs are not served on this address)", ErrNotFound, c.Request.Method, c.Request.URL.Path))
+	})
+	return r
+}
+
+func (s *Server) readOnlyRoutes(r *gin.Engine, gatherer prometheus.Gatherer) {
 	r.GET("/inspect", func(c *gin.Context) {
 		respond(c, s.cache.Inspect(), nil)
 	})
@@ -129,8 +152,4 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 		h := promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{})
 		r.GET("/metrics", gin.WrapH(h))
 	}
-	r.NoRoute(func(c *gin.Context) {
-		respond(c, nil, fmt.Errorf("%w: %s %s", ErrNotFound, c.Request.Method, c.Request.URL.Path))
-	})
-	return r
 }
