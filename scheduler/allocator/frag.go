@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -106,6 +107,17 @@ func (ix *fragIndex) measure(node *Node, free []int64, bits []uint64, host *Host
 	return frag
 }
 
+// modelBit is model's bit and position in ix.models (0 and −1 when no
+// shape names it).
+func (ix *fragIndex) modelBit(model string) (uint64, int) {
+	for k, m := range ix.models {
+		if m == model {
+			return 1 << uint(k), k
+		}
+	}
+	return 0, -1
+}
+
 // modelBits fills bits[i] with the model bit of card i.
 func (ix *fragIndex) modelBits(node *Node, bits []uint64) {
 	var lastModel string
@@ -175,6 +187,25 @@ func (v *nodeView) load(node *Node, free []int64, bits []uint64) bool {
 		v.total += f
 	}
 	return true
+}
+
+// insert adds a card with free f > 0, capacity c and model bit bit to the
+// view, as load does (free kept ascending; equal shares keep card order).
+// The view must start with k == 0, total == 0 and alike == true.
+func (v *nodeView) insert(f, c int64, bit uint64) {
+	if v.k == 0 {
+		v.bit, v.cap0 = bit, c
+	} else if bit != v.bit || c != v.cap0 {
+		v.alike = false
+	}
+	j := v.k
+	for j > 0 && v.free[j-1] > f {
+		v.free[j], v.cap[j], v.bits[j] = v.free[j-1], v.cap[j-1], v.bits[j-1]
+		j--
+	}
+	v.free[j], v.cap[j], v.bits[j] = f, c, bit
+	v.k++
+	v.total += f
 }
 
 // fitWeights fills fit[c] with the part of class c's weight whose CPU and
@@ -328,7 +359,19 @@ func hostAfter(node *Node, req Request, buf *HostResources) *HostResources {
 // (negative when placing the pod makes the node less fragmented, e.g. a
 // pod that exactly fills a card's unusable leftover).
 func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool) float64 {
+	return fragGrowthTotals(node, free, req, w, cpuOnly, nil)
+}
+
+// fragGrowthTotals is fragGrowth that also fills *tot, when not nil, with
+// totalsOf(node, free, w), in the same pass over the cards where it can.
+func fragGrowthTotals(node *Node, free []int64, req Request, w *Workload, cpuOnly bool, tot *nodeTotals) float64 {
 	ix := w.index()
+	if ix == nil || ix.weight == 0 || len(node.Cards) > maxStackCards {
+		if tot != nil {
+			*tot = totalsOf(node, free, w)
+			tot = nil
+		}
+	}
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
@@ -348,6 +391,185 @@ func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool
 		beforeFree(node, vec)
 		return after - ix.measure(node, vec, bits, hostB)
 	}
+	// One pass over the cards: the before state's view (what beforeFree,
+	// modelBits and nodeView.load compute) and the card the pod changes.
+	// At most one card changed (a share, or a CPU-only pod): the growth
+	// follows from the before state's class stats (see growth); otherwise
+	// (whole cards) both states are measured.
+	var v nodeView
+	v.alike = true
+	changed, f, fAfter := -1, int64(0), int64(0)
+	var cp int64
+	var b uint64
+	var lastModel string
+	var lastBit uint64
+	lastK := -1 // lastModel's position in ix.models
+	haveLast := false
+	for i := range node.Cards {
+		c := &node.Cards[i]
+		// A card free does not mark Unusable is schedulable (decide marks
+		// the others); only the Unusable ones need the state compared.
+		var bf int64
+		if free[i] != Unusable || c.Schedulable() {
+			bf = c.Free()
+			if tot != nil { // as totalsOf
+				tot.cards++
+				tot.capacity += c.Capacity
+				tot.before += bf
+				a := free[i]
+				switch {
+				case a == Unusable:
+					a = bf
+				case a < 0:
+					a = 0
+				}
+				tot.after += a
+				if taken := bf - a; taken > 0 && len(ix.pressure) > 0 {
+					if !haveLast || c.Model != lastModel {
+						lastBit, lastK = ix.modelBit(c.Model)
+						lastModel, haveLast = c.Model, true
+					}
+					if lastK >= 0 {
+						tot.scarcity += float64(taken) * ix.pressure[lastK]
+					}
+				}
+			}
+		}
+		if a := free[i]; a != Unusable && changed != -2 {
+			if a < 0 {
+				a = 0
+			}
+			if a != bf {
+				if changed >= 0 {
+					changed = -2
+				} else {
+					changed, f, fAfter = i, bf, a
+				}
+			}
+		}
+		if bf <= 0 && changed != i {
+			continue
+		}
+		if !haveLast || c.Model != lastModel {
+			lastBit, lastK = ix.modelBit(c.Model)
+			lastModel, haveLast = c.Model, true
+		}
+		if changed == i {
+			cp, b = c.Capacity, lastBit
+		}
+		if bf > 0 {
+			v.insert(bf, c.Capacity, lastBit)
+		}
+	}
+	if changed == -2 {
+		return ix.growthMeasured(node, free, &v, hostA, hostB)
+	}
+	var u int64
+	if changed >= 0 {
+		u = f - fAfter
+	}
+	return ix.growth(&v, hostB, hostA, changed >= 0, f, u, cp, b)
+}
+
+// alikeGrowth is growth for a view whose cards are alike (one model and
+// capacity) when the node's CPU and memory block no shape before or after
+// the pod. Then frag = T·(noGPU + W) − Σ_c weight_c · U_c, with W the
+// classes' total weight and U_c the free units of the cards that can take
+// class c's per-card demand (0 when fewer than c's card count can): for a
+// share class the cards with at least its units free, for a whole-card
+// class the unused cards. Summed by card instead of by class, the share
+// classes give Σ_i free_i · F(free_i), F(x) the weight of the share classes
+// of at most x units (shareCum); the whole-card classes give
+// full · capacity · (the weight of those asking for at most full cards).
+// Taking u units from a card with free f (f > 0, so it is in the view)
+// changes the share part by (f−u)·F(f−u) − f·F(f), and the whole-card part
+// only if the card was unused.
+func (ix *fragIndex) alikeGrowth(v *nodeView, took bool, f, u int64) float64 {
+	if !took {
+		return 0
+	}
+	slot := len(ix.models)
+	if v.bit != 0 {
+		slot = bits.TrailingZeros64(v.bit)
+	}
+	cum := ix.shareCum[slot]
+	fa := f - u
+	var p, q int // share classes of at most f−u, f units
+	for p < len(ix.shareUnits) && ix.shareUnits[p] <= fa {
+		p++
+	}
+	for q = p; q < len(ix.shareUnits) && ix.shareUnits[q] <= f; q++ {
+	}
+	dS := float64(fa)*cum[p] - float64(f)*cum[q]
+	if f >= v.cap0 && fa < v.cap0 {
+		full := 0
+		for i := v.k - 1; i >= 0 && v.free[i] >= v.cap0; i-- {
+			full++
+		}
+		whole := &ix.wholeCum[slot]
+		dS += float64(int64(full-1)*v.cap0)*whole[full-1] - float64(int64(full)*v.cap0)*whole[full]
+	}
+	return (ix.noGPU+ix.gpuWeight)*float64(-u) - dS
+}
+
+// alikeGrowthLevels is alikeGrowth when one of the node's free CPU and
+// memory blocks no shape before or after the pod but the other may: each
+// class then weighs its requests that fit the other, which lt, that
+// resource's level table, holds summed (levels lb before and la after the
+// pod). With
+// S(level, view) = Σ_c fit_c · U_c, growth = −u·(noGPU + W) − (S_A − S_B),
+// where S_A − S_B = [S(la, before view) − S(lb, before view)] + the change
+// of S(la, ·) when the card goes from f to f−u free.
+func (ix *fragIndex) alikeGrowthLevels(v *nodeView, took bool, f, u int64, lt *levelTable, lb, la int) float64 {
+	slot := len(ix.models)
+	if v.bit != 0 {
+		slot = bits.TrailingZeros64(v.bit)
+	}
+	cumA, wholeA := lt.row(la, slot)
+	full := -1
+	var dS float64
+	if lb != la {
+		cumB, wholeB := lt.row(lb, slot)
+		p := 0
+		for i := 0; i < v.k; i++ {
+			for p < len(ix.shareUnits) && ix.shareUnits[p] <= v.free[i] {
+				p++
+			}
+			dS += float64(v.free[i]) * (cumA[p] - cumB[p])
+		}
+		full = 0
+		for i := v.k - 1; i >= 0 && v.free[i] >= v.cap0; i-- {
+			full++
+		}
+		dS += float64(int64(full)*v.cap0) * (wholeA[full] - wholeB[full])
+	}
+	if !took {
+		return -dS
+	}
+	fa := f - u
+	var p, q int // share classes of at most f−u, f units
+	for p < len(ix.shareUnits) && ix.shareUnits[p] <= fa {
+		p++
+	}
+	for q = p; q < len(ix.shareUnits) && ix.shareUnits[q] <= f; q++ {
+	}
+	dS += float64(fa)*cumA[p] - float64(f)*cumA[q]
+	if f >= v.cap0 && fa < v.cap0 {
+		if full < 0 {
+			full = 0
+			for i := v.k - 1; i >= 0 && v.free[i] >= v.cap0; i-- {
+				full++
+			}
+		}
+		dS += float64(int64(full-1)*v.cap0)*wholeA[full-1] - float64(int64(full)*v.cap0)*wholeA[full]
+	}
+	return (ix.noGPU+ix.gpuWeight)*float64(-u) - dS
+}
+
+// growthMeasured is frag after minus frag before for a pod that changes
+// several cards (whole cards): both states are measured. vb is the before
+// state's view.
+func (ix *fragIndex) growthMeasured(node *Node, free []int64, vb *nodeView, hostA, hostB *HostResources) float64 {
 	var s fragScratch
 	n := len(node.Cards)
 	vec, bits := s.vec[:n], s.bits[:n]
@@ -355,63 +577,82 @@ func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool
 	fitA, fitB := s.fits(ix)
 	ix.fitWeights(hostB, fitB)
 	ix.fitWeights(hostA, fitA)
-	beforeFree(node, vec)
-	// At most one card changed (a share, or a CPU-only pod): the growth
-	// follows from the before state's class stats (see takeGrowth).
-	changed, f, fAfter := -1, int64(0), int64(0)
-	for i := range node.Cards {
-		a := free[i]
-		if a == Unusable {
-			continue
-		}
-		if a < 0 {
-			a = 0
-		}
-		if a != vec[i] {
-			if changed >= 0 {
-				changed = -2
-				break
-			}
-			changed, f, fAfter = i, vec[i], a
-		}
-	}
-	s.viewB.load(node, vec, bits)
-	if changed == -2 {
-		afterFree(node, free, vec)
-		s.viewA.load(node, vec, bits)
-		return ix.measureView(&s.viewA, fitA) - ix.measureView(&s.viewB, fitB)
-	}
-	st := s.stats(ix)
-	ix.classStats(&s.viewB, st)
-	var u, cp int64
-	var b uint64
-	if changed >= 0 {
-		u, cp, b = f-fAfter, node.Cards[changed].Capacity, bits[changed]
-	}
-	return ix.growth(&s.viewB, st, fitB, fitA, changed >= 0, f, u, cp, b)
+	afterFree(node, free, vec)
+	s.viewA.load(node, vec, bits)
+	return ix.measureView(&s.viewA, fitA) - ix.measureView(vb, fitB)
 }
 
 // growth is frag after minus frag before when at most one card changes (u
 // units taken from a card with free f, capacity cp and model bit b; none
-// when !took) and the host fit weights go from fitB to fitA. st holds the
-// before state's class stats. Per class, X is what the class loses: T when
-// the node cannot host it, else lost (see takeGrowth for how the taken
-// card moves it).
-func (ix *fragIndex) growth(v *nodeView, st []classStat, fitB, fitA []float64, took bool, f, u, cp int64, b uint64) float64 {
+// when !took) and the node's free CPU and memory go from hostB to hostA.
+// One pass over the classes computes, per class, the before state's class
+// stats (as classStats does), the host fit weights before and after (as
+// fitWeights does) and X, what the class loses: T when the node cannot
+// host it, else lost (see takeGrowth for how the taken card moves it).
+func (ix *fragIndex) growth(v *nodeView, hostB, hostA *HostResources, took bool, f, u, cp int64, b uint64) float64 {
 	if v.total == 0 {
 		return 0
+	}
+	allB := hostB == nil || hostB.Fits(ix.maxHost)
+	allA := hostA == nil || hostA.Fits(ix.maxHost)
+	if v.alike && (!took || f > 0) {
+		if allB && allA {
+			return ix.alikeGrowth(v, took, f, u)
+		}
+		// hostB and hostA are not nil here (else allB and allA).
+		switch {
+		case len(ix.byCPU.share) > 0 && hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
+			return ix.alikeGrowthLevels(v, took, f, u, &ix.byCPU, ix.byCPU.level(hostB.CPUMilli), ix.byCPU.level(hostA.CPUMilli))
+		case len(ix.byMem.share) > 0 && hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
+			return ix.alikeGrowthLevels(v, took, f, u, &ix.byMem, ix.byMem.level(hostB.MemoryMiB), ix.byMem.level(hostA.MemoryMiB))
+		}
 	}
 	t := float64(v.total)
 	ta := t - float64(u)
 	g := ix.noGPU * (ta - t)
+	j := 0          // cards with free < the class's units (alike views)
+	var below int64 // their free sum
+	full := -1      // cards entirely free (alike views), computed once
 	for ci := range ix.classes {
 		c := &ix.classes[ci]
-		fb, fa := fitB[ci], fitA[ci]
-		n, lost := st[ci].n, float64(st[ci].lost)
-		x := lost
-		if n < c.count {
-			x = t
+		var n int
+		var lostU int64
+		switch {
+		case !v.alike:
+			n, lostU = v.classFit(c)
+		case !c.anyModel && c.mask&v.bit == 0:
+			n, lostU = 0, v.total
+		case c.units > 0:
+			for j < v.k && v.free[j] < c.units {
+				below += v.free[j]
+				j++
+			}
+			n, lostU = v.k-j, below
+		default:
+			if full < 0 {
+				full = 0
+				for i := v.k - 1; i >= 0 && v.free[i] >= v.cap0; i-- {
+					full++
+				}
+			}
+			n, lostU = full, v.total-int64(full)*v.cap0
 		}
+		if n < c.count {
+			// The node cannot host the class before, nor after: it
+			// loses T, then T − u, whatever fits the host.
+			g += c.weight * (ta - t)
+			continue
+		}
+		fb, fa := c.weight, c.weight
+		switch {
+		case allA && allB:
+		case allB:
+			fa = c.hostFitWeight(hostA)
+		default:
+			fb, fa = c.hostFitWeights(hostB, hostA)
+		}
+		lost := float64(lostU)
+		x := lost
 		xa := x
 		if took {
 			need := c.units
@@ -631,9 +872,10 @@ func NewFragPolicy(o FragOptions) *Policy {
 		Description: o.Description,
 		ChooseCard:  choose,
 		Score: func(node *Node, free []int64, req Request, w *Workload) float64 {
-			t := totalsOf(node, free, w)
+			var t nodeTotals
+			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
 			unit := t.cardUnits()
-			s := -fragGrowth(node, free, req, w, o.CPUOnly) / unit
+			s := -g / unit
 			if o.PackWeight != 0 && t.capacity > 0 {
 				s += o.PackWeight * float64(t.capacity-t.after) / float64(t.capacity)
 			}
@@ -669,8 +911,11 @@ func totalsOf(node *Node, free []int64, w *Workload) nodeTotals {
 	}
 	lastModel, lastP := "", 0.0
 	haveLast := false
-	for i, c := range node.Cards {
-		if !c.Schedulable() {
+	for i := range node.Cards {
+		// By pointer, and the state compared only for cards free marks
+		// Unusable: decide marks every unschedulable card so.
+		c := &node.Cards[i]
+		if free[i] == Unusable && !c.Schedulable() {
 			continue
 		}
 		t.cards++

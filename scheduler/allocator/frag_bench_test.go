@@ -83,8 +83,43 @@ func benchmarkEvaluate(b *testing.B, policy string) {
 	}
 }
 
+// benchmarkEvaluateAll is benchmarkEvaluate through EvaluateAll, the
+// extender's path (one scratch buffer for all nodes, node pointers).
+func benchmarkEvaluateAll(b *testing.B, policy string) {
+	p, err := Lookup(policy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1213, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewSource(1))
+			w := benchWorkload(rng)
+			nodes := benchNodes(rng, n)
+			ptrs := make([]*Node, len(nodes))
+			for i := range nodes {
+				ptrs[i] = &nodes[i]
+			}
+			req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+			decisions := make([]Decision, len(nodes))
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			for b.Loop() {
+				p.EvaluateAll(ptrs, req, w, decisions)
+				_ = BestNodes(decisions)
+			}
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 func BenchmarkFGDEvaluate(b *testing.B) { benchmarkEvaluate(b, "fgd") }
 
 func BenchmarkFragEvaluate(b *testing.B) { benchmarkEvaluate(b, "frag") }
 
 func BenchmarkBinpackEvaluate(b *testing.B) { benchmarkEvaluate(b, "binpack") }
+
+func BenchmarkFGDEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "fgd") }
+
+func BenchmarkFragEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "frag") }
+
+func BenchmarkBinpackEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "binpack") }

@@ -66,6 +66,59 @@ type fragIndex struct {
 	// pressure[i] is the scarcity of models[i] (see modelPressure); empty
 	// without ModelCapacity.
 	pressure []float64
+	// For the closed form of the growth on nodes whose cards are alike and
+	// whose CPU and memory block no shape (see fragIndex.alikeGrowth):
+	// gpuWeight is the sum of the classes' weights; shareUnits the per-card
+	// units of the share classes (units > 0), ascending; for a card model
+	// slot s (bit s of a class mask, or len(models) for a model no shape
+	// names), shareCum[s][k] is the weight of the first k share classes
+	// that accept the model, and wholeCum[s][m] the weight of the
+	// whole-card classes that accept it and ask for at most m cards
+	// (m ≤ maxStackCards).
+	gpuWeight  float64
+	shareUnits []int64
+	shareCum   [][]float64
+	wholeCum   [][maxStackCards + 1]float64
+	// The same by CPU level, for nodes whose free memory blocks no shape,
+	// and by memory level, for nodes whose free CPU blocks no shape (see
+	// fragIndex.alikeGrowthLevels).
+	byCPU, byMem levelTable
+}
+
+// levelTable holds shareCum and wholeCum by level of one host resource
+// (CPU or memory): levels are the classes' distinct requests of it,
+// ascending; a node with x free is at level r, the number of levels ≤ x.
+// share and whole hold, for level r and model slot s, shareCum and
+// wholeCum with each class weighing only its requests of at most
+// levels[r−1] (see row). Empty when the tables would exceed maxLevelTable
+// entries.
+type levelTable struct {
+	levels       []int64
+	share, whole []float64
+	ns, slots    int
+}
+
+// maxLevelTable bounds the entries of a levelTable (8 bytes each).
+const maxLevelTable = 1 << 16
+
+// row returns the cumulative weights for level r and model slot s.
+func (lt *levelTable) row(r, s int) (share []float64, whole []float64) {
+	i := r*lt.slots + s
+	return lt.share[i*lt.ns : (i+1)*lt.ns], lt.whole[i*(maxStackCards+1) : (i+1)*(maxStackCards+1)]
+}
+
+// level is the level of a node with x free.
+func (lt *levelTable) level(x int64) int {
+	lo, hi := 0, len(lt.levels)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if lt.levels[m] <= x {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
 }
 
 // fragClass is the GPU shapes that need the same cards: count cards with
@@ -108,6 +161,40 @@ func (c *fragClass) hostFitWeight(free *HostResources) float64 {
 		}
 	}
 	return w
+}
+
+// hostFitWeights is hostFitWeight for two hosts at once, the second
+// holding at most the first's CPU (a node's free CPU and memory before and
+// after a pod): one walk over the host requests.
+func (c *fragClass) hostFitWeights(b, a *HostResources) (wb, wa float64) {
+	if b == nil || b.Fits(c.maxHost) {
+		return c.weight, c.hostFitWeight(a)
+	}
+	if !b.Fits(c.minHost) {
+		return 0, c.hostFitWeight(a)
+	}
+	if a == nil || a.CPUMilli > b.CPUMilli {
+		return c.hostFitWeight(b), c.hostFitWeight(a)
+	}
+	allA, noneA := a.Fits(c.maxHost), !a.Fits(c.minHost)
+	for _, h := range c.hosts { // by ascending CPU
+		if h.host.CPUMilli > b.CPUMilli {
+			break
+		}
+		if h.host.MemoryMiB <= b.MemoryMiB {
+			wb += h.weight
+		}
+		if !allA && !noneA && h.host.CPUMilli <= a.CPUMilli && h.host.MemoryMiB <= a.MemoryMiB {
+			wa += h.weight
+		}
+	}
+	switch {
+	case allA:
+		wa = c.weight
+	case noneA:
+		wa = 0
+	}
+	return wb, wa
 }
 
 func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragIndex {
@@ -206,7 +293,120 @@ func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragInde
 		ix.maxHost.CPUMilli = max(ix.maxHost.CPUMilli, c.maxHost.CPUMilli)
 		ix.maxHost.MemoryMiB = max(ix.maxHost.MemoryMiB, c.maxHost.MemoryMiB)
 	}
+	ix.buildCumulative()
 	return ix
+}
+
+// buildCumulative fills gpuWeight, shareUnits, shareCum and wholeCum.
+func (ix *fragIndex) buildCumulative() {
+	slots := len(ix.models) + 1
+	accepts := func(c *fragClass, slot int) bool {
+		return c.anyModel || (slot < len(ix.models) && c.mask&(1<<uint(slot)) != 0)
+	}
+	var share []*fragClass
+	for i := range ix.classes {
+		c := &ix.classes[i]
+		ix.gpuWeight += c.weight
+		if c.units > 0 {
+			share = append(share, c) // ascending units: classes are sorted
+		}
+	}
+	ix.shareUnits = make([]int64, len(share))
+	for k, c := range share {
+		ix.shareUnits[k] = c.units
+	}
+	ix.shareCum = make([][]float64, slots)
+	ix.wholeCum = make([][maxStackCards + 1]float64, slots)
+	for s := 0; s < slots; s++ {
+		cum := make([]float64, len(share)+1)
+		for k, c := range share {
+			cum[k+1] = cum[k]
+			if accepts(c, s) {
+				cum[k+1] += c.weight
+			}
+		}
+		ix.shareCum[s] = cum
+		for i := range ix.classes {
+			c := &ix.classes[i]
+			if c.units == 0 && c.count <= maxStackCards && accepts(c, s) {
+				for m := c.count; m <= maxStackCards; m++ {
+					ix.wholeCum[s][m] += c.weight
+				}
+			}
+		}
+	}
+	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli }, accepts)
+	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB }, accepts)
+}
+
+// buildLevels builds the level table of the host resource key returns.
+// Level by level, each class's fit grows by its requests at that level
+// (one pass over the requests, sorted by key).
+func (ix *fragIndex) buildLevels(key func(HostResources) int64, accepts func(*fragClass, int) bool) levelTable {
+	type item struct {
+		k      int64
+		class  int
+		weight float64
+	}
+	var items []item
+	for i := range ix.classes {
+		for _, h := range ix.classes[i].hosts {
+			items = append(items, item{key(h.host), i, h.weight})
+		}
+	}
+	slices.SortStableFunc(items, func(a, b item) int {
+		switch {
+		case a.k < b.k:
+			return -1
+		case a.k > b.k:
+			return 1
+		}
+		return 0
+	})
+	var levels []int64
+	for _, it := range items {
+		if len(levels) == 0 || levels[len(levels)-1] != it.k {
+			levels = append(levels, it.k)
+		}
+	}
+	slots := len(ix.models) + 1
+	lt := levelTable{levels: levels, ns: len(ix.shareUnits) + 1, slots: slots}
+	rows := (len(levels) + 1) * slots
+	if rows*(lt.ns+maxStackCards+1) > maxLevelTable {
+		return levelTable{}
+	}
+	lt.share = make([]float64, rows*lt.ns)
+	lt.whole = make([]float64, rows*(maxStackCards+1))
+	fit := make([]float64, len(ix.classes))
+	next := 0
+	for r := 0; r <= len(levels); r++ {
+		// fit[i]: class i's requests of at most levels[r−1].
+		for r > 0 && next < len(items) && items[next].k <= levels[r-1] {
+			fit[items[next].class] += items[next].weight
+			next++
+		}
+		for s := 0; s < slots; s++ {
+			cum, whole := lt.row(r, s)
+			k := 0
+			for i := range ix.classes {
+				c := &ix.classes[i]
+				switch {
+				case c.units > 0:
+					cum[k+1] = cum[k]
+					if accepts(c, s) {
+						cum[k+1] += fit[i]
+					}
+					k++
+				case c.count <= maxStackCards && accepts(c, s):
+					whole[c.count] += fit[i]
+				}
+			}
+			for m := 1; m <= maxStackCards; m++ {
+				whole[m] += whole[m-1]
+			}
+		}
+	}
+	return lt
 }
 
 // index returns the workload's precomputed index, or builds one when it is

@@ -1,0 +1,364 @@
+package allocator
+
+import (
+	"math"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// The staged reference: fragGrowth as it was before the class pass was
+// fused (fit weights, class stats and growth in separate passes over
+// separate buffers). The fused fragGrowth must give the same number.
+
+func fragGrowthStaged(node *Node, free []int64, req Request, w *Workload, cpuOnly bool) float64 {
+	ix := w.index()
+	if ix == nil || ix.weight == 0 {
+		return 0
+	}
+	var hb, hbefore HostResources
+	hostA := hostAfter(node, req, &hb)
+	hostB := node.HostFree
+	if cpuOnly && hostB != nil {
+		hb.MemoryMiB = math.MaxInt64
+		hbefore = HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
+		hostB = &hbefore
+	}
+	if len(node.Cards) > maxStackCards {
+		vec, bits := make([]int64, len(node.Cards)), make([]uint64, len(node.Cards))
+		ix.modelBits(node, bits)
+		afterFree(node, free, vec)
+		after := ix.measure(node, vec, bits, hostA)
+		beforeFree(node, vec)
+		return after - ix.measure(node, vec, bits, hostB)
+	}
+	var s fragScratch
+	n := len(node.Cards)
+	vec, bits := s.vec[:n], s.bits[:n]
+	ix.modelBits(node, bits)
+	fitA, fitB := s.fits(ix)
+	ix.fitWeights(hostB, fitB)
+	ix.fitWeights(hostA, fitA)
+	beforeFree(node, vec)
+	// At most one card changed (a share, or a CPU-only pod): the growth
+	// follows from the before state's class stats (see takeGrowth).
+	changed, f, fAfter := -1, int64(0), int64(0)
+	for i := range node.Cards {
+		a := free[i]
+		if a == Unusable {
+			continue
+		}
+		if a < 0 {
+			a = 0
+		}
+		if a != vec[i] {
+			if changed >= 0 {
+				changed = -2
+				break
+			}
+			changed, f, fAfter = i, vec[i], a
+		}
+	}
+	s.viewB.load(node, vec, bits)
+	if changed == -2 {
+		afterFree(node, free, vec)
+		s.viewA.load(node, vec, bits)
+		return ix.measureView(&s.viewA, fitA) - ix.measureView(&s.viewB, fitB)
+	}
+	st := s.stats(ix)
+	ix.classStats(&s.viewB, st)
+	var u, cp int64
+	var b uint64
+	if changed >= 0 {
+		u, cp, b = f-fAfter, node.Cards[changed].Capacity, bits[changed]
+	}
+	return ix.growthStaged(&s.viewB, st, fitB, fitA, changed >= 0, f, u, cp, b)
+}
+func (ix *fragIndex) growthStaged(v *nodeView, st []classStat, fitB, fitA []float64, took bool, f, u, cp int64, b uint64) float64 {
+	if v.total == 0 {
+		return 0
+	}
+	t := float64(v.total)
+	ta := t - float64(u)
+	g := ix.noGPU * (ta - t)
+	for ci := range ix.classes {
+		c := &ix.classes[ci]
+		fb, fa := fitB[ci], fitA[ci]
+		n, lost := st[ci].n, float64(st[ci].lost)
+		x := lost
+		if n < c.count {
+			x = t
+		}
+		xa := x
+		if took {
+			need := c.units
+			if need == 0 {
+				need = cp
+			}
+			switch {
+			case n < c.count:
+				xa = ta
+			case !c.anyModel && c.mask&b == 0, f < need:
+				xa = lost - float64(u)
+			case f-u >= need:
+				xa = lost
+			case n-1 >= c.count:
+				xa = lost + float64(f-u)
+			default:
+				xa = ta
+			}
+		}
+		g += (c.weight-fa)*ta + fa*xa - (c.weight-fb)*t - fb*x
+	}
+	return g
+}
+
+// randomFragCase is a random workload (shares, whole cards, CPU-only pods,
+// model constraints, CPU and memory requests), node (mixed models and
+// capacities, unhealthy cards, CPU and memory free or unknown) and pod.
+func randomFragCase(rng *rand.Rand) (*Workload, *Node, Request) {
+	w := &Workload{}
+	models := []string{"A", "B", "C"}
+	for k := 0; k < 1+rng.Intn(30); k++ {
+		s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(16)) * 1000, MemoryMiB: int64(rng.Intn(16)) * 1024}}
+		switch rng.Intn(5) {
+		case 0:
+			s.WholeCards = 1 + rng.Intn(4)
+		case 1: // no GPU
+		default:
+			s.Units = int64(1+rng.Intn(20)) * 50
+		}
+		if rng.Intn(4) == 0 {
+			s.Models = []string{models[rng.Intn(3)]}
+			if rng.Intn(3) == 0 {
+				s.Models = append(s.Models, models[rng.Intn(3)])
+			}
+		}
+		s.Weight = float64(1 + rng.Intn(50))
+		w.Observe(s)
+	}
+	if rng.Intn(2) == 0 {
+		w.ModelCapacity = map[string]ModelCapacity{}
+		for _, m := range models[:1+rng.Intn(3)] {
+			n := 1 + rng.Intn(100)
+			w.ModelCapacity[m] = ModelCapacity{Cards: n, Units: int64(n) * 1000}
+		}
+		w.Reindex()
+	}
+	node := &Node{Name: "n"}
+	switch rng.Intn(7) {
+	case 0: // unknown
+	case 1: // blocks no shape
+		node.HostFree = &HostResources{CPUMilli: 1 << 20, MemoryMiB: 1 << 30}
+	case 2: // only CPU may block
+		node.HostFree = &HostResources{CPUMilli: int64(rng.Intn(24)) * 1000, MemoryMiB: 1 << 30}
+	case 3: // only memory may block
+		node.HostFree = &HostResources{CPUMilli: 1 << 20, MemoryMiB: int64(rng.Intn(24)) * 1024}
+	default:
+		node.HostFree = &HostResources{CPUMilli: int64(rng.Intn(24)) * 1000, MemoryMiB: int64(rng.Intn(24)) * 1024}
+	}
+	mixed := rng.Intn(3) == 0
+	for i := 0; i < 1+rng.Intn(maxStackCards); i++ {
+		c := Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy}
+		if mixed {
+			c.Model = models[rng.Intn(3)]
+			if rng.Intn(3) == 0 {
+				c.Capacity = 2000
+			}
+		}
+		switch rng.Intn(4) {
+		case 0:
+		case 1:
+			c.Used, c.Whole = c.Capacity, true
+		default:
+			c.Used = int64(rng.Intn(21)) * 50
+		}
+		if rng.Intn(12) == 0 {
+			c.State = api.CardUnhealthy
+		}
+		node.Cards = append(node.Cards, c)
+	}
+	req := Request{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(8)) * 1024}}
+	switch rng.Intn(4) {
+	case 0: // CPU-only
+	case 1:
+		req.Demands = []Demand{{Container: "c", WholeCards: 1 + rng.Intn(3)}}
+	default:
+		req.Demands = []Demand{{Container: "c", Units: int64(1+rng.Intn(20)) * 50}}
+	}
+	if rng.Intn(5) == 0 {
+		req.Models = []string{models[rng.Intn(3)]}
+	}
+	return w, node, req
+}
+
+// TestFusedGrowthMatchesStagedAndDefinition checks, on random nodes,
+// workloads and pods, that fragGrowth gives exactly what the staged
+// passes gave (to 1e-9 relative: sums in another order) and the card-by-card definition
+// (measure after − measure before), and that the fgd and frag policies
+// score as the staged growth makes them (frag: with its other terms from
+// totalsOf, which fragGrowthTotals must reproduce). Many cases fall in alikeGrowth's
+// closed form (alike cards, CPU and memory blocking no shape) and in
+// alikeGrowthLevels' (alike cards, memory or CPU blocking no shape).
+func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
+	rng := rand.New(rand.NewSource(23))
+	fgd, _ := Lookup("fgd")
+	frag, _ := Lookup("frag")
+	checked, closedForm, cpuLevels, memLevels, scarce := 0, 0, 0, 0, 0
+	for iter := 0; iter < 20000; iter++ {
+		w, node, req := randomFragCase(rng)
+		for _, p := range []*Policy{fgd, frag} {
+			d := p.Decide(node, req, w)
+			if !d.Fits {
+				continue
+			}
+			// The free slice the policy scored: replay the placements.
+			free := make([]int64, len(node.Cards))
+			for i := range node.Cards {
+				if usable(node.Cards[i], req.Models) {
+					free[i] = node.Cards[i].Free()
+				} else {
+					free[i] = Unusable
+				}
+			}
+			after := make([]int64, len(node.Cards))
+			beforeFree(node, after)
+			for _, pl := range d.Placements {
+				for _, g := range pl.Grants {
+					if g.Whole {
+						free[g.Card] = TakenWhole
+						after[g.Card] = 0
+					} else {
+						free[g.Card] -= g.Units
+						after[g.Card] -= g.Units
+					}
+				}
+			}
+			// frag's score: its terms from totalsOf and the staged growth.
+			if p == frag {
+				tt := totalsOf(node, free, w)
+				want := -fragGrowthStaged(node, free, req, w, false)/tt.cardUnits() -
+					FragStrandWeight*tt.strandGrowth(node, req, w)/tt.cardUnits() -
+					FragScarcityWeight*tt.scarcity/tt.cardUnits()
+				if tt.capacity > 0 {
+					want += FragPackWeight * float64(tt.capacity-tt.after) / float64(tt.capacity)
+				}
+				if math.Abs(d.Score-want) > 1e-9*max(1, math.Abs(want)) {
+					t.Fatalf("iteration %d: frag score %v, staged %v\nnode %+v\nreq %+v", iter, d.Score, want, node.Cards, req)
+				}
+				var got nodeTotals
+				fragGrowthTotals(node, free, req, w, false, &got)
+				if got != tt {
+					t.Fatalf("iteration %d: fused totals %+v, totalsOf %+v", iter, got, tt)
+				}
+				if tt.scarcity != 0 {
+					scarce++
+				}
+			}
+			for _, cpuOnly := range []bool{false, true} {
+				got := fragGrowth(node, free, req, w, cpuOnly)
+				if staged := fragGrowthStaged(node, free, req, w, cpuOnly); math.Abs(got-staged) > 1e-9*max(1, math.Abs(staged)) {
+					t.Fatalf("iteration %d (%s, cpuOnly %v): fused %v, staged %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, staged, node.Cards, req)
+				}
+				ix := w.index()
+				bits := make([]uint64, len(node.Cards))
+				ix.modelBits(node, bits)
+				before := make([]int64, len(node.Cards))
+				beforeFree(node, before)
+				var hb, ha HostResources
+				hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
+				if cpuOnly && hostB != nil {
+					hb = HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
+					hostB = &hb
+					ha.MemoryMiB = math.MaxInt64
+				}
+				want := ix.measure(node, after, bits, hostA) - ix.measure(node, before, bits, hostB)
+				scale := 0.0
+				for _, f := range before {
+					scale += float64(max(f, 0))
+				}
+				if math.Abs(got-want) > 1e-9*max(1, scale) {
+					t.Fatalf("iteration %d (%s, cpuOnly %v): growth %v, definition %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, want, node.Cards, req)
+				}
+				switch {
+				case !alikeCards(node):
+				case (hostB == nil || hostB.Fits(ix.maxHost)) && (hostA == nil || hostA.Fits(ix.maxHost)):
+					closedForm++
+				case hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
+					cpuLevels++
+				case hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
+					memLevels++
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 5000 || closedForm < 1000 || cpuLevels < 1000 || memLevels < 1000 || scarce < 1000 {
+		t.Fatalf("only %d fitting cases checked, %d in alikeGrowth's domain, %d and %d in alikeGrowthLevels' (CPU, memory)", checked, closedForm, cpuLevels, memLevels)
+	}
+	t.Logf("%d cases, %d in alikeGrowth's domain, %d and %d in alikeGrowthLevels' (CPU, memory), %d frag scores with a scarcity term", checked, closedForm, cpuLevels, memLevels, scarce)
+}
+
+// alikeCards reports whether the node's cards that have free units are all
+// of one model and capacity.
+func alikeCards(node *Node) bool {
+	first := -1
+	for i, c := range node.Cards {
+		if !c.Schedulable() || c.Free() <= 0 {
+			continue
+		}
+		if first < 0 {
+			first = i
+		} else if c.Model != node.Cards[first].Model || c.Capacity != node.Cards[first].Capacity {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLevelTablesTooLargeFallBack: a workload with more distinct CPU and
+// memory requests than the level tables may hold builds none, and the
+// growth on host-limited nodes still follows the definition.
+func TestLevelTablesTooLargeFallBack(t *testing.T) {
+	w := &Workload{}
+	for i := 0; i < 2000; i++ {
+		w.Observe(Shape{Units: int64(1+i%20) * 50, Host: HostResources{CPUMilli: int64(i), MemoryMiB: int64(i)}})
+	}
+	ix := w.index()
+	if len(ix.byCPU.share) != 0 || len(ix.byMem.share) != 0 {
+		t.Fatalf("level tables built: %d and %d entries", len(ix.byCPU.share), len(ix.byMem.share))
+	}
+	small := &Workload{}
+	small.Observe(Shape{Units: 100, Host: HostResources{CPUMilli: 1000, MemoryMiB: 1000}})
+	if six := small.index(); len(six.byCPU.share) == 0 || len(six.byMem.share) == 0 {
+		t.Fatalf("small workload: no level tables")
+	}
+	rng := rand.New(rand.NewSource(5))
+	for iter := 0; iter < 500; iter++ {
+		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(2500)), MemoryMiB: 1 << 30}}
+		if rng.Intn(2) == 0 {
+			node.HostFree = &HostResources{CPUMilli: 1 << 30, MemoryMiB: int64(rng.Intn(2500))}
+		}
+		for i := 0; i < 8; i++ {
+			node.Cards = append(node.Cards, Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(21)) * 50})
+		}
+		req := Request{Demands: []Demand{{Units: int64(1+rng.Intn(20)) * 50}}, Host: HostResources{CPUMilli: int64(rng.Intn(200)), MemoryMiB: int64(rng.Intn(200))}}
+		free := make([]int64, len(node.Cards))
+		beforeFree(node, free)
+		i := bestFit(node, free, req.Demands[0], w)
+		if i < 0 {
+			continue
+		}
+		before := slices.Clone(free)
+		free[i] -= req.Demands[0].Units
+		bits := make([]uint64, len(node.Cards))
+		ix.modelBits(node, bits)
+		var ha HostResources
+		want := ix.measure(node, free, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
+		if got := fragGrowth(node, free, req, w, false); math.Abs(got-want) > 1e-9*8000 {
+			t.Fatalf("iteration %d: growth %v, definition %v", iter, got, want)
+		}
+	}
+}
