@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -39,6 +40,9 @@ type Options struct {
 	// probes and Prometheus reach it while the verbs stay on ListenAddress
 	// (127.0.0.1 in the chart's dedicated mode).
 	AdminListenAddress string
+	// Parallelism is how many goroutines evaluate the nodes of one filter or
+	// prioritize call; 0 means one per CPU the process may use (GOMAXPROCS).
+	Parallelism int
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
 	// Policy names the allocator policy (allocator.Names()).
@@ -78,6 +82,7 @@ func EnvName(flagName string) string {
 func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ListenAddress, "listen", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen")+")")
 	fs.StringVar(&o.AdminListenAddress, "admin-listen", o.AdminListenAddress, "optional second address serving only /healthz, /readyz, /metrics and /inspect (env "+EnvName("admin-listen")+")")
+	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS) (env "+EnvName("parallelism")+")")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account (env "+EnvName("kubeconfig")+")")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
@@ -119,6 +124,9 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--listen %q: %w (want host:port, e.g. :39999)", o.ListenAddress, err))
+	}
+	if o.Parallelism < 0 {
+		errs = append(errs, fmt.Errorf("--parallelism %d is negative (0 means one per CPU)", o.Parallelism))
 	}
 	if o.AdminListenAddress != "" {
 		if _, _, err := net.SplitHostPort(o.AdminListenAddress); err != nil {
@@ -207,7 +215,11 @@ func Serve(ctx context.Context, o Options, client kubernetes.Interface, ln, admi
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: client, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg})
+	workers := o.Parallelism
+	if workers == 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	srv, err := server.New(server.Config{Cache: c, Client: client, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers})
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `--policy: unknown policy "tetris": known policies are `},
 		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
+		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "--parallelism -1 is negative"},
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},

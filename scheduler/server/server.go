@@ -86,6 +86,9 @@ type Config struct {
 	// MaxBodyBytes bounds a request body (default 256 MiB: 5,000 Node
 	// objects when nodeCacheCapable is false).
 	MaxBodyBytes int64
+	// Parallelism is how many goroutines evaluate the nodes of one filter or
+	// prioritize call (allocator.EvaluateParallel); 0 or 1: one.
+	Parallelism int
 }
 
 // Server implements the extender verbs.
@@ -98,6 +101,7 @@ type Server struct {
 	maxBody  int64
 	metrics  *metrics
 	betterBy string
+	workers  int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
 }
@@ -125,7 +129,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Parallelism < 0 {
+		return nil, fmt.Errorf("server: parallelism %d is negative", cfg.Parallelism)
+	}
 	return &Server{
+		workers:  cfg.Parallelism,
 		cache:    cfg.Cache,
 		client:   cfg.Client,
 		pods:     cfg.Pods,
@@ -206,7 +214,7 @@ func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocato
 	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
 	decisions = s.getDecisions(len(names))
-	s.policy.EvaluateAll(snaps, req, w, decisions)
+	s.policy.EvaluateParallel(snaps, req, w, decisions, s.workers)
 	for i, n := range snaps {
 		if n == nil {
 			decisions[i] = allocator.Decision{Node: names[i], Reasons: []allocator.Reason{{Code: reasonUnknownNode,

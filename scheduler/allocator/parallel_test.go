@@ -1,0 +1,69 @@
+package allocator
+
+import (
+	"fmt"
+	"math/rand"
+	"runtime"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// Splitting the nodes of one call over goroutines must not change a single
+// decision, for every policy, whatever the split (including uneven chunks and
+// nodes the cache does not know, which stay nil).
+func TestEvaluateParallelEqualsEvaluateAll(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	w := benchWorkload(rng)
+	nodes := benchNodes(rng, 1213)
+	ptrs := make([]*Node, len(nodes))
+	for i := range nodes {
+		if i%97 != 0 {
+			ptrs[i] = &nodes[i]
+		}
+	}
+	req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+	for _, name := range Names() {
+		p, _ := Lookup(name)
+		want := make([]Decision, len(ptrs))
+		p.EvaluateAll(ptrs, req, w, want)
+		for _, workers := range []int{0, 1, 2, 3, 4, 7, 64} {
+			t.Run(fmt.Sprintf("%s/workers=%d", name, workers), func(t *testing.T) {
+				got := make([]Decision, len(ptrs))
+				p.EvaluateParallel(ptrs, req, w, got, workers)
+				if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("EvaluateParallel differs from EvaluateAll (-want +got):\n%s", diff)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkFragEvaluateParallel is the extender's path with its default
+// --parallelism (one goroutine per CPU): run with -cpu 2 for two cores.
+func BenchmarkFragEvaluateParallel(b *testing.B) {
+	p, err := Lookup("frag")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1213, 5000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewSource(1))
+			w := benchWorkload(rng)
+			nodes := benchNodes(rng, n)
+			ptrs := make([]*Node, len(nodes))
+			for i := range nodes {
+				ptrs[i] = &nodes[i]
+			}
+			req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+			decisions := make([]Decision, len(nodes))
+			workers := runtime.GOMAXPROCS(0)
+			b.ReportAllocs()
+			for b.Loop() {
+				p.EvaluateParallel(ptrs, req, w, decisions, workers)
+				_ = BestNodes(decisions)
+			}
+		})
+	}
+}
