@@ -3,7 +3,6 @@ package allocator
 import (
 	"fmt"
 	"math/rand"
-	"runtime"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -40,15 +39,17 @@ func TestEvaluateParallelEqualsEvaluateAll(t *testing.T) {
 	}
 }
 
-// BenchmarkFragEvaluateParallel is the extender's path with its default
-// --parallelism (one goroutine per CPU): run with -cpu 2 for two cores.
+// BenchmarkFragEvaluateParallel is the extender's path with --parallelism
+// 1 and 2 (the default is one per CPU); workers=2 needs 2 cores (-cpu 2) to
+// gain anything.
 func BenchmarkFragEvaluateParallel(b *testing.B) {
 	p, err := Lookup("frag")
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, n := range []int{1213, 5000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+	for _, c := range []struct{ n, workers int }{{1213, 1}, {1213, 2}, {5000, 1}, {5000, 2}} {
+		n, workers := c.n, c.workers
+		b.Run(fmt.Sprintf("nodes=%d/workers=%d", n, workers), func(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
 			w := benchWorkload(rng)
 			nodes := benchNodes(rng, n)
@@ -58,7 +59,6 @@ func BenchmarkFragEvaluateParallel(b *testing.B) {
 			}
 			req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
 			decisions := make([]Decision, len(nodes))
-			workers := runtime.GOMAXPROCS(0)
 			b.ReportAllocs()
 			for b.Loop() {
 				p.EvaluateParallel(ptrs, req, w, decisions, workers)
