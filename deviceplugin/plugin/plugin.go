@@ -84,7 +84,15 @@ type Config struct {
 	AllocateWait time.Duration
 	// ReconcileInterval is how often records are reconciled with the kubelet.
 	ReconcileInterval time.Duration
+	// ListAndWatchGrace is how long after a registration the kubelet has to
+	// open ListAndWatch before the plugin serves and registers again
+	// (default 10 s; negative: never). A kubelet opens it at once; one that
+	// does not has dropped the registration (see Run).
+	ListAndWatchGrace time.Duration
 }
+
+// DefaultListAndWatchGrace is Config.ListAndWatchGrace's default.
+const DefaultListAndWatchGrace = 10 * time.Second
 
 // Cluster is what the plugin needs from the API server.
 type Cluster interface {
@@ -130,6 +138,9 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = 10 * time.Second
+	}
+	if cfg.ListAndWatchGrace == 0 {
+		cfg.ListAndWatchGrace = DefaultListAndWatchGrace
 	}
 	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1)}
 }

@@ -163,6 +163,11 @@ func newHarness(t *testing.T, s setup) *harness {
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = time.Hour // tests call Reconcile themselves
 	}
+	if cfg.ListAndWatchGrace == 0 {
+		// The fake kubelet opens no ListAndWatch of its own; tests of that
+		// watchdog set a grace.
+		cfg.ListAndWatchGrace = -1
+	}
 	h.kubelet = startFakeKubelet(t, dir)
 	var pc Cluster = cl
 	if s.wrap != nil {
@@ -318,6 +323,37 @@ func TestRegistersAgainWhenTheKubeletDropsListAndWatch(t *testing.T) {
 	}
 	if got := recvDevices(t, s2); len(got) == 0 {
 		t.Errorf("no devices after registering again")
+	}
+}
+
+// A kubelet that accepted a registration but never opened ListAndWatch (kubelet
+// v1.34 closes such a client when one restart made the plugin register twice in
+// a few milliseconds) gets a new registration once the grace has passed; one
+// that opens ListAndWatch in time keeps the registration it has.
+func TestRegistersAgainWhenTheKubeletNeverOpensListAndWatch(t *testing.T) {
+	h := newHarness(t, setup{cfg: Config{ListAndWatchGrace: 300 * time.Millisecond}})
+	// The harness's first registration was never followed by ListAndWatch:
+	// a second one comes.
+	h.kubelet.waitRegistration(t)
+	// This time the kubelet opens ListAndWatch at once and gets the devices.
+	conn, err := grpc.NewClient("unix://"+h.plugin.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	s, err := pluginapi.NewDevicePluginClient(conn).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recvDevices(t, s); len(got) == 0 {
+		t.Fatal("no devices after registering again")
+	}
+	// Watched within the grace: no further registration follows while the
+	// stream is open (checked over several graces).
+	select {
+	case r := <-h.kubelet.reqs:
+		t.Fatalf("registered again although ListAndWatch is open: %v", r)
+	case <-time.After(4 * 300 * time.Millisecond):
 	}
 }
 

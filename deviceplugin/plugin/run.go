@@ -29,7 +29,9 @@ func (p *Plugin) KubeletSocketPath() string {
 // Run serves the kubelet until ctx is done: it listens on SocketPath,
 // registers with the kubelet, and starts over (new socket, new
 // registration) when the kubelet re-creates kubelet.sock (a kubelet
-// restart), when the plugin's socket disappears, or when restart receives
+// restart), when the plugin's socket disappears, when the kubelet ends
+// ListAndWatch, when it has not opened ListAndWatch within
+// Config.ListAndWatchGrace of a registration, or when restart receives
 // (SIGHUP). The allocation ledger survives restarts; the records on the pods
 // survive the process.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
@@ -43,7 +45,7 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	}
 	go p.RunReconciler(ctx)
 	for {
-		stop, dropped, err := p.serve()
+		stop, ch, err := p.serve()
 		if err != nil {
 			return err
 		}
@@ -51,7 +53,7 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 		if regErr != nil {
 			p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
 		}
-		reason := p.wait(ctx, w, restart, dropped, regErr != nil)
+		reason := p.wait(ctx, w, restart, ch, regErr != nil)
 		stop()
 		if ctx.Err() != nil {
 			return nil
@@ -70,13 +72,25 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 // registered meanwhile.
 const reasonDropped = "the kubelet ended ListAndWatch"
 
+// reasonNotWatched is wait's answer when the kubelet did not open
+// ListAndWatch within the grace after the registration: it dropped the
+// registration before using it (seen with kubelet v1.34 when one kubelet
+// restart made the plugin register twice in a few milliseconds: the kubelet
+// closed the second client while handling the first's end), and without a
+// new registration the node would offer no gpu-mem until the next restart.
+const reasonNotWatched = "the kubelet did not open ListAndWatch after the registration"
+
 // wait blocks until something calls for a restart and says what.
-func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, dropped <-chan struct{}, retry bool) string {
-	var tick <-chan time.Time
+func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, ch servedChans, retry bool) string {
+	var tick, grace <-chan time.Time
 	if retry {
 		t := time.NewTimer(5 * time.Second)
 		defer t.Stop()
 		tick = t.C
+	} else if p.cfg.ListAndWatchGrace > 0 {
+		t := time.NewTimer(p.cfg.ListAndWatchGrace)
+		defer t.Stop()
+		grace = t.C
 	}
 	for {
 		select {
@@ -86,7 +100,11 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 			return fmt.Sprintf("signal %v", s)
 		case <-tick:
 			return "retrying registration"
-		case <-dropped:
+		case <-ch.watched:
+			grace = nil
+		case <-grace:
+			return reasonNotWatched
+		case <-ch.dropped:
 			return reasonDropped
 		case err := <-w.Errors:
 			p.log.Error(err, "Watching the device-plugin directory")
@@ -111,16 +129,26 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 }
 
 // served is the device plugin API as one server serves it: a ListAndWatch
-// that ends while the server is not stopping was ended by the kubelet, and
-// is reported on dropped.
+// that starts is reported on watched; one that ends while the server is not
+// stopping was ended by the kubelet, and is reported on dropped.
 type served struct {
 	*Plugin
 	stopping atomic.Bool
-	dropped  chan struct{}
+	servedChans
+}
+
+// servedChans are what one server reports to Run.
+type servedChans struct {
+	watched chan struct{}
+	dropped chan struct{}
 }
 
 // ListAndWatch implements the device plugin API.
 func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	select {
+	case s.watched <- struct{}{}:
+	default:
+	}
 	err := s.Plugin.ListAndWatch(e, stream)
 	if !s.stopping.Load() {
 		select {
@@ -132,17 +160,19 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 }
 
 // serve listens on the socket and serves the device plugin API; stop ends
-// it; dropped receives when the kubelet ends a ListAndWatch before stop.
-func (p *Plugin) serve() (stop func(), dropped <-chan struct{}, err error) {
+// it; ch.watched receives when the kubelet opens ListAndWatch, ch.dropped
+// when it ends one before stop.
+func (p *Plugin) serve() (stop func(), ch servedChans, err error) {
 	path := p.SocketPath()
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("remove stale socket %s: %w", path, err)
+		return nil, servedChans{}, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
 	lis, err := net.Listen("unix", path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen on %s: %w", path, err)
+		return nil, servedChans{}, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	s := &served{Plugin: p, dropped: make(chan struct{}, 1)}
+	ch = servedChans{watched: make(chan struct{}, 1), dropped: make(chan struct{}, 1)}
+	s := &served{Plugin: p, servedChans: ch}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	done := make(chan struct{})
@@ -157,7 +187,7 @@ func (p *Plugin) serve() (stop func(), dropped <-chan struct{}, err error) {
 		srv.Stop()
 		<-done
 		_ = os.Remove(path)
-	}, s.dropped, nil
+	}, ch, nil
 }
 
 // register tells the kubelet about the plugin.
