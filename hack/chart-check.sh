@@ -70,6 +70,8 @@ expect dedicated 'value: "127.0.0.1:39999"'
 expect dedicated 'name: GPUSHARE_ADMIN_LISTEN'
 expect dedicated 'path: /readyz, port: admin'
 expect dedicated 'targetPort: http$' absent
+expect dedicated 'name: GPUSHARE_BIND_TIMEOUT'
+expect dedicated 'value: "4s"'
 
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
@@ -109,6 +111,7 @@ refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metric
 refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
+refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
 
 if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null

@@ -13,12 +13,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
@@ -36,13 +33,13 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 }
 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
-	o, err := parse(t, []string{"--policy=spread"}, map[string]string{
-		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080",
+	o, err := parse(t, []string{"--policy=spread", "--bind-timeout=8s"}, map[string]string{
+		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080", "GPUSHARE_BIND_TIMEOUT": "3s",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 50, KubeAPIBurst: 100}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -70,7 +67,8 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
-		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 100 must be positive"},
+		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 400 must be positive"},
+		{"bind timeout with no time to queue", func(o *Options) { o.BindTimeout = time.Second }, "--bind-timeout 1s leaves no time to wait for the API request budget"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -100,20 +98,7 @@ func TestServeOnRandomPort(t *testing.T) {
 		fixture.MakePod("ns", "resident").GPU("main", 20).Assign("n2", api.PhaseAllocated, 0).Obj(),
 		pod,
 	)
-	client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		ca := action.(k8stesting.CreateAction)
-		if ca.GetSubresource() != "binding" {
-			return false, nil, nil
-		}
-		b := ca.GetObject().(*corev1.Binding)
-		p, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), b.Namespace, b.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		bound := p.(*corev1.Pod).DeepCopy()
-		bound.Spec.NodeName = b.Target.Name
-		return true, b, client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), bound, b.Namespace)
-	})
+	fixture.ServeBindings(client, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +110,7 @@ func TestServeOnRandomPort(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	o := DefaultOptions()
-	go func() { done <- Serve(ctx, o, client, ln, admin) }()
+	go func() { done <- Serve(ctx, o, Clients{Read: client}, ln, admin) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {

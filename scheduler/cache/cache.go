@@ -522,8 +522,16 @@ func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node)
 	host := HostRequest(pod)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.pods[pod.UID]; ok {
-		return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
+	if old, ok := c.pods[pod.UID]; ok {
+		if old.state != Assumed || !old.bindDone {
+			return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
+		}
+		// kube-scheduler binds the pod again, so the earlier bind, whose
+		// outcome was unknown (FinishBinding), did not bind it. Release the
+		// earlier units; the snapshot changed, so the caller decides again
+		// on one without them.
+		c.remove(old)
+		return ErrStale
 	}
 	n, ok := c.nodes[a.Node]
 	if !ok || !n.known {
@@ -566,8 +574,13 @@ func (c *Cache) Forget(uid types.UID) {
 	}
 }
 
-// FinishBinding marks an assumption whose API writes succeeded: it now waits
-// for the informer to confirm it, at most the assume TTL.
+// FinishBinding ends an assumption's bind: its API write succeeded, or its
+// outcome is unknown (the request timed out or its connection broke). Either
+// way its units stay counted until the informer shows the pod bound
+// (confirmed) or deleted, the assume TTL passes, or kube-scheduler binds the
+// pod again (then the pod was not bound, and Assume releases these units).
+// Counting units that may be free is safe; forgetting units that may be held
+// is not.
 func (c *Cache) FinishBinding(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -3,9 +3,14 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand"
+	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +18,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -28,6 +34,12 @@ var benchSizes = []int{100, 1000, 5000}
 
 func benchEnv(b *testing.B, nodes int) (*env, []string) {
 	b.Helper()
+	return benchEnvPolicy(b, nodes, "binpack")
+}
+
+// benchEnvPolicy is benchEnv with the named policy.
+func benchEnvPolicy(b *testing.B, nodes int, policy string) (*env, []string) {
+	b.Helper()
 	rng := rand.New(rand.NewSource(1))
 	var ns []*corev1.Node
 	names := make([]string, nodes)
@@ -35,7 +47,7 @@ func benchEnv(b *testing.B, nodes int) (*env, []string) {
 		names[i] = fmt.Sprintf("node-%05d", i)
 		ns = append(ns, fixture.MakeNode(names[i]).Cards(benchCardsPerNode, benchCardUnits).Obj())
 	}
-	e := newEnv(b, envOpts{}, ns)
+	e := newEnv(b, envOpts{policy: policy}, ns)
 	used := make(map[string]int64)
 	for i := 0; i < benchPods; i++ {
 		node := names[rng.Intn(nodes)]
@@ -122,6 +134,88 @@ func BenchmarkFilterHTTP(b *testing.B) {
 					b.Fatalf("status %d: %s", rec.Code, rec.Body)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkFilterPolicies is BenchmarkFilter and BenchmarkPrioritize at
+// 5,000 nodes for every policy: the cost target (≤ 2 ms per call on one
+// core, -cpu 1) holds for each policy the extender can run, not only the
+// default.
+func BenchmarkFilterPolicies(b *testing.B) {
+	const n = 5000
+	for _, policy := range allocator.Names() {
+		for _, verb := range []string{"filter", "prioritize"} {
+			b.Run(fmt.Sprintf("policy=%s/verb=%s/nodes=%d", policy, verb, n), func(b *testing.B) {
+				e, names := benchEnvPolicy(b, n, policy)
+				args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				cpu0 := processCPU()
+				defer func() { reportCPU(b, cpu0) }()
+				for i := 0; i < b.N; i++ {
+					if verb == "filter" {
+						if fr, err := e.srv.filter(ctx, args); err != nil || len(*fr.res.NodeNames) == 0 {
+							b.Fatalf("filter: %v %+v", err, fr.res)
+						}
+					} else if res, err := e.srv.Prioritize(ctx, args); err != nil || len(res) != n {
+						b.Fatalf("prioritize: %v", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkFilterHTTPConcurrent sends filter calls over real HTTP (loopback,
+// a new request each, JSON both ways) from 16 concurrent callers and reports
+// the latency percentiles a caller sees (p50-ms, p99-ms), queueing for the
+// CPU included: run it with -cpu set to the cores the extender gets.
+func BenchmarkFilterHTTPConcurrent(b *testing.B) {
+	const callers = 16
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("callers=%d/nodes=%d", callers, n), func(b *testing.B) {
+			e, names := benchEnv(b, n)
+			body := mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names})
+			srv := httptest.NewServer(e.srv.Handler(nil))
+			defer srv.Close()
+			client := srv.Client()
+			client.Transport.(*http.Transport).MaxIdleConnsPerHost = callers
+			lat := make([]time.Duration, b.N)
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for c := 0; c < callers; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1) - 1
+						if i >= int64(b.N) {
+							return
+						}
+						start := time.Now()
+						resp, err := client.Post(srv.URL+"/filter", "application/json", strings.NewReader(body))
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+						if resp.StatusCode != http.StatusOK {
+							b.Errorf("status %d", resp.StatusCode)
+							return
+						}
+						lat[i] = time.Since(start)
+					}
+				}()
+			}
+			wg.Wait()
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
+			b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
 		})
 	}
 }

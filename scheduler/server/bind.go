@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -10,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
@@ -28,6 +25,14 @@ const (
 	outcomeInvalid     = "invalid"
 	outcomeAPIError    = "api_error"
 	outcomeAssumeError = "assume_error"
+	// outcomeThrottled: the API write budget could not start the Binding
+	// before the bind's deadline; nothing was written.
+	outcomeThrottled = "throttled"
+	// outcomeCancelled: the caller went away before the Binding was sent.
+	outcomeCancelled = "cancelled"
+	// outcomeUnknown: the Binding was sent but no answer came (timeout,
+	// broken connection); the units stay assumed (cache.FinishBinding).
+	outcomeUnknown = "unknown"
 )
 
 // maxAssumeAttempts bounds the decide/assume loop. An attempt fails only
@@ -36,13 +41,19 @@ const (
 // bound only guards against a node that changes without pause.
 const maxAssumeAttempts = 100
 
-// Bind implements the bind verb: decide the cards on the node's current
-// snapshot and assume them, write the assignment annotation (merge patch,
-// retried on conflict), then POST the Binding. If the pod no longer fits,
-// nothing is written. If a write fails, the assumption is forgotten and the
-// annotation, if written, is removed (best effort).
+// Bind implements the bind verb with one API write: decide the cards on the
+// node's current snapshot and assume them, then POST the pod's Binding with
+// the assignment in its metadata.annotations. The API server copies those
+// annotations onto the pod in the same update that sets spec.nodeName, so the
+// record and the binding land together or not at all: there is nothing to
+// clean up when the write fails, and the assumption is simply forgotten.
+//
+// The whole bind stays within the bind timeout (below kube-scheduler's
+// extender httpTimeout): when the API write budget cannot start the write
+// before the timeout less bindWriteAllowance, the bind fails at once instead
+// of queueing past the moment kube-scheduler gives up on it.
 func (s *Server) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*extenderv1.ExtenderBindingResult, error) {
-	start := time.Now()
+	start := s.clock.Now()
 	defer s.metrics.observe("bind", start)
 	if args == nil {
 		return nil, fmt.Errorf("%w: empty body", ErrBadRequest)
@@ -61,17 +72,23 @@ func (s *Server) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 		return nil, ErrNotReady
 	}
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(args.PodNamespace, args.PodName), "node", args.Node)
-	outcome, err := s.bind(ctx, args)
+	outcome, err := s.bind(ctx, args, start.Add(s.bindTimeout))
 	s.metrics.binds.WithLabelValues(outcome).Inc()
 	if err != nil {
 		logger.Info("Bind failed", "outcome", outcome, "err", err)
 		return &extenderv1.ExtenderBindingResult{Error: err.Error()}, nil
 	}
-	logger.V(2).Info("Bound", "outcome", outcome, "duration", time.Since(start))
+	logger.V(2).Info("Bound", "outcome", outcome, "duration", s.clock.Since(start))
 	return &extenderv1.ExtenderBindingResult{}, nil
 }
 
-func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (string, error) {
+// bindWriteAllowance is the part of the bind timeout kept for the Binding
+// write itself: a write starts only while at least this much of the bind's
+// time remains. One Binding takes milliseconds on a healthy API server; the
+// upstream SLO for a single-object mutating call is p99 ≤ 1 s.
+const bindWriteAllowance = time.Second
+
+func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs, deadline time.Time) (string, error) {
 	pod, err := s.getPod(ctx, args.PodNamespace, args.PodName)
 	if err != nil {
 		return outcomeAPIError, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
@@ -87,7 +104,10 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
 	}
 	if preq.Empty() {
-		if err := s.postBinding(ctx, pod, args.Node); err != nil {
+		if outcome, err := s.admitWrite(ctx, pod, deadline); err != nil {
+			return outcome, err
+		}
+		if err := s.postBinding(ctx, pod, args.Node, nil); err != nil {
 			return outcomeAPIError, err
 		}
 		return outcomeBoundNoGPU, nil
@@ -98,19 +118,70 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 		return outcome, err
 	}
 	// From here on the assumption is in the cache; no lock is held.
-	written, err := s.writeAssignment(ctx, pod, a)
+	value, err := api.EncodeAssignment(a)
 	if err != nil {
-		// Nothing was written (a merge patch applies whole or not at all).
+		s.cache.Forget(pod.UID)
+		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if outcome, err := s.admitWrite(ctx, pod, deadline); err != nil {
+		s.cache.Forget(pod.UID)
+		return outcome, err
+	}
+	err = s.postBinding(ctx, pod, args.Node, map[string]string{api.AnnotationAssignment: value})
+	switch {
+	case err == nil:
+		s.cache.FinishBinding(pod.UID)
+		return outcomeBound, nil
+	case writeOutcomeUnknown(err):
+		s.cache.FinishBinding(pod.UID)
+		return outcomeUnknown, fmt.Errorf("%w (the pod may or may not be bound; its cards stay reserved until the extender sees which)", err)
+	default:
+		// The API server refused the Binding: nothing was written.
 		s.cache.Forget(pod.UID)
 		return outcomeAPIError, err
 	}
-	if err := s.postBinding(ctx, pod, args.Node); err != nil {
-		s.cache.Forget(pod.UID)
-		s.removeAssignment(ctx, written)
-		return outcomeAPIError, err
+}
+
+// admitWrite takes a token from the API write budget for the pod's Binding.
+// It fails at once, writing nothing, when the token would come too late for
+// the write to finish before deadline, and when the caller goes away while
+// it waits.
+func (s *Server) admitWrite(ctx context.Context, pod *corev1.Pod, deadline time.Time) (string, error) {
+	if s.writes == nil {
+		return "", nil
 	}
-	s.cache.FinishBinding(pod.UID)
-	return outcomeBound, nil
+	now := s.clock.Now()
+	startBy := deadline.Add(-bindWriteAllowance)
+	r := s.writes.ReserveN(now, 1)
+	delay := r.DelayFrom(now)
+	if !r.OK() || now.Add(delay).After(startBy) {
+		r.CancelAt(now)
+		return outcomeThrottled, fmt.Errorf("bind %s/%s: not bound: the extender's API write budget (%v writes/s, burst %d) could start this Binding only in %v, too late to finish within the bind timeout (%v); kube-scheduler retries the pod. If this repeats, raise the extender's --kube-api-qps/--kube-api-burst",
+			pod.Namespace, pod.Name, float64(s.writes.Limit()), s.writes.Burst(), delay.Round(time.Millisecond), s.bindTimeout)
+	}
+	if delay == 0 {
+		return "", nil
+	}
+	t := s.clock.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return "", nil
+	case <-ctx.Done():
+		r.CancelAt(s.clock.Now())
+		return outcomeCancelled, fmt.Errorf("bind %s/%s: not bound: the caller gave up while the Binding waited %v for the API write budget: %w", pod.Namespace, pod.Name, delay.Round(time.Millisecond), ctx.Err())
+	}
+}
+
+// writeOutcomeUnknown reports whether a failed write may still have been
+// applied: no answer came (timeout, broken connection, cancelled request), or
+// the API server said it may still be processing it.
+func writeOutcomeUnknown(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 // assume decides the cards on the node's current snapshot and records them
@@ -184,80 +255,20 @@ func (s *Server) getPod(ctx context.Context, ns, name string) (*corev1.Pod, erro
 	return s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 }
 
-// annotationPatch is a JSON merge patch of the assignment annotation with
-// preconditions: the pod's UID (a recreated pod is never patched) and, when
-// known, its resourceVersion (a concurrent change makes the patch conflict and
-// retry on the fresh pod). A nil value removes the annotation.
-func annotationPatch(uid types.UID, resourceVersion string, value *string) ([]byte, error) {
-	meta := map[string]any{
-		"uid":         uid,
-		"annotations": map[string]*string{api.AnnotationAssignment: value},
-	}
-	if resourceVersion != "" {
-		meta["resourceVersion"] = resourceVersion
-	}
-	return json.Marshal(map[string]any{"metadata": meta})
-}
-
-// writeAssignment writes the assignment annotation, overwriting whatever the
-// pod carried, retrying on conflict with a freshly read pod. It returns the
-// pod as patched.
-func (s *Server) writeAssignment(ctx context.Context, pod *corev1.Pod, a api.Assignment) (*corev1.Pod, error) {
-	value, err := api.EncodeAssignment(a)
-	if err != nil {
-		return nil, err
-	}
-	var written *corev1.Pod
-	pods := s.client.CoreV1().Pods(pod.Namespace)
-	rv := pod.ResourceVersion
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		patch, err := annotationPatch(pod.UID, rv, &value)
-		if err != nil {
-			return err
-		}
-		written, err = pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if !apierrors.IsConflict(err) {
-			return err
-		}
-		cur, gerr := pods.Get(ctx, pod.Name, metav1.GetOptions{})
-		switch {
-		case gerr != nil:
-			return gerr
-		case cur.UID != pod.UID:
-			return fmt.Errorf("pod %s/%s was recreated during bind", pod.Namespace, pod.Name)
-		case cur.Spec.NodeName != "":
-			return fmt.Errorf("pod %s/%s was bound to %s during bind", pod.Namespace, pod.Name, cur.Spec.NodeName)
-		}
-		rv = cur.ResourceVersion
-		return err // the conflict: retry with the fresh resourceVersion
-	})
-	if err != nil {
-		return nil, fmt.Errorf("write %s on pod %s/%s: %w", api.AnnotationAssignment, pod.Namespace, pod.Name, err)
-	}
-	return written, nil
-}
-
-// removeAssignment removes the annotation after a failed Binding, best
-// effort. pod is the pod as our write left it: if anything changed it since,
-// the resourceVersion precondition makes the removal conflict and the
-// annotation stays (a record for another node is never believed anyway).
-func (s *Server) removeAssignment(ctx context.Context, pod *corev1.Pod) {
-	patch, err := annotationPatch(pod.UID, pod.ResourceVersion, nil)
-	if err == nil {
-		_, err = s.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		klog.FromContext(ctx).Info("Could not remove the assignment after a failed bind", "pod", klog.KObj(pod), "err", err)
-	}
-}
-
-// postBinding binds the pod to the node.
-func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string) error {
+// postBinding binds the pod to the node in one API write; the API server
+// copies annotations onto the pod with spec.nodeName, and refuses a pod
+// recreated under the same name (the Binding's UID) or already bound. Once
+// sent, the write is not cancelled with the caller: a write cut short leaves
+// the caller unsure whether the pod is bound, so it runs to its answer, within
+// the bind timeout.
+func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string, annotations map[string]string) error {
 	b := &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Annotations: annotations},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
 	}
-	if err := s.client.CoreV1().Pods(pod.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.bindTimeout)
+	defer cancel()
+	if err := s.bindClient.CoreV1().Pods(pod.Namespace).Bind(wctx, b, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("bind pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
 	}
 	return nil

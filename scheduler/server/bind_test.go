@@ -8,14 +8,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
@@ -27,7 +31,7 @@ func bindArgs(pod *corev1.Pod, node string) *extenderv1.ExtenderBindingArgs {
 	return &extenderv1.ExtenderBindingArgs{PodName: pod.Name, PodNamespace: pod.Namespace, PodUID: pod.UID, Node: node}
 }
 
-func TestBindWritesAssignmentThenBinding(t *testing.T) {
+func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 	// A stale annotation (another pod's record) must be overwritten.
 	stale := fixture.AssignmentFor(fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Obj(), "n1", api.PhaseAllocated, 0, 0)
 	stale.PodUID = "someone-else"
@@ -42,8 +46,13 @@ func TestBindWritesAssignmentThenBinding(t *testing.T) {
 	if res.Error != "" {
 		t.Fatalf("bind failed: %s", res.Error)
 	}
-	if diff := cmp.Diff([]string{"patch pods/ ns/p", "create pods/binding p"}, prefixNS(e.writes())); diff != "" {
+	// One request: the record travels in the Binding's annotations, which
+	// the API server copies onto the pod with spec.nodeName.
+	if diff := cmp.Diff([]string{"create pods/binding p"}, e.writes()); diff != "" {
 		t.Errorf("API writes, in order (-want +got):\n%s", diff)
+	}
+	if b := e.lastBinding(t); b.Annotations[api.AnnotationAssignment] == "" || b.UID != pod.UID {
+		t.Errorf("Binding %+v: want the assignment in its annotations and the pod's UID as precondition", b.ObjectMeta)
 	}
 	got := e.apiPod(t, "p")
 	if got.Spec.NodeName != "n1" {
@@ -69,20 +78,6 @@ func TestBindWritesAssignmentThenBinding(t *testing.T) {
 	if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcomeBound)); n != 1 {
 		t.Errorf("bound counter = %v, want 1", n)
 	}
-}
-
-// prefixNS rewrites "patch pods/ p" to "patch pods/ ns/p" for readability of
-// the patch entries (the fake records only the name).
-func prefixNS(ws []string) []string {
-	out := make([]string, len(ws))
-	for i, w := range ws {
-		if strings.HasPrefix(w, "patch ") {
-			parts := strings.Fields(w)
-			w = parts[0] + " " + parts[1] + " ns/" + parts[2]
-		}
-		out[i] = w
-	}
-	return out
 }
 
 func TestBindFailuresWriteNothing(t *testing.T) {
@@ -176,12 +171,60 @@ func TestBindPodWithoutGPUOnlyBinds(t *testing.T) {
 	}
 }
 
-func TestBindingFailureForgetsAndRemovesAnnotation(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
-	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+func TestRefusedBindingForgetsTheAssumptionAndLeavesNoRecord(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		wantErr string
+	}{
+		{"API server error", apierrors.NewInternalError(errors.New("etcd is down")), "etcd is down"},
+		{"no RBAC", apierrors.NewForbidden(podsGVR.GroupResource(), "p", errors.New("no RBAC")), "no RBAC"},
+		{"pod recreated: UID precondition fails", apierrors.NewConflict(podsGVR.GroupResource(), "p", errors.New("precondition failed: UID")), "precondition failed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+			e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+			e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "binding" {
+					return true, nil, tc.err
+				}
+				return false, nil, nil
+			})
+			res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(res.Error, tc.wantErr) {
+				t.Errorf("error result %q does not say why (%q)", res.Error, tc.wantErr)
+			}
+			if _, ok := e.cache.PodState(pod.UID); ok {
+				t.Error("assumption kept after a refused Binding")
+			}
+			if _, ok := e.apiPod(t, "p").Annotations[api.AnnotationAssignment]; ok {
+				t.Error("assignment annotation on an unbound pod")
+			}
+			if diff := cmp.Diff([]string{"create pods/binding p"}, e.writes()); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+			if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcomeAPIError)); n != 1 {
+				t.Errorf("api_error counter = %v, want 1", n)
+			}
+		})
+	}
+}
+
+// A Binding that got no answer may have bound the pod: its units stay
+// counted (never two pods on one card's units), and when kube-scheduler binds
+// the pod again — so it was not bound — the retry replaces them instead of
+// failing or counting them twice.
+func TestBindWithUnknownOutcomeKeepsUnitsUntilTheRetry(t *testing.T) {
+	pod := fixture.MakePod("ns", "p").GPU("main", 30).Obj()
+	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj()}, pod)
+	var calls atomic.Int32
 	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() == "binding" {
-			return true, nil, apierrors.NewInternalError(errors.New("etcd is down"))
+		if a.GetSubresource() == "binding" && calls.Add(1) == 1 {
+			return true, nil, fmt.Errorf("Post \"https://apiserver/api/v1/namespaces/ns/pods/p/binding\": %w", context.DeadlineExceeded)
 		}
 		return false, nil, nil
 	})
@@ -189,70 +232,121 @@ func TestBindingFailureForgetsAndRemovesAnnotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(res.Error, "etcd is down") {
-		t.Errorf("error result %q does not say why", res.Error)
+	if !strings.Contains(res.Error, "may or may not be bound") {
+		t.Errorf("error result %q does not say the outcome is unknown", res.Error)
 	}
-	if _, ok := e.cache.PodState(pod.UID); ok {
-		t.Error("assumption kept after a failed Binding")
+	if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, e.usedOn("n1")); diff != "" {
+		t.Errorf("after the unanswered Binding, cache used (-want +got):\n%s", diff)
 	}
-	if _, ok := e.apiPod(t, "p").Annotations[api.AnnotationAssignment]; ok {
-		t.Error("assignment annotation left on an unbound pod")
-	}
-	if diff := cmp.Diff([]string{"patch pods/ p", "create pods/binding p", "patch pods/ p"}, e.writes()); diff != "" {
-		t.Errorf("writes (-want +got):\n%s", diff)
-	}
-}
-
-func TestAssignmentPatchFailureForgetsAndDoesNotBind(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
-	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
-	e.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		return true, nil, apierrors.NewForbidden(podsGVR.GroupResource(), "p", errors.New("no RBAC"))
-	})
-	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(res.Error, "no RBAC") {
-		t.Errorf("error result %q does not say why", res.Error)
-	}
-	if _, ok := e.cache.PodState(pod.UID); ok {
-		t.Error("assumption kept after a failed patch")
-	}
-	if diff := cmp.Diff([]string{"patch pods/ p"}, e.writes()); diff != "" {
-		t.Errorf("writes (-want +got):\n%s", diff)
-	}
-}
-
-func TestAssignmentPatchRetriesOnConflict(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
-	pod.ResourceVersion = "1"
-	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
-	var patches []string
-	e.client.PrependReactor("patch", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		patches = append(patches, string(a.(k8stesting.PatchAction).GetPatch()))
-		if len(patches) == 1 {
-			return true, nil, apierrors.NewConflict(podsGVR.GroupResource(), "p", errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
-	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	res, err = e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
 	if err != nil || res.Error != "" {
-		t.Fatalf("bind: %v %q", err, res.Error)
+		t.Fatalf("retry: %v %q", err, res.Error)
 	}
-	if len(patches) != 2 {
-		t.Fatalf("%d patches, want 2 (conflict, then retry)", len(patches))
+	if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, e.usedOn("n1")); diff != "" {
+		t.Errorf("after the retry, cache used (-want +got):\n%s", diff)
 	}
-	for _, p := range patches {
-		if !strings.Contains(p, `"uid":"uid-ns-p"`) {
-			t.Errorf("patch %s has no UID precondition", p)
+	if got := assignment(t, e.apiPod(t, "p")); got.Containers[0].Units != 30 {
+		t.Errorf("record %+v", got)
+	}
+	for outcome, want := range map[string]float64{outcomeUnknown: 1, outcomeBound: 1} {
+		if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcome)); n != want {
+			t.Errorf("%s counter = %v, want %v", outcome, n, want)
 		}
 	}
-	if !strings.Contains(patches[0], `"resourceVersion":"1"`) {
-		t.Errorf("first patch %s has no resourceVersion precondition", patches[0])
+}
+
+// A bind whose write the API budget can only start after the bind timeout
+// (less the write's allowance) fails at once, writes nothing and forgets its
+// units; one that can start in time waits for its token and binds.
+func TestBindFailsAtOnceWhenTheWriteBudgetCannotStartItInTime(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name        string
+		bindTimeout time.Duration
+		wantOutcome string
+		wantErr     string
+	}{
+		{
+			name:        "token in 1s, write must start within 0.5s: throttled at once",
+			bindTimeout: 1500 * time.Millisecond,
+			wantOutcome: outcomeThrottled,
+			wantErr:     "bind ns/second: not bound: the extender's API write budget (1 writes/s, burst 1) could start this Binding only in 1s, too late to finish within the bind timeout (1.5s); kube-scheduler retries the pod. If this repeats, raise the extender's --kube-api-qps/--kube-api-burst",
+		},
+		{
+			name:        "token in 1s, write may start within 3s: waits and binds",
+			bindTimeout: 4 * time.Second,
+			wantOutcome: outcomeBound,
+		},
 	}
-	if a := assignment(t, e.apiPod(t, "p")); a.Containers[0].Units != 10 {
-		t.Errorf("assignment %+v", a)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			first := fixture.MakePod("ns", "first").GPU("main", 10).Obj()
+			second := fixture.MakePod("ns", "second").GPU("main", 10).Obj()
+			fc := testingclock.NewFakeClock(now)
+			e := newEnv(t, envOpts{writes: rate.NewLimiter(1, 1), bindTimeout: tc.bindTimeout, clock: fc},
+				[]*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, first, second)
+			if res, err := e.srv.Bind(context.Background(), bindArgs(first, "n1")); err != nil || res.Error != "" {
+				t.Fatalf("first bind: %v %q", err, res.Error)
+			}
+			done := make(chan *extenderv1.ExtenderBindingResult, 1)
+			go func() {
+				res, err := e.srv.Bind(context.Background(), bindArgs(second, "n1"))
+				if err != nil {
+					res = &extenderv1.ExtenderBindingResult{Error: err.Error()}
+				}
+				done <- res
+			}()
+			var res *extenderv1.ExtenderBindingResult
+			select {
+			case res = <-done: // throttled: no wait at all
+			case <-waitForTimerC(fc):
+				fc.Step(time.Second)
+				res = <-done
+			}
+			if res.Error != tc.wantErr {
+				t.Errorf("error result:\n got %s\nwant %s", res.Error, tc.wantErr)
+			}
+			if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(tc.wantOutcome)); n != map[bool]float64{true: 2, false: 1}[tc.wantOutcome == outcomeBound] {
+				t.Errorf("%s counter = %v", tc.wantOutcome, n)
+			}
+			_, assumed := e.cache.PodState(second.UID)
+			bound := e.apiPod(t, "second").Spec.NodeName != ""
+			if want := tc.wantOutcome == outcomeBound; assumed != want || bound != want {
+				t.Errorf("second pod: assumed %v, bound %v; want both %v", assumed, bound, want)
+			}
+		})
+	}
+}
+
+// A caller that goes away while its bind waits for the write budget leaves
+// nothing behind: no write, no units, and the budget's token is returned.
+func TestBindCancelledWhileWaitingWritesNothing(t *testing.T) {
+	first := fixture.MakePod("ns", "first").GPU("main", 10).Obj()
+	second := fixture.MakePod("ns", "second").GPU("main", 10).Obj()
+	fc := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	e := newEnv(t, envOpts{writes: rate.NewLimiter(1, 1), clock: fc}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, first, second)
+	if res, err := e.srv.Bind(context.Background(), bindArgs(first, "n1")); err != nil || res.Error != "" {
+		t.Fatalf("first bind: %v %q", err, res.Error)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan string, 1)
+	go func() {
+		res, _ := e.srv.Bind(ctx, bindArgs(second, "n1"))
+		done <- res.Error
+	}()
+	waitForTimer(t, fc)
+	cancel()
+	if got := <-done; !strings.Contains(got, "the caller gave up while the Binding waited 1s") {
+		t.Errorf("error result %q", got)
+	}
+	if _, ok := e.cache.PodState(second.UID); ok {
+		t.Error("a cancelled bind left its units assumed")
+	}
+	if diff := cmp.Diff([]string{"create pods/binding first"}, e.writes()); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcomeCancelled)); n != 1 {
+		t.Errorf("cancelled counter = %v, want 1", n)
 	}
 }
 
@@ -401,5 +495,115 @@ func TestEveryPolicyFiltersAndBindsWithinCapacity(t *testing.T) {
 				t.Error("no pod was bound")
 			}
 		})
+	}
+}
+
+// waitForTimerC is closed once something waits on fc's timers.
+func waitForTimerC(fc *testingclock.FakeClock) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return fc.HasWaiters(), nil
+		})
+		close(ch)
+	}()
+	return ch
+}
+
+// waitForTimer returns once something waits on fc's timers.
+func waitForTimer(t *testing.T, fc *testingclock.FakeClock) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return fc.HasWaiters(), nil
+	}); err != nil {
+		t.Fatal("nothing waited on the clock:", err)
+	}
+}
+
+// TestBurstBeyondTheWriteBudgetNeverStalls sends many more concurrent binds
+// than the write budget can start within their timeout: each one binds or
+// fails at once, a failed one leaves no units and no record, and
+// kube-scheduler's retries then bind every pod that fits, with every card
+// within capacity.
+func TestBurstBeyondTheWriteBudgetNeverStalls(t *testing.T) {
+	const pods = 120
+	// 8 cards of 80 GiB: 80 pods of 8 GiB fit; the other 40 must be refused
+	// as not fitting, never over-committed.
+	nb := fixture.MakeNode("n1")
+	for i := 0; i < 8; i++ {
+		nb = nb.Card(i, 80)
+	}
+	var all []*corev1.Pod
+	for i := 0; i < pods; i++ {
+		all = append(all, fixture.MakePod("ns", fmt.Sprintf("p%03d", i)).GPU("main", 8).Obj())
+	}
+	const timeout = 1200 * time.Millisecond
+	e := newEnv(t, envOpts{writes: rate.NewLimiter(20, 5), bindTimeout: timeout}, []*corev1.Node{nb.Obj()}, all...)
+
+	pending := all
+	for round := 0; len(pending) > 0 && round < 100; round++ {
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			next []*corev1.Pod
+		)
+		for _, p := range pending {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := e.srv.Bind(context.Background(), bindArgs(p, "n1"))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch {
+				case res.Error == "":
+				case strings.Contains(res.Error, "no longer fits"):
+				case strings.Contains(res.Error, "API write budget"):
+					if _, ok := e.cache.PodState(p.UID); ok {
+						t.Errorf("throttled %s left units in the cache", p.Name)
+					}
+					mu.Lock()
+					next = append(next, p)
+					mu.Unlock()
+				default:
+					t.Errorf("bind %s: %s", p.Name, res.Error)
+				}
+			}()
+		}
+		wg.Wait()
+		if round == 0 && len(next) == 0 {
+			t.Fatal("the first round of 120 binds at once was not throttled: the test no longer exercises the budget")
+		}
+		pending = next
+	}
+	if len(pending) > 0 {
+		t.Fatalf("%d pods still throttled after 100 rounds", len(pending))
+	}
+	bound := 0
+	used := map[string]int64{}
+	for _, p := range all {
+		got := e.apiPod(t, p.Name)
+		if got.Spec.NodeName == "" {
+			if _, ok := got.Annotations[api.AnnotationAssignment]; ok {
+				t.Errorf("unbound %s carries a record", p.Name)
+			}
+			continue
+		}
+		bound++
+		for _, c := range assignment(t, got).Containers {
+			used[c.CardUUID] += c.Units
+		}
+	}
+	if bound != 80 {
+		t.Errorf("%d pods bound, want 80 (8 cards × 10 pods of 8 GiB)", bound)
+	}
+	for uuid, u := range used {
+		if u > 80 {
+			t.Errorf("card %s: %d GiB assigned, capacity 80", uuid, u)
+		}
+	}
+	if diff := cmp.Diff(map[int]int64{0: 80, 1: 80, 2: 80, 3: 80, 4: 80, 5: 80, 6: 80, 7: 80}, e.usedOn("n1")); diff != "" {
+		t.Errorf("cache used (-want +got):\n%s", diff)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,10 +19,12 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
 func TestMain(m *testing.M) {
@@ -51,6 +55,11 @@ type envOpts struct {
 	maxBody int64
 	// unsynced leaves the cache unsynced (not ready).
 	unsynced bool
+	// writes, bindTimeout and clock go to Config (WriteLimiter,
+	// BindTimeout, Clock).
+	writes      *rate.Limiter
+	bindTimeout time.Duration
+	clock       clock.Clock
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -68,30 +77,10 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 		objs = append(objs, p)
 	}
 	e := &env{client: fake.NewClientset(objs...), cache: cache.New(), reg: prometheus.NewRegistry(), binds: map[string]string{}}
-	// The fake tracker does not implement pods/binding: do what the API
-	// server does, set spec.nodeName (refusing an already bound pod).
-	e.client.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		ca := action.(k8stesting.CreateAction)
-		if ca.GetSubresource() != "binding" {
-			return false, nil, nil
-		}
-		b := ca.GetObject().(*corev1.Binding)
-		obj, err := e.client.Tracker().Get(podsGVR, b.Namespace, b.Name)
-		if err != nil {
-			return true, nil, err
-		}
-		pod := obj.(*corev1.Pod).DeepCopy()
-		if pod.Spec.NodeName != "" {
-			return true, nil, fmt.Errorf("pod %s is already assigned to node %q", pod.Name, pod.Spec.NodeName)
-		}
-		pod.Spec.NodeName = b.Target.Name
-		if err := e.client.Tracker().Update(podsGVR, pod, pod.Namespace); err != nil {
-			return true, nil, err
-		}
+	fixture.ServeBindings(e.client, func(pod *corev1.Pod) {
 		e.mu.Lock()
-		e.binds[pod.Name] = b.Target.Name
+		e.binds[pod.Name] = pod.Spec.NodeName
 		e.mu.Unlock()
-		return true, b, nil
 	})
 	for _, n := range nodes {
 		e.cache.SetNode(n)
@@ -110,7 +99,8 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if o.wrap != nil {
 		c = o.wrap(e.cache)
 	}
-	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody})
+	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody,
+		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +115,21 @@ func (e *env) apiPod(t testing.TB, name string) *corev1.Pod {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// lastBinding returns the last Binding the server posted.
+func (e *env) lastBinding(t testing.TB) *corev1.Binding {
+	t.Helper()
+	var b *corev1.Binding
+	for _, a := range e.client.Actions() {
+		if ca, ok := a.(k8stesting.CreateAction); ok && ca.GetSubresource() == "binding" {
+			b = ca.GetObject().(*corev1.Binding)
+		}
+	}
+	if b == nil {
+		t.Fatal("no Binding was posted")
+	}
+	return b
 }
 
 // writes lists the API writes the server made (patches and bindings), as

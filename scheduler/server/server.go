@@ -18,11 +18,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
@@ -74,8 +76,22 @@ var _ Cache = (*cache.Cache)(nil)
 // Config holds the server's dependencies.
 type Config struct {
 	Cache Cache
-	// Client writes assignments and Bindings.
+	// Client reads pods the informer has not delivered yet, and writes
+	// Bindings unless BindClient is set.
 	Client kubernetes.Interface
+	// BindClient, when set, writes the Bindings. Its own client-side rate
+	// limit should be off: WriteLimiter admits its writes, with a deadline.
+	BindClient kubernetes.Interface
+	// WriteLimiter is the API write budget a Binding takes its token from
+	// (nil: no limit). A bind whose token would come too late to finish
+	// within BindTimeout fails at once instead of waiting.
+	WriteLimiter *rate.Limiter
+	// BindTimeout bounds one bind verb call, queueing for WriteLimiter
+	// included; keep it below kube-scheduler's extender httpTimeout.
+	// 0 means DefaultBindTimeout.
+	BindTimeout time.Duration
+	// Clock is the bind path's clock (nil: the real one).
+	Clock clock.Clock
 	// Pods, when set, is read before the API for the pod bind names.
 	Pods corelisters.PodLister
 	// Policy decides; FilterMode says what filter lets through.
@@ -91,17 +107,26 @@ type Config struct {
 	Parallelism int
 }
 
+// DefaultBindTimeout bounds a bind verb call: below the 5 s extender
+// httpTimeout the chart gives kube-scheduler (and the 10 s of
+// scheduler/config), so a bind answers before kube-scheduler gives up.
+const DefaultBindTimeout = 4 * time.Second
+
 // Server implements the extender verbs.
 type Server struct {
-	cache    Cache
-	client   kubernetes.Interface
-	pods     corelisters.PodLister
-	policy   *allocator.Policy
-	mode     FilterMode
-	maxBody  int64
-	metrics  *metrics
-	betterBy string
-	workers  int
+	cache       Cache
+	client      kubernetes.Interface
+	bindClient  kubernetes.Interface
+	writes      *rate.Limiter
+	bindTimeout time.Duration
+	clock       clock.Clock
+	pods        corelisters.PodLister
+	policy      *allocator.Policy
+	mode        FilterMode
+	maxBody     int64
+	metrics     *metrics
+	betterBy    string
+	workers     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
 }
@@ -132,16 +157,32 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Parallelism < 0 {
 		return nil, fmt.Errorf("server: parallelism %d is negative", cfg.Parallelism)
 	}
+	if cfg.BindTimeout == 0 {
+		cfg.BindTimeout = DefaultBindTimeout
+	}
+	if cfg.BindTimeout <= bindWriteAllowance {
+		return nil, fmt.Errorf("server: bind timeout %v leaves no time to queue for the API (it must exceed %v)", cfg.BindTimeout, bindWriteAllowance)
+	}
+	if cfg.BindClient == nil {
+		cfg.BindClient = cfg.Client
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	return &Server{
-		workers:  cfg.Parallelism,
-		cache:    cfg.Cache,
-		client:   cfg.Client,
-		pods:     cfg.Pods,
-		policy:   cfg.Policy,
-		mode:     cfg.FilterMode,
-		maxBody:  cfg.MaxBodyBytes,
-		metrics:  m,
-		betterBy: "a better node for this pod exists under policy " + cfg.Policy.Name,
+		bindClient:  cfg.BindClient,
+		writes:      cfg.WriteLimiter,
+		bindTimeout: cfg.BindTimeout,
+		clock:       cfg.Clock,
+		workers:     cfg.Parallelism,
+		cache:       cfg.Cache,
+		client:      cfg.Client,
+		pods:        cfg.Pods,
+		policy:      cfg.Policy,
+		mode:        cfg.FilterMode,
+		maxBody:     cfg.MaxBodyBytes,
+		metrics:     m,
+		betterBy:    "a better node for this pod exists under policy " + cfg.Policy.Name,
 	}, nil
 }
 

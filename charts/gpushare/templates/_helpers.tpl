@@ -70,6 +70,13 @@ http://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.sv
 {{- if and (eq .Values.devicePlugin.deviceListStrategy "envvar") (eq .Values.devicePlugin.deviceIDStrategy "index") -}}
 {{- /* allowed: index with envvar is a valid combination */ -}}
 {{- end -}}
+{{- $bind := .Values.scheduler.extender.bindTimeout | toString -}}
+{{- $http := .Values.scheduler.httpTimeout | toString -}}
+{{- if and (regexMatch "^[0-9]+s$" $bind) (regexMatch "^[0-9]+s$" $http) -}}
+{{- if ge (atoi (trimSuffix "s" $bind)) (atoi (trimSuffix "s" $http)) -}}
+{{- fail (printf "scheduler.extender.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
 {{- fail "metrics.serviceMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the ServiceMonitor)" -}}
 {{- end -}}
