@@ -70,9 +70,9 @@ type Options struct {
 // promise binds at 200 pods/s sustained, more than kube-scheduler's serial
 // scheduling cycle feeds us (~85 pods/s measured here without an extender,
 // on the order of 100 pods/s upstream at 5,000 nodes), so QPS 200. The burst
-// of 400 lets a backlog of 2 s of binds go out at once; at 200/s a bind waits
-// at most (burst + backlog)/QPS, and one that would wait past the bind
-// timeout less the write's allowance (4 s − 1 s: a backlog of 600 binds)
+// of 400 lets a backlog of 2 s of binds go out at once. A bind whose token
+// would come after the bind timeout less the write's allowance (4 s − 1 s:
+// behind more than 400 + 3 × 200 = 1,000 binds when the bucket was full)
 // fails at once instead, for kube-scheduler to retry.
 func DefaultOptions() Options {
 	return Options{

@@ -54,7 +54,7 @@ const maxAssumeAttempts = 100
 // of queueing past the moment kube-scheduler gives up on it.
 func (s *Server) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (*extenderv1.ExtenderBindingResult, error) {
 	start := s.clock.Now()
-	defer s.metrics.observe("bind", start)
+	defer s.metrics.observe("bind", s.clock, start)
 	if args == nil {
 		return nil, fmt.Errorf("%w: empty body", ErrBadRequest)
 	}
@@ -89,7 +89,7 @@ func (s *Server) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs)
 const bindWriteAllowance = time.Second
 
 func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs, deadline time.Time) (string, error) {
-	pod, err := s.getPod(ctx, args.PodNamespace, args.PodName)
+	pod, err := s.getPod(ctx, args.PodNamespace, args.PodName, deadline)
 	if err != nil {
 		return outcomeAPIError, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
 	}
@@ -245,13 +245,17 @@ func assignmentFrom(pod *corev1.Pod, node *allocator.Node, d allocator.Decision)
 }
 
 // getPod reads the pod from the informer's lister, or from the API when the
-// lister does not have it yet.
-func (s *Server) getPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+// lister does not have it yet, giving up at the bind's deadline (less the
+// write's allowance): a read that waits for the request budget past it
+// fails at once rather than queueing.
+func (s *Server) getPod(ctx context.Context, ns, name string, deadline time.Time) (*corev1.Pod, error) {
 	if s.pods != nil {
 		if p, err := s.pods.Pods(ns).Get(name); err == nil {
 			return p, nil
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, deadline.Add(-bindWriteAllowance).Sub(s.clock.Now()))
+	defer cancel()
 	return s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 }
 

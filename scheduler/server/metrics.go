@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/scheduler/cache"
 )
@@ -39,8 +40,9 @@ func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(verb string, start time.Time) {
-	m.latency.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+// observe records a verb call that began at start on clk.
+func (m *metrics) observe(verb string, clk clock.PassiveClock, start time.Time) {
+	m.latency.WithLabelValues(verb).Observe(clk.Since(start).Seconds())
 }
 
 var (

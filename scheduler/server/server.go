@@ -309,7 +309,7 @@ type filterResult struct {
 }
 
 func (s *Server) filter(_ context.Context, args *extenderv1.ExtenderArgs) (filterResult, error) {
-	defer s.metrics.observe("filter", time.Now())
+	defer s.metrics.observe("filter", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
 		return filterResult{}, err
@@ -387,7 +387,7 @@ func (s *Server) filter(_ context.Context, args *extenderv1.ExtenderArgs) (filte
 // do not fit, and every node for a pod that asks for no (or an invalid)
 // gpu-mem demand, score 0.
 func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
-	defer s.metrics.observe("prioritize", time.Now())
+	defer s.metrics.observe("prioritize", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
 		return nil, err
