@@ -36,6 +36,17 @@ chart-check: ## helm lint + render matrix + refusals of contradictory values (bu
 
 test: lint unit chart-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, end-to-end (root)
 
+# Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus;
+# `make fuzz` mutates beyond it for FUZZTIME per target.
+FUZZ_TARGETS = api:FuzzDecodeAssignment api:FuzzDecodeInventory api:FuzzParseIsolation \
+  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
+	@for t in $(FUZZ_TARGETS); do pkg=./$${t%%:*}; name=$${t#*:}; \
+	  echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
+	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
 # -cpu 1 gives the one-core figures the targets are stated in; -cpu 2 shows --parallelism at work.
 BENCHCPU ?= 1,2
 bench: ## Go benchmarks: filter/prioritize at 100-5,000 nodes, policies, Allocate matching, inspector (figures printed; no pass/fail on speed)
