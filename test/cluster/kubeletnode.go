@@ -77,6 +77,10 @@ type KubeletNodeOptions struct {
 	// NvidiaRuntime: containerd runs containers through
 	// nvidia-container-runtime in CDI mode (else plain runc).
 	NvidiaRuntime bool
+	// AcceptEnvvarUnprivileged starts the runtime with
+	// accept-nvidia-visible-devices-envvar-when-unprivileged=true instead of
+	// the documented false.
+	AcceptEnvvarUnprivileged bool
 	// GPUs is the simulated cards (the plugin's --nvml=spec: value).
 	GPUs string
 	// Images (OCI archives) to import; PauseImage is the sandbox image.
@@ -121,6 +125,9 @@ func (c *Cluster) StartKubeletNode(opts KubeletNodeOptions) (*KubeletNode, error
 	}
 	if opts.NvidiaRuntime {
 		args = append(args, "--nvidia-runtime", opts.Tools["nvidia-container-runtime"], "--gpus", opts.GPUs)
+		if opts.AcceptEnvvarUnprivileged {
+			args = append(args, "--accept-envvar-unprivileged")
+		}
 	}
 	for _, img := range opts.Images {
 		args = append(args, "--image", img)

@@ -135,8 +135,10 @@ func (o *Options) startContainerd(ctx context.Context) (*exec.Cmd, error) {
 	cmd := exec.Command(o.Containerd, "--config", o.path("containerd.toml"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// The shims inherit this environment: NVIDIA's runtime reads its
-	// config.toml from NVIDIA_CTK_CONFIG_FILE_PATH, and finds runc in PATH.
-	cmd.Env = envWith("NVIDIA_CTK_CONFIG_FILE_PATH="+o.ToolkitConfig(),
+	// config.toml from NVIDIA_CTK_CONFIG_FILE_PATH (v1.19+) or
+	// $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml (older ones too),
+	// and finds runc in PATH.
+	cmd.Env = envWith("NVIDIA_CTK_CONFIG_FILE_PATH="+o.ToolkitConfig(), "XDG_CONFIG_HOME="+o.StateDir,
 		"PATH="+filepath.Dir(o.Runc)+":"+os.Getenv("PATH"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
