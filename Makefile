@@ -4,7 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries e2e playground playground-down bench-packing
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down bench-packing
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -76,7 +76,10 @@ E2E_TIMEOUT ?= 20m
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
 	hack/build-k8s.sh
 
-e2e: cluster-binaries ## end-to-end tests against a local control plane (root; docs/e2e.md)
+container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), kubelet, NVIDIA runtime + nvidia-ctk (cached)
+	hack/container-lane.sh
+
+e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
 
 playground: ## local cluster + extender + 3 simulated GPU nodes + docs/examples (root; first run builds Kubernetes, ~7-10 min)

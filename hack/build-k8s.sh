@@ -2,7 +2,8 @@
 # Builds the local control plane's binaries from the Go module proxy into a
 # cache outside the repository, keyed by version:
 #   etcd (v3.6.16), kube-apiserver, kube-scheduler, kube-controller-manager and
-#   kubectl (k8s.io/kubernetes v1.34.4)
+#   kubectl (k8s.io/kubernetes v1.34.4); on request also the kubelet (for the
+#   e2e container lane: hack/container-lane.sh runs `hack/build-k8s.sh kubelet`)
 # into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-v1.34.4/bin.
 # A binary already present is skipped, so running it again costs nothing.
 # A cold build takes ~7 minutes on 2 cores (kube-apiserver alone ~3 minutes).
@@ -35,9 +36,9 @@ mkdir -p "$BIN"
 missing=()
 for b in "${WANT[@]}"; do
 	case "$b" in
-	etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kubectl) ;;
+	etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kubectl | kubelet) ;;
 	*)
-		log "unknown binary '$b' (known: ${ALL[*]})"
+		log "unknown binary '$b' (known: ${ALL[*]} kubelet)"
 		exit 2
 		;;
 	esac
@@ -105,6 +106,11 @@ k8s_wrapper() {
 build_k8s() {
 	local name="$1"
 	k8s_wrapper
+	if [[ "$name" == kubelet ]]; then
+		# Not in the wrapper's first `go get` (wrappers made before the
+		# kubelet was needed): add its dependencies, pinned.
+		(cd "$WORK/kubernetes" && "$GO" get "k8s.io/kubernetes/cmd/kubelet@${K8S_VERSION}")
+	fi
 	local minor="${K8S_VERSION#v1.}"
 	minor="${minor%%.*}"
 	local ldflags="-s -w"

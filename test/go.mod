@@ -8,6 +8,7 @@ go 1.26.8
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/gpushare/gpushare v0.0.0-00010101000000-000000000000
+	golang.org/x/sys v0.31.0
 	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.4
 	k8s.io/apimachinery v0.34.4
@@ -85,7 +86,6 @@ require (
 	golang.org/x/net v0.38.0 // indirect
 	golang.org/x/oauth2 v0.27.0 // indirect
 	golang.org/x/sync v0.12.0 // indirect
-	golang.org/x/sys v0.31.0 // indirect
 	golang.org/x/term v0.30.0 // indirect
 	golang.org/x/text v0.23.0 // indirect
 	golang.org/x/time v0.9.0 // indirect

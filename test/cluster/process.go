@@ -59,11 +59,14 @@ func (p *Process) Exited() (bool, error) {
 }
 
 // Stop sends SIGTERM (SIGKILL after 20 s) and waits. Safe to call twice.
-func (p *Process) Stop() error {
+func (p *Process) Stop() error { return p.StopWithin(20 * time.Second) }
+
+// StopWithin sends SIGTERM (SIGKILL after grace) and waits. Safe to call twice.
+func (p *Process) StopWithin(grace time.Duration) error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}

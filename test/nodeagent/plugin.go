@@ -61,6 +61,17 @@ func (p *PluginCommand) validate() error {
 	return nil
 }
 
+// Supervise checks the command and keeps it running until ctx ends, then
+// stops it (unless LeaveRunning). Any long-running program can be supervised
+// this way (the container lane's kubelet is); node is set as NODE_NAME.
+func (p *PluginCommand) Supervise(ctx context.Context, node string) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	p.supervise(ctx, node)
+	return nil
+}
+
 // supervise keeps the plugin running until ctx ends, then stops it unless
 // LeaveRunning.
 func (p *PluginCommand) supervise(ctx context.Context, node string) {

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs and builds what the e2e suite's container lane needs (docs/e2e.md):
+#   containerd, ctr and runc   Debian's packages (apt-get, root), when missing
+#   kubelet                    hack/build-k8s.sh kubelet (Go module proxy, cached)
+#   nvidia-container-runtime,  github.com/NVIDIA/nvidia-container-toolkit (Go module
+#   nvidia-ctk                 proxy) into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/
+#                              nvidia-container-toolkit-VERSION/bin, cached
+# Anything already there is skipped, so the second run costs nothing.
+#
+# Env: GPUSHARE_CACHE, NVIDIA_TOOLKIT_VERSION (default v1.20.1: v1.17.8, the
+#      oldest on the proxy, ignores /var/run/nvidia-container-devices/<id> mounts
+#      in CDI mode), GO.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLKIT_VERSION="${NVIDIA_TOOLKIT_VERSION:-v1.20.1}"
+GO="${GO:-go}"
+CACHE="${GPUSHARE_CACHE:-$HOME/.cache/gpushare}"
+TOOLKIT_BIN="${CACHE}/nvidia-container-toolkit-${TOOLKIT_VERSION}/bin"
+
+log() { printf '%s container-lane: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+have() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" || -x "/sbin/$1" ]]; }
+
+# 1. containerd + runc from Debian (containerd 1.6.20 and runc 1.1.5 on bookworm:
+#    containerd 1.6 serves the CRI v1 API kubelet 1.34 speaks).
+missing=()
+for b in containerd containerd-shim-runc-v2 ctr runc; do
+	have "$b" || missing+=("$b")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+	if [[ $(id -u) -ne 0 ]]; then
+		log "${missing[*]} missing and not root: install Debian's containerd and runc packages"
+		exit 1
+	fi
+	log "installing containerd and runc (missing: ${missing[*]})"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc >/dev/null
+fi
+log "$(containerd --version); $(runc --version | head -1)"
+
+# 2. kubelet, like the control plane, from k8s.io/kubernetes.
+hack/build-k8s.sh kubelet
+
+# 3. NVIDIA container toolkit: the runtime (CDI mode) and nvidia-ctk.
+mkdir -p "$TOOLKIT_BIN"
+for b in nvidia-container-runtime nvidia-ctk; do
+	if [[ -x "$TOOLKIT_BIN/$b" ]]; then
+		log "$b: present in $TOOLKIT_BIN, skipped"
+		continue
+	fi
+	start=$(date +%s)
+	log "$b: building ${TOOLKIT_VERSION}"
+	# go-nvml's cgo prologue warns about every deprecated NVML call: silenced.
+	GOBIN="$TOOLKIT_BIN" CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" "$GO" install -trimpath \
+		-ldflags "-s -w -X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=${TOOLKIT_VERSION#v}" \
+		"github.com/NVIDIA/nvidia-container-toolkit/cmd/${b}@${TOOLKIT_VERSION}"
+	log "$b: built in $(($(date +%s) - start)) s -> $TOOLKIT_BIN/$b"
+done
+log "done"

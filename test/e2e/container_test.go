@@ -1,0 +1,450 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/kubeletnode"
+)
+
+// The container lane: a real kubelet and containerd, with NVIDIA's container
+// runtime (CDI mode) deciding which device nodes a container gets, and
+// gpushare's device plugin registered with that kubelet. What a container
+// sees is read from the probe image's own output (docs/e2e.md).
+
+const (
+	probeImage = "gpushare.local/e2e/probe:v1"
+	pauseImage = "gpushare.local/e2e/pause:v1"
+	// laneGPUs are the lane node's simulated cards.
+	laneGPUs = "2x40GiB:NVIDIA-A100"
+)
+
+// laneArtifacts are built once per run: the node program and the images.
+var laneArtifacts struct {
+	once             sync.Once
+	err              error
+	node             string
+	probeTar, pauseT string
+}
+
+// needLane returns the lane's tools, or skips (fails under GPUSHARE_E2E=1)
+// when one is missing: `make e2e` installs them (hack/container-lane.sh).
+func needLane(t *testing.T) map[string]string {
+	t.Helper()
+	tools, missing := cluster.LaneBinaries()
+	if len(missing) > 0 {
+		msg := fmt.Sprintf("container lane: %s missing: run hack/container-lane.sh (make e2e does)", strings.Join(missing, ", "))
+		if os.Getenv("GPUSHARE_E2E") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	laneArtifacts.once.Do(func() {
+		a := &laneArtifacts
+		a.node = filepath.Join(binDir, "gpushare-kubeletnode")
+		if a.err = goBuild(a.node, "./kubeletnode/cmd"); a.err != nil {
+			return
+		}
+		probe, pause := filepath.Join(binDir, "probe"), filepath.Join(binDir, "pause")
+		for bin, pkg := range map[string]string{probe: "./kubeletnode/probe", pause: "./kubeletnode/pause"} {
+			if a.err = cluster.BuildStatic(bin, pkg); a.err != nil {
+				return
+			}
+		}
+		a.probeTar, a.pauseT = filepath.Join(binDir, "probe.tar"), filepath.Join(binDir, "pause.tar")
+		// The probe image sets NVIDIA_VISIBLE_DEVICES=all, as CUDA images do.
+		if a.err = kubeletnode.WriteOCIArchive(a.probeTar, kubeletnode.Image{
+			Name: probeImage, Files: map[string]string{"/probe": probe}, Entrypoint: []string{"/probe"},
+			Env: []string{"PATH=/", api.EnvNvidiaVisibleDevices + "=all", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"},
+		}); a.err != nil {
+			return
+		}
+		a.err = kubeletnode.WriteOCIArchive(a.pauseT, kubeletnode.Image{
+			Name: pauseImage, Files: map[string]string{"/pause": pause}, Entrypoint: []string{"/pause"},
+		})
+	})
+	if laneArtifacts.err != nil {
+		t.Fatal(laneArtifacts.err)
+	}
+	return tools
+}
+
+// laneNode starts a real node (containerd through the NVIDIA runtime, the
+// kubelet, gpushare's plugin with laneGPUs), waits until the kubelet offers
+// the plugin's units, and stops it — after deleting ns's pods through the
+// kubelet — when the test ends.
+func laneNode(ctx context.Context, t *testing.T, c *cluster.Cluster, tools map[string]string, name string) (*cluster.KubeletNode, api.Inventory) {
+	t.Helper()
+	plugin := pluginBinary(t)
+	start := time.Now()
+	node, err := c.StartKubeletNode(cluster.KubeletNodeOptions{
+		Name: name, Binary: laneArtifacts.node, Tools: tools,
+		NvidiaRuntime: true, GPUs: laneGPUs,
+		Images: []string{laneArtifacts.pauseT, laneArtifacts.probeTar}, PauseImage: pauseImage,
+		Labels:       api.LabelEnabled + "=true",
+		PluginBinary: plugin, PluginArgs: []string{"--nvml=spec:" + laneGPUs},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := node.Stop(); err != nil {
+			t.Errorf("stopping node %s: %v", name, err)
+		}
+		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	inv := waitLaneCapacity(ctx, t, c, node, time.Time{})
+	t.Logf("node %s: kubelet offers %d units of %d cards after %v", name, inv.TotalUnits(), len(inv.Cards), time.Since(start).Round(time.Millisecond))
+	return node, inv
+}
+
+// waitLaneCapacity waits until the Node carries the plugin's inventory and the
+// kubelet's allocatable gpu-mem equals its units. The Node is not Ready (no
+// CNI: the lane's pods use the host network), so readiness is not awaited.
+//
+// With since set, only a status the kubelet posted after since counts (its
+// Ready condition's heartbeat, whole seconds): after a restart the Node may
+// still show the old count while the kubelet has no healthy device yet.
+func waitLaneCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.KubeletNode, since time.Time) api.Inventory {
+	t.Helper()
+	var inv api.Inventory
+	_, err := cluster.WaitNode(ctx, c.Client, node.Opts.Name, 3*time.Minute, "kubelet offering the plugin's units", func(n *corev1.Node) bool {
+		if done, _ := node.Exited(); done {
+			return true
+		}
+		if !since.IsZero() {
+			posted := false
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.LastHeartbeatTime.After(since) {
+					posted = true
+				}
+			}
+			if !posted {
+				return false
+			}
+		}
+		got, err := api.InventoryFromNode(n)
+		q := n.Status.Allocatable[api.ResourceName]
+		inv = got
+		return err == nil && q.Value() == got.TotalUnits() && q.Value() > 0
+	})
+	if done, exitErr := node.Exited(); done {
+		t.Fatalf("node program exited: %v\n%s", exitErr, node.Logs())
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, node.Logs())
+	}
+	return inv
+}
+
+// probePod is a pod of probe containers on the host network (the lane has
+// no CNI), tolerating the node's not-ready taints; units[i] > 0 asks for that
+// much gpu-mem in container ci, 0 for none.
+func probePod(ns, name string, units ...int64) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			SchedulerName: schedulerName, HostNetwork: true, DNSPolicy: corev1.DNSDefault,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Tolerations:                   []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}},
+		},
+	}
+	for i, u := range units {
+		ctr := corev1.Container{Name: fmt.Sprintf("c%d", i), Image: probeImage, ImagePullPolicy: corev1.PullNever}
+		if u > 0 {
+			ctr.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
+	}
+	return pod
+}
+
+// runProbePod creates the pod and waits until every container runs.
+func runProbePod(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.KubeletNode, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	if _, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cluster.WaitPod(ctx, c.Client, pod.Namespace, pod.Name, 2*time.Minute, "Running, all containers started", func(p *corev1.Pod) bool {
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+			return false
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Running == nil {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, node.Logs())
+	}
+	return got
+}
+
+// deletePods deletes the pods and waits until the kubelet has removed them.
+func deletePods(ctx context.Context, t *testing.T, c *cluster.Cluster, pods ...*corev1.Pod) {
+	t.Helper()
+	for _, p := range pods {
+		if err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete pod %s: %v", p.Name, err)
+		}
+	}
+	for _, p := range pods {
+		if err := cluster.WaitPodGone(ctx, c.Client, p.Namespace, p.Name, time.Minute); err != nil {
+			t.Errorf("pod %s: %v", p.Name, err)
+		}
+	}
+}
+
+// probeSees waits for a report of the container printed after since and
+// returns the latest.
+func probeSees(ctx context.Context, t *testing.T, node *cluster.KubeletNode, pod *corev1.Pod, container string, since time.Time) kubeletnode.ProbeReport {
+	t.Helper()
+	var last cluster.ProbeLine
+	var readErr error
+	err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, time.Minute, true, func(context.Context) (bool, error) {
+		lines, err := node.ProbeReports(pod.Namespace, pod.Name, pod.UID, container)
+		readErr = err
+		if err != nil || len(lines) == 0 {
+			return false, nil
+		}
+		last = lines[len(lines)-1]
+		return !last.Time.Before(since), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s container %s: no probe report since %s (last %v at %s, read error %v)\n%s",
+			pod.Name, container, since.Format(time.RFC3339Nano), last.Report, last.Time.Format(time.RFC3339Nano), readErr, node.Logs())
+	}
+	return last.Report
+}
+
+// cardDevice is the device node a container that got card index finds (the
+// node's CDI spec: /dev/nvidia<index>, major 195, minor index).
+func cardDevice(index int) kubeletnode.ProbeDevice {
+	return kubeletnode.ProbeDevice{Path: "/dev/nvidia" + strconv.Itoa(index), Char: true, Major: 195, Minor: uint32(index)}
+}
+
+// nvidiactl comes with any card (the CDI spec's common edits).
+var nvidiactl = kubeletnode.ProbeDevice{Path: kubeletnode.NvidiactlPath, Char: true, Major: 195, Minor: 255}
+
+// devicesFor is what a container with the given cards must see, sorted as the
+// probe lists them; nothing for no card.
+func devicesFor(indexes ...int) []kubeletnode.ProbeDevice {
+	out := []kubeletnode.ProbeDevice{}
+	for _, i := range indexes {
+		out = append(out, cardDevice(i))
+	}
+	if len(indexes) > 0 {
+		out = append(out, nvidiactl)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// allocatedAssignment waits until the plugin has marked the pod's
+// assignment Allocated and returns it.
+func allocatedAssignment(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) api.Assignment {
+	t.Helper()
+	var asg api.Assignment
+	var lastErr error
+	if _, err := cluster.WaitPod(ctx, c.Client, pod.Namespace, pod.Name, recordSettle, "assignment Allocated", func(p *corev1.Pod) bool {
+		asg, lastErr = api.AssignmentFromPod(p)
+		return lastErr == nil && asg.Phase == api.PhaseAllocated
+	}); err != nil {
+		t.Fatalf("%v (last decode error: %v)", err, lastErr)
+	}
+	return asg
+}
+
+// checkContainerSeesItsCard checks a GPU container's own view: exactly the
+// assigned card's device node (and nvidiactl), one device request — the card's
+// UUID — and the env the plugin promises.
+func checkContainerSeesItsCard(t *testing.T, pod *corev1.Pod, ca api.ContainerAssignment, asg api.Assignment, seen kubeletnode.ProbeReport) {
+	t.Helper()
+	if diff := cmp.Diff(devicesFor(ca.CardIndex), seen.Devices); diff != "" {
+		t.Errorf("pod %s container %s (card %d %s): device nodes (-want +seen):\n%s", pod.Name, ca.Name, ca.CardIndex, ca.CardUUID, diff)
+	}
+	if diff := cmp.Diff([]string{ca.CardUUID}, seen.DeviceRequests); diff != "" {
+		t.Errorf("pod %s container %s: %s entries (-want +seen):\n%s", pod.Name, ca.Name, api.VisibleDevicesVolumeRoot, diff)
+	}
+	wantEnv := map[string]string{
+		api.EnvNvidiaVisibleDevices: api.VisibleDevicesVolumeRoot,
+		api.EnvCardUUID:             ca.CardUUID,
+		api.EnvCardIndex:            strconv.Itoa(ca.CardIndex),
+		api.EnvMemoryUnits:          strconv.FormatInt(ca.Units, 10),
+		api.EnvMemoryUnit:           string(asg.Unit),
+	}
+	for k, v := range wantEnv {
+		if seen.Env[k] != v {
+			t.Errorf("pod %s container %s: env %s=%q, want %q", pod.Name, ca.Name, k, seen.Env[k], v)
+		}
+	}
+}
+
+// checkContainerSeesNoCard checks a container that asked for nothing: no
+// device node, no device request, none of the plugin's env — while its image
+// says NVIDIA_VISIBLE_DEVICES=all.
+func checkContainerSeesNoCard(t *testing.T, pod *corev1.Pod, container string, seen kubeletnode.ProbeReport) {
+	t.Helper()
+	if got := seen.Env[api.EnvNvidiaVisibleDevices]; got != "all" {
+		t.Errorf("pod %s container %s: env %s=%q, want the image's \"all\" (the premise of this check)", pod.Name, container, api.EnvNvidiaVisibleDevices, got)
+	}
+	if len(seen.Devices) != 0 {
+		t.Errorf("pod %s container %s asked for no GPU but sees device nodes %v", pod.Name, container, seen.Devices)
+	}
+	if len(seen.DeviceRequests) != 0 {
+		t.Errorf("pod %s container %s asked for no GPU but has %s entries %v", pod.Name, container, api.VisibleDevicesVolumeRoot, seen.DeviceRequests)
+	}
+	if v, ok := seen.Env[api.EnvCardUUID]; ok {
+		t.Errorf("pod %s container %s asked for no GPU but has %s=%s", pod.Name, container, api.EnvCardUUID, v)
+	}
+}
+
+// setToolkit changes a setting in the node's NVIDIA runtime config with
+// nvidia-ctk, as an operator would; the runtime reads it at the next create.
+func setToolkit(t *testing.T, tools map[string]string, node *cluster.KubeletNode, setting string, value bool) {
+	t.Helper()
+	cmd := exec.Command(tools["nvidia-ctk"], "config", "--config-file", node.ToolkitConfig(), "--in-place",
+		"--set", fmt.Sprintf("%s=%t", setting, value))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nvidia-ctk config --set %s=%t: %v\n%s", setting, value, err, out)
+	}
+	b, err := os.ReadFile(node.ToolkitConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%s = %t", setting, value); !strings.Contains(string(b), want) || !strings.Contains(string(b), `mode = "cdi"`) {
+		t.Fatalf("after nvidia-ctk, %s lacks %q or CDI mode:\n%s", node.ToolkitConfig(), want, b)
+	}
+}
+
+// TestContainerLane runs the issue-14 scenarios on one real node, in order:
+// what each container sees is decided by the real kubelet, containerd, runc
+// and NVIDIA's runtime from gpushare's Allocate answer.
+func TestContainerLane(t *testing.T) {
+	c := setup(t)
+	needRoot(t)
+	needExtender(t)
+	tools := needLane(t)
+	ctx := context.Background()
+	node, inv := laneNode(ctx, t, c, tools, "gpu-kubelet-1")
+	if len(inv.Cards) != 2 {
+		t.Fatalf("inventory has %d cards, want 2 (%s)", len(inv.Cards), laneGPUs)
+	}
+	ns := testNamespace(ctx, t, c, "lane")
+
+	t.Run("GPU pod sees exactly its assigned card, its device request and env", func(t *testing.T) {
+		pod := runProbePod(ctx, t, c, node, probePod(ns, "one-card", 30))
+		defer deletePods(ctx, t, c, pod)
+		asg := allocatedAssignment(ctx, t, c, pod)
+		ca, ok := asg.Container("c0")
+		if !ok {
+			t.Fatalf("no assignment for c0: %+v", asg)
+		}
+		checkContainerSeesItsCard(t, pod, ca, asg, probeSees(ctx, t, node, pod, "c0", time.Time{}))
+	})
+
+	t.Run("pod without a request whose image sets NVIDIA_VISIBLE_DEVICES=all sees no GPU", func(t *testing.T) {
+		pod := runProbePod(ctx, t, c, node, probePod(ns, "no-request", 0))
+		defer deletePods(ctx, t, c, pod)
+		checkContainerSeesNoCard(t, pod, "c0", probeSees(ctx, t, node, pod, "c0", time.Time{}))
+	})
+
+	t.Run("the same pod sees every card when the toolkit accepts the env var from unprivileged containers", func(t *testing.T) {
+		setToolkit(t, tools, node, kubeletnode.SettingEnvvarUnprivileged, true)
+		defer setToolkit(t, tools, node, kubeletnode.SettingEnvvarUnprivileged, false)
+		pod := runProbePod(ctx, t, c, node, probePod(ns, "no-request-accepted", 0))
+		defer deletePods(ctx, t, c, pod)
+		seen := probeSees(ctx, t, node, pod, "c0", time.Time{})
+		if diff := cmp.Diff(devicesFor(0, 1), seen.Devices); diff != "" {
+			t.Errorf("with %s=true an unprivileged pod with NVIDIA_VISIBLE_DEVICES=all should see every card (-want +seen):\n%s", kubeletnode.SettingEnvvarUnprivileged, diff)
+		}
+	})
+
+	t.Run("multi-container pod: each container its own card, the one without a request none", func(t *testing.T) {
+		pod := runProbePod(ctx, t, c, node, probePod(ns, "multi", 30, 30, 0))
+		defer deletePods(ctx, t, c, pod)
+		asg := allocatedAssignment(ctx, t, c, pod)
+		c0, ok0 := asg.Container("c0")
+		c1, ok1 := asg.Container("c1")
+		if !ok0 || !ok1 {
+			t.Fatalf("assignment lacks c0 or c1: %+v", asg)
+		}
+		if c0.CardUUID == c1.CardUUID {
+			t.Fatalf("30+30 GiB on 2x40 GiB: both containers assigned card %s", c0.CardUUID)
+		}
+		checkContainerSeesItsCard(t, pod, c0, asg, probeSees(ctx, t, node, pod, "c0", time.Time{}))
+		checkContainerSeesItsCard(t, pod, c1, asg, probeSees(ctx, t, node, pod, "c1", time.Time{}))
+		checkContainerSeesNoCard(t, pod, "c2", probeSees(ctx, t, node, pod, "c2", time.Time{}))
+	})
+
+	// Restarts: a running GPU pod keeps its devices (same container, a report
+	// printed after the restart), and the next pod gets its assigned card.
+	restart := func(t *testing.T, what string, pid func() int, prefix string) {
+		before := runProbePod(ctx, t, c, node, probePod(ns, prefix+"-before", 20))
+		defer deletePods(ctx, t, c, before)
+		asgBefore := allocatedAssignment(ctx, t, c, before)
+		caBefore, _ := asgBefore.Container("c0")
+		checkContainerSeesItsCard(t, before, caBefore, asgBefore, probeSees(ctx, t, node, before, "c0", time.Time{}))
+
+		old, regs := pid(), node.Registrations()
+		if err := cluster.Signal(old, syscall.SIGTERM); err != nil {
+			t.Fatalf("stop the %s: %v", what, err)
+		}
+		// The node program starts it again; the plugin registers again with
+		// the kubelet (after a kubelet restart: with the new kubelet).
+		if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 2*time.Minute, true, func(context.Context) (bool, error) {
+			return pid() != 0 && pid() != old && node.Registrations() > regs, nil
+		}); err != nil {
+			t.Fatalf("%s not restarted and plugin not registered again (pid %d → %d, registrations %d → %d): %v\n%s",
+				what, old, pid(), regs, node.Registrations(), err, node.Logs())
+		}
+		restarted := time.Now()
+		waitLaneCapacity(ctx, t, c, node, restarted)
+		t.Logf("%s restarted (pid %d → %d); plugin registered again; the kubelet posted full capacity %v later", what, old, pid(), time.Since(restarted).Round(time.Millisecond))
+
+		// The running container: same container, no restart, still its card.
+		fresh, err := c.Client.CoreV1().Pods(ns).Get(ctx, before.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fresh.Status.ContainerStatuses[0].ContainerID, before.Status.ContainerStatuses[0].ContainerID; got != want || fresh.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s: container %s (restarts %d), before the %s restart %s", before.Name, got, fresh.Status.ContainerStatuses[0].RestartCount, what, want)
+		}
+		checkContainerSeesItsCard(t, before, caBefore, asgBefore, probeSees(ctx, t, node, before, "c0", restarted))
+
+		after := runProbePod(ctx, t, c, node, probePod(ns, prefix+"-after", 20))
+		defer deletePods(ctx, t, c, after)
+		asgAfter := allocatedAssignment(ctx, t, c, after)
+		caAfter, _ := asgAfter.Container("c0")
+		checkContainerSeesItsCard(t, after, caAfter, asgAfter, probeSees(ctx, t, node, after, "c0", time.Time{}))
+	}
+
+	t.Run("kubelet restart: running containers keep their devices, the next pod gets its card", func(t *testing.T) {
+		restart(t, "kubelet", node.KubeletPID, "kubelet-restart")
+	})
+
+	t.Run("device plugin restart under the real kubelet: running containers keep their devices, the next pod gets its card", func(t *testing.T) {
+		restart(t, "device plugin", node.PluginPID, "plugin-restart")
+	})
+}

@@ -1,0 +1,147 @@
+package kubeletnode
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+)
+
+func TestCardsAndCDISpecNameEveryCardByUUIDIndexAndAll(t *testing.T) {
+	o := &Options{NodeName: "gpu-kubelet-1", StateDir: "/state", GPUs: "2x40GiB:NVIDIA-A100"}
+	cards, err := o.Cards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cards) != 2 || cards[0].UUID == cards[1].UUID || !strings.HasPrefix(cards[0].UUID, "GPU-") {
+		t.Fatalf("cards: %+v", cards)
+	}
+	if cards[1].HostNode != "/state/dev/nvidia-"+cards[1].UUID || cards[1].ContainerPath != "/dev/nvidia1" || cards[1].Minor != 1 {
+		t.Errorf("card 1: %+v", cards[1])
+	}
+	b, err := o.cdiSpec(cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Kind    string `json:"kind"`
+		Devices []struct {
+			Name           string `json:"name"`
+			ContainerEdits struct {
+				DeviceNodes []struct {
+					Path, HostPath string
+				} `json:"deviceNodes"`
+			} `json:"containerEdits"`
+		} `json:"devices"`
+	}
+	if err := yaml.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, d := range spec.Devices {
+		for _, n := range d.ContainerEdits.DeviceNodes {
+			got[d.Name] = append(got[d.Name], n.Path+"<-"+n.HostPath)
+		}
+	}
+	n0 := "/dev/nvidia0<-/state/dev/nvidia-" + cards[0].UUID
+	n1 := "/dev/nvidia1<-/state/dev/nvidia-" + cards[1].UUID
+	want := map[string][]string{cards[0].UUID: {n0}, "0": {n0}, cards[1].UUID: {n1}, "1": {n1}, "all": {n0, n1}}
+	if spec.Kind != "nvidia.com/gpu" {
+		t.Errorf("kind %q", spec.Kind)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CDI devices (-want +got):\n%s", diff)
+	}
+}
+
+func TestToolkitConfigCarriesTheDocumentedSettingsInCDIMode(t *testing.T) {
+	o := &Options{StateDir: "/state", Runc: "/usr/sbin/runc"}
+	cfg := o.toolkitConfig()
+	for _, want := range []string{
+		SettingVolumeMounts + " = true",
+		SettingEnvvarUnprivileged + " = false",
+		`mode = "cdi"`,
+		`spec-dirs = ["/state/cdi"]`,
+		`runtimes = ["/usr/sbin/runc"]`,
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("config.toml lacks %q:\n%s", want, cfg)
+		}
+	}
+	o.AcceptEnvvarUnprivileged = true
+	if !strings.Contains(o.toolkitConfig(), SettingEnvvarUnprivileged+" = true") {
+		t.Errorf("AcceptEnvvarUnprivileged not written")
+	}
+}
+
+func TestOCIArchiveNamesTheImageAndHoldsItsFiles(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "probe")
+	if err := os.WriteFile(bin, []byte("#!probe"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "probe.tar")
+	if err := WriteOCIArchive(archive, Image{Name: "gpushare.local/e2e/probe:v1", Files: map[string]string{"/bin/probe": bin},
+		Entrypoint: []string{"/bin/probe"}, Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		blobs[h.Name] = b
+	}
+	var index struct {
+		Manifests []struct {
+			Digest      string            `json:"digest"`
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(blobs["index.json"], &index); err != nil || len(index.Manifests) != 1 {
+		t.Fatalf("index.json: %v %s", err, blobs["index.json"])
+	}
+	if got := index.Manifests[0].Annotations["io.containerd.image.name"]; got != "gpushare.local/e2e/probe:v1" {
+		t.Errorf("image name annotation %q", got)
+	}
+	var manifest struct {
+		Config struct{ Digest string }   `json:"config"`
+		Layers []struct{ Digest string } `json:"layers"`
+	}
+	if err := json.Unmarshal(blobs["blobs/sha256/"+strings.TrimPrefix(index.Manifests[0].Digest, "sha256:")], &manifest); err != nil || len(manifest.Layers) != 1 {
+		t.Fatalf("manifest: %v", err)
+	}
+	layer := blobs["blobs/sha256/"+strings.TrimPrefix(manifest.Layers[0].Digest, "sha256:")]
+	lr := tar.NewReader(strings.NewReader(string(layer)))
+	var names []string
+	for {
+		h, err := lr.Next()
+		if err != nil {
+			break
+		}
+		names = append(names, h.Name)
+	}
+	if diff := cmp.Diff([]string{"bin/", "bin/probe"}, names); diff != "" {
+		t.Errorf("layer entries (-want +got):\n%s", diff)
+	}
+	if !strings.Contains(string(blobs["blobs/sha256/"+strings.TrimPrefix(manifest.Config.Digest, "sha256:")]), "NVIDIA_VISIBLE_DEVICES=all") {
+		t.Errorf("config lacks the image env")
+	}
+}
