@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gpushare/gpushare/api"
@@ -64,9 +66,13 @@ func CheckAssignments(ctx context.Context, client kubernetes.Interface, ns strin
 	if err != nil {
 		return Report{}, err
 	}
-	all, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	var all *corev1.PodList
+	err = wait.PollUntilContextTimeout(ctx, time.Second, listTimeout, true, func(ctx context.Context) (bool, error) {
+		all, err = client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		return err == nil, nil
+	})
 	if err != nil {
-		return Report{}, fmt.Errorf("list pods: %w", err)
+		return Report{}, fmt.Errorf("list every pod: %w", err)
 	}
 	return checkAssignments(pods, all.Items, nodes), nil
 }
@@ -216,15 +222,30 @@ func checkBound(pods []corev1.Pod, nodes map[string]*corev1.Node) Report {
 	return r
 }
 
-// list returns the namespace's pods and every node by name.
+// list returns the namespace's pods and every node by name. It reads the API
+// server's watch cache (resourceVersion "0"): a consistent list waits for
+// the cache to catch up with etcd, which on an overloaded server (a stalled
+// burst) can exceed the request timeout; the cache is at least as fresh as
+// the bind events the caller has already seen through its informer. Errors
+// are retried for up to listTimeout.
 func list(ctx context.Context, client kubernetes.Interface, ns string) ([]corev1.Pod, map[string]*corev1.Node, error) {
-	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	var pods *corev1.PodList
+	var nl *corev1.NodeList
+	var lastErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, listTimeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if pods, err = client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err != nil {
+			lastErr = fmt.Errorf("list pods of %s: %w", ns, err)
+			return false, nil
+		}
+		if nl, err = client.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"}); err != nil {
+			lastErr = fmt.Errorf("list nodes: %w", err)
+			return false, nil
+		}
+		return true, nil
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("list pods of %s: %w", ns, err)
-	}
-	nl, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, fmt.Errorf("list nodes: %w", err)
+		return nil, nil, fmt.Errorf("%w (still after %v: %w)", lastErr, listTimeout, err)
 	}
 	nodes := make(map[string]*corev1.Node, len(nl.Items))
 	for i := range nl.Items {
@@ -232,3 +253,6 @@ func list(ctx context.Context, client kubernetes.Interface, ns string) ([]corev1
 	}
 	return pods.Items, nodes, nil
 }
+
+// listTimeout bounds the checks' retries of their lists.
+const listTimeout = 3 * time.Minute
