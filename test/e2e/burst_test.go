@@ -12,20 +12,22 @@ import (
 	"github.com/gpushare/gpushare/test/schedload"
 )
 
-// Burst sizes: big enough that the pods arrive faster than binds finish (the
-// stall of issue 11 showed from the first few hundred pods on), small enough
-// that a healthy run takes seconds.
+// Burst sizes: big enough that kube-scheduler hands out binds faster than the
+// extender's client may write them for more than its 10 s httpTimeout (on
+// main before the bind fix, 400 pods on these nodes were all bound, slowly
+// — 174 by 15 s, 218 by 30 s, 400 by 52 s — while 1,000 stalled), small
+// enough that a healthy run takes well under a minute.
 const (
 	burstNodes    = 300
 	burstCards    = 8
 	burstCardGiB  = 80
-	burstPods     = 400
+	burstPods     = 1000
 	burstPodGiB   = 8
 	burstClients  = 32
 	burstDeadline = 5 * time.Minute
 )
 
-// An operator creates a few hundred 8 GiB pods at once against a few hundred
+// An operator creates a thousand 8 GiB pods at once against a few hundred
 // GPU nodes, with the shipped configuration (the extender's default flags,
 // the project's KubeSchedulerConfiguration): every pod ends bound, each with a
 // valid assignment record for its node, and no card holds more than its
