@@ -54,7 +54,7 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	}
 	_ = tw.Flush()
 
-	fmt.Fprintf(w, "\nextender latency from its /metrics (ms; percentiles interpolated in the histogram's buckets), bind outcomes\n\n")
+	fmt.Fprintf(w, "\nextender latency from its /metrics (ms; percentiles interpolated in the histogram's buckets; ≥: beyond its largest bucket), bind outcomes\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head = "policy"
 	for _, v := range Verbs {
@@ -72,7 +72,7 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 				line += "\t-\t-\t-\t-"
 				continue
 			}
-			line += fmt.Sprintf("\t%d\t%s\t%s\t%s", l.Count, ms(l.P50), ms(l.P90), ms(l.P99))
+			line += fmt.Sprintf("\t%d\t%s\t%s\t%s", l.Count, msAtMost(l.P50, l.Top), msAtMost(l.P90, l.Top), msAtMost(l.P99, l.Top))
 		}
 		fmt.Fprintln(tw, line+"\t"+outcomes(r.Binds)+"\t")
 	}
@@ -97,6 +97,11 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	for _, r := range results {
 		if r.Stalled != nil {
 			fmt.Fprintf(w, "\n%s: %v\n", label(r), r.Stalled)
+			if r.Stalled.After-r.Stalled.LastBind < stuckAfter {
+				fmt.Fprintf(w, "  (pods were still being bound when the timeout hit: slow rather than stuck)\n")
+			} else {
+				fmt.Fprintf(w, "  (no pod bound in the last %v: stuck)\n", (r.Stalled.After - r.Stalled.LastBind).Round(time.Second))
+			}
 		}
 		if r.Err != nil {
 			fmt.Fprintf(w, "\n%s: error: %v\n", label(r), r.Err)
@@ -117,6 +122,10 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 		}
 	}
 }
+
+// stuckAfter: a run whose last bind is older than this when the timeout
+// hits is called stuck, else slow.
+const stuckAfter = 30 * time.Second
 
 func label(r Result) string {
 	if r.Policy == "" {
@@ -163,6 +172,15 @@ func ms(s float64) string {
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
+}
+
+// msAtMost prints a quantile, as "≥top" when it reached the histogram's
+// largest finite bucket (the histogram cannot say more).
+func msAtMost(s, top float64) string {
+	if top > 0 && s >= top {
+		return "≥" + ms(top)
+	}
+	return ms(s)
 }
 
 func outcomes(m map[string]float64) string {

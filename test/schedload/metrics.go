@@ -126,6 +126,9 @@ func hasLabels(s *dto.Metric, pairs []string) bool {
 type Latency struct {
 	Count         uint64
 	P50, P90, P99 float64
+	// Top is the histogram's largest finite bucket bound: a quantile equal
+	// to it means "at least Top" (the observation was in the +Inf bucket).
+	Top float64
 }
 
 // Histogram summarizes the histogram sample of the family whose labels
@@ -141,14 +144,18 @@ func (m Metrics) Histogram(family string, labels ...string) (Latency, bool) {
 			continue
 		}
 		bs := make([]bucket, 0, len(h.GetBucket()))
+		top := 0.0
 		for _, b := range h.GetBucket() {
 			bs = append(bs, bucket{upper: b.GetUpperBound(), count: b.GetCumulativeCount()})
+			if !math.IsInf(b.GetUpperBound(), 1) {
+				top = max(top, b.GetUpperBound())
+			}
 		}
 		return Latency{
-			Count: h.GetSampleCount(),
-			P50:   quantile(0.50, bs, h.GetSampleCount()),
-			P90:   quantile(0.90, bs, h.GetSampleCount()),
-			P99:   quantile(0.99, bs, h.GetSampleCount()),
+			Count: h.GetSampleCount(), Top: top,
+			P50: quantile(0.50, bs, h.GetSampleCount()),
+			P90: quantile(0.90, bs, h.GetSampleCount()),
+			P99: quantile(0.99, bs, h.GetSampleCount()),
 		}, true
 	}
 	return Latency{}, false
