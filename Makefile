@@ -90,6 +90,22 @@ playground-down: ## stop the playground (every process by PID)
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
 # re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.
+# Scheduling throughput (docs/design.md "Scheduling throughput"): a local control plane,
+# N API-object GPU nodes × 8 cards of 80 GiB, P pods of 8 GiB created at once by CLIENTS;
+# (a) kube-scheduler alone, (b) with the extender per policy (POLICIES, comma-separated;
+# default all five). Not part of `make test`.
+N        ?= 1000
+P        ?= 2000
+CLIENTS  ?= 32
+ALL_POLICIES   := binpack,spread,bestfit,fgd,frag
+BENCH_TIMEOUT  ?= 5m
+.PHONY: bench-scheduling
+bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m)
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpushare-scheduler ./scheduler
+	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
+	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT)
+
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)
 	cd test && $(GO) test -race -count=1 -v -run . ./devicemanager/

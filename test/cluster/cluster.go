@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,6 +45,10 @@ type Options struct {
 	// Empty: kube-scheduler runs its defaults, without an extender.
 	SchedulerConfig string
 	ExtenderURL     string
+	// KCMControllers is kube-controller-manager's --controllers (default
+	// "*": all, node lifecycle included). "*,-node-lifecycle-controller"
+	// keeps Nodes that nothing heartbeats Ready (API-object nodes).
+	KCMControllers string
 	// Log receives the script's output (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -115,6 +120,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, Kubeconfig: filepath.Join(opts.StateDir, "kubeconfig"), Ports: map[string]int{}}
 	c.env = append(os.Environ(), "GPUSHARE_STATE="+opts.StateDir, "GPUSHARE_K8S_BIN="+opts.BinDir)
+	if opts.KCMControllers != "" {
+		c.env = append(c.env, "GPUSHARE_KCM_CONTROLLERS="+opts.KCMControllers)
+	}
 	for i, n := range names {
 		c.Ports[n] = ports[i]
 		c.env = append(c.env, fmt.Sprintf("GPUSHARE_%s_PORT=%d", n, ports[i]))
@@ -166,6 +174,33 @@ func (c *Cluster) RestartScheduler(ctx context.Context) error {
 	}
 	return c.script(ctx, args...)
 }
+
+// RestartSchedulerWith stops kube-scheduler and starts it again with another
+// KubeSchedulerConfiguration and extender URL (empty: kube-scheduler's
+// defaults, no extender), waiting until it is healthy. Later restarts keep
+// the new configuration.
+func (c *Cluster) RestartSchedulerWith(ctx context.Context, schedulerConfig, extenderURL string) error {
+	c.opts.SchedulerConfig, c.opts.ExtenderURL = schedulerConfig, extenderURL
+	return c.RestartScheduler(ctx)
+}
+
+// PID is the process ID of a running control-plane component ("etcd",
+// "kube-apiserver", "kube-controller-manager", "kube-scheduler"), from the
+// script's pids/ directory.
+func (c *Cluster) PID(component string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(c.opts.StateDir, "pids", component+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: pid of %s: %w", component, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("cluster: pid of %s: %w", component, err)
+	}
+	return pid, nil
+}
+
+// StateDir is the cluster's state directory.
+func (c *Cluster) StateDir() string { return c.opts.StateDir }
 
 // LogFile is the path of a component's log.
 func (c *Cluster) LogFile(component string) string {

@@ -1,0 +1,356 @@
+// Package schedbench is gpushare's scheduling-throughput benchmark (`make
+// bench-scheduling`, docs/design.md "Scheduling throughput"): on a local
+// control plane (test/cluster) with N GPU nodes that exist only as API objects
+// (test/schedload), it creates P gpu-mem pods at once from many clients and
+// measures how fast they are bound, (a) by kube-scheduler alone and (b) by
+// kube-scheduler with the gpushare extender and the project's configuration,
+// once per policy; then it checks every pod is bound, with a valid record in
+// (b), and no card or node over capacity.
+package schedbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/schedload"
+)
+
+// Options configure a benchmark.
+type Options struct {
+	// Nodes, Cards per node and CardGiB: the fleet (default 1,000 × 8 × 80).
+	Nodes, Cards int
+	CardGiB      int64
+	// Pods of PodGiB each, created by Clients concurrent creations (default
+	// 2,000 × 8 GiB, 32).
+	Pods    int
+	PodGiB  int64
+	Clients int
+	// Policies run through the extender, in order (default all five).
+	Policies []string
+	// Plain runs kube-scheduler alone first (the reference for the ratio).
+	Plain bool
+	// Timeout bounds each run, from the first pod created to the last bound;
+	// a run that has not bound every pod by then is reported stalled.
+	Timeout time.Duration
+	// ExtenderBinary is the built gpushare-scheduler. Required for policies.
+	ExtenderBinary string
+	// ExtenderArgs are more extender flags (default: none, the shipped
+	// defaults besides --policy).
+	ExtenderArgs []string
+	// SchedulerConfig is the KubeSchedulerConfiguration for (b) (default
+	// the project's scheduler/config/kube-scheduler-config.yaml).
+	SchedulerConfig string
+	// StateDir is the control plane's state directory (default a new
+	// temporary one, removed after a clean run unless Keep).
+	StateDir string
+	Keep     bool
+	// Out receives the report; Log progress lines (both default stderr/stdout).
+	Out io.Writer
+	Log func(format string, args ...any)
+}
+
+// DefaultOptions are the issue's figures: 1,000 nodes × 8 cards of 80 GiB,
+// 2,000 pods of 8 GiB from 32 clients, every policy, 5 minutes per run.
+func DefaultOptions() Options {
+	return Options{
+		Nodes: 1000, Cards: 8, CardGiB: 80, Pods: 2000, PodGiB: 8, Clients: 32,
+		Policies: []string{"binpack", "spread", "bestfit", "fgd", "frag"},
+		Plain:    true, Timeout: 5 * time.Minute,
+	}
+}
+
+// Verbs are the extender verbs whose latency is reported.
+var Verbs = []string{"filter", "prioritize", "bind"}
+
+// CPUComponents are the processes whose CPU time is reported.
+var CPUComponents = []string{"extender", "kube-scheduler", "kube-apiserver", "etcd"}
+
+// Result is one run.
+type Result struct {
+	// Name is "kube-scheduler" for (a), the policy for (b).
+	Name   string
+	Policy string
+	// Created is how long creating the pods took.
+	Created    time.Duration
+	Throughput schedload.Throughput
+	// Progress is how many pods were bound within each of ProgressMarks.
+	Progress []int
+	// Stalled is set when not every pod was bound within the timeout.
+	Stalled *schedload.StalledError
+	// Latency per extender verb, and the bind outcomes, from the
+	// extender's /metrics ((b) only).
+	Latency map[string]schedload.Latency
+	Binds   map[string]float64
+	// CPU seconds per component (CPUComponents) during the run.
+	CPU map[string]float64
+	// Check is what the checks afterwards found.
+	Check schedload.Report
+	// Err is an error that stopped the run.
+	Err error
+}
+
+// OK reports whether the run finished and its checks passed.
+func (r Result) OK() bool { return r.Err == nil && r.Stalled == nil && r.Check.OK() }
+
+// ProgressMarks are the moments (after the first creation) at which the
+// report shows how many pods were bound.
+var ProgressMarks = []time.Duration{5 * time.Second, 15 * time.Second, 30 * time.Second, 60 * time.Second}
+
+// Bench is a benchmark in progress: the control plane and the fleet.
+type Bench struct {
+	opts   Options
+	c      *cluster.Cluster
+	client kubernetes.Interface // not rate-limited
+	fleet  schedload.Fleet
+	port   int
+	ext    *cluster.Process
+	extLog string
+	// NodesIn is how long creating the fleet took, ClusterIn starting the
+	// control plane.
+	NodesIn, ClusterIn time.Duration
+}
+
+// Run runs the benchmark: control plane, fleet, (a) then (b) per policy. It
+// prints the report to opts.Out and returns the results; the error is set when
+// the benchmark could not run at all or a run failed its checks.
+func Run(ctx context.Context, o Options) ([]Result, error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if o.Log == nil {
+		o.Log = func(f string, a ...any) { fmt.Fprintf(os.Stderr, "schedbench: "+f+"\n", a...) }
+	}
+	if o.Nodes <= 0 || o.Cards <= 0 || o.CardGiB <= 0 || o.Pods <= 0 || o.PodGiB <= 0 || o.Clients <= 0 || o.Timeout <= 0 {
+		return nil, errors.New("nodes, cards, card GiB, pods, pod GiB, clients and timeout must be positive")
+	}
+	if len(o.Policies) > 0 && o.ExtenderBinary == "" {
+		return nil, errors.New("policies to run but no extender binary (-extender)")
+	}
+	if o.SchedulerConfig == "" {
+		o.SchedulerConfig = filepath.Join(cluster.RepoRoot(), cluster.SchedulerConfigFile)
+	}
+	tmp := o.StateDir == ""
+	if tmp {
+		dir, err := os.MkdirTemp("", "gpushare-schedbench-")
+		if err != nil {
+			return nil, err
+		}
+		o.StateDir = dir
+	}
+	b, err := start(ctx, o)
+	if err != nil {
+		o.Log("state and logs kept in %s", o.StateDir)
+		return nil, err
+	}
+	results := b.runAll(ctx)
+	stopErr := b.stop()
+	printReport(o.Out, o, b, results)
+	ok := stopErr == nil
+	for _, r := range results {
+		ok = ok && r.OK()
+	}
+	if ok && tmp && !o.Keep {
+		_ = os.RemoveAll(o.StateDir)
+	} else {
+		fmt.Fprintf(o.Out, "\nstate and logs kept in %s\n", o.StateDir)
+	}
+	switch {
+	case stopErr != nil:
+		return results, stopErr
+	case !ok:
+		return results, errors.New("a run stalled or failed its checks (see the report)")
+	}
+	return results, nil
+}
+
+// start brings the control plane up (kube-scheduler with its defaults, the
+// node lifecycle controller off: nothing heartbeats the API-object nodes, so
+// it would turn them NotReady after ~50 s) and creates the fleet.
+func start(ctx context.Context, o Options) (*Bench, error) {
+	b := &Bench{opts: o, fleet: schedload.Fleet{Prefix: "bench-node", Nodes: o.Nodes, CardsPerNode: o.Cards, CardUnits: o.CardGiB}}
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{StateDir: o.StateDir, KCMControllers: "*,-node-lifecycle-controller"})
+	if err != nil {
+		return nil, err
+	}
+	b.c, b.ClusterIn = c, time.Since(t0)
+	o.Log("control plane up in %v (state %s)", b.ClusterIn.Round(time.Millisecond), o.StateDir)
+	cfg := *c.RESTConfig
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit: the burst is the cluster's to absorb
+	if b.client, err = kubernetes.NewForConfig(&cfg); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	if b.port, err = cluster.FreePort(); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	t0 = time.Now()
+	if err := schedload.CreateNodes(ctx, b.client, b.fleet, o.Clients); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	b.NodesIn = time.Since(t0)
+	o.Log("%d nodes × %d cards of %d GiB created in %v", o.Nodes, o.Cards, o.CardGiB, b.NodesIn.Round(time.Millisecond))
+	return b, nil
+}
+
+func (b *Bench) stop() error {
+	var errs []error
+	if b.ext != nil {
+		errs = append(errs, b.ext.Stop())
+	}
+	errs = append(errs, b.c.Stop())
+	return errors.Join(errs...)
+}
+
+func (b *Bench) runAll(ctx context.Context) []Result {
+	var results []Result
+	if b.opts.Plain {
+		results = append(results, b.run(ctx, "", "default-scheduler"))
+	}
+	if len(b.opts.Policies) == 0 {
+		return results
+	}
+	name, err := cluster.SchedulerName(b.opts.SchedulerConfig)
+	if err == nil {
+		err = b.c.RestartSchedulerWith(ctx, b.opts.SchedulerConfig, fmt.Sprintf("http://127.0.0.1:%d", b.port))
+	}
+	if err != nil {
+		return append(results, Result{Name: "extender", Err: err})
+	}
+	b.opts.Log("kube-scheduler restarted with %s (profile %q)", b.opts.SchedulerConfig, name)
+	for _, p := range b.opts.Policies {
+		if ctx.Err() != nil {
+			break
+		}
+		results = append(results, b.run(ctx, p, name))
+	}
+	return results
+}
+
+// run is one burst: with policy "" through kube-scheduler alone, else
+// through the extender started with that policy (and stopped afterwards).
+func (b *Bench) run(ctx context.Context, policy, schedulerName string) Result {
+	r := Result{Name: "kube-scheduler", Policy: policy, CPU: map[string]float64{}}
+	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", b.port)
+	if policy != "" {
+		r.Name = policy
+		args := append([]string{"--policy", policy}, b.opts.ExtenderArgs...)
+		ext, err := b.c.StartExtender(ctx, b.opts.ExtenderBinary, b.port, args...)
+		if err != nil {
+			r.Err = err
+			return r
+		}
+		b.ext = ext
+		defer func() {
+			if err := ext.Stop(); err != nil && r.Err == nil {
+				r.Err = fmt.Errorf("stopping the extender: %w", err)
+			}
+			b.ext = nil
+		}()
+		if err := schedload.WaitCards(ctx, metricsURL, b.fleet.Prefix+"-", b.fleet.Cards(), 2*time.Minute); err != nil {
+			r.Err = err
+			return r
+		}
+	}
+	b.opts.Log("run %s: %d pods of %d GiB from %d clients", r.Name, b.opts.Pods, b.opts.PodGiB, b.opts.Clients)
+	ns, err := schedload.NewNamespace(ctx, b.client, "bench-"+r.Name, time.Minute)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer func() {
+		if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), b.client, ns, 5*time.Minute); err != nil && r.Err == nil {
+			r.Err = err
+		}
+	}()
+	rec, err := schedload.RecordBinds(ctx, b.client, ns)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer rec.Stop()
+
+	pids := map[string]int{}
+	for _, comp := range CPUComponents[1:] {
+		if pid, err := b.c.PID(comp); err == nil {
+			pids[comp] = pid
+		}
+	}
+	if b.ext != nil {
+		pids["extender"] = b.ext.PID()
+	}
+	cpu0 := cpuTimes(pids)
+
+	burst := schedload.Burst{Namespace: ns, Prefix: "pod", Pods: b.opts.Pods, Units: b.opts.PodGiB, SchedulerName: schedulerName}
+	start := time.Now()
+	r.Created, err = schedload.CreatePods(ctx, b.client, burst, b.opts.Clients)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	var stalled *schedload.StalledError
+	if err := rec.WaitBound(ctx, b.opts.Pods, start, b.opts.Timeout); errors.As(err, &stalled) {
+		r.Stalled = stalled
+	} else if err != nil {
+		r.Err = err
+	}
+	cpu1 := cpuTimes(pids)
+	for comp := range pids {
+		r.CPU[comp] = cpu1[comp] - cpu0[comp]
+	}
+	times := rec.Times()
+	r.Throughput = schedload.MeasureThroughput(start, times, b.opts.Pods)
+	for _, m := range ProgressMarks {
+		r.Progress = append(r.Progress, schedload.BoundBy(start, times, m))
+	}
+	if policy != "" {
+		if m, err := schedload.Scrape(ctx, metricsURL); err == nil {
+			r.Latency = map[string]schedload.Latency{}
+			for _, v := range Verbs {
+				if l, ok := m.Histogram(schedload.MetricRequestDuration, "verb", v); ok {
+					r.Latency[v] = l
+				}
+			}
+			r.Binds = map[string]float64{}
+			if f := m[schedload.MetricBinds]; f != nil {
+				for _, s := range f.GetMetric() {
+					for _, l := range s.GetLabel() {
+						if l.GetName() == "outcome" {
+							r.Binds[l.GetValue()] = s.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+		}
+		r.Check, err = schedload.CheckAssignments(ctx, b.client, ns)
+	} else {
+		r.Check, err = schedload.CheckBound(ctx, b.client, ns)
+	}
+	if err != nil && r.Err == nil {
+		r.Err = err
+	}
+	b.opts.Log("run %s: %d of %d bound in %v", r.Name, r.Throughput.Bound, b.opts.Pods, r.Throughput.Elapsed.Round(time.Millisecond))
+	return r
+}
+
+// cpuTimes reads each process's CPU seconds; a process that cannot be read
+// is left out.
+func cpuTimes(pids map[string]int) map[string]float64 {
+	out := map[string]float64{}
+	for comp, pid := range pids {
+		if s, err := schedload.ProcessCPUSeconds(pid); err == nil {
+			out[comp] = s
+		}
+	}
+	return out
+}
