@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpushare_extender_request_duration_seconds",
 			Help:    "Time to answer an extender verb (filter, prioritize, bind), including bind's wait for the API budget and its Binding.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"verb"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpushare_extender_binds_total",
