@@ -108,18 +108,7 @@ func (lt *levelTable) row(r, s int) (share []float64, whole []float64) {
 }
 
 // level is the level of a node with x free.
-func (lt *levelTable) level(x int64) int {
-	lo, hi := 0, len(lt.levels)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if lt.levels[m] <= x {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
+func (lt *levelTable) level(x int64) int { return countAtMost(lt.levels, x) }
 
 // fragClass is the GPU shapes that need the same cards: count cards with
 // units free each (units == 0: count whole unused cards), of the models in
@@ -135,6 +124,13 @@ type fragClass struct {
 	weight           float64
 	hosts            []hostWeight
 	minHost, maxHost HostResources
+}
+
+// accepts reports whether the class may use cards of model slot slot (the
+// model's position in fragIndex.models, or models, their number, for a
+// model no shape names).
+func (c *fragClass) accepts(slot, models int) bool {
+	return c.anyModel || (slot < models && c.mask&(1<<uint(slot)) != 0)
 }
 
 type hostWeight struct {
@@ -300,9 +296,6 @@ func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragInde
 // buildCumulative fills gpuWeight, shareUnits, shareCum and wholeCum.
 func (ix *fragIndex) buildCumulative() {
 	slots := len(ix.models) + 1
-	accepts := func(c *fragClass, slot int) bool {
-		return c.anyModel || (slot < len(ix.models) && c.mask&(1<<uint(slot)) != 0)
-	}
 	var share []*fragClass
 	for i := range ix.classes {
 		c := &ix.classes[i]
@@ -321,28 +314,28 @@ func (ix *fragIndex) buildCumulative() {
 		cum := make([]float64, len(share)+1)
 		for k, c := range share {
 			cum[k+1] = cum[k]
-			if accepts(c, s) {
+			if c.accepts(s, len(ix.models)) {
 				cum[k+1] += c.weight
 			}
 		}
 		ix.shareCum[s] = cum
 		for i := range ix.classes {
 			c := &ix.classes[i]
-			if c.units == 0 && c.count <= maxStackCards && accepts(c, s) {
+			if c.units == 0 && c.count <= maxStackCards && c.accepts(s, len(ix.models)) {
 				for m := c.count; m <= maxStackCards; m++ {
 					ix.wholeCum[s][m] += c.weight
 				}
 			}
 		}
 	}
-	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli }, accepts)
-	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB }, accepts)
+	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli })
+	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB })
 }
 
 // buildLevels builds the level table of the host resource key returns.
 // Level by level, each class's fit grows by its requests at that level
 // (one pass over the requests, sorted by key).
-func (ix *fragIndex) buildLevels(key func(HostResources) int64, accepts func(*fragClass, int) bool) levelTable {
+func (ix *fragIndex) buildLevels(key func(HostResources) int64) levelTable {
 	type item struct {
 		k      int64
 		class  int
@@ -393,11 +386,11 @@ func (ix *fragIndex) buildLevels(key func(HostResources) int64, accepts func(*fr
 				switch {
 				case c.units > 0:
 					cum[k+1] = cum[k]
-					if accepts(c, s) {
+					if c.accepts(s, len(ix.models)) {
 						cum[k+1] += fit[i]
 					}
 					k++
-				case c.count <= maxStackCards && accepts(c, s):
+				case c.count <= maxStackCards && c.accepts(s, len(ix.models)):
 					whole[c.count] += fit[i]
 				}
 			}

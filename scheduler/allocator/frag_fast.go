@@ -1,0 +1,130 @@
+package allocator
+
+// The fast path of the fgd and frag policies: Evaluate for the common
+// request, one container asking for a share of one card with no model
+// constraint, on a node of at most maxStackCards cards, in one pass over
+// the cards instead of decide's pass, the card choice's and the score's.
+// It gives exactly what decide gives with the policy's ChooseCard and
+// Score: the pass fills the same nodeScan that the score's own pass
+// would, and the card choice, the growth and the score come from the same
+// functions (TestFastPathEqualsDecide). Every other request and node, and
+// a node where no card fits (decide says why), goes to decide.
+
+// shareFastPath returns the fast path of a frag-family policy: bestFitCard
+// as in FragOptions (else FGD's card), cpuOnly as in FragOptions, and score
+// the policy's score from the growth and the node totals.
+func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64) func(*Node, Request, *Workload) (Decision, bool) {
+	return func(node *Node, req Request, w *Workload) (Decision, bool) {
+		ix := w.index()
+		if len(req.Demands) != 1 || len(req.Models) != 0 || ix == nil || ix.weight == 0 ||
+			node.InventoryErr != nil || len(node.Cards) > maxStackCards {
+			return Decision{}, false
+		}
+		d := req.Demands[0]
+		if d.WholeCards > 0 || d.Units <= 0 {
+			return Decision{}, false
+		}
+		var p sharePass
+		p.run(node, ix, d.Units, !bestFitCard)
+		if p.fits == 0 {
+			return Decision{}, false
+		}
+		card := p.bestFit
+		if !bestFitCard {
+			card = ix.fgdCard(&p, node, d.Units)
+		}
+		p.place(node, card, d.Units)
+		hb, ha, known := hostStates(node, req, cpuOnly)
+		var hostB, hostA *HostResources
+		if known {
+			hostB, hostA = &hb, &ha
+		}
+		g := ix.oneCardGrowth(&p.scan, hostB, hostA)
+		return Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
+	}
+}
+
+// sharePass is one pass over a node's cards for a share of u units.
+type sharePass struct {
+	// scan is the node before the pod, as nodeScan.scan would find it
+	// once place has put the share on a card.
+	scan nodeScan
+	// free is what each card has free (0 for cards not schedulable).
+	free [maxStackCards]int64
+	// fits counts the cards with at least u free; bestFit is the one with
+	// the least (the first of those with the least), bestFit's choice.
+	fits    int
+	bestFit int
+	// cand are FGD's candidates (see fragChooseCard): the first card of
+	// each (free, model, capacity) group of the cards that fit.
+	cand [maxStackCards]int
+	nc   int
+}
+
+// run fills p from node; withCandidates gathers FGD's candidates.
+func (p *sharePass) run(node *Node, ix *fragIndex, u int64, withCandidates bool) {
+	p.scan.lastModel.ix = ix
+	for i := range node.Cards {
+		c := &node.Cards[i]
+		if !c.Schedulable() {
+			continue
+		}
+		f := c.Free()
+		p.free[i] = f
+		if f == 0 {
+			p.scan.tot.add(c.Capacity, 0, 0, 0)
+			continue
+		}
+		bit, _ := p.scan.lastModel.lookup(c.Model)
+		p.scan.tot.add(c.Capacity, f, f, 0)
+		p.scan.before.add(f, c.Capacity, bit)
+		if f < u {
+			continue
+		}
+		if p.fits == 0 || f < p.free[p.bestFit] {
+			p.bestFit = i
+		}
+		p.fits++
+		if withCandidates && !p.grouped(node, i) {
+			p.cand[p.nc] = i
+			p.nc++
+		}
+	}
+}
+
+// grouped reports whether card i has the free share, model and capacity of
+// a candidate already found.
+func (p *sharePass) grouped(node *Node, i int) bool {
+	for _, j := range p.cand[:p.nc] {
+		if p.free[j] == p.free[i] && node.Cards[j].Model == node.Cards[i].Model && node.Cards[j].Capacity == node.Cards[i].Capacity {
+			return true
+		}
+	}
+	return false
+}
+
+// place records the share of u units on card i in p.scan, as scan records
+// the card the pod changed.
+func (p *sharePass) place(node *Node, i int, u int64) {
+	c := &node.Cards[i]
+	bit, pressure := p.scan.lastModel.lookup(c.Model)
+	s := &p.scan
+	s.changed, s.f, s.u, s.cp, s.bit = 1, p.free[i], u, c.Capacity, bit
+	s.tot.after -= u
+	s.tot.scarcity += float64(u) * pressure
+}
+
+// fgdCard is fragChooseCard's choice for the pass's candidates.
+func (ix *fragIndex) fgdCard(p *sharePass, node *Node, u int64) int {
+	if p.nc == 1 {
+		return p.cand[0]
+	}
+	n := len(node.Cards)
+	var g [maxStackCards]float64
+	if v := &p.scan.before; v.alike {
+		ix.alikeTakeGrowths(v, node.HostFree, p.free[:n], u, p.cand[:p.nc], g[:p.nc])
+	} else {
+		ix.takeGrowths(v, node, p.free[:n], u, p.cand[:p.nc], g[:p.nc])
+	}
+	return leastGrowth(p.cand[:p.nc], g[:p.nc], p.free[:n])
+}
