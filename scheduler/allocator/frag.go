@@ -233,7 +233,7 @@ func NewFragPolicy(o FragOptions) *Policy {
 }
 
 // score is the policy's node score from the growth g and the node totals t.
-func (o FragOptions) score(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64 {
+func (o *FragOptions) score(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64 {
 	unit := t.cardUnits()
 	s := -g / unit
 	if o.PackWeight != 0 && t.capacity > 0 {

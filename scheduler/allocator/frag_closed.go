@@ -186,8 +186,16 @@ func (ix *fragIndex) takeDelta(v *nodeView, r fitRow, full int, f, u int64) floa
 	return d
 }
 
-// sharesUpTo is the number of share classes of at most x units.
-func (ix *fragIndex) sharesUpTo(x int64) int { return countAtMost(ix.shareUnits, x) }
+// sharesUpTo is the number of share classes of at most x ≥ 0 units.
+func (ix *fragIndex) sharesUpTo(x int64) int {
+	if x < int64(len(ix.shareRank)) {
+		return int(ix.shareRank[x])
+	}
+	if len(ix.shareRank) > 0 { // x is over the largest share
+		return len(ix.shareUnits)
+	}
+	return countAtMost(ix.shareUnits, x)
+}
 
 // countAtMost is the number of entries of a, ascending, that are at most x.
 // A binary search whose branches do not depend on x (a fixed number of

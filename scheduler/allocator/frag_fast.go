@@ -29,19 +29,72 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request
 		if p.fits == 0 {
 			return Decision{}, false
 		}
-		card := p.bestFit
-		if !bestFitCard {
-			card = ix.fgdCard(&p, node, d.Units)
-		}
-		p.place(node, card, d.Units)
 		hb, ha, known := hostStates(node, req, cpuOnly)
 		var hostB, hostA *HostResources
 		if known {
 			hostB, hostA = &hb, &ha
 		}
-		g := ix.oneCardGrowth(&p.scan, hostB, hostA)
+		// FGD's card is compared at the node's CPU and memory before the
+		// pod, memory included: with cpuOnly, or on unlike cards, it is
+		// chosen here; on alike cards otherwise from the rows the growth
+		// reads (alikeShare).
+		card, fgdLater := p.bestFit, false
+		switch {
+		case bestFitCard:
+		case cpuOnly || !p.scan.before.alike:
+			card = ix.fgdCard(&p, node, d.Units)
+		default:
+			fgdLater = true
+		}
+		var g float64
+		if p.scan.before.alike {
+			g = ix.alikeShare(&p, node, d.Units, card, fgdLater, hostB, hostA)
+		} else {
+			p.place(node, card, d.Units)
+			s := &p.scan
+			g = ix.classGrowth(&s.before, hostB, hostA, true, s.f, s.u, s.cp, s.bit)
+		}
 		return Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
 	}
+}
+
+// alikeShare places the share of u units on a node of alike cards and
+// returns the growth: on card, or with fgdCard on FGD's card, chosen with
+// the row of the node's host before the pod that the growth reads too.
+func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgdCard bool, hostB, hostA *HostResources) float64 {
+	slot := p.scan.before.slot(ix)
+	rb, okB := ix.tableRow(slot, hostB)
+	ra, okA := ix.tableRow(slot, hostA)
+	if okB && okA {
+		return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
+	}
+	var buf [2]rowBuf // declared here: most nodes need no computed row
+	switch {
+	case !okB && !okA:
+		rb, ra = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
+	case !okB:
+		rb = ix.computeRow(slot, hostB, &buf[0])
+	default:
+		ra = ix.computeRow(slot, hostA, &buf[1])
+	}
+	return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
+}
+
+// alikeShareRows is alikeShare with the rows before (rb) and after (ra).
+func (ix *fragIndex) alikeShareRows(p *sharePass, node *Node, u int64, card int, fgdCard bool, rb, ra fitRow) float64 {
+	v := &p.scan.before
+	if fgdCard {
+		card = p.cand[0]
+		if p.nc > 1 {
+			var g [maxStackCards]float64
+			for k, i := range p.cand[:p.nc] {
+				g[k] = -ix.takeDelta(v, rb, v.unused, p.free[i], u)
+			}
+			card = leastGrowth(p.cand[:p.nc], g[:p.nc], p.free[:len(node.Cards)])
+		}
+	}
+	p.place(node, card, u)
+	return ix.alikeGrowth(v, rb, ra, true, p.scan.f, u)
 }
 
 // sharePass is one pass over a node's cards for a share of u units.

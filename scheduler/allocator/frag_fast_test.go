@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"math/rand"
 	"testing"
 
@@ -105,5 +106,100 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 	}
 	if alike < 2000 {
 		t.Fatalf("only %d choices on alike cards", alike)
+	}
+}
+
+// scaleFragCase multiplies every quantity of GPU units in a random case by
+// k: with k large, shares exceed maxShareRank and the index searches its
+// share units instead of reading shareRank.
+func scaleFragCase(w *Workload, node *Node, req Request, k int64) (*Workload, *Node, Request) {
+	sw := &Workload{ModelCapacity: map[string]ModelCapacity{}}
+	for m, c := range w.ModelCapacity {
+		sw.ModelCapacity[m] = ModelCapacity{Cards: c.Cards, Units: c.Units * k}
+	}
+	if w.ModelCapacity == nil {
+		sw.ModelCapacity = nil
+	}
+	for _, s := range w.Shapes {
+		s.Units *= k
+		sw.Observe(s)
+	}
+	sn := *node
+	sn.Cards = append([]Card(nil), node.Cards...)
+	for i := range sn.Cards {
+		sn.Cards[i].Capacity *= k
+		sn.Cards[i].Used *= k
+	}
+	sr := req
+	sr.Demands = append([]Demand(nil), req.Demands...)
+	for i := range sr.Demands {
+		sr.Demands[i].Units *= k
+	}
+	return sw, &sn, sr
+}
+
+// TestLargeSharesSearchUnits: with shares too large for shareRank, the
+// fast path still gives what decide gives, and the growth still follows
+// the definition.
+func TestLargeSharesSearchUnits(t *testing.T) {
+	fgd, _ := Lookup("fgd")
+	frag, _ := Lookup("frag")
+	rng := rand.New(rand.NewSource(41))
+	taken := 0
+	for iter := 0; iter < 5000; iter++ {
+		w0, node0, req0 := randomFragCase(rng)
+		w, node, req := scaleFragCase(w0, node0, req0, 97)
+		if ix := w.index(); len(ix.shareUnits) > 0 && len(ix.shareRank) > 0 {
+			t.Fatalf("iteration %d: shareRank built for shares up to %d units", iter, ix.shareUnits[len(ix.shareUnits)-1])
+		}
+		for _, p := range []*Policy{fgd, frag} {
+			want := p.decide(node, req, w, false, nil)
+			if got, ok := p.evaluate(node, req, w); ok {
+				taken++
+				if !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
+					t.Fatalf("iteration %d (%s): fast path %+v, decide %+v", iter, p.Name, got, want)
+				}
+			}
+			d := p.Decide(node, req, w)
+			if !d.Fits {
+				continue
+			}
+			after := make([]int64, len(node.Cards))
+			beforeFree(node, after)
+			free := make([]int64, len(node.Cards))
+			for i := range node.Cards {
+				free[i] = Unusable
+				if usable(node.Cards[i], req.Models) {
+					free[i] = node.Cards[i].Free()
+				}
+			}
+			for _, pl := range d.Placements {
+				for _, g := range pl.Grants {
+					if g.Whole {
+						free[g.Card], after[g.Card] = TakenWhole, 0
+					} else {
+						free[g.Card] -= g.Units
+						after[g.Card] -= g.Units
+					}
+				}
+			}
+			ix := w.index()
+			bits := make([]uint64, len(node.Cards))
+			ix.modelBits(node, bits)
+			before := make([]int64, len(node.Cards))
+			beforeFree(node, before)
+			var ha HostResources
+			def := ix.measure(node, after, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
+			scale := 0.0
+			for _, f := range before {
+				scale += float64(f)
+			}
+			if got := fragGrowth(node, free, req, w, false); math.Abs(got-def) > 1e-9*max(1, scale) {
+				t.Fatalf("iteration %d (%s): growth %v, definition %v", iter, p.Name, got, def)
+			}
+		}
+	}
+	if taken < 2000 {
+		t.Fatalf("fast path taken only %d times", taken)
 	}
 }

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,6 +78,10 @@ type fragIndex struct {
 	// (m ≤ maxStackCards).
 	gpuWeight  float64
 	shareUnits []int64
+	// shareRank[x] is the number of share classes of at most x units, for
+	// x up to the largest share (see fragIndex.sharesUpTo); empty when that
+	// is over maxShareRank units.
+	shareRank []uint16
 	shareCum   [][]float64
 	wholeCum   [][maxStackCards + 1]float64
 	// The same by CPU level, for nodes whose free memory blocks no shape,
@@ -97,6 +102,11 @@ type levelTable struct {
 	share, whole []float64
 	ns, slots    int
 }
+
+// maxShareRank bounds the largest share for which the index keeps
+// shareRank (2 bytes per unit): cards of up to a few thousand units
+// (openb's 1,000 per GPU, GiB).
+const maxShareRank = 1 << 12
 
 // maxLevelTable bounds the entries of a levelTable (8 bytes each).
 const maxLevelTable = 1 << 16
@@ -307,6 +317,16 @@ func (ix *fragIndex) buildCumulative() {
 	ix.shareUnits = make([]int64, len(share))
 	for k, c := range share {
 		ix.shareUnits[k] = c.units
+	}
+	if n := len(share); n > 0 && share[n-1].units <= maxShareRank && n <= math.MaxUint16 {
+		ix.shareRank = make([]uint16, share[n-1].units+1)
+		k := 0
+		for x := range ix.shareRank {
+			for k < n && ix.shareUnits[k] <= int64(x) {
+				k++
+			}
+			ix.shareRank[x] = uint16(k)
+		}
 	}
 	ix.shareCum = make([][]float64, slots)
 	ix.wholeCum = make([][maxStackCards + 1]float64, slots)
