@@ -82,8 +82,8 @@ type fragIndex struct {
 	// x up to the largest share (see fragIndex.sharesUpTo); empty when that
 	// is over maxShareRank units.
 	shareRank []uint16
-	shareCum   [][]float64
-	wholeCum   [][maxStackCards + 1]float64
+	shareCum  [][]float64
+	wholeCum  [][maxStackCards + 1]float64
 	// The same by CPU level, for nodes whose free memory blocks no shape,
 	// and by memory level, for nodes whose free CPU blocks no shape (see
 	// fragIndex.alikeGrowthLevels).
