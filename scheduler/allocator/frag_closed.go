@@ -119,14 +119,6 @@ func (r fitRow) finish() fitRow {
 	return r
 }
 
-// rowFor is tableRow, else the row computed in buf.
-func (ix *fragIndex) rowFor(slot int, host *HostResources, buf *rowBuf) fitRow {
-	if r, ok := ix.tableRow(slot, host); ok {
-		return r
-	}
-	return ix.computeRow(slot, host, buf)
-}
-
 // alikeGrowthHosts is alikeGrowth with the rows of hosts hostB (before the
 // pod) and hostA (after).
 func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, took bool, f, u int64) float64 {

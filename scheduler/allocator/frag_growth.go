@@ -57,7 +57,7 @@ func hostStates(node *Node, req Request, cpuOnly bool) (before, after HostResour
 		return before, after, false
 	}
 	before = *node.HostFree
-	after = HostResources{CPUMilli: before.CPUMilli - req.Host.CPUMilli, MemoryMiB: before.MemoryMiB - req.Host.MemoryMiB}
+	hostAfter(node, req, &after)
 	if cpuOnly {
 		before.MemoryMiB, after.MemoryMiB = math.MaxInt64, math.MaxInt64
 	}
