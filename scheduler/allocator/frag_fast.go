@@ -105,9 +105,11 @@ type sharePass struct {
 	// free is what each card has free (0 for cards not schedulable).
 	free [maxStackCards]int64
 	// fits counts the cards with at least u free; bestFit is the one with
-	// the least (the first of those with the least), bestFit's choice.
-	fits    int
-	bestFit int
+	// the least (the first of those with the least), bestFit's choice, and
+	// bestFree what it has.
+	fits     int
+	bestFit  int
+	bestFree int64
 	// cand are FGD's candidates (see fragChooseCard): the first card of
 	// each (free, model, capacity) group of the cards that fit.
 	cand [maxStackCards]int
@@ -134,8 +136,8 @@ func (p *sharePass) run(node *Node, ix *fragIndex, u int64, withCandidates bool)
 		if f < u {
 			continue
 		}
-		if p.fits == 0 || f < p.free[p.bestFit] {
-			p.bestFit = i
+		if p.fits == 0 || f < p.bestFree {
+			p.bestFit, p.bestFree = i, f
 		}
 		p.fits++
 		if withCandidates && !p.grouped(node, i) {
