@@ -47,7 +47,7 @@ package allocator
 // Where the computation lives:
 //   - frag_measure.go: the measure as defined, card by card (the reference
 //     the property tests check the rest against);
-//   - frag_view.go: the measure on a node's sorted view, class by class;
+//   - frag_view.go: the measure on a node's view, class by class;
 //   - frag_growth.go: the growth when a pod is placed, from one pass over
 //     the node's cards;
 //   - frag_closed.go: the closed forms on nodes of alike cards, from the

@@ -86,7 +86,7 @@ type fragIndex struct {
 	wholeCum  [][maxStackCards + 1]float64
 	// The same by CPU level, for nodes whose free memory blocks no shape,
 	// and by memory level, for nodes whose free CPU blocks no shape (see
-	// fragIndex.alikeGrowthLevels).
+	// fragIndex.tableRow).
 	byCPU, byMem levelTable
 }
 
@@ -277,9 +277,9 @@ func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragInde
 			cl.hosts = append(cl.hosts, hostWeight{host: s.Host, weight: share})
 		}
 	}
-	// Classes by card count, then by per-card units: the measure walks the
-	// share classes (count 1) in ascending units along a node's sorted free
-	// shares. Host requests by ascending CPU let hostFitWeight stop early.
+	// Classes by card count, then by per-card units: the cumulative tables
+	// take the share classes (count 1) in ascending units. Host requests by
+	// ascending CPU let hostFitWeight stop early.
 	slices.SortStableFunc(ix.classes, func(a, b fragClass) int {
 		switch {
 		case a.count != b.count:
