@@ -123,3 +123,7 @@ func BenchmarkFGDEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "fgd") }
 func BenchmarkFragEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "frag") }
 
 func BenchmarkBinpackEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "binpack") }
+
+func BenchmarkSpreadEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "spread") }
+
+func BenchmarkBestfitEvaluateAll(b *testing.B) { benchmarkEvaluateAll(b, "bestfit") }

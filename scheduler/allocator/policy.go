@@ -24,6 +24,10 @@ type Policy struct {
 	// Score rates the node with the pod placed: free is what each card has
 	// left afterwards (Unusable, TakenWhole when negative). Higher is preferred.
 	Score func(node *Node, free []int64, req Request, w *Workload) float64
+	// evaluate, when set, is a fast path of Evaluate that gives exactly
+	// what decide gives with ChooseCard and Score, for the requests and
+	// nodes it takes; ok is false for the others (see frag_fast.go).
+	evaluate func(node *Node, req Request, w *Workload) (d Decision, ok bool)
 }
 
 // Sentinels in the free slices a policy sees.
@@ -65,6 +69,11 @@ func (p *Policy) Decide(node *Node, req Request, w *Workload) Decision {
 // Evaluate is Decide without the placements: the filter and prioritize hot
 // path, which only needs the verdict, the reasons and the score.
 func (p *Policy) Evaluate(node *Node, req Request, w *Workload) Decision {
+	if p.evaluate != nil {
+		if d, ok := p.evaluate(node, req, w); ok {
+			return d
+		}
+	}
 	return p.decide(node, req, w, false, nil)
 }
 
@@ -79,6 +88,12 @@ func (p *Policy) EvaluateAll(nodes []*Node, req Request, w *Workload, out []Deci
 	for i, n := range nodes {
 		if n == nil {
 			continue
+		}
+		if p.evaluate != nil {
+			if d, ok := p.evaluate(n, req, w); ok {
+				out[i] = d
+				continue
+			}
 		}
 		if len(n.Cards) > cap(scratch) {
 			scratch = make([]int64, 0, len(n.Cards))
@@ -334,12 +349,7 @@ func registry() map[string]*Policy {
 			ScarcityWeight: FragScarcityWeight,
 			BestFitCard:    true,
 		}),
-		"fgd": {
-			Name:        "fgd",
-			Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
-			ChooseCard:  fragChooseCard,
-			Score:       fgdScore,
-		},
+		"fgd": newFGDPolicy(),
 	}
 }
 
@@ -403,4 +413,34 @@ func allocatedShare(node *Node, free []int64, _ Request, _ *Workload) float64 {
 		return 0
 	}
 	return float64(capacity-left) / float64(capacity)
+}
+
+// bestFitScore is the FGD paper's BestFit baseline: prefer the node with the
+// least left after placement, CPU and GPU weighed equally against a 128-core,
+// 8-GPU reference node: score = −(0.5·CPU_left/128 cores + 0.5·GPU_left/8
+// cards). GPU_left counts each card's free share as a fraction of the card.
+// Without host information only the GPU term counts.
+//
+// Worked example: 32 cores and 2.5 cards left: −(0.5·32/128 + 0.5·2.5/8) =
+// −0.28125.
+func bestFitScore(node *Node, free []int64, req Request, _ *Workload) float64 {
+	var cards float64
+	for i, c := range node.Cards {
+		if !c.Schedulable() || c.Capacity <= 0 {
+			continue
+		}
+		f := free[i]
+		if f == Unusable {
+			f = c.Free()
+		}
+		if f > 0 {
+			cards += float64(f) / float64(c.Capacity)
+		}
+	}
+	score := -0.5 * cards / 8
+	if node.HostFree != nil {
+		cpuLeft := node.HostFree.CPUMilli - req.Host.CPUMilli
+		score -= 0.5 * float64(cpuLeft) / 128000
+	}
+	return score
 }

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -77,11 +78,15 @@ type fragIndex struct {
 	// (m ≤ maxStackCards).
 	gpuWeight  float64
 	shareUnits []int64
-	shareCum   [][]float64
-	wholeCum   [][maxStackCards + 1]float64
+	// shareRank[x] is the number of share classes of at most x units, for
+	// x up to the largest share (see fragIndex.sharesUpTo); empty when that
+	// is over maxShareRank units.
+	shareRank []uint16
+	shareCum  [][]float64
+	wholeCum  [][maxStackCards + 1]float64
 	// The same by CPU level, for nodes whose free memory blocks no shape,
 	// and by memory level, for nodes whose free CPU blocks no shape (see
-	// fragIndex.alikeGrowthLevels).
+	// fragIndex.tableRow).
 	byCPU, byMem levelTable
 }
 
@@ -98,6 +103,11 @@ type levelTable struct {
 	ns, slots    int
 }
 
+// maxShareRank bounds the largest share for which the index keeps
+// shareRank (2 bytes per unit): cards of up to a few thousand units
+// (openb's 1,000 per GPU, GiB).
+const maxShareRank = 1 << 12
+
 // maxLevelTable bounds the entries of a levelTable (8 bytes each).
 const maxLevelTable = 1 << 16
 
@@ -108,18 +118,7 @@ func (lt *levelTable) row(r, s int) (share []float64, whole []float64) {
 }
 
 // level is the level of a node with x free.
-func (lt *levelTable) level(x int64) int {
-	lo, hi := 0, len(lt.levels)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if lt.levels[m] <= x {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	return lo
-}
+func (lt *levelTable) level(x int64) int { return countAtMost(lt.levels, x) }
 
 // fragClass is the GPU shapes that need the same cards: count cards with
 // units free each (units == 0: count whole unused cards), of the models in
@@ -135,6 +134,13 @@ type fragClass struct {
 	weight           float64
 	hosts            []hostWeight
 	minHost, maxHost HostResources
+}
+
+// accepts reports whether the class may use cards of model slot slot (the
+// model's position in fragIndex.models, or models, their number, for a
+// model no shape names).
+func (c *fragClass) accepts(slot, models int) bool {
+	return c.anyModel || (slot < models && c.mask&(1<<uint(slot)) != 0)
 }
 
 type hostWeight struct {
@@ -271,9 +277,9 @@ func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragInde
 			cl.hosts = append(cl.hosts, hostWeight{host: s.Host, weight: share})
 		}
 	}
-	// Classes by card count, then by per-card units: the measure walks the
-	// share classes (count 1) in ascending units along a node's sorted free
-	// shares. Host requests by ascending CPU let hostFitWeight stop early.
+	// Classes by card count, then by per-card units: the cumulative tables
+	// take the share classes (count 1) in ascending units. Host requests by
+	// ascending CPU let hostFitWeight stop early.
 	slices.SortStableFunc(ix.classes, func(a, b fragClass) int {
 		switch {
 		case a.count != b.count:
@@ -300,9 +306,6 @@ func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragInde
 // buildCumulative fills gpuWeight, shareUnits, shareCum and wholeCum.
 func (ix *fragIndex) buildCumulative() {
 	slots := len(ix.models) + 1
-	accepts := func(c *fragClass, slot int) bool {
-		return c.anyModel || (slot < len(ix.models) && c.mask&(1<<uint(slot)) != 0)
-	}
 	var share []*fragClass
 	for i := range ix.classes {
 		c := &ix.classes[i]
@@ -315,34 +318,44 @@ func (ix *fragIndex) buildCumulative() {
 	for k, c := range share {
 		ix.shareUnits[k] = c.units
 	}
+	if n := len(share); n > 0 && share[n-1].units <= maxShareRank && n <= math.MaxUint16 {
+		ix.shareRank = make([]uint16, share[n-1].units+1)
+		k := 0
+		for x := range ix.shareRank {
+			for k < n && ix.shareUnits[k] <= int64(x) {
+				k++
+			}
+			ix.shareRank[x] = uint16(k)
+		}
+	}
 	ix.shareCum = make([][]float64, slots)
 	ix.wholeCum = make([][maxStackCards + 1]float64, slots)
 	for s := 0; s < slots; s++ {
 		cum := make([]float64, len(share)+1)
 		for k, c := range share {
 			cum[k+1] = cum[k]
-			if accepts(c, s) {
+			if c.accepts(s, len(ix.models)) {
 				cum[k+1] += c.weight
 			}
 		}
 		ix.shareCum[s] = cum
 		for i := range ix.classes {
 			c := &ix.classes[i]
-			if c.units == 0 && c.count <= maxStackCards && accepts(c, s) {
+			if c.units == 0 && c.count <= maxStackCards && c.accepts(s, len(ix.models)) {
 				for m := c.count; m <= maxStackCards; m++ {
 					ix.wholeCum[s][m] += c.weight
 				}
 			}
 		}
 	}
-	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli }, accepts)
-	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB }, accepts)
+	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli })
+	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB })
 }
 
 // buildLevels builds the level table of the host resource key returns.
 // Level by level, each class's fit grows by its requests at that level
 // (one pass over the requests, sorted by key).
-func (ix *fragIndex) buildLevels(key func(HostResources) int64, accepts func(*fragClass, int) bool) levelTable {
+func (ix *fragIndex) buildLevels(key func(HostResources) int64) levelTable {
 	type item struct {
 		k      int64
 		class  int
@@ -393,11 +406,11 @@ func (ix *fragIndex) buildLevels(key func(HostResources) int64, accepts func(*fr
 				switch {
 				case c.units > 0:
 					cum[k+1] = cum[k]
-					if accepts(c, s) {
+					if c.accepts(s, len(ix.models)) {
 						cum[k+1] += fit[i]
 					}
 					k++
-				case c.count <= maxStackCards && accepts(c, s):
+				case c.count <= maxStackCards && c.accepts(s, len(ix.models)):
 					whole[c.count] += fit[i]
 				}
 			}

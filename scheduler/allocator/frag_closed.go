@@ -1,0 +1,222 @@
+package allocator
+
+// Closed forms of the growth on nodes whose cards are alike (one model and
+// capacity, the common case): a few lookups in per-workload cumulative
+// tables instead of a pass over the classes.
+//
+// For any node, frag = T·(noGPU + W) − Σ_c fit_c · U_c, with T the node's
+// free units, W the GPU classes' weight, fit_c the part of class c's weight
+// whose CPU and memory fit the node, and U_c the free units of the cards
+// that can take c's per-card demand (0 when fewer than c's card count can).
+// On an alike view, summed by card instead of by class, the share classes
+// give Σ_i free_i · F(free_i), F(x) the fit weight of the share classes of
+// at most x units that accept the cards' model, and the whole-card classes
+// give full · capacity · (the fit weight of those asking for at most full
+// cards), full the number of unused cards. A fitRow holds F and that last
+// weight for one host state; a share changes one card, so the growth is a
+// difference of two rows plus (f−u)·F(f−u) − f·F(f) (and one term more if
+// the card was unused).
+
+// fitRow is, for one model slot and one host state, what the closed forms
+// read: share[k] is the fit weight of the first k share classes (by
+// ascending units, ix.shareUnits) that accept the slot's model, whole[m]
+// that of the whole-card classes accepting it that ask for at most m cards
+// (m ≤ maxStackCards).
+type fitRow struct {
+	share []float64
+	whole []float64
+}
+
+// rowBuf holds a fitRow computed for one node.
+type rowBuf struct {
+	share [maxFastClasses + 1]float64
+	whole [maxStackCards + 1]float64
+}
+
+// tableRow returns the fitRow of slot for host from the index's tables:
+// the cumulative weights when the host blocks no shape, a level table's
+// row when one of its resources blocks none. ok is false when both may
+// block (see computeRow).
+func (ix *fragIndex) tableRow(slot int, host *HostResources) (r fitRow, ok bool) {
+	switch {
+	case host == nil || host.Fits(ix.maxHost):
+		return fitRow{ix.shareCum[slot], ix.wholeCum[slot][:]}, true
+	case len(ix.byCPU.share) > 0 && host.MemoryMiB >= ix.maxHost.MemoryMiB:
+		r.share, r.whole = ix.byCPU.row(ix.byCPU.level(host.CPUMilli), slot)
+		return r, true
+	case len(ix.byMem.share) > 0 && host.CPUMilli >= ix.maxHost.CPUMilli:
+		r.share, r.whole = ix.byMem.row(ix.byMem.level(host.MemoryMiB), slot)
+		return r, true
+	}
+	return fitRow{}, false
+}
+
+// computeRow builds the fitRow of slot for host from the classes' host
+// requests, in buf.
+func (ix *fragIndex) computeRow(slot int, host *HostResources, buf *rowBuf) fitRow {
+	r, k := buf.start(len(ix.shareUnits)), 0
+	for i := range ix.classes {
+		c := &ix.classes[i]
+		fit := 0.0
+		if c.accepts(slot, len(ix.models)) {
+			fit = c.hostFitWeight(host)
+		}
+		k = r.addClass(c, k, fit)
+	}
+	return r.finish()
+}
+
+// computeRows is computeRow for two hosts at once (one walk over a class's
+// host requests for both when it can, see hostFitWeights).
+func (ix *fragIndex) computeRows(slot int, hostB, hostA *HostResources, bufB, bufA *rowBuf) (rb, ra fitRow) {
+	rb, ra = bufB.start(len(ix.shareUnits)), bufA.start(len(ix.shareUnits))
+	k := 0
+	for i := range ix.classes {
+		c := &ix.classes[i]
+		var fb, fa float64
+		if c.accepts(slot, len(ix.models)) {
+			fb, fa = c.hostFitWeights(hostB, hostA)
+		}
+		rb.addClass(c, k, fb)
+		k = ra.addClass(c, k, fa)
+	}
+	return rb.finish(), ra.finish()
+}
+
+// start returns an empty row in buf (on the heap for workloads of more than
+// maxFastClasses share classes) for ns share classes.
+func (buf *rowBuf) start(ns int) fitRow {
+	r := fitRow{whole: buf.whole[:]}
+	if ns+1 <= len(buf.share) {
+		r.share = buf.share[:ns+1]
+	} else {
+		r.share = make([]float64, ns+1)
+	}
+	r.share[0] = 0
+	clear(r.whole)
+	return r
+}
+
+// addClass adds class c with fit weight fit to a row being built, k share
+// classes in, and returns the share classes now in; classes come in index
+// order (share classes by ascending units).
+func (r fitRow) addClass(c *fragClass, k int, fit float64) int {
+	switch {
+	case c.units > 0:
+		r.share[k+1] = r.share[k] + fit
+		return k + 1
+	case c.count <= maxStackCards:
+		r.whole[c.count] += fit
+	}
+	return k
+}
+
+// finish turns the whole-card weights by card count into cumulative ones.
+func (r fitRow) finish() fitRow {
+	for m := 1; m <= maxStackCards; m++ {
+		r.whole[m] += r.whole[m-1]
+	}
+	return r
+}
+
+// alikeGrowthHosts is alikeGrowth with the rows of hosts hostB (before the
+// pod) and hostA (after).
+func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, took bool, f, u int64) float64 {
+	slot := v.slot(ix)
+	rb, okB := ix.tableRow(slot, hostB)
+	ra, okA := ix.tableRow(slot, hostA)
+	if okB && okA {
+		return ix.alikeGrowth(v, rb, ra, took, f, u)
+	}
+	var buf [2]rowBuf // declared here: most nodes need no computed row
+	switch {
+	case !okB && !okA:
+		rb, ra = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
+	case !okB:
+		rb = ix.computeRow(slot, hostB, &buf[0])
+	default:
+		ra = ix.computeRow(slot, hostA, &buf[1])
+	}
+	return ix.alikeGrowth(v, rb, ra, took, f, u)
+}
+
+// alikeGrowth is frag after the pod minus frag before on an alike view v of
+// the before state, when the host goes from rb's state to ra's and, if
+// took, u units are taken from a card with free f:
+//
+//	growth = −u·(noGPU + W) − (S_A − S_B), S = Σ_c fit_c · U_c,
+//
+// where S_A − S_B = [S(ra, before view) − S(rb, before view)] + the change
+// of S(ra, ·) when the card goes from f to f−u free (takeDelta).
+func (ix *fragIndex) alikeGrowth(v *nodeView, rb, ra fitRow, took bool, f, u int64) float64 {
+	full := v.unused
+	var dS float64
+	if !sameRow(rb, ra) {
+		for i := 0; i < v.k; i++ {
+			p := ix.sharesUpTo(v.free[i])
+			dS += float64(v.free[i]) * (ra.share[p] - rb.share[p])
+		}
+		dS += float64(int64(full)*v.cap0) * (ra.whole[full] - rb.whole[full])
+	}
+	if took {
+		dS += ix.takeDelta(v, ra, full, f, u)
+	}
+	return (ix.noGPU+ix.gpuWeight)*float64(-u) - dS
+}
+
+// takeDelta is how S = Σ_c fit_c · U_c changes on alike view v (full of
+// whose cards are unused, v.unused unless the caller changed v since) when u units are taken from a card with free f,
+// fit weights from r: the share classes see the card go from f to f−u
+// free, the whole-card classes lose an unused card if it was one.
+func (ix *fragIndex) takeDelta(v *nodeView, r fitRow, full int, f, u int64) float64 {
+	fa := f - u
+	p, q := ix.sharesUpTo(fa), ix.sharesUpTo(f)
+	d := float64(fa)*r.share[p] - float64(f)*r.share[q]
+	if f >= v.cap0 && fa < v.cap0 {
+		d += float64(int64(full-1)*v.cap0)*r.whole[full-1] - float64(int64(full)*v.cap0)*r.whole[full]
+	}
+	return d
+}
+
+// sharesUpTo is the number of share classes of at most x ≥ 0 units.
+func (ix *fragIndex) sharesUpTo(x int64) int {
+	if x < int64(len(ix.shareRank)) {
+		return int(ix.shareRank[x])
+	}
+	if len(ix.shareRank) > 0 { // x is over the largest share
+		return len(ix.shareUnits)
+	}
+	return countAtMost(ix.shareUnits, x)
+}
+
+// countAtMost is the number of entries of a, ascending, that are at most x.
+// A binary search whose branches do not depend on x (a fixed number of
+// halvings, the comparison a conditional move): on this path a mispredicted
+// branch costs more than the search.
+func countAtMost(a []int64, x int64) int {
+	n := len(a)
+	if n == 0 {
+		return 0
+	}
+	// Entries before base are at most x, entries from base+n on exceed it.
+	base := 0
+	for n > 1 {
+		half := n / 2
+		base += half * atMost(a[base+half], x)
+		n -= half
+	}
+	return base + atMost(a[base], x)
+}
+
+// atMost is 1 when y ≤ x, else 0 (compiled without a branch).
+func atMost(y, x int64) int {
+	if y <= x {
+		return 1
+	}
+	return 0
+}
+
+// sameRow reports whether a and b are the same table row.
+func sameRow(a, b fitRow) bool {
+	return &a.share[0] == &b.share[0] && &a.whole[0] == &b.whole[0]
+}

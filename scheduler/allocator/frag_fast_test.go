@@ -1,0 +1,205 @@
+package allocator
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// TestFastPathEqualsDecide checks, on random nodes, workloads and pods,
+// that the fast path of every frag-family policy gives exactly what decide
+// gives (same fit, same score to the last bit), and that it takes the
+// common case: one share, no model constraint, some card fits.
+func TestFastPathEqualsDecide(t *testing.T) {
+	fgd, _ := Lookup("fgd")
+	frag, _ := Lookup("frag")
+	policies := []*Policy{fgd, frag,
+		NewFragPolicy(FragOptions{Name: "frag-fgd-card", PackWeight: FragPackWeight, StrandWeight: FragStrandWeight, ScarcityWeight: FragScarcityWeight}),
+		NewFragPolicy(FragOptions{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: FragPackWeight, StrandWeight: FragStrandWeight}),
+	}
+	rng := rand.New(rand.NewSource(31))
+	taken, fgdChoices := 0, 0
+	for iter := 0; iter < 8000; iter++ {
+		w, node, req := randomFragCase(rng)
+		for _, p := range policies {
+			want := p.decide(node, req, w, false, nil)
+			got, ok := p.evaluate(node, req, w)
+			common := len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 && len(req.Models) == 0 && want.Fits
+			if ok != common {
+				t.Fatalf("iteration %d (%s): fast path taken %v, want %v for %+v (fits %v)", iter, p.Name, ok, common, req, want.Fits)
+			}
+			if !ok {
+				continue
+			}
+			taken++
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Fatalf("iteration %d (%s): fast path differs from decide (-want +got):\n%s\nnode %+v\nreq %+v", iter, p.Name, diff, node.Cards, req)
+			}
+			if got.Score != want.Score {
+				t.Fatalf("iteration %d (%s): score %v, decide %v", iter, p.Name, got.Score, want.Score)
+			}
+			if p == fgd {
+				fgdChoices++
+			}
+		}
+	}
+	if taken < 4000 || fgdChoices < 1000 {
+		t.Fatalf("fast path taken only %d times (fgd %d)", taken, fgdChoices)
+	}
+	t.Logf("fast path taken %d times (fgd %d)", taken, fgdChoices)
+}
+
+// TestFGDCardMatchesClassByClass checks FGD's card choice, made with the
+// closed form on alike cards, against the choice made class by class
+// (takeGrowth on every candidate), on random nodes, workloads and pods.
+func TestFGDCardMatchesClassByClass(t *testing.T) {
+	rng := rand.New(rand.NewSource(37))
+	alike := 0
+	for iter := 0; iter < 8000; iter++ {
+		w, node, req := randomFragCase(rng)
+		if len(req.Demands) != 1 || req.Demands[0].Units <= 0 || req.Demands[0].WholeCards > 0 {
+			continue
+		}
+		ix := w.index()
+		d := req.Demands[0]
+		free := make([]int64, len(node.Cards))
+		for i, c := range node.Cards {
+			free[i] = Unusable
+			if usable(c, req.Models) {
+				free[i] = c.Free()
+			}
+		}
+		got := fragChooseCard(node, free, d, w)
+		// Class by class, every card that fits a candidate.
+		var s fragScratch
+		n := len(node.Cards)
+		vec, bits := s.vec[:n], s.bits[:n]
+		ix.modelBits(node, bits)
+		afterFree(node, free, vec)
+		s.viewB.load(node, vec, bits)
+		fit, _ := s.fits(ix)
+		ix.fitWeights(node.HostFree, fit)
+		st := s.stats(ix)
+		ix.classStats(&s.viewB, st)
+		want, wantGrowth := -1, 0.0
+		for i := range free {
+			if free[i] < d.Units {
+				continue
+			}
+			g := ix.takeGrowth(&s.viewB, st, fit, free[i], d.Units, node.Cards[i].Capacity, bits[i])
+			switch {
+			case want < 0 || g < wantGrowth-ScoreTolerance:
+				want, wantGrowth = i, g
+			case g <= wantGrowth+ScoreTolerance && free[i] < free[want]:
+				want = i
+			}
+		}
+		if got != want {
+			t.Fatalf("iteration %d: card %d, class by class %d\nnode %+v\nreq %+v", iter, got, want, node.Cards, req)
+		}
+		if s.viewB.alike {
+			alike++
+		}
+	}
+	if alike < 800 {
+		t.Fatalf("only %d choices on alike cards", alike)
+	}
+}
+
+// scaleFragCase multiplies every quantity of GPU units in a random case by
+// k: with k large, shares exceed maxShareRank and the index searches its
+// share units instead of reading shareRank.
+func scaleFragCase(w *Workload, node *Node, req Request, k int64) (*Workload, *Node, Request) {
+	sw := &Workload{ModelCapacity: map[string]ModelCapacity{}}
+	for m, c := range w.ModelCapacity {
+		sw.ModelCapacity[m] = ModelCapacity{Cards: c.Cards, Units: c.Units * k}
+	}
+	if w.ModelCapacity == nil {
+		sw.ModelCapacity = nil
+	}
+	for _, s := range w.Shapes {
+		s.Units *= k
+		sw.Observe(s)
+	}
+	sn := *node
+	sn.Cards = append([]Card(nil), node.Cards...)
+	for i := range sn.Cards {
+		sn.Cards[i].Capacity *= k
+		sn.Cards[i].Used *= k
+	}
+	sr := req
+	sr.Demands = append([]Demand(nil), req.Demands...)
+	for i := range sr.Demands {
+		sr.Demands[i].Units *= k
+	}
+	return sw, &sn, sr
+}
+
+// TestLargeSharesSearchUnits: with shares too large for shareRank, the
+// fast path still gives what decide gives, and the growth still follows
+// the definition.
+func TestLargeSharesSearchUnits(t *testing.T) {
+	fgd, _ := Lookup("fgd")
+	frag, _ := Lookup("frag")
+	rng := rand.New(rand.NewSource(41))
+	taken := 0
+	for iter := 0; iter < 2000; iter++ {
+		w0, node0, req0 := randomFragCase(rng)
+		w, node, req := scaleFragCase(w0, node0, req0, 97)
+		if ix := w.index(); len(ix.shareUnits) > 0 && len(ix.shareRank) > 0 {
+			t.Fatalf("iteration %d: shareRank built for shares up to %d units", iter, ix.shareUnits[len(ix.shareUnits)-1])
+		}
+		for _, p := range []*Policy{fgd, frag} {
+			want := p.decide(node, req, w, false, nil)
+			if got, ok := p.evaluate(node, req, w); ok {
+				taken++
+				if !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
+					t.Fatalf("iteration %d (%s): fast path %+v, decide %+v", iter, p.Name, got, want)
+				}
+			}
+			d := p.Decide(node, req, w)
+			if !d.Fits {
+				continue
+			}
+			after := make([]int64, len(node.Cards))
+			beforeFree(node, after)
+			free := make([]int64, len(node.Cards))
+			for i := range node.Cards {
+				free[i] = Unusable
+				if usable(node.Cards[i], req.Models) {
+					free[i] = node.Cards[i].Free()
+				}
+			}
+			for _, pl := range d.Placements {
+				for _, g := range pl.Grants {
+					if g.Whole {
+						free[g.Card], after[g.Card] = TakenWhole, 0
+					} else {
+						free[g.Card] -= g.Units
+						after[g.Card] -= g.Units
+					}
+				}
+			}
+			ix := w.index()
+			bits := make([]uint64, len(node.Cards))
+			ix.modelBits(node, bits)
+			before := make([]int64, len(node.Cards))
+			beforeFree(node, before)
+			var ha HostResources
+			def := ix.measure(node, after, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
+			scale := 0.0
+			for _, f := range before {
+				scale += float64(f)
+			}
+			if got := fragGrowth(node, free, req, w, false); math.Abs(got-def) > 1e-9*max(1, scale) {
+				t.Fatalf("iteration %d (%s): growth %v, definition %v", iter, p.Name, got, def)
+			}
+		}
+	}
+	if taken < 800 {
+		t.Fatalf("fast path taken only %d times", taken)
+	}
+}
