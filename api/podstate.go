@@ -1,0 +1,33 @@
+package api
+
+import corev1 "k8s.io/api/core/v1"
+
+// HoldsUnits reports whether a pod still holds the units it was given (or,
+// not yet bound, may still be given them): it exists and has not finished.
+//
+// The rule, the one every program uses:
+//   - phase Succeeded or Failed: the pod holds nothing. The kubelet frees a
+//     finished pod's devices, and the next pod may get the same units.
+//   - terminating (deletionTimestamp set) but not finished: the pod STILL
+//     holds its units. Its containers may be running their grace period, and
+//     the kubelet keeps a pod's devices until it knows the containers
+//     stopped; counting them as free would hand out memory that is in use.
+//   - Pending, Running or Unknown: the pod holds its units. Unknown means the
+//     node stopped reporting, not that the containers stopped.
+//
+// Whether the units are on a node is a separate question (spec.nodeName, the
+// assignment's node); this is the lifecycle part only.
+func HoldsUnits(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	return pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
+}
+
+// MayStartContainers reports whether the kubelet may still start (and so
+// call Allocate for) containers of this pod: it holds its units and is not
+// being deleted. The kubelet starts no container of a pod marked for
+// deletion, so a terminating pod holds units but awaits none.
+func MayStartContainers(pod *corev1.Pod) bool {
+	return HoldsUnits(pod) && pod.DeletionTimestamp == nil
+}
