@@ -24,12 +24,15 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/cardlimits"
 	"github.com/gpushare/gpushare/scheduler/server"
 )
 
@@ -61,6 +64,11 @@ type Options struct {
 	// BindTimeout bounds one bind call, waiting for the budget included;
 	// it must stay below kube-scheduler's extender httpTimeout.
 	BindTimeout time.Duration
+	// CardLimitsConfigMap, "namespace/name", is the ConfigMap the extender
+	// keeps up to date with the largest card in the cluster, for the
+	// admission policy that refuses requests no card can hold (empty: off).
+	// The ConfigMap must exist; the extender only updates it.
+	CardLimitsConfigMap string
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -106,6 +114,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server (env "+EnvName("kube-api-qps")+")")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server (env "+EnvName("kube-api-burst")+")")
 	fs.DurationVar(&o.BindTimeout, "bind-timeout", o.BindTimeout, "longest a bind call takes, waiting for the API request budget included; keep it below kube-scheduler's extender httpTimeout (env "+EnvName("bind-timeout")+")")
+	fs.StringVar(&o.CardLimitsConfigMap, "card-limits-configmap", o.CardLimitsConfigMap, "namespace/name of an existing ConfigMap to keep up to date with the largest card in the cluster, for the chart's admission policy; empty: off (env "+EnvName("card-limits-configmap")+")")
 	klog.InitFlags(fs)
 }
 
@@ -161,10 +170,24 @@ func (o *Options) Validate() error {
 	if o.BindTimeout <= time.Second {
 		errs = append(errs, fmt.Errorf("--bind-timeout %v leaves no time to wait for the API request budget: give more than 1s, below kube-scheduler's extender httpTimeout", o.BindTimeout))
 	}
+	if o.CardLimitsConfigMap != "" {
+		if _, _, err := o.cardLimitsRef(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
 	}
 	return errors.Join(errs...)
+}
+
+// cardLimitsRef splits CardLimitsConfigMap into namespace and name.
+func (o *Options) cardLimitsRef() (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(o.CardLimitsConfigMap, "/")
+	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", fmt.Errorf("--card-limits-configmap %q: want namespace/name, e.g. gpushare-system/%s", o.CardLimitsConfigMap, api.CardLimitsConfigMap)
+	}
+	return namespace, name, nil
 }
 
 // RestConfig loads the kubeconfig, or the in-cluster config when none is set.
@@ -286,12 +309,19 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	defer cancel()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	publisher, nodesChanged, err := cardLimitsPublisher(o, clients, factory)
+	if err != nil {
+		return err
+	}
 	go func() {
 		if err := c.WaitForSync(ctx, factory); err != nil {
 			logger.Error(err, "Cache did not sync")
 			return
 		}
 		logger.Info("Ready", "policy", policy.Name, "filterMode", mode)
+		if publisher != nil {
+			publisher.Run(ctx, nodesChanged, cardLimitsResync)
+		}
 	}()
 	go func() {
 		t := time.NewTicker(time.Minute)
@@ -335,4 +365,37 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 		}
 	}
 	return serveErr
+}
+
+// cardLimitsResync is how often the card-limits ConfigMap is checked even
+// when no node changed (it repairs an edit by hand).
+const cardLimitsResync = 5 * time.Minute
+
+// cardLimitsPublisher returns the card-limits publisher and the channel that
+// signals node changes to it; nil when o.CardLimitsConfigMap is empty. Call it
+// before the factory starts.
+func cardLimitsPublisher(o Options, clients Clients, factory informers.SharedInformerFactory) (*cardlimits.Publisher, <-chan struct{}, error) {
+	if o.CardLimitsConfigMap == "" {
+		return nil, nil, nil
+	}
+	namespace, name, err := o.cardLimitsRef()
+	if err != nil {
+		return nil, nil, err
+	}
+	changed := make(chan struct{}, 1)
+	signal := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	nodes := factory.Core().V1().Nodes()
+	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    signal,
+		UpdateFunc: func(_, n any) { signal(n) },
+		DeleteFunc: signal,
+	}); err != nil {
+		return nil, nil, fmt.Errorf("node informer: %w", err)
+	}
+	return &cardlimits.Publisher{Nodes: nodes.Lister(), Client: clients.Read, Namespace: namespace, Name: name}, changed, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -69,6 +70,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
 		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 400 must be positive"},
 		{"bind timeout with no time to queue", func(o *Options) { o.BindTimeout = time.Second }, "--bind-timeout 1s leaves no time to wait for the API request budget"},
+		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,6 +211,50 @@ func TestServeOnRandomPort(t *testing.T) {
 			t.Errorf("admin POST %s: %s %s, want 404 saying the verbs are not served there", path, resp.Status, b)
 		}
 	}
+}
+
+// With --card-limits-configmap the extender keeps the ConfigMap at the
+// largest card, and follows a node joining without waiting for a resync.
+func TestServePublishesTheLargestCardForAdmission(t *testing.T) {
+	client := fake.NewClientset(
+		fixture.MakeNode("n1").Card(0, 40).Card(1, 24).Obj(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "gpushare-system", Name: api.CardLimitsConfigMap}},
+	)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	o := DefaultOptions()
+	o.CardLimitsConfigMap = "gpushare-system/" + api.CardLimitsConfigMap
+	go func() { done <- Serve(ctx, o, Clients{Read: client}, ln, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	waitFor := func(units string) {
+		t.Helper()
+		var last map[string]string
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			cm, err := client.CoreV1().ConfigMaps("gpushare-system").Get(ctx, api.CardLimitsConfigMap, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			last = cm.Data
+			return cm.Data[api.CardLimitsKeyMaxUnits] == units, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for maxUnitsPerCard %s: %v (data %v)", units, err, last)
+		}
+	}
+	waitFor("40")
+	if _, err := client.CoreV1().Nodes().Create(ctx, fixture.MakeNode("n2").Card(0, 80).Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("80")
 }
 
 func TestRunFailsOnBadOptions(t *testing.T) {
