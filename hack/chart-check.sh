@@ -72,6 +72,11 @@ expect dedicated 'path: /readyz, port: admin'
 expect dedicated 'targetPort: http$' absent
 expect dedicated 'name: GPUSHARE_BIND_TIMEOUT'
 expect dedicated 'value: "4s"'
+expect dedicated 'kind: ValidatingAdmissionPolicy$'
+expect dedicated 'name: gpushare-request-size$'
+expect dedicated 'name: gpushare-request-shape$'
+expect dedicated 'value: "gpushare-system/gpushare-card-limits"'
+expect dedicated 'resourceNames: \[gpushare-card-limits\]'
 
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
@@ -99,6 +104,11 @@ expect isolation 'GPUSHARE_ISOLATION_FILE'
 
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent
+
+render no-admission --set admission.enabled=false
+expect no-admission 'kind: ValidatingAdmissionPolicy' absent
+expect no-admission 'GPUSHARE_CARD_LIMITS_CONFIGMAP' absent
+expect no-admission 'card-limits' absent
 
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'

@@ -1,0 +1,191 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// A user creating a GPU pod that could never run is refused at creation, by
+// the chart's ValidatingAdmissionPolicies on the real API server, with a
+// message saying what to ask for instead; the size bound follows the largest
+// card in the cluster, which the extender publishes (--card-limits-configmap)
+// as nodes come and go. Pods that can run are admitted.
+func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
+	c := setup(t)
+	needExtender(t)
+	needRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	system := testNamespace(ctx, t, c, "gpushare-system")
+	users := testNamespace(ctx, t, c, "adm")
+	applyAdmissionPolicies(ctx, t, c, system, users)
+
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	publisher, err := c.StartExtender(ctx, extenderBin, port, "--card-limits-configmap", system+"/"+api.CardLimitsConfigMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = publisher.Stop() })
+
+	gpuNode(ctx, t, c, "adm-a", "2x24GiB:NVIDIA-L4")
+	waitCardLimit(ctx, t, c, system, "24")
+
+	pod := func(name string, mutate func(*corev1.Pod)) *corev1.Pod {
+		p := gpuPod(users, name, 1)
+		mutate(p)
+		return p
+	}
+	gpu := func(q string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[api.ResourceName] = resource.MustParse(q)
+		}
+	}
+	denied := []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"more units than any card", pod("huge", gpu("100000")), []string{
+			"container c0 asks for 100k (= 100000 units), but the largest card in this cluster has 24 units (NVIDIA L4)", "Ask for at most 24"}},
+		{"a binary suffix read as units", pod("mebibytes", gpu("500Mi")), []string{
+			"container c0 asks for 500Mi (= 524288000 units)", "suffixes such as Mi multiply it"}},
+		{"zero", pod("zero", gpu("0")), []string{
+			"container c0 asks for example.com/gpu-mem: 0", "leave example.com/gpu-mem out to ask for no GPU"}},
+		{"an init container asking", pod("init", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("2")}}}}
+		}), []string{"init container setup asks for example.com/gpu-mem", "Ask for it in the app containers only"}},
+	}
+	// Policies take effect a moment after they are created: each denial is
+	// waited for.
+	for _, tc := range denied {
+		t.Run("refused: "+tc.name, func(t *testing.T) {
+			var msg string
+			err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := c.Client.CoreV1().Pods(users).Create(ctx, tc.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if err == nil {
+					return false, nil
+				}
+				msg = err.Error()
+				return true, nil
+			})
+			if err != nil || msg == "" {
+				t.Fatalf("pod %s was admitted (%v); want it refused", tc.pod.Name, err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("denial %q\nwant it to contain %q", msg, w)
+				}
+			}
+		})
+	}
+
+	admitted := map[string]*corev1.Pod{
+		"the largest card exactly": pod("fits", gpu("24")),
+		"a pod asking no GPU":      {ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: users}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}},
+	}
+	for name, p := range admitted {
+		if _, err := c.Client.CoreV1().Pods(users).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("%s: refused: %v", name, err)
+		}
+	}
+
+	// A node with larger cards joins: the bound follows it.
+	gpuNode(ctx, t, c, "adm-b", "1x80GiB:NVIDIA-H100")
+	waitCardLimit(ctx, t, c, system, "80")
+	if _, err := c.Client.CoreV1().Pods(users).Create(ctx, pod("now-fits", gpu("40")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("40 units with an 80-unit card in the cluster: refused: %v", err)
+	}
+	_, err = c.Client.CoreV1().Pods(users).Create(ctx, pod("still-huge", gpu("81")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil || !strings.Contains(err.Error(), "the largest card in this cluster has 80 units (NVIDIA H100)") {
+		t.Errorf("81 units: err = %v, want the refusal naming the 80-unit card", err)
+	}
+}
+
+// applyAdmissionPolicies renders the chart's admission template for a release
+// in namespace system and applies it to the cluster, with each policy binding
+// narrowed to namespace users so the rest of the suite is not affected. The
+// objects are deleted when the test ends.
+func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluster, system, users string) {
+	t.Helper()
+	root := cluster.RepoRoot()
+	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh helm: %v", err)
+	}
+	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
+		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/admission.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	var docs [][]byte
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var obj unstructured.Unstructured
+		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+			t.Fatalf("rendered admission.yaml: %v\n%s", err, doc)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
+			if err := unstructured.SetNestedStringMap(obj.Object, map[string]string{corev1.LabelMetadataName: users}, "spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := yaml.Marshal(obj.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, b)
+	}
+	if len(docs) < 6 {
+		t.Fatalf("admission.yaml rendered %d objects, want the two policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
+	}
+	file := filepath.Join(t.TempDir(), "admission.yaml")
+	if err := os.WriteFile(file, bytes.Join(docs, []byte("\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply the chart's admission policies: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file)
+	})
+}
+
+// waitCardLimit waits until the card-limits ConfigMap says units.
+func waitCardLimit(ctx context.Context, t *testing.T, c *cluster.Cluster, namespace, units string) {
+	t.Helper()
+	var last map[string]string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cm, err := c.Client.CoreV1().ConfigMaps(namespace).Get(ctx, api.CardLimitsConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = cm.Data
+		return cm.Data[api.CardLimitsKeyMaxUnits] == units, nil
+	})
+	if err != nil {
+		t.Fatalf("card-limits ConfigMap: want %s=%s, last data %v: %v", api.CardLimitsKeyMaxUnits, units, last, err)
+	}
+}
