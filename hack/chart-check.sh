@@ -74,7 +74,11 @@ expect dedicated 'name: GPUSHARE_BIND_TIMEOUT'
 expect dedicated 'value: "4s"'
 expect dedicated 'kind: ValidatingAdmissionPolicy$'
 expect dedicated 'name: gpushare-request-size$'
-expect dedicated 'name: gpushare-request-shape$'
+expect dedicated 'name: gpushare-pod-create$'
+expect dedicated 'name: gpushare-pod-update$'
+expect dedicated 'name: gpushare-node-update$'
+expect dedicated 'name: gpushare-binding$'
+expect dedicated 'in \["gpushare-scheduler"\]'
 expect dedicated 'value: "gpushare-system/gpushare-card-limits"'
 expect dedicated 'resourceNames: \[gpushare-card-limits\]'
 
@@ -85,6 +89,7 @@ expect extender-only 'system:kube-scheduler' absent
 expect extender-only 'kind: Service$'
 expect extender-only 'value: ":39999"'
 expect extender-only 'targetPort: http$'
+expect extender-only 'in \["default-scheduler"\]'
 
 render ha --set scheduler.replicas=2
 expect ha 'replicas: 2'

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/yaml"
 
@@ -35,7 +37,8 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 
 	system := testNamespace(ctx, t, c, "gpushare-system")
 	users := testNamespace(ctx, t, c, "adm")
-	applyAdmissionPolicies(ctx, t, c, system, users)
+	applyAdmissionPolicies(ctx, t, c, system)
+	enforceAdmission(ctx, t, c, system, users)
 
 	port, err := cluster.FreePort()
 	if err != nil {
@@ -122,19 +125,36 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 	}
 }
 
+// admissionLabel marks the namespaces a test's policies apply to: its value
+// is the test's release namespace.
+const admissionLabel = "gpushare-e2e/admission"
+
+// enforceAdmission makes the policies of the release in system apply to
+// namespace ns.
+func enforceAdmission(ctx context.Context, t *testing.T, c *cluster.Cluster, system, ns string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, admissionLabel, system)
+	if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // applyAdmissionPolicies renders the chart's admission template for a release
 // in namespace system and applies it to the cluster, with each policy binding
-// narrowed to namespace users so the rest of the suite is not affected. The
-// objects are deleted when the test ends.
-func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluster, system, users string) {
+// narrowed to the namespaces labelled for this release (enforceAdmission), so
+// the rest of the suite is not affected (cluster-scoped objects, Nodes, are
+// still matched: the policy for them concerns the release's own device plugin
+// identity only). The objects are deleted when the test ends.
+func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, set ...string) {
 	t.Helper()
 	root := cluster.RepoRoot()
 	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
 	if err != nil {
 		t.Fatalf("hack/tools.sh helm: %v", err)
 	}
-	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/admission.yaml").CombinedOutput()
+	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"),
+		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/admission.yaml"}, set...)
+	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
@@ -148,7 +168,7 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 			continue
 		}
 		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
-			if err := unstructured.SetNestedStringMap(obj.Object, map[string]string{corev1.LabelMetadataName: users}, "spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
+			if err := unstructured.SetNestedStringMap(obj.Object, map[string]string{admissionLabel: system}, "spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -158,8 +178,8 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 		}
 		docs = append(docs, b)
 	}
-	if len(docs) < 6 {
-		t.Fatalf("admission.yaml rendered %d objects, want the two policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
+	if len(docs) < 13 {
+		t.Fatalf("admission.yaml rendered %d objects, want the five policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
 	}
 	file := filepath.Join(t.TempDir(), "admission.yaml")
 	if err := os.WriteFile(file, bytes.Join(docs, []byte("\n---\n")), 0o644); err != nil {

@@ -1,0 +1,337 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// Tenants cannot forge or move the assignment records that decide who shares
+// which card, and a GPU node's agent cannot write outside its node: the
+// chart's admission policies on the real API server, tried as an ordinary
+// user (bound to the built-in `edit` role in its namespace), as someone
+// allowed to bind pods, and as the device plugin's service account with the
+// token of a plugin pod on node A (which carries node A's name).
+func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
+	c := setup(t)
+	needExtender(t)
+	needRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	system := testNamespace(ctx, t, c, "gpushare-system")
+	users := testNamespace(ctx, t, c, "tenant")
+	applyAdmissionPolicies(ctx, t, c, system)
+
+	// Two GPU pods with records, one per node, bound by the extender before
+	// the policies apply to the namespace (the suite's extender runs with the
+	// admin's credentials, not the chart's service account).
+	nodeA, _ := gpuNode(ctx, t, c, "trust-a", "1x40GiB:NVIDIA-A100")
+	nodeB, _ := gpuNode(ctx, t, c, "trust-b", "1x40GiB:NVIDIA-A100")
+	onNode := func(p *corev1.Pod, node string) *corev1.Pod {
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: node}
+		return p
+	}
+	podA := runPod(ctx, t, c, onNode(gpuPod(users, "pod-a", 10), "trust-a"), nodeA)
+	podB := runPod(ctx, t, c, onNode(gpuPod(users, "pod-b", 10), "trust-b"), nodeB)
+	checkCards(ctx, t, c, podA)
+	checkCards(ctx, t, c, podB)
+	enforceAdmission(ctx, t, c, system, users)
+
+	alice := impersonate(t, c, "alice")
+	grant(ctx, t, c, users, "alice", "ClusterRole", "edit")
+
+	recordPatch := func(pod *corev1.Pod, edit func(*api.Assignment)) []byte {
+		t.Helper()
+		got, err := c.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := api.AssignmentFromPod(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(&a)
+		s, err := api.EncodeAssignment(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationAssignment: s}}})
+		return b
+	}
+	removeRecord := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, api.AnnotationAssignment))
+
+	// The policies take effect a moment after they are created and the
+	// namespace is labelled: wait for the first denial.
+	var denial string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := alice.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			denial = err.Error()
+		}
+		return err != nil, nil
+	}); err != nil {
+		t.Fatalf("alice (edit) raised her pod's record to the whole card: allowed; want it refused")
+	}
+
+	t.Run("an editor patching her pod's record is refused", func(t *testing.T) {
+		wantError(t, denial, nil, "changing the annotation gpushare.example.com/assignment is refused", "alice may not write it", "delete the pod and create it again")
+		_, err := alice.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, removeRecord, metav1.PatchOptions{})
+		wantError(t, "", err, "removing the annotation gpushare.example.com/assignment is refused")
+		// Her other edits still work.
+		if _, err := alice.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":"ml"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Errorf("alice labelling her pod: %v, want allowed", err)
+		}
+	})
+
+	t.Run("a pod created with a copied record is refused", func(t *testing.T) {
+		got, err := c.Client.CoreV1().Pods(users).Get(ctx, "pod-b", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		copied := gpuPod(users, "copy", 10)
+		copied.Annotations = map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}
+		_, err = alice.CoreV1().Pods(users).Create(ctx, copied, metav1.CreateOptions{})
+		wantError(t, "", err, "carries the annotation gpushare.example.com/assignment at creation", "Remove the annotation")
+	})
+
+	t.Run("a pod bypassing the scheduler is refused, and a Deployment of them says why", func(t *testing.T) {
+		bypass := gpuPod(users, "bypass", 10)
+		bypass.Spec.NodeName = "trust-a"
+		_, err := alice.CoreV1().Pods(users).Create(ctx, bypass, metav1.CreateOptions{})
+		wantError(t, "", err, "sets spec.nodeName (trust-a), which bypasses the gpushare scheduler", "Remove spec.nodeName", "kubernetes.io/hostname: trust-a")
+
+		other := gpuPod(users, "other-scheduler", 10)
+		other.Spec.SchedulerName = "default-scheduler"
+		_, err = alice.CoreV1().Pods(users).Create(ctx, other, metav1.CreateOptions{})
+		wantError(t, "", err, "with schedulerName default-scheduler, which does not place it on a card: set schedulerName to "+schedulerName)
+
+		labels := map[string]string{"app": "bypass"}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "bypass", Namespace: users},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](2),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: bypass.Spec},
+			},
+		}
+		if _, err := alice.AppsV1().Deployments(users).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("alice creating the Deployment: %v", err)
+		}
+		var msg string
+		err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			evs, err := c.Client.CoreV1().Events(users).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreate"})
+			if err != nil {
+				return false, nil
+			}
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Kind == "ReplicaSet" && strings.Contains(e.Message, "bypasses the gpushare scheduler") {
+					msg = e.Message
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no FailedCreate event on the Deployment's ReplicaSet naming the policy's message: %v", err)
+		}
+		t.Logf("ReplicaSet event: %s", msg)
+		if pods, _ := c.Client.CoreV1().Pods(users).List(ctx, metav1.ListOptions{LabelSelector: "app=bypass"}); len(pods.Items) != 0 {
+			t.Errorf("%d bypass pods exist, want none", len(pods.Items))
+		}
+	})
+
+	t.Run("only the extender binds with a record", func(t *testing.T) {
+		mallory := impersonate(t, c, "mallory")
+		binder := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "binder", Namespace: users},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}}},
+		}
+		if _, err := c.Client.RbacV1().Roles(users).Create(ctx, binder, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		grant(ctx, t, c, users, "mallory", "Role", "binder")
+		idle := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: users}, Spec: corev1.PodSpec{
+			SchedulerName: "nobody", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		if _, err := c.Client.CoreV1().Pods(users).Create(ctx, idle, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
+		b := &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: users, Annotations: map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: "trust-a"},
+		}
+		err := mallory.CoreV1().Pods(users).Bind(ctx, b, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "only the gpushare extender may bind a pod with gpushare.example.com/ annotations", "mallory may not")
+		b.Annotations = nil
+		if err := mallory.CoreV1().Pods(users).Bind(ctx, b, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("mallory binding without a record: %v, want allowed (RBAC gave her the right)", err)
+		}
+	})
+
+	t.Run("the device plugin's identity writes only its own node", func(t *testing.T) {
+		plugin := pluginIdentityOn(ctx, t, c, system, "trust-a")
+
+		_, err := plugin.CoreV1().Pods(users).Patch(ctx, "pod-b", types.MergePatchType, recordPatch(podB, func(a *api.Assignment) { a.Phase = api.PhaseAssigned }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may write only pods bound to its own node: this token is for node trust-a, the pod is on node trust-b")
+		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-b", types.MergePatchType, []byte(`{"metadata":{"labels":{"gpushare.example.com/gpu-count":"8"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may update only its own Node: this token is for node trust-a, not trust-b")
+
+		// On its own node: what the plugin owns is allowed …
+		if _, err := plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Phase = api.PhaseAssigned }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("plugin on trust-a setting its pod's record phase: %v, want allowed", err)
+		}
+		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"gpushare.example.com/gpu-count":"1"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("plugin on trust-a writing its Node's gpushare label: %v, want allowed", err)
+		}
+		// … and nothing else.
+		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may change only the phase and each container's card")
+		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"c0","image":"registry.k8s.io/pause:3.9"}]}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may change nothing on a pod but the annotation gpushare.example.com/assignment")
+		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
+		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
+	})
+}
+
+// wantError fails unless err (or, when err is nil, msg) is a denial containing every part.
+func wantError(t *testing.T, msg string, err error, parts ...string) {
+	t.Helper()
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == "" {
+		t.Errorf("allowed; want refused with %q", parts)
+		return
+	}
+	for _, p := range parts {
+		if !strings.Contains(msg, p) {
+			t.Errorf("denial %q\nwant it to contain %q", msg, p)
+		}
+	}
+}
+
+// impersonate is a client acting as user name (authenticated, no groups of note).
+func impersonate(t *testing.T, c *cluster.Cluster, name string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(c.RESTConfig)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: []string{"system:authenticated"}}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// grant binds user to a role (kind ClusterRole or Role) in namespace ns.
+func grant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, user, kind, role string) {
+	t.Helper()
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user + "-" + role, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	}
+	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pluginIdentityOn returns a client holding what the device plugin on node
+// holds in a real install: the chart's service account and RBAC, and a token
+// bound to a plugin pod on that node (so it carries the node's name).
+func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string) kubernetes.Interface {
+	t.Helper()
+	root := cluster.RepoRoot()
+	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh helm: %v", err)
+	}
+	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
+		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/deviceplugin.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	var rbac [][]byte
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if meta.Kind == "ServiceAccount" || meta.Kind == "ClusterRole" || meta.Kind == "ClusterRoleBinding" {
+			rbac = append(rbac, doc)
+		}
+	}
+	if len(rbac) != 3 {
+		t.Fatalf("the chart's device plugin template has %d of ServiceAccount, ClusterRole, ClusterRoleBinding:\n%s", len(rbac), out)
+	}
+	file := filepath.Join(t.TempDir(), "plugin-rbac.yaml")
+	if err := os.WriteFile(file, bytes.Join(rbac, []byte("\n---\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply the chart's device plugin RBAC: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file) })
+
+	sa := "gpushare-device-plugin"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "plugin-" + node, Namespace: system},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: sa, Containers: []corev1.Container{{
+			Name: "device-plugin", Image: "registry.k8s.io/pause:3.10",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
+		}}},
+	}
+	pod, err = c.Client.CoreV1().Pods(system).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := c.Client.CoreV1().ServiceAccounts(system).CreateToken(ctx, sa, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(c.RESTConfig)
+	cfg.BearerToken = tr.Status.Token
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token carries the node's name, as the policies expect.
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != node {
+		t.Fatalf("the plugin pod's token carries node-name %v, want [%s] (user %s)", got, node, review.Status.UserInfo.Username)
+	}
+	return cs
+}
