@@ -81,6 +81,9 @@ expect dedicated 'name: gpushare-binding$'
 expect dedicated 'in \["gpushare-scheduler"\]'
 expect dedicated 'value: "gpushare-system/gpushare-card-limits"'
 expect dedicated 'resourceNames: \[gpushare-card-limits\]'
+expect dedicated 'privileged: false'
+expect dedicated 'capabilities: {drop: \[ALL\]}'
+expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
 
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
@@ -106,6 +109,11 @@ expect strategies 'unhealthyDevices.json' absent
 render isolation --set 'devicePlugin.isolation.index={1,3}' --set 'devicePlugin.isolation.uuid={GPU-0000aaaa}'
 expect isolation 'unhealthyDevices.json: .*index.*\[1,3\]'
 expect isolation 'GPUSHARE_ISOLATION_FILE'
+
+render privileged-plugin --set devicePlugin.privileged=true
+expect privileged-plugin 'privileged: true'
+expect privileged-plugin 'value: all$'
+expect privileged-plugin 'nvidia-container-devices/all' absent
 
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent

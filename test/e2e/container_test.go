@@ -381,6 +381,28 @@ func TestContainerLane(t *testing.T) {
 		}
 	})
 
+	t.Run("the device plugin's own pod, as the chart renders it, sees every card and the kubelet's sockets unprivileged, with no capability", func(t *testing.T) {
+		pod := runProbePod(ctx, t, c, node, chartPluginPod(ctx, t, ns, "plugin-pod", node.Opts.Name))
+		defer deletePods(ctx, t, c, pod)
+		checkPluginPodLeastPrivilege(t, pod, probeSees(ctx, t, node, pod, "device-plugin", time.Time{}))
+
+		// Without its "all" device request the same unprivileged pod sees no
+		// card: the request, not a privilege, is what gives NVML the cards.
+		bare := chartPluginPod(ctx, t, ns, "plugin-pod-no-request", node.Opts.Name)
+		mounts := bare.Spec.Containers[0].VolumeMounts[:0]
+		for _, m := range bare.Spec.Containers[0].VolumeMounts {
+			if !strings.HasPrefix(m.MountPath, api.VisibleDevicesVolumeRoot) {
+				mounts = append(mounts, m)
+			}
+		}
+		bare.Spec.Containers[0].VolumeMounts = mounts
+		bare = runProbePod(ctx, t, c, node, bare)
+		defer deletePods(ctx, t, c, bare)
+		if seen := probeSees(ctx, t, node, bare, "device-plugin", time.Time{}); len(seen.Devices) != 0 {
+			t.Errorf("the plugin pod without its device request sees %v; want no card", seen.Devices)
+		}
+	})
+
 	t.Run("multi-container pod: each container its own card, the one without a request none", func(t *testing.T) {
 		pod := runProbePod(ctx, t, c, node, probePod(ns, "multi", 30, 30, 0))
 		defer deletePods(ctx, t, c, pod)

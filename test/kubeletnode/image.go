@@ -25,6 +25,13 @@ type ProbeReport struct {
 	Env            map[string]string `json:"env"`
 	DeviceRequests []string          `json:"deviceRequests"`
 	Devices        []ProbeDevice     `json:"devices"`
+	// Opens, UID, CapEff, Writable and Connects: what the container may do
+	// (see the probe's doc: "ok" or an errno name per path).
+	Opens    map[string]string `json:"opens"`
+	UID      int               `json:"uid"`
+	CapEff   string            `json:"capEff"`
+	Writable map[string]string `json:"writable"`
+	Connects map[string]string `json:"connects"`
 }
 
 // ProbeDevice is a /dev/nvidia* node the container sees.

@@ -1,0 +1,105 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/kubeletnode"
+)
+
+// pluginPodSocket and pluginPodResources are the kubelet sockets the device
+// plugin connects to (registration, PodResources), inside its mounts.
+const (
+	pluginPodSocketDir = "/var/lib/kubelet/device-plugins"
+	pluginPodSocket    = pluginPodSocketDir + "/kubelet.sock"
+	pluginPodResources = "/var/lib/kubelet/pod-resources/kubelet.sock"
+)
+
+// chartPluginPod is the device plugin DaemonSet's pod as the chart renders it
+// with its defaults (set adds --set flags), made runnable on the lane: the
+// probe image instead of ours (its PROBE_* variables say what to try), bound
+// to node on the host network (no CNI), without the service account and
+// priority class the test namespace lacks. Security context, environment,
+// volumes and mounts are the chart's.
+func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, set ...string) *corev1.Pod {
+	t.Helper()
+	root := cluster.RepoRoot()
+	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh helm: %v", err)
+	}
+	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"), "--kube-version", "1.34.0",
+		"--namespace", "gpushare-system", "--show-only", "templates/deviceplugin.yaml"}, set...)
+	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	var ds *appsv1.DaemonSet
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var d appsv1.DaemonSet
+		if err := yaml.Unmarshal(doc, &d); err == nil && d.Kind == "DaemonSet" {
+			ds = &d
+		}
+	}
+	if ds == nil {
+		t.Fatalf("the chart renders no DaemonSet:\n%s", out)
+	}
+	spec := ds.Spec.Template.Spec
+	spec.NodeName, spec.NodeSelector = node, nil
+	spec.ServiceAccountName, spec.AutomountServiceAccountToken = "", ptr.To(false)
+	spec.PriorityClassName = ""
+	spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSDefault
+	spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists})
+	ctr := &spec.Containers[0]
+	ctr.Image, ctr.ImagePullPolicy, ctr.Command = probeImage, corev1.PullNever, nil
+	ctr.Env = append(ctr.Env,
+		corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", "/"}, ":")},
+		corev1.EnvVar{Name: "PROBE_CONNECT", Value: pluginPodSocket + ":" + pluginPodResources},
+	)
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
+}
+
+// checkPluginPodLeastPrivilege is the lane's check of the chart's device
+// plugin pod: unprivileged, no capability, yet every card's device node is
+// there and opens past the device cgroup (ENXIO: allowed, no driver behind a
+// simulated node; EPERM would be the cgroup refusing it), the kubelet's
+// sockets accept it and its socket directory takes a file, while the root
+// filesystem and the PodResources directory are read-only.
+func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, seen kubeletnode.ProbeReport) {
+	t.Helper()
+	sc := pod.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged {
+		t.Fatalf("the chart's device plugin container is privileged (%+v); the premise of this check is that it is not", sc)
+	}
+	if diff := cmp.Diff(devicesFor(0, 1), seen.Devices); diff != "" {
+		t.Errorf("the device plugin's pod must see every card for NVML (-want +seen):\n%s", diff)
+	}
+	for _, d := range seen.Devices {
+		if got := seen.Opens[d.Path]; got != "ENXIO" && got != "ok" {
+			t.Errorf("opening %s: %s, want it allowed by the device cgroup (ENXIO on a simulated node)", d.Path, got)
+		}
+	}
+	if seen.UID != 0 || seen.CapEff != "0000000000000000" {
+		t.Errorf("uid %d, effective capabilities %s; want root with none", seen.UID, seen.CapEff)
+	}
+	want := map[string]string{pluginPodSocketDir: "ok", "/var/lib/kubelet/pod-resources": "EROFS", "/": "EROFS"}
+	if diff := cmp.Diff(want, seen.Writable); diff != "" {
+		t.Errorf("writable directories (-want +seen):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{pluginPodSocket: "ok", pluginPodResources: "ok"}, seen.Connects); diff != "" {
+		t.Errorf("kubelet sockets (-want +seen):\n%s", diff)
+	}
+}
