@@ -31,7 +31,7 @@ lint: vet fmt-check tidy-check ## vet, gofmt and go mod tidy checks
 unit: ## unit tests with the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
-chart-check: ## helm lint + render matrix + refusals of contradictory values (builds helm once into the cache)
+chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
 test: lint unit chart-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, end-to-end (root)
