@@ -113,11 +113,12 @@ if [[ "$(id -u)" == 0 ]]; then
 	mkdir -p "$PG/pids" && touch "$PG/.gpushare-playground" "$PG/old-etcd-data"
 	up_fails "KEEP=1 up (port still taken)" "resuming the last playground" GPUSHARE_PLAYGROUND_KEEP=1
 	if [[ -e "$PG/old-etcd-data" ]]; then pass "KEEP=1 keeps the old state"; else fail "KEEP=1" "the old state was deleted"; fi
-	kill "$h"; gone "$h" || true
 
+	# (The extender port stays taken: should the refusal break, up still stops before building.)
 	mkdir -p "$T/foreign" && touch "$T/foreign/precious"
 	up_fails "a directory that is not a playground's is not deleted" "is not a playground's state dir" GPUSHARE_PLAYGROUND="$T/foreign"
 	if [[ -e "$T/foreign/precious" ]]; then pass "the foreign directory is intact"; else fail "foreign directory" "deleted"; fi
+	kill "$h"; gone "$h" || true
 else
 	echo "skip the up checks: not root"
 fi
