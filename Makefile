@@ -4,7 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down bench-packing
+.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -31,10 +31,10 @@ lint: vet fmt-check tidy-check ## vet, gofmt and go mod tidy checks
 unit: ## unit tests with the race detector
 	$(GO) test -race -count=1 $(PKGS)
 
-chart-check: ## helm lint + render matrix + refusals of contradictory values (builds helm once into the cache)
+chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit chart-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, end-to-end (root)
+test: lint unit chart-check playground-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, playground script checks, end-to-end (root)
 
 # Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus;
 # `make fuzz` mutates beyond it for FUZZTIME per target.
@@ -82,11 +82,17 @@ container-lane: ## the e2e container lane's programs: containerd+runc (apt, root
 e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
 
-playground: ## local cluster + extender + 3 simulated GPU nodes + docs/examples (root; first run builds Kubernetes, ~7-10 min)
-	hack/playground.sh up
+# KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
+KEEP  ?= 0
+CLEAN ?= 0
+playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7-10 min)
+	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) hack/playground.sh up
 
-playground-down: ## stop the playground (every process by PID)
-	hack/playground.sh down
+playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
+	hack/playground.sh down $(if $(filter 1,$(CLEAN)),--clean)
+
+playground-check: ## checks of hack/playground.sh that need no cluster: port preflight, fresh/keep, down finding hand-started processes (root)
+	hack/playground-check.sh
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
 # re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks the Helm chart: helm lint; helm template for both scheduler modes and a matrix of values,
-# with assertions on what each renders; contradictory values must fail with their message.
+# with assertions on what each renders; contradictory values must fail with their message; the
+# environment the chart gives the extender and the device plugin is what those binaries read.
 # With CHART_CHECK_SERVER_DRY_RUN=1 and KUBECONFIG pointing at a live API server (the e2e harness's
 # cluster), every rendering is also validated by the real API: kubectl apply --dry-run=server.
 set -euo pipefail
@@ -135,6 +136,39 @@ refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
 refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
+
+# The environment the chart gives each program must be what the program reads, with values it
+# accepts: every variable (GPUSHARE_*, NODE_NAME, KUBECONFIG) of the extender and device-plugin
+# containers must be named in that binary's --help, and the binary started with exactly that
+# environment must get past its option checks (exit 1: no cluster here) instead of refusing a value
+# (exit 2).
+go build -o "$out/gpushare-scheduler" ./scheduler
+go build -o "$out/gpushare-device-plugin" ./deviceplugin
+# container_env NAME CONTAINER : "VAR=value" lines of CONTAINER's env in rendering NAME
+# (a valueFrom, i.e. the downward API's node name, becomes chart-check-node).
+container_env() {
+  awk -v want="$2" '/^        - name: /{c=$3} c==want && /^            - name: /{n=$3; getline;
+    if ($1=="valueFrom:") v="chart-check-node"; else { sub(/^ *value: */,""); gsub(/^"|"$/,""); v=$0 }
+    if (n ~ /^(GPUSHARE_|NODE_NAME$|KUBECONFIG$)/) print n "=" v}' "$out/$1.yaml"
+}
+check_program_env() {
+  local name=$1 container=$2 binary=$3 help vars v code
+  help="$("$out/$binary" --help)"
+  mapfile -t vars < <(container_env "$name" "$container")
+  if [ "${#vars[@]}" -eq 0 ]; then fail "$name $container env" "no variables found in the rendering"; return; fi
+  for v in "${vars[@]}"; do
+    if grep -qF "(env ${v%%=*})" <<<"$help"; then pass "$name $container reads ${v%%=*}"
+    else fail "$name $container env" "the chart sets ${v%%=*}, which $binary --help does not name"; fi
+  done
+  code=0
+  env -i PATH="$PATH" "${vars[@]}" timeout 20 "$out/$binary" >"$out/$name-$container.run" 2>&1 || code=$?
+  if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
+  else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
+}
+for r in dedicated strategies isolation; do
+  check_program_env "$r" extender gpushare-scheduler
+  check_program_env "$r" device-plugin gpushare-device-plugin
+done
 
 if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null

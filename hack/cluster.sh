@@ -9,6 +9,7 @@
 #   hack/cluster.sh down [--clean]     stop every process by its PID (--clean: also delete the state dir)
 #   hack/cluster.sh stop COMPONENT     stop one (e.g. kube-scheduler; `up` starts it again)
 #   hack/cluster.sh status             which processes run, where the kubeconfig is
+#   hack/cluster.sh check-ports        fail, naming the variable to set, if a port `up` needs is taken
 #   hack/cluster.sh env                print `export KUBECONFIG=...`
 #
 # `up` generates certificates (openssl), starts what is not already running,
@@ -265,12 +266,32 @@ wait_healthy() {
 	die "$name not healthy within ${READY_TIMEOUT} s ($url); log: $LOGS/$name.log"
 }
 
+# port_taken PORT: something listens on 127.0.0.1:PORT.
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# port_holder PORT prints " by PID (COMMAND)" for the listener on PORT when ss can tell.
+port_holder() {
+	command -v ss >/dev/null || return 0
+	ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*",pid=[0-9]*' | head -n1 |
+		sed 's/users:(("\([^"]*\)",pid=\([0-9]*\)/ by pid \2 (\1)/'
+}
+
+# check_port_free NAME PORT VARIABLE: the port is free, or held by our own NAME.
 check_port_free() {
-	local name="$1" port="$2"
+	local name="$1" port="$2" var="$3"
 	pid_of "$name" >/dev/null && return
-	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-		die "port 127.0.0.1:$port (for $name) is taken by another process; set GPUSHARE_*_PORT"
+	if port_taken "$port"; then
+		die "port 127.0.0.1:$port (for $name) is taken$(port_holder "$port"); set $var to a free port, e.g. $var=$((port + 1))"
 	fi
+}
+
+# check_ports: every port `up` needs is free (or held by this cluster's own component).
+check_ports() {
+	check_port_free etcd "$ETCD_PORT" GPUSHARE_ETCD_PORT
+	check_port_free etcd "$ETCD_PEER_PORT" GPUSHARE_ETCD_PEER_PORT
+	check_port_free kube-apiserver "$APISERVER_PORT" GPUSHARE_APISERVER_PORT
+	check_port_free kube-controller-manager "$KCM_PORT" GPUSHARE_KCM_PORT
+	[[ "$START_SCHEDULER" == 0 ]] || check_port_free kube-scheduler "$SCHEDULER_PORT" GPUSHARE_SCHEDULER_PORT
 }
 
 cmd_up() {
@@ -301,11 +322,7 @@ cmd_up() {
 	trap 'if [[ $UP_DONE == 0 ]]; then log "up did not finish: stopping the cluster"; cmd_down; fi' EXIT
 	trap 'exit 130' INT TERM
 
-	check_port_free etcd "$ETCD_PORT"
-	check_port_free etcd "$ETCD_PEER_PORT"
-	check_port_free kube-apiserver "$APISERVER_PORT"
-	check_port_free kube-controller-manager "$KCM_PORT"
-	[[ "$START_SCHEDULER" == 0 ]] || check_port_free kube-scheduler "$SCHEDULER_PORT"
+	check_ports
 
 	gen_certs
 	write_kubeconfig
@@ -380,6 +397,7 @@ main() {
 		stop_one "$1"
 		;;
 	status) cmd_status ;;
+	check-ports) check_ports ;;
 	env) echo "export KUBECONFIG=$KUBECONFIG_FILE" ;;
 	*)
 		sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

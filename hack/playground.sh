@@ -4,20 +4,31 @@
 # the real kubelet device manager + gpushare's device plugin on simulated
 # NVML), with the example pods of docs/examples applied. Needs root (each node
 # agent runs in its own mount namespace). The first run builds Kubernetes
-# (hack/build-k8s.sh, ~7-10 min); later runs reuse everything.
+# (hack/build-k8s.sh, ~7-10 min); later runs reuse the binaries.
 #
-# Usage: hack/playground.sh up | down | status
+# Usage: hack/playground.sh up | down [--clean] | status
+#   up      a fresh playground (default): whatever runs of the last one is stopped and its state
+#           (etcd data: its pods, nodes, annotations) deleted first. GPUSHARE_PLAYGROUND_KEEP=1
+#           (make playground KEEP=1) resumes the last one instead: what runs is kept, what was
+#           stopped starts again on its old state, old pods included.
+#           The ports are checked before anything is built.
+#   down    stops every process of the playground: the ones it recorded (PID files) and any
+#           extender, node agent or device plugin of this binary folder started by hand for this
+#           playground's kubeconfig (found in /proc, paths resolved). The state stays for KEEP=1;
+#           --clean (make playground-down CLEAN=1) deletes it too.
 # Env:   GPUSHARE_PLAYGROUND (state dir, default /tmp/gpushare-playground)
 #        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default binpack)
-#        control-plane ports as in hack/cluster.sh (defaults here: etcd 24790/24800,
-#        kube-apiserver 17443, controller-manager 21257, scheduler 21259)
-# Running `up` twice does not break: what runs (checked by PID) is kept.
+#        control-plane ports (defaults here): GPUSHARE_ETCD_PORT=24790 GPUSHARE_ETCD_PEER_PORT=24800
+#        GPUSHARE_APISERVER_PORT=17443 GPUSHARE_KCM_PORT=21257 GPUSHARE_SCHEDULER_PORT=21259
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STATE="${GPUSHARE_PLAYGROUND:-/tmp/gpushare-playground}"
 EXTENDER_PORT="${GPUSHARE_EXTENDER_PORT:-32766}"
 POLICY="${GPUSHARE_POLICY:-binpack}"
+KEEP="${GPUSHARE_PLAYGROUND_KEEP:-0}"
+# The file that marks a directory as a playground's state (remove_state checks it).
+MARKER=.gpushare-playground
 BIN="$ROOT/bin"
 PIDS="$STATE/pids"
 LOGS="$STATE/logs"
@@ -42,43 +53,148 @@ die() {
 	exit 1
 }
 
-# alive NAME BINARY prints the PID recorded for NAME if it runs BINARY.
-alive() {
+# exe_of PID prints the absolute path of the program PID runs (also after the
+# file was replaced by a rebuild: /proc shows "PATH (deleted)").
+exe_of() {
+	local exe
+	exe="$(readlink "/proc/$1/exe" 2>/dev/null)" || return 1
+	echo "${exe% (deleted)}"
+}
+
+# kubeconfig_of PID prints the absolute path of the kubeconfig PID was given:
+# --kubeconfig[=]FILE, else GPUSHARE_KUBECONFIG or KUBECONFIG in its
+# environment; a relative path is resolved against the process's directory.
+kubeconfig_of() {
+	local pid="$1" kc="" prev="" a
+	local -a args
+	mapfile -d '' args <"/proc/$pid/cmdline" 2>/dev/null || return 1
+	for a in "${args[@]}"; do
+		case "$prev" in --kubeconfig | -kubeconfig) kc="$a" ;; esac
+		case "$a" in --kubeconfig=* | -kubeconfig=*) kc="${a#*=}" ;; esac
+		prev="$a"
+	done
+	if [[ -z "$kc" ]]; then
+		kc="$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^GPUSHARE_KUBECONFIG=//p; s/^KUBECONFIG=//p' | head -n1)"
+	fi
+	[[ -n "$kc" ]] || return 1
+	[[ "$kc" == /* ]] || kc="$(readlink "/proc/$pid/cwd")/$kc"
+	realpath -m "$kc"
+}
+
+# pids_of BINARY prints the PIDs running BINARY (by absolute path, however it
+# was started) for this playground's kubeconfig.
+pids_of() {
+	local want kc exe p
+	want="$(realpath -m "$1")" kc="$(realpath -m "$KUBECONFIG_FILE")"
+	# One find over /proc/PID/exe (a fork per process is slow on a busy machine).
+	for exe in $(find /proc -mindepth 2 -maxdepth 2 -name exe \( -lname "$want" -o -lname "$want (deleted)" \) 2>/dev/null); do
+		p="${exe#/proc/}" p="${p%/exe}"
+		[[ "$p" =~ ^[0-9]+$ && "$(kubeconfig_of "$p")" == "$kc" ]] && echo "$p"
+	done
+	return 0
+}
+
+# recorded NAME BINARY prints the PID in NAME's PID file if that process runs
+# BINARY.
+recorded() {
 	local pid
 	pid="$(cat "$PIDS/$1.pid" 2>/dev/null)" || return 1
-	[[ "$pid" =~ ^[0-9]+$ ]] || return 1
-	tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "^$2 " || return 1
+	[[ "$pid" =~ ^[0-9]+$ && "$(exe_of "$pid")" == "$(realpath -m "$2")" ]] || return 1
 	echo "$pid"
 }
 
+# alive NAME BINARY [scan] prints the PID of NAME: the recorded one, else
+# (with scan) one found by pids_of.
+alive() {
+	local pid
+	if pid="$(recorded "$1" "$2")"; then
+		echo "$pid"
+		return 0
+	fi
+	[[ "${3:-}" == scan ]] || return 1
+	pid="$(pids_of "$2" | head -n1)"
+	[[ -n "$pid" ]] && echo "$pid"
+}
+
+# stop NAME BINARY [scan] stops NAME's recorded process and (with scan) every
+# one pids_of finds.
 stop() {
-	local name="$1" binary="$2" pid i
-	if pid="$(alive "$name" "$binary")"; then
+	local name="$1" binary="$2" pid pids i
+	pids="$( (
+		recorded "$name" "$binary" || true
+		[[ "${3:-}" != scan ]] || pids_of "$binary"
+	) | sort -u)"
+	for pid in $pids; do
 		log "stopping $name (pid $pid)"
 		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for pid in $pids; do
 		for ((i = 0; i < 200; i++)); do
-			[[ -d "/proc/$pid" ]] || break
+			[[ -d "/proc/$pid" && "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] || break
 			sleep 0.1
 		done
 		[[ -d "/proc/$pid" ]] && kill -KILL "$pid" 2>/dev/null
-	fi
+	done
 	rm -f "$PIDS/$name.pid"
 }
 
 cmd_down() {
-	local n
+	local n clean=0
+	case "${1:-}" in
+	"") ;;
+	--clean) clean=1 ;;
+	*) die "down: unknown argument $1 (want --clean or nothing)" ;;
+	esac
 	for n in "${NODES[@]}"; do
 		stop "agent-${n%%=*}" "$BIN/gpushare-nodeagent"
 	done
-	stop extender "$BIN/gpushare-scheduler"
+	# Then whatever of this playground was started by hand (or left behind):
+	# agents, device plugins, extenders.
+	stop node-agent "$BIN/gpushare-nodeagent" scan
+	stop device-plugin "$BIN/gpushare-device-plugin" scan
+	stop extender "$BIN/gpushare-scheduler" scan
 	"$ROOT/hack/cluster.sh" down
+	if ((clean)); then
+		remove_state
+	fi
+}
+
+# remove_state deletes the state dir, if it is a playground's (it has the
+# marker file, or the pids/ and kubeconfig an older playground left).
+remove_state() {
+	[[ -e "$STATE" ]] || return 0
+	[[ "$STATE" == /* && "$(realpath -m "$STATE")" != / ]] || die "GPUSHARE_PLAYGROUND=$STATE: want an absolute path other than /"
+	if [[ -f "$STATE/$MARKER" || (-d "$STATE/pids" && -f "$STATE/kubeconfig") ]]; then
+		log "removing the old playground's state ($STATE)"
+		rm -rf "$STATE"
+	else
+		die "$STATE is not a playground's state dir (no $MARKER): not deleting it; set GPUSHARE_PLAYGROUND to another dir, or remove it yourself"
+	fi
+}
+
+# preflight: every port the playground needs is free (or, with KEEP, held by
+# the playground's own process), before anything is built.
+preflight() {
+	"$ROOT/hack/cluster.sh" check-ports || exit 1
+	if ! alive extender "$BIN/gpushare-scheduler" scan >/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$EXTENDER_PORT") 2>/dev/null; then
+		die "port 127.0.0.1:$EXTENDER_PORT (for the extender) is taken; set GPUSHARE_EXTENDER_PORT to a free port, e.g. GPUSHARE_EXTENDER_PORT=$((EXTENDER_PORT + 1))"
+	fi
 }
 
 kubectl_() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
 cmd_up() {
 	[[ "$(id -u)" == 0 ]] || die "the node agents need root (a private mount namespace each)"
+	if [[ "$KEEP" == 1 ]]; then
+		log "resuming the last playground (GPUSHARE_PLAYGROUND_KEEP=1): what runs is kept, old state and pods included"
+	else
+		log "starting a fresh playground (KEEP=1 resumes the last one instead)"
+		cmd_down
+		remove_state
+	fi
+	preflight
 	mkdir -p "$PIDS" "$LOGS" "$BIN"
+	touch "$STATE/$MARKER"
 	UP_DONE=0
 	trap 'if [[ $UP_DONE == 0 ]]; then log "up did not finish: stopping everything"; cmd_down; fi' EXIT
 	trap 'exit 130' INT TERM
@@ -94,18 +210,22 @@ cmd_up() {
 	"$ROOT/hack/cluster.sh" up --scheduler-config "$ROOT/scheduler/config/kube-scheduler-config.yaml" \
 		--extender-url "http://127.0.0.1:${EXTENDER_PORT}" --extra-profile default-scheduler
 
-	if pid="$(alive extender "$BIN/gpushare-scheduler")"; then
+	local pid
+	if pid="$(alive extender "$BIN/gpushare-scheduler" scan)"; then
 		log "extender already running (pid $pid)"
 	else
 		log "starting the extender on 127.0.0.1:${EXTENDER_PORT} (policy $POLICY)"
 		setsid "$BIN/gpushare-scheduler" --kubeconfig "$KUBECONFIG_FILE" --listen "127.0.0.1:${EXTENDER_PORT}" \
 			--policy "$POLICY" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
-		echo $! >"$PIDS/extender.pid"
+		pid=$!
 	fi
+	echo "$pid" >"$PIDS/extender.pid"
 	local deadline=$((SECONDS + 60))
 	until curl -fsS --max-time 2 "http://127.0.0.1:${EXTENDER_PORT}/readyz" >/dev/null 2>&1; do
 		((SECONDS < deadline)) || die "extender not ready in 60 s; log: $LOGS/gpushare-scheduler.log"
-		alive extender "$BIN/gpushare-scheduler" >/dev/null || die "extender exited; log: $LOGS/gpushare-scheduler.log"
+		# Not alive: just after the start the child may not have exec'd the binary yet.
+		[[ -d "/proc/$pid" && "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] ||
+			die "extender exited; log: $LOGS/gpushare-scheduler.log"
 		sleep 0.2
 	done
 
@@ -164,15 +284,17 @@ The playground runs (state, logs and PIDs in $STATE). Try:
   kubectl get pod single -o jsonpath='{.metadata.annotations.gpushare\.example\.com/e2e-containers}'
                                           # what the container got (mounts, env), recorded by the node agent
   kubectl apply -f docs/examples/...      # or your own pods (schedulerName gpushare-scheduler or none: both go through gpushare here)
+  kubectl annotate node gpu-node-2 gpushare.example.com/isolate=0   # take card 0 out of service
+  kubectl annotate node gpu-node-2 gpushare.example.com/isolate-    # put it back (the trailing - removes the annotation)
 
-Stop everything: make playground-down
+Stop everything: make playground-down (the next make playground starts fresh; KEEP=1 resumes this one)
 EOF
 }
 
 cmd_status() {
 	local n pid
 	"$ROOT/hack/cluster.sh" status || true
-	if pid="$(alive extender "$BIN/gpushare-scheduler")"; then echo "extender running (pid $pid)"; else echo "extender stopped"; fi
+	if pid="$(alive extender "$BIN/gpushare-scheduler" scan)"; then echo "extender running (pid $pid)"; else echo "extender stopped"; fi
 	for n in "${NODES[@]}"; do
 		if pid="$(alive "agent-${n%%=*}" "$BIN/gpushare-nodeagent")"; then
 			echo "node ${n%%=*} running (agent pid $pid)"
@@ -184,7 +306,7 @@ cmd_status() {
 
 case "${1:-}" in
 up) cmd_up ;;
-down) cmd_down ;;
+down) cmd_down "${@:2}" ;;
 status) cmd_status ;;
 *)
 	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

@@ -4,37 +4,25 @@
 package main
 
 import (
-	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/inspector/inspect"
+	"github.com/gpushare/gpushare/internal/cli"
 )
 
 func main() {
 	silenceKlog()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	o := inspect.NewOptions(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
-	cmd := inspect.NewCmd(o)
-	err := cmd.ExecuteContext(ctx)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "error: %v\n", err)
-	}
-	stop()
-	os.Exit(inspect.ExitCode(err))
+	os.Exit(cli.Run(inspect.NewCmd(o)))
 }
 
 // silenceKlog keeps client-go's internal logging off the terminal, so that a
-// failure is reported by the one line main prints.
+// failure is reported by the one line cli.Run prints.
 func silenceKlog() {
 	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(fs)

@@ -5,37 +5,16 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"k8s.io/klog/v2"
+	"github.com/gin-gonic/gin"
 
+	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/scheduler/app"
 )
 
 func main() {
-	opts := app.DefaultOptions()
-	fs := flag.NewFlagSet("gpushare-scheduler", flag.ContinueOnError)
-	opts.AddFlags(fs)
-	if err := app.Parse(fs, os.Args[1:], os.Getenv); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
-		fmt.Fprintln(os.Stderr, "gpushare-scheduler:", err)
-		os.Exit(2)
-	}
-	defer klog.Flush()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background().WithName("gpushare-scheduler"))
-	if err := app.Run(ctx, opts); err != nil {
-		fmt.Fprintln(os.Stderr, "gpushare-scheduler:", err)
-		klog.Flush()
-		os.Exit(1)
-	}
+	// gin's process-wide mode: no route dump or debug warnings in the log.
+	gin.SetMode(gin.ReleaseMode)
+	os.Exit(cli.Run(app.NewCommand(os.LookupEnv)))
 }

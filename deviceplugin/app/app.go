@@ -1,20 +1,23 @@
-// Package app wires the device plugin together: it owns the command-line
-// options (each also settable by an environment variable, for the
-// DaemonSet) and Run, which builds the card state from NVML, publishes it on
+// Package app wires the device plugin together: it owns the program's
+// command (NewCommand, started the one way internal/cli describes), the
+// command-line options (each also settable by an environment variable, for
+// the DaemonSet) and Run, which builds the card state from NVML, publishes it on
 // the Node, keeps health and isolation current and serves the kubelet.
 package app
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
@@ -26,6 +29,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/isolation"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/internal/cli"
 )
 
 // Options are the plugin's settings; docs/deviceplugin.md lists them.
@@ -61,8 +65,9 @@ func EnvName(flagName string) string {
 	return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// AddFlags registers the options on fs with their defaults.
-func (o *Options) AddFlags(fs *flag.FlagSet) {
+// AddFlags registers the options on fs with their defaults, and klog's flags
+// (-v, …), each bound to its environment variable (EnvName).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", "", "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
@@ -78,25 +83,58 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
+	cli.AddKlogFlags(fs)
+	cli.BindEnv(fs, EnvName)
 }
 
-// ApplyEnv sets every flag of fs not given on the command line from its
-// environment variable (EnvName). Call after fs.Parse.
-func ApplyEnv(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
+// NewCommand returns the gpushare-device-plugin command: flags (AddFlags),
+// each also set by its environment variable read through lookupEnv
+// (os.LookupEnv in main; the command line wins), then Run with a client for
+// --kubeconfig (empty: in-cluster) until the command's context ends. restart
+// receives SIGHUP (main owns the signal handler).
+func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal) *cobra.Command {
+	return newCommand(&Options{}, lookupEnv, func(ctx context.Context, o Options) error {
+		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return fmt.Errorf("kubernetes client configuration: %w", err)
 		}
-		if v, ok := os.LookupEnv(EnvName(f.Name)); ok {
-			if err := f.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q (--%s): %w", EnvName(f.Name), v, f.Name, err))
-			}
+		client, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("kubernetes client: %w", err)
 		}
+		return Run(ctx, o, client, restart)
 	})
-	return errors.Join(errs...)
+}
+
+// newCommand is NewCommand with the options and what runs them injected.
+func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gpushare-device-plugin",
+		Short: "gpushare's kubelet device plugin: GPU memory as example.com/gpu-mem units",
+		Long: `gpushare-device-plugin advertises GPU memory as example.com/gpu-mem units, gives each container the
+card the gpushare scheduler extender assigned, and publishes the node's GPU inventory
+(docs/deviceplugin.md).
+
+Every flag can also be set by the environment variable named in its description (the command
+line wins; a variable set to "" gives the flag the empty value).`,
+		Args:          cli.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
+				return err
+			}
+			// Checked before the client is built, so that a missing
+			// NODE_NAME is reported as such outside a cluster too.
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return run(klog.NewContext(cmd.Context(), klog.Background()), *o)
+		},
+	}
+	cmd.SetFlagErrorFunc(cli.FlagError)
+	o.AddFlags(cmd.Flags())
+	return cmd
 }
 
 func (o Options) ignoredXIDs() ([]uint64, error) {
@@ -117,8 +155,14 @@ func (o Options) ignoredXIDs() ([]uint64, error) {
 // ErrNoNodeName: NODE_NAME (--node-name) is missing.
 var ErrNoNodeName = errors.New("the node name is required: set NODE_NAME from the downward API (env: valueFrom: fieldRef: fieldPath: spec.nodeName) or pass --node-name")
 
-// Validate checks the options that need no cluster and no GPU.
+// Validate checks the options that need no cluster and no GPU, the one
+// place their rules live (Run calls it too, for callers that skip the
+// command). Its errors are usage errors (cli.ErrUsage: exit status 2).
 func (o Options) Validate() error {
+	return cli.Usage(o.validate())
+}
+
+func (o Options) validate() error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
 	}

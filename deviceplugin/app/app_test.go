@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"flag"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,15 +21,16 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/cli"
 )
 
 const node = "gpu-node"
 
 // defaults are the options as the flags set them with nothing given.
-func defaults(t *testing.T, args ...string) (*Options, *flag.FlagSet) {
+func defaults(t *testing.T, args ...string) (*Options, *pflag.FlagSet) {
 	t.Helper()
 	o := &Options{}
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
@@ -42,14 +43,14 @@ func TestEnvironmentSetsFlagsTheCommandLineWins(t *testing.T) {
 	t.Setenv("GPUSHARE_MEMORY_UNIT", "MiB")
 	t.Setenv("GPUSHARE_DEVICE_ID_STRATEGY", "index")
 	o, fs := defaults(t, "--device-id-strategy=uuid")
-	if err := ApplyEnv(fs); err != nil {
+	if err := cli.ApplyEnv(fs, os.LookupEnv); err != nil {
 		t.Fatal(err)
 	}
 	if o.NodeName != "from-env" || o.MemoryUnit != "MiB" || o.DeviceIDStrategy != "uuid" {
 		t.Errorf("options = %+v", o)
 	}
 	t.Setenv("GPUSHARE_HEALTH_CHECKS", "maybe")
-	if err := ApplyEnv(fs); err == nil || !strings.Contains(err.Error(), "GPUSHARE_HEALTH_CHECKS") {
+	if err := cli.ApplyEnv(fs, os.LookupEnv); err == nil || !strings.Contains(err.Error(), "GPUSHARE_HEALTH_CHECKS") {
 		t.Errorf("a bad env value: err = %v, want one naming the variable", err)
 	}
 }

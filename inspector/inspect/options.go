@@ -16,6 +16,8 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpushare/gpushare/internal/cli"
 )
 
 // Output formats accepted by -o.
@@ -30,42 +32,25 @@ const (
 // hanging.
 const defaultRequestTimeout = 30 * time.Second
 
-// Exit codes returned by ExitCode.
+// Exit codes returned by ExitCode: the three programs' statuses
+// (internal/cli).
 const (
-	ExitOK = 0
+	ExitOK = cli.ExitOK
 	// ExitError: the view could not be produced (unknown node, unreachable
 	// cluster, no kubeconfig, API error).
-	ExitError = 1
+	ExitError = cli.ExitError
 	// ExitUsage: bad flags or arguments.
-	ExitUsage = 2
+	ExitUsage = cli.ExitUsage
 )
 
-// ErrUsage is wrapped by errors about flags and arguments.
-var ErrUsage = errors.New("usage")
+// ErrUsage is wrapped by errors about flags and arguments (cli.ErrUsage).
+var ErrUsage = cli.ErrUsage
 
-// usageError is an error about flags or arguments; it reads as its message
-// and matches ErrUsage.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string        { return e.msg }
-func (e usageError) Is(target error) bool { return target == ErrUsage }
-
-func usagef(format string, args ...any) error {
-	return usageError{msg: fmt.Sprintf(format, args...)}
-}
+func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
 // ExitCode maps Run's (or the command's) error to the process exit status:
 // 0 for nil, ExitUsage for flag and argument errors, ExitError otherwise.
-func ExitCode(err error) int {
-	switch {
-	case err == nil:
-		return ExitOK
-	case errors.Is(err, ErrUsage):
-		return ExitUsage
-	default:
-		return ExitError
-	}
-}
+func ExitCode(err error) int { return cli.ExitCode(err) }
 
 // Options are the inputs of one `kubectl inspect gpushare` run.
 type Options struct {
@@ -113,7 +98,10 @@ func NewCmd(o *Options) *cobra.Command {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show GPU-memory allocation per node and per card",
 		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
-as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.`,
+as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.
+
+The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it); no other
+environment variable changes what the plugin does.`,
 		Example: `  # one row per GPU node, one column per card
   kubectl inspect gpushare
 
@@ -134,9 +122,7 @@ as the gpushare scheduler extender counts it, and warn about nodes whose GPU rep
 			return o.Run(cmd.Context())
 		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
-		return usagef("%v (see --help)", err)
-	})
+	cmd.SetFlagErrorFunc(cli.FlagError)
 	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
 	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:12345) instead of the API server")

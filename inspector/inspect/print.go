@@ -15,7 +15,8 @@ import (
 )
 
 // PendingLegend explains the "pending" status in plain words; the details
-// view prints it and docs/inspector.md repeats it.
+// view prints it when it shows a pending container, and docs/inspector.md
+// repeats it.
 const PendingLegend = `"pending": the gpushare scheduler extender has chosen this card and bound the pod, but the
 node's device plugin has not yet given the card to the container (the kubelet has not started
 it). The memory already counts as allocated; it becomes "allocated" once the container gets it.`
@@ -183,7 +184,8 @@ func printWarnings(w io.Writer, v View) error {
 
 // PrintDetails writes, per node, its cards (index, model, UUID, state,
 // allocated/total) and every container on each card, then the pods that
-// could not be counted, the totals, the warnings and the legend.
+// could not be counted, the totals, the warnings and, when a container is
+// pending, what "pending" means.
 func PrintDetails(w io.Writer, v View, oneNode bool) error {
 	if len(v.Nodes) == 0 {
 		return PrintTable(w, v, oneNode)
@@ -204,8 +206,24 @@ func PrintDetails(w io.Writer, v View, oneNode bool) error {
 	if err := printWarnings(w, v); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n%s\n", PendingLegend)
+	if anyPending(v) {
+		fmt.Fprintf(w, "\n%s\n", PendingLegend)
+	}
 	return nil
+}
+
+// anyPending reports whether the view shows a container as "pending".
+func anyPending(v View) bool {
+	for _, n := range v.Nodes {
+		for _, c := range n.Cards {
+			for _, p := range c.Pods {
+				if p.Pending {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // printNodeDetails writes one node; fromExtender leaves out what the

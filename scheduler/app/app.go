@@ -1,4 +1,5 @@
 // Package app wires the gpushare scheduler extender: it owns the program's
+// command (NewCommand, started the one way internal/cli describes), its
 // options (flags, each also settable from the environment for a
 // Deployment), their validation, and Run, which builds the Kubernetes
 // client, the informer-fed cache and the HTTP server and serves until the
@@ -8,7 +9,6 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,9 +17,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/time/rate"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/cardlimits"
@@ -102,44 +104,61 @@ func EnvName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// AddFlags defines the options' flags, and klog's (-v, …), on fs.
-func (o *Options) AddFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.ListenAddress, "listen", o.ListenAddress, "address the extender's HTTP server listens on (env "+EnvName("listen")+")")
-	fs.StringVar(&o.AdminListenAddress, "admin-listen", o.AdminListenAddress, "optional second address serving only /healthz, /readyz, /metrics and /inspect (env "+EnvName("admin-listen")+")")
-	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS) (env "+EnvName("parallelism")+")")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account (env "+EnvName("kubeconfig")+")")
-	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", ")+" (env "+EnvName("policy")+")")
-	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all (env "+EnvName("filter-mode")+")")
-	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none (env "+EnvName("resync-period")+")")
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server (env "+EnvName("kube-api-qps")+")")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server (env "+EnvName("kube-api-burst")+")")
-	fs.DurationVar(&o.BindTimeout, "bind-timeout", o.BindTimeout, "longest a bind call takes, waiting for the API request budget included; keep it below kube-scheduler's extender httpTimeout (env "+EnvName("bind-timeout")+")")
-	fs.StringVar(&o.CardLimitsConfigMap, "card-limits-configmap", o.CardLimitsConfigMap, "namespace/name of an existing ConfigMap to keep up to date with the largest card in the cluster, for the chart's admission policy; empty: off (env "+EnvName("card-limits-configmap")+")")
-	klog.InitFlags(fs)
+// AddFlags defines the options' flags and klog's (-v, …) on fs, each bound to
+// its environment variable (EnvName: GPUSHARE_POLICY, GPUSHARE_V, …).
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ListenAddress, "listen", o.ListenAddress, "address the extender's HTTP server listens on")
+	fs.StringVar(&o.AdminListenAddress, "admin-listen", o.AdminListenAddress, "optional second address serving only /healthz, /readyz, /metrics and /inspect")
+	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account")
+	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", "))
+	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server")
+	fs.DurationVar(&o.BindTimeout, "bind-timeout", o.BindTimeout, "longest a bind call takes, waiting for the API request budget included; keep it below kube-scheduler's extender httpTimeout")
+	fs.StringVar(&o.CardLimitsConfigMap, "card-limits-configmap", o.CardLimitsConfigMap, "namespace/name of an existing ConfigMap to keep up to date with the largest card in the cluster, for the chart's admission policy; empty: off")
+	cli.AddKlogFlags(fs)
+	cli.BindEnv(fs, EnvName)
 }
 
-// Parse sets fs's flags from the environment (GPUSHARE_<FLAG>, e.g.
-// GPUSHARE_POLICY, GPUSHARE_V for klog's -v), then from args: a command-line
-// flag wins over its variable. A bad value in either is an error naming it.
-func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil {
-			return
-		}
-		if v := getenv(EnvName(f.Name)); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment variable %s=%q: %w", EnvName(f.Name), v, serr)
+// NewCommand returns the gpushare-scheduler command: flags (AddFlags), each
+// also set by its environment variable read through lookupEnv (os.LookupEnv
+// in main; the command line wins), then Run until the command's context ends.
+func NewCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
+	o := DefaultOptions()
+	return newCommand(&o, lookupEnv, Run)
+}
+
+// newCommand is NewCommand with the options and what runs them injected.
+func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gpushare-scheduler",
+		Short: "The gpushare scheduler extender: filter, prioritize and bind for pods requesting example.com/gpu-mem",
+		Long: `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
+request example.com/gpu-mem, placing each container on one GPU card (docs/design.md).
+
+Every flag can also be set by the environment variable named in its description (the command
+line wins; a variable set to "" gives the flag the empty value).`,
+		Args:          cli.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cli.ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
+				return err
 			}
-		}
-	})
-	if err != nil {
-		return err
+			ctx := klog.NewContext(cmd.Context(), klog.Background().WithName("gpushare-scheduler"))
+			return run(ctx, *o)
+		},
 	}
-	return fs.Parse(args)
+	cmd.SetFlagErrorFunc(cli.FlagError)
+	o.AddFlags(cmd.Flags())
+	return cmd
 }
 
-// Validate checks the options; every message says what to change.
+// Validate checks the options, the one place their rules live (Run calls
+// it); every message says what to change. Its errors are usage errors
+// (cli.ErrUsage: exit status 2).
 func (o *Options) Validate() error {
 	var errs []error
 	if _, err := allocator.Lookup(o.Policy); err != nil {
@@ -178,7 +197,7 @@ func (o *Options) Validate() error {
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
 	}
-	return errors.Join(errs...)
+	return cli.Usage(errors.Join(errs...))
 }
 
 // cardLimitsRef splits CardLimitsConfigMap into namespace and name.
@@ -298,7 +317,6 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if err != nil {
 		return err
 	}
-	gin.SetMode(gin.ReleaseMode)
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(reg),
 		ReadHeaderTimeout: 10 * time.Second,

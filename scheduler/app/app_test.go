@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"io"
 	"net"
 	"net/http"
@@ -23,14 +22,21 @@ import (
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
+// parse runs the program's command on args with env as the environment and
+// returns the options Run would have been given.
 func parse(t *testing.T, args []string, env map[string]string) (Options, error) {
 	t.Helper()
 	o := DefaultOptions()
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	o.AddFlags(fs)
-	err := Parse(fs, args, func(k string) string { return env[k] })
-	return o, err
+	var got Options
+	cmd := newCommand(&o, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, func(_ context.Context, o Options) error {
+		got = o
+		return nil
+	})
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.Execute()
+	return got, err
 }
 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
