@@ -8,6 +8,8 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -71,6 +73,15 @@ type Options struct {
 	// admission policy that refuses requests no card can hold (empty: off).
 	// The ConfigMap must exist; the extender only updates it.
 	CardLimitsConfigMap string
+	// TLSCertFile and TLSPrivateKeyFile, when set, make the verbs' address
+	// (ListenAddress) serve HTTPS; ClientCAFile, when also set, makes it
+	// require a client certificate signed by that CA (kube-scheduler's
+	// extender tlsConfig certFile/keyFile). The admin address stays HTTP.
+	TLSCertFile       string
+	TLSPrivateKeyFile string
+	ClientCAFile      string
+	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
+	MaxRequestBytes int64
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -92,6 +103,8 @@ func DefaultOptions() Options {
 		KubeAPIQPS:    200,
 		KubeAPIBurst:  400,
 		BindTimeout:   server.DefaultBindTimeout,
+
+		MaxRequestBytes: server.DefaultMaxBodyBytes,
 	}
 }
 
@@ -118,6 +131,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server")
 	fs.DurationVar(&o.BindTimeout, "bind-timeout", o.BindTimeout, "longest a bind call takes, waiting for the API request budget included; keep it below kube-scheduler's extender httpTimeout")
 	fs.StringVar(&o.CardLimitsConfigMap, "card-limits-configmap", o.CardLimitsConfigMap, "namespace/name of an existing ConfigMap to keep up to date with the largest card in the cluster, for the chart's admission policy; empty: off")
+	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "certificate (PEM) the verbs' address serves HTTPS with; empty: plain HTTP")
+	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
+	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -196,6 +213,15 @@ func (o *Options) Validate() error {
 	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
+	}
+	if (o.TLSCertFile == "") != (o.TLSPrivateKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-private-key-file go together: set both (HTTPS) or neither (HTTP)"))
+	}
+	if o.ClientCAFile != "" && o.TLSCertFile == "" {
+		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-private-key-file: client certificates are checked over HTTPS only"))
+	}
+	if o.MaxRequestBytes < 64<<10 {
+		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
 	return cli.Usage(errors.Join(errs...))
 }
@@ -313,15 +339,18 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers})
+	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes})
 	if err != nil {
 		return err
 	}
-	httpSrv := &http.Server{
-		Handler:           srv.Handler(reg),
-		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+	tlsConfig, err := o.serverTLS()
+	if err != nil {
+		return err
 	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+	}
+	httpSrv := newHTTPServer(ctx, srv.Handler(reg))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -357,17 +386,13 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
 	if admin != nil {
-		servers = append(servers, &http.Server{
-			Handler:           srv.ReadOnlyHandler(reg),
-			ReadHeaderTimeout: 10 * time.Second,
-			BaseContext:       func(net.Listener) context.Context { return ctx },
-		})
+		servers = append(servers, newHTTPServer(ctx, srv.ReadOnlyHandler(reg)))
 		listeners = append(listeners, admin)
 	}
 	errc := make(chan error, len(servers))
 	for i := range servers {
 		go func(hs *http.Server, l net.Listener) { errc <- hs.Serve(l) }(servers[i], listeners[i])
-		logger.Info("Serving", "address", listeners[i].Addr().String(), "readOnly", i > 0)
+		logger.Info("Serving", "address", listeners[i].Addr().String(), "readOnly", i > 0, "https", i == 0 && tlsConfig != nil, "clientCertificates", i == 0 && o.ClientCAFile != "")
 	}
 	var serveErr error
 	select {
@@ -416,4 +441,45 @@ func cardLimitsPublisher(o Options, clients Clients, factory informers.SharedInf
 		return nil, nil, fmt.Errorf("node informer: %w", err)
 	}
 	return &cardlimits.Publisher{Nodes: nodes.Lister(), Client: clients.Read, Namespace: namespace, Name: name}, changed, nil
+}
+
+// newHTTPServer is an HTTP server with the extender's timeouts: a client
+// gets 10 s to send its headers and its whole request (kube-scheduler sends
+// a filter call in milliseconds and gives up after its httpTimeout, 5 s in
+// the chart), so a slow or stalled sender cannot hold a connection and its
+// buffer; idle keep-alive connections close after 2 minutes.
+func newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+}
+
+// serverTLS is the verbs' TLS configuration, nil for plain HTTP: the
+// certificate and key, TLS 1.2 at least, and with ClientCAFile a client
+// certificate signed by that CA required on every connection.
+func (o *Options) serverTLS() (*tls.Config, error) {
+	if o.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSPrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if o.ClientCAFile != "" {
+		pem, err := os.ReadFile(o.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca-file %s: no PEM certificate in it", o.ClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
 }

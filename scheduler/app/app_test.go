@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+	"github.com/gpushare/gpushare/scheduler/server"
 )
 
 // parse runs the program's command on args with env as the environment and
@@ -46,7 +47,7 @@ func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -76,6 +77,9 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
 		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 400 must be positive"},
 		{"bind timeout with no time to queue", func(o *Options) { o.BindTimeout = time.Second }, "--bind-timeout 1s leaves no time to wait for the API request budget"},
+		{"a certificate without its key", func(o *Options) { o.TLSCertFile = "/etc/tls/tls.crt" }, "--tls-cert-file and --tls-private-key-file go together"},
+		{"a client CA without HTTPS", func(o *Options) { o.ClientCAFile = "/etc/tls/ca.crt" }, "--client-ca-file needs --tls-cert-file and --tls-private-key-file"},
+		{"a body limit too small for a pod", func(o *Options) { o.MaxRequestBytes = 1024 }, "--max-request-bytes 1024 is below 64 KiB"},
 		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 	}
 	for _, tc := range tests {

@@ -99,8 +99,7 @@ type Config struct {
 	FilterMode FilterMode
 	// Registry receives the server's metrics; nil registers none.
 	Registry prometheus.Registerer
-	// MaxBodyBytes bounds a request body (default 256 MiB: 5,000 Node
-	// objects when nodeCacheCapable is false).
+	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// Parallelism is how many goroutines evaluate the nodes of one filter or
 	// prioritize call (allocator.EvaluateParallel); 0 or 1: one.
@@ -148,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 256 << 20
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	m, err := newMetrics(cfg.Registry, cfg.Cache)
 	if err != nil {
@@ -185,6 +184,17 @@ func New(cfg Config) (*Server, error) {
 		betterBy:    "a better node for this pod exists under policy " + cfg.Policy.Name,
 	}, nil
 }
+
+// DefaultMaxBodyBytes bounds a request body by default: 4 MiB. The largest
+// call kube-scheduler makes with nodeCacheCapable: true (the shipped
+// configuration) is a filter or prioritize with the pod and every node's
+// name. A pod is at most ~1.5 MiB (etcd's request limit); 5,000 node names
+// of the longest legal length (253 characters, quoted, comma) are 1.28 MB:
+// 2.8 MB together, so 4 MiB leaves room. Bodies are decoded as they stream,
+// and a larger one is refused with 413 after 4 MiB is read, so one call
+// holds at most that much. With nodeCacheCapable: false (full Node objects,
+// 5–15 KB each) raise it (--max-request-bytes).
+const DefaultMaxBodyBytes = 4 << 20
 
 // Errors that decide the HTTP status (see httpStatus).
 var (
