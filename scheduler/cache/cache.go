@@ -290,9 +290,9 @@ func internState(s api.CardState) api.CardState {
 
 // SetPod records a pod added or updated by the informer. The pod counts on
 // its node's cards when it carries a valid assignment (api.AssignmentFromPod),
-// is bound to the assignment's node and has not terminated
-// (Succeeded/Failed). A pod that is terminating (deletionTimestamp set) still
-// counts: its containers may still hold the memory.
+// is bound to the assignment's node and still holds its units
+// (api.HoldsUnits: not Succeeded or Failed; a terminating pod still counts,
+// its containers may still hold the memory).
 //
 // An assumed pod the informer does not yet show bound with its assignment
 // keeps its assumption; once it does, the informer's record replaces the
@@ -301,10 +301,11 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
 	}
+	// Host is set even when the gpu-mem demand is invalid.
 	req, reqErr := api.RequestFromPod(pod)
-	host := HostRequest(pod)
-	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	bound := !terminated && pod.Spec.NodeName != ""
+	host := allocator.HostResources(req.Host)
+	holds := api.HoldsUnits(pod)
+	bound := holds && pod.Spec.NodeName != ""
 	var a api.Assignment
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
@@ -323,7 +324,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	}
 	old := c.pods[pod.UID]
 	switch {
-	case terminated:
+	case !holds:
 		c.remove(old)
 	case valid:
 		if old != nil && old.state == Confirmed && old.node == a.Node && old.host == host && sameCards(old.assignment, a) {
@@ -511,15 +512,16 @@ func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
 	return n.snap, nil
 }
 
-// Assume records a's units for the pod before bind writes to the API. basis
-// is the snapshot the assignment was decided on: if the node changed since
+// Assume records a's units for the pod before bind writes to the API; req is
+// the pod's request as bind read it (api.RequestFromPod), whose CPU and memory
+// the node's HostFree loses. basis is the snapshot the assignment was decided on: if the node changed since
 // (another bind assumed a pod there, a pod finished, the inventory changed),
 // Assume fails with ErrStale and nothing is recorded; decide again.
-func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error {
+func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	host := HostRequest(pod)
+	host := allocator.HostResources(req.Host)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.pods[pod.UID]; ok {

@@ -166,7 +166,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := pol.Decide(snap, allocator.RequestFromPod(preq), c.Workload())
+	d := pol.Decide(snap, allocator.NewRequest(preq), c.Workload())
 	if !d.Fits {
 		return api.Assignment{}, fmt.Errorf("does not fit: %s", d.Message())
 	}
@@ -175,7 +175,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 		idx = append(idx, p.Grants[0].Card)
 	}
 	a := fixture.AssignmentFor(pod, node, api.PhaseAssigned, idx...)
-	return a, c.Assume(pod, a, snap)
+	return a, c.Assume(pod, preq, a, snap)
 }
 
 func TestAssumeForgetConfirm(t *testing.T) {
@@ -268,7 +268,7 @@ func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
 	}
 	// second was decided on the snapshot from before first's assumption.
 	a := fixture.AssignmentFor(second, "n1", api.PhaseAssigned, 0)
-	if err := c.Assume(second, a, snap); !errors.Is(err, cache.ErrStale) {
+	if err := c.Assume(second, fixture.Request(second), a, snap); !errors.Is(err, cache.ErrStale) {
 		t.Fatalf("assume on a stale snapshot: err = %v, want ErrStale", err)
 	}
 	// Decided again on the fresh snapshot, it does not fit.
@@ -290,11 +290,11 @@ func TestAssumeNeverExceedsCapacity(t *testing.T) {
 		"an unhealthy card":        fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 1),
 		"a card not in inventory":  fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 7),
 	} {
-		if err := c.Assume(pod, a, snap); !errors.Is(err, cache.ErrOverCapacity) {
+		if err := c.Assume(pod, fixture.Request(pod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
 			t.Errorf("%s: err = %v, want ErrOverCapacity", name, err)
 		}
 	}
-	if err := c.Assume(pod, fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
+	if err := c.Assume(pod, fixture.Request(pod), fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
 	}
 }
