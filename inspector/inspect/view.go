@@ -206,10 +206,11 @@ func IsGPUNode(n *corev1.Node) bool {
 	return n.Labels[api.LabelEnabled] == "true"
 }
 
-// counts reports whether a pod holds GPU memory now: bound to a node and not
-// finished. This is the rule the extender's cache uses for what a node holds.
+// counts reports whether a pod holds GPU memory on a node now: it is bound
+// and still holds its units (api.HoldsUnits: a terminating pod does, a
+// finished one does not). The extender's cache counts the same pods.
 func counts(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+	return p.Spec.NodeName != "" && api.HoldsUnits(p)
 }
 
 // nodeBuild is a Node under construction.
@@ -223,7 +224,8 @@ type nodeBuild struct {
 
 // Build turns nodes and pods into a View. It is a pure function: everything
 // is decoded with the api package, nothing is fetched. Nodes that are not GPU
-// nodes (IsGPUNode) are ignored; pods are counted when bound and not finished.
+// nodes (IsGPUNode) are ignored; pods are counted when bound and holding
+// their units (api.HoldsUnits).
 func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	builds := map[string]*nodeBuild{}
