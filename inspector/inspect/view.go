@@ -133,10 +133,10 @@ type WarningCode string
 const (
 	// WarnNoInventory: the node has gpu-mem capacity (or the gpushare=true
 	// label) but no inventory annotation.
-	WarnNoInventory WarningCode = "NoInventory"
+	WarnNoInventory = WarningCode(api.InventoryErrorMissing)
 	// WarnInvalidInventory: the inventory annotation does not decode or
 	// validate.
-	WarnInvalidInventory WarningCode = "InvalidInventory"
+	WarnInvalidInventory = WarningCode(api.InventoryErrorInvalid)
 	// WarnNoCapacity: the node has an inventory but reports no gpu-mem
 	// capacity: the device plugin registered nothing with the kubelet.
 	WarnNoCapacity WarningCode = "NoCapacity"
@@ -150,7 +150,7 @@ const (
 	WarnAllocatableMismatch WarningCode = "AllocatableMismatch"
 	// WarnInvalidIsolation: the node's isolation annotation does not parse;
 	// the extender places no new pods on the node.
-	WarnInvalidIsolation WarningCode = "InvalidIsolation"
+	WarnInvalidIsolation = WarningCode(api.InventoryErrorIsolation)
 	// WarnOvercommitted: a card holds more than its total.
 	WarnOvercommitted WarningCode = "Overcommitted"
 	// WarnMalformedAssignment: a pod's assignment does not decode, validate
@@ -203,7 +203,7 @@ func IsGPUNode(n *corev1.Node) bool {
 	if _, ok := n.Annotations[api.AnnotationInventory]; ok {
 		return true
 	}
-	return n.Labels[api.LabelEnabled] == "true"
+	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue
 }
 
 // counts reports whether a pod holds GPU memory on a node now: it is bound

@@ -85,7 +85,9 @@ type nodeState struct {
 	known  bool
 	inv    api.Inventory
 	invErr error
-	iso    api.Isolation
+	// invCode classifies invErr for /inspect.
+	invCode api.InventoryErrorCode
+	iso     api.Isolation
 	// alloc is the node's allocatable CPU and memory; hasAlloc is false
 	// when the node reports none (HostFree is then unknown).
 	alloc    allocator.HostResources
@@ -193,16 +195,19 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.known = true
-	n.inv, n.invErr, n.iso = inv, nil, iso
+	n.inv, n.invErr, n.invCode, n.iso = inv, nil, "", iso
 	n.alloc, n.hasAlloc = host, hasHost
 	c.setModels(n, modelsOf(inv))
 	switch {
 	case invErr == nil && isoErr != nil:
-		n.invErr = fmt.Errorf("node %s: %w", node.Name, isoErr)
+		n.invErr, n.invCode = fmt.Errorf("node %s: %w", node.Name, isoErr), api.InventoryErrorIsolation
 	case invErr != nil && (gpuCap || gpuAlloc || !errors.Is(invErr, api.ErrNoInventory)):
 		// A node that offers gpu-mem (or carries a broken inventory) but whose
 		// inventory cannot be read is filtered with the reason.
-		n.invErr = invErr
+		n.invErr, n.invCode = invErr, api.InventoryErrorInvalid
+		if errors.Is(invErr, api.ErrNoInventory) {
+			n.invCode = api.InventoryErrorMissing
+		}
 	}
 	c.publish(n)
 }
@@ -217,7 +222,7 @@ func (c *Cache) DeleteNode(name string) {
 		return
 	}
 	n.known = false
-	n.inv, n.invErr, n.iso = api.Inventory{}, nil, api.Isolation{}
+	n.inv, n.invErr, n.invCode, n.iso = api.Inventory{}, nil, "", api.Isolation{}
 	n.hasAlloc = false
 	c.setModels(n, nil)
 	c.publish(n)

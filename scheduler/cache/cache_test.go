@@ -360,6 +360,37 @@ func TestNodeInventoryStates(t *testing.T) {
 	}
 }
 
+// TestInspectClassifiesUnusableInventories checks the code /inspect sends
+// with a node's inventory error, which the inspector turns into its warning.
+func TestInspectClassifiesUnusableInventories(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
+	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
+	c.SetNode(fixture.MakeNode("fine").Card(0, 40).Obj())
+	got := map[string]api.InventoryErrorCode{}
+	for _, n := range c.Inspect() {
+		if (n.InventoryError == "") != (n.InventoryErrorCode == "") {
+			t.Errorf("node %s: error %q with code %q: want both or neither", n.Name, n.InventoryError, n.InventoryErrorCode)
+		}
+		got[n.Name] = n.InventoryErrorCode
+	}
+	want := map[string]api.InventoryErrorCode{
+		"no-inventory":  api.InventoryErrorMissing,
+		"broken":        api.InventoryErrorInvalid,
+		"bad-isolation": api.InventoryErrorIsolation,
+		"fine":          "",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("inventory error codes (-want +got):\n%s", diff)
+	}
+	// Fixed, the node has no error and no code.
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "0").Obj())
+	if n := c.Inspect("bad-isolation")[0]; n.InventoryError != "" || n.InventoryErrorCode != "" {
+		t.Errorf("after the fix: error %q, code %q; want neither", n.InventoryError, n.InventoryErrorCode)
+	}
+}
+
 func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())

@@ -37,7 +37,7 @@ func (c *Cache) Inspect(names ...string) []api.ExtenderNode {
 func (n *nodeState) info() api.ExtenderNode {
 	ni := api.ExtenderNode{Name: n.name, Unit: n.snap.Unit, Cards: []api.ExtenderCard{}}
 	if n.snap.InventoryErr != nil {
-		ni.InventoryError = n.snap.InventoryErr.Error()
+		ni.InventoryError, ni.InventoryErrorCode = n.snap.InventoryErr.Error(), n.invCode
 	}
 	pos := map[string]int{}
 	for i, c := range n.snap.Cards {
