@@ -67,7 +67,7 @@ type Cache interface {
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
 	Inspect(names ...string) []api.ExtenderNode
-	EachCard(func(cache.CardUsage))
+	Nodes() []*allocator.Node
 	Synced() bool
 }
 
