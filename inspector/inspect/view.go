@@ -358,15 +358,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	var healthy int64
 	for _, c := range cards {
 		b.cardPos[c.UUID] = len(view.Cards)
-		card := Card{
-			Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: c.Reason,
+		shown := iso.Apply(c)
+		view.Cards = append(view.Cards, Card{
+			Index: c.Index, UUID: c.UUID, Model: c.Model, State: shown.State, Reason: shown.Reason,
 			Total: c.Units, Pods: []Pod{},
-		}
-		if c.State == api.CardHealthy && iso.Isolates(c.Index, c.UUID) {
-			card.State = api.CardIsolated
-			card.Reason = "isolate annotation; device plugin not updated yet"
-		}
-		view.Cards = append(view.Cards, card)
+		})
 		view.Total += c.Units
 		if c.Schedulable() { // as the device plugin reported it to the kubelet
 			healthy += c.Units

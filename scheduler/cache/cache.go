@@ -266,11 +266,8 @@ func (n *nodeState) rebuild() {
 			}
 		}
 		for i, ic := range n.inv.Cards {
-			st := internState(ic.State)
-			if st == api.CardHealthy && n.iso.Isolates(ic.Index, ic.UUID) {
-				st = api.CardIsolated
-			}
-			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: st}
+			ic = n.iso.Apply(ic)
+			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: internState(ic.State)}
 		}
 		sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
 		snap.Cards = cards
