@@ -26,10 +26,12 @@ type ExtenderNode struct {
 
 // ExtenderCard is one card of an ExtenderNode.
 type ExtenderCard struct {
-	Index    int           `json:"index"`
-	UUID     string        `json:"uuid"`
-	Model    string        `json:"model,omitempty"`
-	State    CardState     `json:"state"`
+	Index int       `json:"index"`
+	UUID  string    `json:"uuid"`
+	Model string    `json:"model,omitempty"`
+	State CardState `json:"state"`
+	// Reason says why the card is not healthy (Isolation.Apply).
+	Reason   string        `json:"reason,omitempty"`
 	Capacity int64         `json:"capacity"`
 	Used     int64         `json:"used"`
 	Pods     []ExtenderPod `json:"pods"`

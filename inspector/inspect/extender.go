@@ -87,7 +87,7 @@ func viewFromExtender(in []api.ExtenderNode) View {
 			n.Unit = "" // no usable inventory: no unit, left out of the totals
 		}
 		for _, ec := range en.Cards {
-			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
+			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Reason: ec.Reason, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
 			for _, p := range ec.Pods {
 				c.Pods = append(c.Pods, Pod{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Units: p.Units, Phase: p.Phase, Pending: p.Phase == api.PhaseAssigned})
 			}

@@ -173,3 +173,12 @@ func TestFromExtenderWarningFollowsTheInventoryErrorCode(t *testing.T) {
 		})
 	}
 }
+
+func TestFromExtenderShowsTheCardsReason(t *testing.T) {
+	v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", Unit: api.UnitGiB, Cards: []api.ExtenderCard{
+		{Index: 0, UUID: "GPU-a0", State: api.CardUnhealthy, Reason: "XID 79", Capacity: 40, Pods: []api.ExtenderPod{}},
+	}}})
+	if got := v.Nodes[0].Cards[0]; got.State != api.CardUnhealthy || got.Reason != "XID 79" {
+		t.Errorf("card: state %q reason %q, want unhealthy, XID 79", got.State, got.Reason)
+	}
+}

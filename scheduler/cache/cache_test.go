@@ -391,6 +391,27 @@ func TestInspectClassifiesUnusableInventories(t *testing.T) {
 	}
 }
 
+// TestInspectSaysWhyACardTakesNoPods checks that /inspect carries a card's
+// reason: the device plugin's for an unhealthy card, Isolation.Apply's for a
+// card the operator's annotation isolates.
+func TestInspectSaysWhyACardTakesNoPods(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).CardOf(1, 40, "A100", api.CardUnhealthy).Reason("XID 79").Card(2, 40).
+		Annotation(api.AnnotationIsolation, "2").Obj())
+	got := map[int][2]string{}
+	for _, card := range c.Inspect("n1")[0].Cards {
+		got[card.Index] = [2]string{string(card.State), card.Reason}
+	}
+	want := map[int][2]string{
+		0: {string(api.CardHealthy), ""},
+		1: {string(api.CardUnhealthy), "XID 79"},
+		2: {string(api.CardIsolated), api.ReasonIsolatedByAnnotation},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("card states and reasons (-want +got):\n%s", diff)
+	}
+}
+
 func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())

@@ -40,9 +40,16 @@ func (n *nodeState) info() api.ExtenderNode {
 	if n.snap.InventoryErr != nil {
 		ni.InventoryError, ni.InventoryErrorCode = n.snap.InventoryErr.Error(), n.invCode
 	}
+	reason := map[string]string{}
+	for _, ic := range n.inv.Cards {
+		if r := n.iso.Apply(ic).Reason; r != "" {
+			reason[ic.UUID] = r
+		}
+	}
 	pos := map[string]int{}
 	for i, c := range n.snap.Cards {
-		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
+		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: reason[c.UUID],
+			Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
 		pos[c.UUID] = i
 	}
 	for _, p := range n.pods {
