@@ -89,7 +89,7 @@ func viewFromExtender(in []api.ExtenderNode) View {
 		for _, ec := range en.Cards {
 			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Reason: ec.Reason, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
 			for _, p := range ec.Pods {
-				c.Pods = append(c.Pods, Pod{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Units: p.Units, Phase: p.Phase, Pending: p.Phase == api.PhaseAssigned})
+				c.Pods = append(c.Pods, newPod(p.Namespace, p.Name, p.Container, p.Units, p.Phase))
 			}
 			n.Cards = append(n.Cards, c)
 		}

@@ -116,6 +116,12 @@ type Pod struct {
 	Pending bool `json:"pending"`
 }
 
+// newPod is one container's share of a card; it is pending while its
+// assignment is in phase Assigned.
+func newPod(namespace, name, container string, units int64, phase api.AssignmentPhase) Pod {
+	return Pod{Namespace: namespace, Name: name, Container: container, Units: units, Phase: phase, Pending: phase == api.PhaseAssigned}
+}
+
 // Uncounted is a pod (or one of its containers) whose GPU memory the
 // inspector could not place on a card.
 type Uncounted struct {
@@ -447,10 +453,7 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		}
 		card := &b.view.Cards[pos]
 		card.Allocated += c.Units
-		card.Pods = append(card.Pods, Pod{
-			Namespace: p.Namespace, Name: p.Name, Container: c.Name, Units: c.Units,
-			Phase: a.Phase, Pending: a.Phase == api.PhaseAssigned,
-		})
+		card.Pods = append(card.Pods, newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase))
 	}
 }
 
