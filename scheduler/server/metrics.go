@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
-
 )
 
 // metrics are the server's Prometheus metrics, registered on an injected
