@@ -515,10 +515,11 @@ func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
 }
 
 // Assume records a's units for the pod before bind writes to the API; req is
-// the pod's request as bind read it (api.RequestFromPod), whose CPU and memory
-// the node's HostFree loses. basis is the snapshot the assignment was decided on: if the node changed since
-// (another bind assumed a pod there, a pod finished, the inventory changed),
-// Assume fails with ErrStale and nothing is recorded; decide again.
+// the pod's request as bind read it (api.RequestFromPod), whose CPU and
+// memory the node's HostFree loses. basis is the snapshot the assignment was
+// decided on: if the node changed since (another bind assumed a pod there, a
+// pod finished, the inventory changed), Assume fails with ErrStale and
+// nothing is recorded; decide again.
 func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error {
 	if err := a.Validate(); err != nil {
 		return err
