@@ -139,14 +139,15 @@ func (a Assignment) Matches(pod *corev1.Pod) error {
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
 		return fmt.Errorf("%w: written for node %q, pod is bound to %q", ErrInvalidAssignment, a.Node, pod.Spec.NodeName)
 	}
-	req, err := RequestFromPod(pod)
+	// The record is checked against the gpu-mem part of RequestFromPod only.
+	req, err := gpuRequest(pod)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
 	}
-	if len(req.Containers) != len(a.Containers) {
-		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req.Containers), ResourceName, len(a.Containers))
+	if len(req) != len(a.Containers) {
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), ResourceName, len(a.Containers))
 	}
-	for _, c := range req.Containers {
+	for _, c := range req {
 		got, ok := a.Container(c.Name)
 		if !ok {
 			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, ResourceName)

@@ -10,7 +10,11 @@
 //   - the assignment record (Assignment), written on a pod by the extender at
 //     bind and completed by the device plugin at Allocate;
 //   - operator card isolation (Isolation);
-//   - how a pod's gpu-mem request is read (RequestFromPod).
+//   - how a pod's demand is read: gpu-mem per container and its CPU and
+//     memory request (RequestFromPod);
+//   - whether a pod still holds its units (HoldsUnits, MayStartContainers);
+//   - a card's state under the operator's isolation (Isolation.Apply);
+//   - the extender's GET /inspect JSON (ExtenderNode, ExtenderError).
 //
 // Every record is versioned, has one Encode and one Decode, and Decode always
 // validates: a program never acts on a record it could not validate.

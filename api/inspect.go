@@ -13,9 +13,12 @@ type ExtenderNode struct {
 	Name string `json:"name"`
 	// Unit is the unit of Capacity and Used.
 	Unit MemoryUnit `json:"unit,omitempty"`
-	// InventoryError says why the node's cards are unusable, if they are.
-	InventoryError string         `json:"inventoryError,omitempty"`
-	Cards          []ExtenderCard `json:"cards"`
+	// InventoryError says why the node's cards are unusable, if they are,
+	// for people; InventoryErrorCode says it for programs (set whenever
+	// InventoryError is; an extender older than the field leaves it empty).
+	InventoryError     string             `json:"inventoryError,omitempty"`
+	InventoryErrorCode InventoryErrorCode `json:"inventoryErrorCode,omitempty"`
+	Cards              []ExtenderCard     `json:"cards"`
 	// Unplaced lists pods whose assignment names a card the node's
 	// inventory does not have (e.g. the card disappeared).
 	Unplaced []ExtenderPod `json:"unplaced,omitempty"`
@@ -23,10 +26,12 @@ type ExtenderNode struct {
 
 // ExtenderCard is one card of an ExtenderNode.
 type ExtenderCard struct {
-	Index    int           `json:"index"`
-	UUID     string        `json:"uuid"`
-	Model    string        `json:"model,omitempty"`
-	State    CardState     `json:"state"`
+	Index int       `json:"index"`
+	UUID  string    `json:"uuid"`
+	Model string    `json:"model,omitempty"`
+	State CardState `json:"state"`
+	// Reason says why the card is not healthy (Isolation.Apply).
+	Reason   string        `json:"reason,omitempty"`
 	Capacity int64         `json:"capacity"`
 	Used     int64         `json:"used"`
 	Pods     []ExtenderPod `json:"pods"`
@@ -56,3 +61,25 @@ const (
 	// with a valid assignment.
 	ExtenderPodConfirmed ExtenderPodState = "confirmed"
 )
+
+// InventoryErrorCode classifies why a node's cards are unusable; the values
+// are a stable interface, equal to the inspector's warning codes.
+type InventoryErrorCode string
+
+const (
+	// InventoryErrorMissing: the node has no AnnotationInventory (ErrNoInventory).
+	InventoryErrorMissing InventoryErrorCode = "NoInventory"
+	// InventoryErrorInvalid: the inventory does not decode or validate
+	// (ErrInvalidInventory).
+	InventoryErrorInvalid InventoryErrorCode = "InvalidInventory"
+	// InventoryErrorIsolation: the node's AnnotationIsolation does not parse
+	// (ParseIsolation); the extender places no new pods on the node.
+	InventoryErrorIsolation InventoryErrorCode = "InvalidIsolation"
+)
+
+// ExtenderError is the body of every answer of the extender's HTTP server
+// that is not 200: what went wrong, for people. The HTTP status is the code
+// (404 at /inspect/{node}: the node is not in the extender's cache).
+type ExtenderError struct {
+	Error string `json:"error"`
+}

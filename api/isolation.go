@@ -38,6 +38,23 @@ func (iso Isolation) Isolates(index int, uuid string) bool {
 	return false
 }
 
+// ReasonIsolatedByAnnotation is the Reason of a card that Apply isolates: the
+// operator's annotation isolates it, and the device plugin has not reported
+// it isolated yet.
+const ReasonIsolatedByAnnotation = "isolate annotation; device plugin not updated yet"
+
+// Apply returns the card as the extender places pods on it: a healthy card
+// that iso isolates is CardIsolated (with ReasonIsolatedByAnnotation), at
+// once, before the device plugin reports it so; any other card is as its
+// inventory says (an unhealthy card stays unhealthy, its reason kept).
+// The extender's cache and the inspector both decide a card's state here.
+func (iso Isolation) Apply(c Card) Card {
+	if c.State == CardHealthy && iso.Isolates(c.Index, c.UUID) {
+		c.State, c.Reason = CardIsolated, ReasonIsolatedByAnnotation
+	}
+	return c
+}
+
 // Union returns the cards isolated by either.
 func (iso Isolation) Union(other Isolation) Isolation {
 	out := Isolation{Index: append(append([]int{}, iso.Index...), other.Index...), UUID: append(append([]string{}, iso.UUID...), other.UUID...)}

@@ -27,9 +27,11 @@ const (
 	// node's unit, followed by the unit, e.g. "80GiB".
 	LabelGPUMemory = Prefix + "gpu-memory"
 
-	// LabelEnabled is the label operators set (value "true") on the nodes
-	// where the device plugin should run.
+	// LabelEnabled is the label operators set (value LabelEnabledValue) on
+	// the nodes where the device plugin should run.
 	LabelEnabled = "gpushare"
+	// LabelEnabledValue is LabelEnabled's value on those nodes.
+	LabelEnabledValue = "true"
 )
 
 // SanitizeLabelValue turns s into a valid label value: characters outside

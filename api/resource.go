@@ -85,10 +85,20 @@ type ContainerRequest struct {
 	Units int64
 }
 
-// PodRequest is a pod's demand: one entry per app container that requests
-// ResourceName, in spec order. A pod that requests nothing has no entries.
+// PodRequest is everything a pod asks of a node: its gpu-mem demand, one
+// entry per app container that requests ResourceName, in spec order (a pod
+// that requests none has no entries), and its CPU and memory request.
 type PodRequest struct {
 	Containers []ContainerRequest
+	// Host is the pod's CPU and memory request (see RequestFromPod).
+	Host HostResources
+}
+
+// HostResources is CPU and memory as kube-scheduler counts requests: CPU in
+// millicores, memory in MiB (2^20 bytes).
+type HostResources struct {
+	CPUMilli  int64
+	MemoryMiB int64
 }
 
 // Total is the sum of the containers' units.
@@ -103,7 +113,9 @@ func (r PodRequest) Total() int64 {
 // Empty reports whether the pod asks for no GPU memory at all.
 func (r PodRequest) Empty() bool { return len(r.Containers) == 0 }
 
-// RequestFromPod reads a pod's gpu-mem demand.
+// RequestFromPod reads what a pod asks of a node: its gpu-mem demand and its
+// CPU and memory request. It is the one reader of a pod's demand; every
+// program calls it once per decision and passes the result on.
 //
 // Extended-resource rules apply: the quantity is taken from the container's
 // limits, or from its requests when only those are set (the API server
@@ -114,30 +126,76 @@ func (r PodRequest) Empty() bool { return len(r.Containers) == 0 }
 // resource out. Init containers
 // (including restartable sidecars) that request ResourceName make the whole
 // pod invalid (ErrInitContainerRequest).
+//
+// Host is the pod's CPU and memory request as kube-scheduler's
+// NodeResourcesFit counts it: the app containers plus restartable init
+// containers (sidecars), or the largest regular init container (with the
+// sidecars started before it) if that is more, plus the pod overhead.
+// Worked example: app containers of 500m and 1500m, an init container of
+// 3 CPU: max(2000m, 3000m) = 3000m. Memory is in MiB, rounded up (a request
+// of 1.5 MiB counts 2). It needs no validation, so it is set even when
+// the gpu-mem demand is invalid (Containers is then empty): a pod that
+// another scheduler bound still takes its node's CPU and memory.
 func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
-	var req PodRequest
 	if pod == nil {
-		return req, fmt.Errorf("%w: no pod", ErrInvalidRequest)
+		return PodRequest{}, fmt.Errorf("%w: no pod", ErrInvalidRequest)
 	}
+	host := hostRequest(&pod.Spec)
+	containers, err := gpuRequest(pod)
+	if err != nil {
+		return PodRequest{Host: host}, err
+	}
+	return PodRequest{Containers: containers, Host: host}, nil
+}
+
+// gpuRequest is PodRequest.Containers (see RequestFromPod).
+func gpuRequest(pod *corev1.Pod) ([]ContainerRequest, error) {
 	for _, c := range pod.Spec.InitContainers {
 		units, err := containerUnits(c)
 		if err != nil {
-			return PodRequest{}, err
+			return nil, err
 		}
 		if units > 0 {
-			return PodRequest{}, fmt.Errorf("%w: init container %q asks for %d", ErrInitContainerRequest, c.Name, units)
+			return nil, fmt.Errorf("%w: init container %q asks for %d", ErrInitContainerRequest, c.Name, units)
 		}
 	}
+	var out []ContainerRequest
 	for _, c := range pod.Spec.Containers {
 		units, err := containerUnits(c)
 		if err != nil {
-			return PodRequest{}, err
+			return nil, err
 		}
 		if units > 0 {
-			req.Containers = append(req.Containers, ContainerRequest{Name: c.Name, Units: units})
+			out = append(out, ContainerRequest{Name: c.Name, Units: units})
 		}
 	}
-	return req, nil
+	return out, nil
+}
+
+// hostRequest is PodRequest.Host (see RequestFromPod).
+func hostRequest(spec *corev1.PodSpec) HostResources {
+	var cpu, mem int64 // millicores, bytes
+	var sideCPU, sideMem, initCPU, initMem int64
+	for _, c := range spec.InitContainers {
+		rc, rm := c.Resources.Requests.Cpu().MilliValue(), c.Resources.Requests.Memory().Value()
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			sideCPU += rc
+			sideMem += rm
+			continue
+		}
+		initCPU = max(initCPU, sideCPU+rc)
+		initMem = max(initMem, sideMem+rm)
+	}
+	for _, c := range spec.Containers {
+		cpu += c.Resources.Requests.Cpu().MilliValue()
+		mem += c.Resources.Requests.Memory().Value()
+	}
+	cpu, mem = max(cpu+sideCPU, initCPU), max(mem+sideMem, initMem)
+	if spec.Overhead != nil {
+		cpu += spec.Overhead.Cpu().MilliValue()
+		mem += spec.Overhead.Memory().Value()
+	}
+	return HostResources{CPUMilli: cpu, MemoryMiB: (mem + 1<<20 - 1) >> 20}
 }
 
 func containerUnits(c corev1.Container) (int64, error) {

@@ -140,6 +140,14 @@ func (b *podBuilder) phase(p corev1.PodPhase) *podBuilder {
 	return b
 }
 
+// deleting marks the pod terminating: deletionTimestamp set, containers
+// still in their grace period.
+func (b *podBuilder) deleting() *podBuilder {
+	now := metav1.Now()
+	b.p.DeletionTimestamp = &now
+	return b
+}
+
 // on is where one container goes: card index on the pod's node.
 type on struct {
 	container string

@@ -41,9 +41,7 @@ func FromExtender(ctx context.Context, client *http.Client, base, node string) (
 		return View{}, fmt.Errorf("reading the gpushare extender's answer from %s: %w", u, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e api.ExtenderError
 		msg := strings.TrimSpace(string(body))
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
@@ -80,17 +78,18 @@ func viewFromExtender(in []api.ExtenderNode) View {
 		}
 		n := Node{Name: en.Name, Unit: en.Unit, InventoryError: en.InventoryError, Cards: []Card{}, Uncounted: []Uncounted{}}
 		if en.InventoryError != "" {
-			code := WarnInvalidInventory
-			if strings.Contains(en.InventoryError, api.ErrNoInventory.Error()) {
-				code = WarnNoInventory
+			code := WarnInvalidInventory // also from an extender that sends no code
+			switch en.InventoryErrorCode {
+			case api.InventoryErrorMissing, api.InventoryErrorIsolation:
+				code = WarningCode(en.InventoryErrorCode)
 			}
 			v.Warnings = append(v.Warnings, Warning{Node: n.Name, Code: code, Message: en.InventoryError + " (as the extender sees it)"})
 			n.Unit = "" // no usable inventory: no unit, left out of the totals
 		}
 		for _, ec := range en.Cards {
-			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
+			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Reason: ec.Reason, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
 			for _, p := range ec.Pods {
-				c.Pods = append(c.Pods, Pod{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Units: p.Units, Phase: p.Phase, Pending: p.Phase == api.PhaseAssigned})
+				c.Pods = append(c.Pods, newPod(p.Namespace, p.Name, p.Container, p.Units, p.Phase))
 			}
 			n.Cards = append(n.Cards, c)
 		}

@@ -27,7 +27,7 @@ func extenderNodes() []api.ExtenderNode {
 		}, Unplaced: []api.ExtenderPod{
 			{Namespace: "ml", Name: "lost", UID: "u3", Container: "c", Units: 5, State: api.ExtenderPodConfirmed, Phase: api.PhaseAllocated},
 		}},
-		{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []api.ExtenderCard{}},
+		{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), InventoryErrorCode: api.InventoryErrorMissing, Cards: []api.ExtenderCard{}},
 	}
 }
 
@@ -143,5 +143,42 @@ func TestFromExtenderErrors(t *testing.T) {
 				t.Errorf("error %q, want it to contain %q", err, c.wantMsg)
 			}
 		})
+	}
+}
+
+// TestFromExtenderWarningFollowsTheInventoryErrorCode checks that the
+// warning for a node whose cards the extender cannot use comes from the
+// code the extender sends, never from its message text.
+func TestFromExtenderWarningFollowsTheInventoryErrorCode(t *testing.T) {
+	noInv := "node gpu-a: " + api.ErrNoInventory.Error()
+	cases := []struct {
+		name string
+		code api.InventoryErrorCode
+		msg  string
+		want WarningCode
+	}{
+		{"no inventory", api.InventoryErrorMissing, noInv, WarnNoInventory},
+		{"an inventory that does not decode", api.InventoryErrorInvalid, "node gpu-a: invalid GPU inventory: unexpected end of JSON input", WarnInvalidInventory},
+		{"an isolation annotation that does not parse", api.InventoryErrorIsolation, `node gpu-a: isolation: "card-one" is neither a card index nor a GPU UUID (GPU-…)`, WarnInvalidIsolation},
+		{"the code wins over a message that names another problem", api.InventoryErrorInvalid, noInv, WarnInvalidInventory},
+		{"an extender that sends no code", "", noInv, WarnInvalidInventory},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", InventoryError: c.msg, InventoryErrorCode: c.code, Cards: []api.ExtenderCard{}}})
+			want := []Warning{{Node: "gpu-a", Code: c.want, Message: c.msg + " (as the extender sees it)"}}
+			if diff := cmp.Diff(want, v.Warnings); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFromExtenderShowsTheCardsReason(t *testing.T) {
+	v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", Unit: api.UnitGiB, Cards: []api.ExtenderCard{
+		{Index: 0, UUID: "GPU-a0", State: api.CardUnhealthy, Reason: "XID 79", Capacity: 40, Pods: []api.ExtenderPod{}},
+	}}})
+	if got := v.Nodes[0].Cards[0]; got.State != api.CardUnhealthy || got.Reason != "XID 79" {
+		t.Errorf("card: state %q reason %q, want unhealthy, XID 79", got.State, got.Reason)
 	}
 }

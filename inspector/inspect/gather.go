@@ -27,8 +27,9 @@ var ErrNotGPUNode = errors.New("not a GPU node")
 
 // Gather reads the nodes and the pods that may hold GPU memory: every node
 // and pod, or, when nodeName is set, that node and the pods bound to it.
-// Finished pods are filtered out by the API server; Build applies the same
-// rule again, so a server that ignores field selectors changes nothing.
+// Finished pods (Succeeded, Failed: they hold no units, api.HoldsUnits) are
+// filtered out by the API server; Build applies api.HoldsUnits itself, so a
+// server that ignores field selectors changes nothing.
 func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) ([]corev1.Node, []corev1.Pod, error) {
 	podSelector := fields.AndSelectors(
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
@@ -44,7 +45,7 @@ func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) (
 			return nil, nil, fmt.Errorf("cannot read node %q: %w", nodeName, err)
 		}
 		if !IsGPUNode(n) {
-			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no gpushare=true label", nodeName, ErrNotGPUNode, api.ResourceName)
+			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no %s=%s label", nodeName, ErrNotGPUNode, api.ResourceName, api.LabelEnabled, api.LabelEnabledValue)
 		}
 		nodes = []corev1.Node{*n}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", nodeName))

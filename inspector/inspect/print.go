@@ -97,8 +97,8 @@ func nodeName(n Node) string {
 func PrintTable(w io.Writer, v View, oneNode bool) error {
 	printSource(w, v)
 	if len(v.Nodes) == 0 {
-		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=true label.\n",
-			api.ResourceName, api.AnnotationInventory, api.LabelEnabled)
+		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
+			api.ResourceName, api.AnnotationInventory, api.LabelEnabled, api.LabelEnabledValue)
 		return printWarnings(w, v)
 	}
 	style := newUnitStyle(v)

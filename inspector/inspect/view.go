@@ -116,6 +116,12 @@ type Pod struct {
 	Pending bool `json:"pending"`
 }
 
+// newPod is one container's share of a card; it is pending while its
+// assignment is in phase Assigned.
+func newPod(namespace, name, container string, units int64, phase api.AssignmentPhase) Pod {
+	return Pod{Namespace: namespace, Name: name, Container: container, Units: units, Phase: phase, Pending: phase == api.PhaseAssigned}
+}
+
 // Uncounted is a pod (or one of its containers) whose GPU memory the
 // inspector could not place on a card.
 type Uncounted struct {
@@ -133,10 +139,10 @@ type WarningCode string
 const (
 	// WarnNoInventory: the node has gpu-mem capacity (or the gpushare=true
 	// label) but no inventory annotation.
-	WarnNoInventory WarningCode = "NoInventory"
+	WarnNoInventory = WarningCode(api.InventoryErrorMissing)
 	// WarnInvalidInventory: the inventory annotation does not decode or
 	// validate.
-	WarnInvalidInventory WarningCode = "InvalidInventory"
+	WarnInvalidInventory = WarningCode(api.InventoryErrorInvalid)
 	// WarnNoCapacity: the node has an inventory but reports no gpu-mem
 	// capacity: the device plugin registered nothing with the kubelet.
 	WarnNoCapacity WarningCode = "NoCapacity"
@@ -150,7 +156,7 @@ const (
 	WarnAllocatableMismatch WarningCode = "AllocatableMismatch"
 	// WarnInvalidIsolation: the node's isolation annotation does not parse;
 	// the extender places no new pods on the node.
-	WarnInvalidIsolation WarningCode = "InvalidIsolation"
+	WarnInvalidIsolation = WarningCode(api.InventoryErrorIsolation)
 	// WarnOvercommitted: a card holds more than its total.
 	WarnOvercommitted WarningCode = "Overcommitted"
 	// WarnMalformedAssignment: a pod's assignment does not decode, validate
@@ -203,13 +209,14 @@ func IsGPUNode(n *corev1.Node) bool {
 	if _, ok := n.Annotations[api.AnnotationInventory]; ok {
 		return true
 	}
-	return n.Labels[api.LabelEnabled] == "true"
+	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue
 }
 
-// counts reports whether a pod holds GPU memory now: bound to a node and not
-// finished. This is the rule the extender's cache uses for what a node holds.
+// counts reports whether a pod holds GPU memory on a node now: it is bound
+// and still holds its units (api.HoldsUnits: a terminating pod does, a
+// finished one does not). The extender's cache counts the same pods.
 func counts(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+	return p.Spec.NodeName != "" && api.HoldsUnits(p)
 }
 
 // nodeBuild is a Node under construction.
@@ -223,7 +230,8 @@ type nodeBuild struct {
 
 // Build turns nodes and pods into a View. It is a pure function: everything
 // is decoded with the api package, nothing is fetched. Nodes that are not GPU
-// nodes (IsGPUNode) are ignored; pods are counted when bound and not finished.
+// nodes (IsGPUNode) are ignored; pods are counted when bound and holding
+// their units (api.HoldsUnits).
 func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	builds := map[string]*nodeBuild{}
@@ -356,15 +364,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	var healthy int64
 	for _, c := range cards {
 		b.cardPos[c.UUID] = len(view.Cards)
-		card := Card{
-			Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: c.Reason,
+		shown := iso.Apply(c)
+		view.Cards = append(view.Cards, Card{
+			Index: c.Index, UUID: c.UUID, Model: c.Model, State: shown.State, Reason: shown.Reason,
 			Total: c.Units, Pods: []Pod{},
-		}
-		if c.State == api.CardHealthy && iso.Isolates(c.Index, c.UUID) {
-			card.State = api.CardIsolated
-			card.Reason = "isolate annotation; device plugin not updated yet"
-		}
-		view.Cards = append(view.Cards, card)
+		})
 		view.Total += c.Units
 		if c.Schedulable() { // as the device plugin reported it to the kubelet
 			healthy += c.Units
@@ -449,10 +453,7 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		}
 		card := &b.view.Cards[pos]
 		card.Allocated += c.Units
-		card.Pods = append(card.Pods, Pod{
-			Namespace: p.Namespace, Name: p.Name, Container: c.Name, Units: c.Units,
-			Phase: a.Phase, Pending: a.Phase == api.PhaseAssigned,
-		})
+		card.Pods = append(card.Pods, newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase))
 	}
 }
 

@@ -62,11 +62,10 @@ type Node struct {
 }
 
 // HostResources is CPU and memory as kube-scheduler counts requests:
-// CPU in millicores, memory in MiB (2^20 bytes).
-type HostResources struct {
-	CPUMilli  int64
-	MemoryMiB int64
-}
+// CPU in millicores, memory in MiB (2^20 bytes). It is the contract's
+// api.HostResources (what api.RequestFromPod reads) with the allocator's
+// arithmetic; convert with HostResources(h).
+type HostResources api.HostResources
 
 // Fits reports whether a request r fits in free h.
 func (h HostResources) Fits(r HostResources) bool {
@@ -91,14 +90,16 @@ type Request struct {
 	Demands []Demand
 	// Models, when not empty, restricts the pod to cards of these models.
 	Models []string
-	// Host is the pod's CPU and memory request (sum over its containers).
-	// Optional: the zero value means none or unknown.
+	// Host is the pod's CPU and memory request, as kube-scheduler counts it
+	// (api.RequestFromPod). Optional: the zero value means none or unknown.
 	Host HostResources
 }
 
-// RequestFromPod converts the contract's pod request into an allocator request.
-func RequestFromPod(r api.PodRequest) Request {
-	out := Request{Demands: make([]Demand, len(r.Containers))}
+// NewRequest is the allocator's request for a pod whose demand the contract
+// has read (api.RequestFromPod): one share demand per container, and the
+// pod's CPU and memory. It reads nothing of the pod itself.
+func NewRequest(r api.PodRequest) Request {
+	out := Request{Demands: make([]Demand, len(r.Containers)), Host: HostResources(r.Host)}
 	for i, c := range r.Containers {
 		out.Demands[i] = Demand{Container: c.Name, Units: c.Units}
 	}

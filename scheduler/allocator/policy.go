@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/gpushare/gpushare/api"
 )
 
 // Policy is a named placement strategy: how to pick a card for a demand on
@@ -234,7 +236,7 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 	for i, c := range node.Cards {
 		switch {
 		case !c.Schedulable():
-			if c.State == "isolated" {
+			if c.State == api.CardIsolated {
 				isolated++
 			} else {
 				unhealthy++

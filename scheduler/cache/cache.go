@@ -85,7 +85,9 @@ type nodeState struct {
 	known  bool
 	inv    api.Inventory
 	invErr error
-	iso    api.Isolation
+	// invCode classifies invErr for /inspect.
+	invCode api.InventoryErrorCode
+	iso     api.Isolation
 	// alloc is the node's allocatable CPU and memory; hasAlloc is false
 	// when the node reports none (HostFree is then unknown).
 	alloc    allocator.HostResources
@@ -193,16 +195,19 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
 	n.known = true
-	n.inv, n.invErr, n.iso = inv, nil, iso
+	n.inv, n.invErr, n.invCode, n.iso = inv, nil, "", iso
 	n.alloc, n.hasAlloc = host, hasHost
 	c.setModels(n, modelsOf(inv))
 	switch {
 	case invErr == nil && isoErr != nil:
-		n.invErr = fmt.Errorf("node %s: %w", node.Name, isoErr)
+		n.invErr, n.invCode = fmt.Errorf("node %s: %w", node.Name, isoErr), api.InventoryErrorIsolation
 	case invErr != nil && (gpuCap || gpuAlloc || !errors.Is(invErr, api.ErrNoInventory)):
 		// A node that offers gpu-mem (or carries a broken inventory) but whose
 		// inventory cannot be read is filtered with the reason.
-		n.invErr = invErr
+		n.invErr, n.invCode = invErr, api.InventoryErrorInvalid
+		if errors.Is(invErr, api.ErrNoInventory) {
+			n.invCode = api.InventoryErrorMissing
+		}
 	}
 	c.publish(n)
 }
@@ -217,7 +222,7 @@ func (c *Cache) DeleteNode(name string) {
 		return
 	}
 	n.known = false
-	n.inv, n.invErr, n.iso = api.Inventory{}, nil, api.Isolation{}
+	n.inv, n.invErr, n.invCode, n.iso = api.Inventory{}, nil, "", api.Isolation{}
 	n.hasAlloc = false
 	c.setModels(n, nil)
 	c.publish(n)
@@ -261,11 +266,8 @@ func (n *nodeState) rebuild() {
 			}
 		}
 		for i, ic := range n.inv.Cards {
-			st := internState(ic.State)
-			if st == api.CardHealthy && n.iso.Isolates(ic.Index, ic.UUID) {
-				st = api.CardIsolated
-			}
-			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: st}
+			ic = n.iso.Apply(ic)
+			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: internState(ic.State)}
 		}
 		sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
 		snap.Cards = cards
@@ -290,9 +292,9 @@ func internState(s api.CardState) api.CardState {
 
 // SetPod records a pod added or updated by the informer. The pod counts on
 // its node's cards when it carries a valid assignment (api.AssignmentFromPod),
-// is bound to the assignment's node and has not terminated
-// (Succeeded/Failed). A pod that is terminating (deletionTimestamp set) still
-// counts: its containers may still hold the memory.
+// is bound to the assignment's node and still holds its units
+// (api.HoldsUnits: not Succeeded or Failed; a terminating pod still counts,
+// its containers may still hold the memory).
 //
 // An assumed pod the informer does not yet show bound with its assignment
 // keeps its assumption; once it does, the informer's record replaces the
@@ -301,10 +303,11 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
 	}
+	// Host is set even when the gpu-mem demand is invalid.
 	req, reqErr := api.RequestFromPod(pod)
-	host := HostRequest(pod)
-	terminated := pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed
-	bound := !terminated && pod.Spec.NodeName != ""
+	host := allocator.HostResources(req.Host)
+	holds := api.HoldsUnits(pod)
+	bound := holds && pod.Spec.NodeName != ""
 	var a api.Assignment
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
@@ -323,7 +326,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	}
 	old := c.pods[pod.UID]
 	switch {
-	case terminated:
+	case !holds:
 		c.remove(old)
 	case valid:
 		if old != nil && old.state == Confirmed && old.node == a.Node && old.host == host && sameCards(old.assignment, a) {
@@ -511,15 +514,17 @@ func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
 	return n.snap, nil
 }
 
-// Assume records a's units for the pod before bind writes to the API. basis
-// is the snapshot the assignment was decided on: if the node changed since
-// (another bind assumed a pod there, a pod finished, the inventory changed),
-// Assume fails with ErrStale and nothing is recorded; decide again.
-func (c *Cache) Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error {
+// Assume records a's units for the pod before bind writes to the API; req is
+// the pod's request as bind read it (api.RequestFromPod), whose CPU and
+// memory the node's HostFree loses. basis is the snapshot the assignment was
+// decided on: if the node changed since (another bind assumed a pod there, a
+// pod finished, the inventory changed), Assume fails with ErrStale and
+// nothing is recorded; decide again.
+func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error {
 	if err := a.Validate(); err != nil {
 		return err
 	}
-	host := HostRequest(pod)
+	host := allocator.HostResources(req.Host)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.pods[pod.UID]; ok {

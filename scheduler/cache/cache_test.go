@@ -166,7 +166,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := pol.Decide(snap, allocator.RequestFromPod(preq), c.Workload())
+	d := pol.Decide(snap, allocator.NewRequest(preq), c.Workload())
 	if !d.Fits {
 		return api.Assignment{}, fmt.Errorf("does not fit: %s", d.Message())
 	}
@@ -175,7 +175,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 		idx = append(idx, p.Grants[0].Card)
 	}
 	a := fixture.AssignmentFor(pod, node, api.PhaseAssigned, idx...)
-	return a, c.Assume(pod, a, snap)
+	return a, c.Assume(pod, preq, a, snap)
 }
 
 func TestAssumeForgetConfirm(t *testing.T) {
@@ -268,7 +268,7 @@ func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
 	}
 	// second was decided on the snapshot from before first's assumption.
 	a := fixture.AssignmentFor(second, "n1", api.PhaseAssigned, 0)
-	if err := c.Assume(second, a, snap); !errors.Is(err, cache.ErrStale) {
+	if err := c.Assume(second, fixture.Request(second), a, snap); !errors.Is(err, cache.ErrStale) {
 		t.Fatalf("assume on a stale snapshot: err = %v, want ErrStale", err)
 	}
 	// Decided again on the fresh snapshot, it does not fit.
@@ -290,11 +290,11 @@ func TestAssumeNeverExceedsCapacity(t *testing.T) {
 		"an unhealthy card":        fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 1),
 		"a card not in inventory":  fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 7),
 	} {
-		if err := c.Assume(pod, a, snap); !errors.Is(err, cache.ErrOverCapacity) {
+		if err := c.Assume(pod, fixture.Request(pod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
 			t.Errorf("%s: err = %v, want ErrOverCapacity", name, err)
 		}
 	}
-	if err := c.Assume(pod, fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
+	if err := c.Assume(pod, fixture.Request(pod), fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
 	}
 }
@@ -357,6 +357,58 @@ func TestNodeInventoryStates(t *testing.T) {
 	c.DeleteNode("isolated")
 	if s := c.Snapshot([]string{"isolated"}); s[0] != nil {
 		t.Error("deleted node still has a snapshot")
+	}
+}
+
+// TestInspectClassifiesUnusableInventories checks the code /inspect sends
+// with a node's inventory error, which the inspector turns into its warning.
+func TestInspectClassifiesUnusableInventories(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
+	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
+	c.SetNode(fixture.MakeNode("fine").Card(0, 40).Obj())
+	got := map[string]api.InventoryErrorCode{}
+	for _, n := range c.Inspect() {
+		if (n.InventoryError == "") != (n.InventoryErrorCode == "") {
+			t.Errorf("node %s: error %q with code %q: want both or neither", n.Name, n.InventoryError, n.InventoryErrorCode)
+		}
+		got[n.Name] = n.InventoryErrorCode
+	}
+	want := map[string]api.InventoryErrorCode{
+		"no-inventory":  api.InventoryErrorMissing,
+		"broken":        api.InventoryErrorInvalid,
+		"bad-isolation": api.InventoryErrorIsolation,
+		"fine":          "",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("inventory error codes (-want +got):\n%s", diff)
+	}
+	// Fixed, the node has no error and no code.
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "0").Obj())
+	if n := c.Inspect("bad-isolation")[0]; n.InventoryError != "" || n.InventoryErrorCode != "" {
+		t.Errorf("after the fix: error %q, code %q; want neither", n.InventoryError, n.InventoryErrorCode)
+	}
+}
+
+// TestInspectSaysWhyACardTakesNoPods checks that /inspect carries a card's
+// reason: the device plugin's for an unhealthy card, Isolation.Apply's for a
+// card the operator's annotation isolates.
+func TestInspectSaysWhyACardTakesNoPods(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).CardOf(1, 40, "A100", api.CardUnhealthy).Reason("XID 79").Card(2, 40).
+		Annotation(api.AnnotationIsolation, "2").Obj())
+	got := map[int][2]string{}
+	for _, card := range c.Inspect("n1")[0].Cards {
+		got[card.Index] = [2]string{string(card.State), card.Reason}
+	}
+	want := map[int][2]string{
+		0: {string(api.CardHealthy), ""},
+		1: {string(api.CardUnhealthy), "XID 79"},
+		2: {string(api.CardIsolated), api.ReasonIsolatedByAnnotation},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("card states and reasons (-want +got):\n%s", diff)
 	}
 }
 

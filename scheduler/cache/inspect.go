@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
 // Inspect returns, as the contract's api.ExtenderNode, the named nodes (all known nodes when none are named),
@@ -37,11 +38,18 @@ func (c *Cache) Inspect(names ...string) []api.ExtenderNode {
 func (n *nodeState) info() api.ExtenderNode {
 	ni := api.ExtenderNode{Name: n.name, Unit: n.snap.Unit, Cards: []api.ExtenderCard{}}
 	if n.snap.InventoryErr != nil {
-		ni.InventoryError = n.snap.InventoryErr.Error()
+		ni.InventoryError, ni.InventoryErrorCode = n.snap.InventoryErr.Error(), n.invCode
+	}
+	reason := map[string]string{}
+	for _, ic := range n.inv.Cards {
+		if r := n.iso.Apply(ic).Reason; r != "" {
+			reason[ic.UUID] = r
+		}
 	}
 	pos := map[string]int{}
 	for i, c := range n.snap.Cards {
-		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
+		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: reason[c.UUID],
+			Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
 		pos[c.UUID] = i
 	}
 	for _, p := range n.pods {
@@ -72,26 +80,14 @@ func (n *nodeState) info() api.ExtenderNode {
 	return ni
 }
 
-// CardUsage is one card's figures for the metrics collector.
-type CardUsage struct {
-	Node     string
-	Index    int
-	UUID     string
-	Capacity int64
-	Used     int64
-}
-
-// EachCard calls f for every card of every known node, under the read lock:
-// f must be quick and must not call back into the cache.
-func (c *Cache) EachCard(f func(CardUsage)) {
+// Nodes returns the published views of every known node, in no order; like
+// Snapshot's, they are immutable and may be kept.
+func (c *Cache) Nodes() []*allocator.Node {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	for _, n := range c.nodes {
-		if !n.known {
-			continue
-		}
-		for _, card := range n.snap.Cards {
-			f(CardUsage{Node: n.name, Index: card.Index, UUID: card.UUID, Capacity: card.Capacity, Used: card.Used})
-		}
+	out := make([]*allocator.Node, 0, len(c.snaps))
+	for _, n := range c.snaps {
+		out = append(out, n)
 	}
+	return out
 }

@@ -188,8 +188,7 @@ func writeOutcomeUnknown(err error) bool {
 // in the cache, deciding again when another bind changed the node between
 // the snapshot and the assumption.
 func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.Assignment, string, error) {
-	req := allocator.RequestFromPod(preq)
-	req.Host = cache.HostRequest(pod)
+	req := allocator.NewRequest(preq)
 	for attempt := 0; attempt < maxAssumeAttempts; attempt++ {
 		snap, err := s.cache.NodeSnapshot(node)
 		if err != nil {
@@ -203,7 +202,7 @@ func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.
 		if err != nil {
 			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		err = s.cache.Assume(pod, a, snap)
+		err = s.cache.Assume(pod, preq, a, snap)
 		switch {
 		case err == nil:
 			return a, "", nil

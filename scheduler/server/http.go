@@ -10,14 +10,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/api"
 )
 
-// errorBody is every error response. Its "error" key also decodes into the
-// Error field of the extender result types (encoding/json matches names
-// case-insensitively), so kube-scheduler reads it as an extender error.
-type errorBody struct {
-	Error string `json:"error"`
-}
+// errorBody is every error response, the contract's api.ExtenderError. Its
+// "error" key also decodes into the Error field of the extender result types
+// (encoding/json matches names case-insensitively), so kube-scheduler reads
+// it as an extender error.
+type errorBody = api.ExtenderError
 
 // httpStatus maps an error to its HTTP status: the one place that does.
 // Failures the extender protocol can carry (a bind that no longer fits, a

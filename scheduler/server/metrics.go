@@ -6,8 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
-
-	"github.com/gpushare/gpushare/scheduler/cache"
 )
 
 // metrics are the server's Prometheus metrics, registered on an injected
@@ -64,11 +62,11 @@ func (cc *cardCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (cc *cardCollector) Collect(ch chan<- prometheus.Metric) {
-	var cards []cache.CardUsage
-	cc.cache.EachCard(func(u cache.CardUsage) { cards = append(cards, u) })
-	for _, u := range cards {
-		idx := strconv.Itoa(u.Index)
-		ch <- prometheus.MustNewConstMetric(cardCapacityDesc, prometheus.GaugeValue, float64(u.Capacity), u.Node, idx, u.UUID)
-		ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, float64(u.Used), u.Node, idx, u.UUID)
+	for _, n := range cc.cache.Nodes() {
+		for _, c := range n.Cards {
+			idx := strconv.Itoa(c.Index)
+			ch <- prometheus.MustNewConstMetric(cardCapacityDesc, prometheus.GaugeValue, float64(c.Capacity), n.Name, idx, c.UUID)
+			ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, float64(c.Used), n.Name, idx, c.UUID)
+		}
 	}
 }

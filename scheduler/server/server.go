@@ -63,11 +63,11 @@ type Cache interface {
 	Snapshot(names []string) []*allocator.Node
 	NodeSnapshot(name string) (*allocator.Node, error)
 	Workload() *allocator.Workload
-	Assume(pod *corev1.Pod, a api.Assignment, basis *allocator.Node) error
+	Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
 	Inspect(names ...string) []api.ExtenderNode
-	EachCard(func(cache.CardUsage))
+	Nodes() []*allocator.Node
 	Synced() bool
 }
 
@@ -260,8 +260,7 @@ func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocato
 	if preq.Empty() {
 		return nil, false, nil
 	}
-	req := allocator.RequestFromPod(preq)
-	req.Host = cache.HostRequest(pod)
+	req := allocator.NewRequest(preq)
 	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
 	decisions = s.getDecisions(len(names))

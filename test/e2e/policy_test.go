@@ -180,8 +180,9 @@ func TestIsolatedCardTakesNoNewPodsUntilLifted(t *testing.T) {
 }
 
 // Issue 5, test 10. `kubectl inspect gpushare -o json` against the live
-// cluster agrees with the pods' assignments, card by card; the table and
-// `-d` forms run and name the node.
+// cluster, and with --from-extender against the live extender, agrees with
+// the pods' assignments, card by card; the table and `-d` forms run and
+// name the node.
 func TestInspectorAgreesWithAssignments(t *testing.T) {
 	c := setup(t)
 	needRoot(t)
@@ -215,27 +216,33 @@ func TestInspectorAgreesWithAssignments(t *testing.T) {
 			} `json:"cards"`
 		} `json:"nodes"`
 	}
-	if err := json.Unmarshal([]byte(run("-o", "json")), &view); err != nil {
-		t.Fatalf("inspector JSON: %v", err)
-	}
-	found := false
-	for _, n := range view.Nodes {
-		if n.Name != "insp-node" {
-			continue
+	// From the API server, and from the extender's /inspect (the contract's
+	// api.ExtenderNode, which the inspector reads): both agree with the
+	// assignments.
+	for _, args := range [][]string{{"-o", "json"}, {"--from-extender", fmt.Sprintf("http://127.0.0.1:%d", extenderPort), "-o", "json"}} {
+		view.Nodes = nil
+		if err := json.Unmarshal([]byte(run(args...)), &view); err != nil {
+			t.Fatalf("inspector JSON (%v): %v", args, err)
 		}
-		found = true
-		for _, card := range n.Cards {
-			want, _ := inv.CardByUUID(card.UUID)
-			if card.Allocated != used[card.UUID] || card.Total != want.Units {
-				t.Errorf("inspector card %s: %d/%d, assignments say %d/%d", card.UUID, card.Allocated, card.Total, used[card.UUID], want.Units)
+		found := false
+		for _, n := range view.Nodes {
+			if n.Name != "insp-node" {
+				continue
+			}
+			found = true
+			for _, card := range n.Cards {
+				want, _ := inv.CardByUUID(card.UUID)
+				if card.Allocated != used[card.UUID] || card.Total != want.Units {
+					t.Errorf("inspector %v card %s: %d/%d, assignments say %d/%d", args, card.UUID, card.Allocated, card.Total, used[card.UUID], want.Units)
+				}
+			}
+			if len(n.Cards) != len(inv.Cards) {
+				t.Errorf("inspector %v shows %d cards, inventory has %d", args, len(n.Cards), len(inv.Cards))
 			}
 		}
-		if len(n.Cards) != len(inv.Cards) {
-			t.Errorf("inspector shows %d cards, inventory has %d", len(n.Cards), len(inv.Cards))
+		if !found {
+			t.Fatalf("inspector JSON (%v) has no insp-node: %+v", args, view)
 		}
-	}
-	if !found {
-		t.Fatalf("inspector JSON has no insp-node: %+v", view)
 	}
 	for _, args := range [][]string{nil, {"-d"}} {
 		if out := run(args...); !strings.Contains(out, "insp-node") {

@@ -1,0 +1,63 @@
+package inspect
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/cache"
+)
+
+// TestBuildAgreesWithTheExtendersCache feeds the same nodes and pods to the
+// inspector (Build) and to the extender's cache and checks that every card
+// holds the same units in both: the two programs apply one rule for which
+// pods hold units (api.HoldsUnits) and one reading of their records.
+func TestBuildAgreesWithTheExtendersCache(t *testing.T) {
+	nodes := []corev1.Node{
+		*makeNode(t, "gpu-a", "10.0.0.1").inventory(api.UnitGiB, gpu("gpu-a", 0, a100, 40), gpu("gpu-a", 1, a100, 40)).obj(),
+		*makeNode(t, "gpu-b", "10.0.0.2").inventory(api.UnitGiB, gpu("gpu-b", 0, a100, 40)).obj(),
+	}
+	pods := []corev1.Pod{
+		*makePod(t, "ns", "running").container("c", 4).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
+		*makePod(t, "ns", "terminating").container("c", 8).node("gpu-a").assign(api.PhaseAllocated, on{"c", 1, 8}).deleting().obj(),
+		*makePod(t, "ns", "unknown").container("c", 2).node("gpu-b").assign(api.PhaseAllocated, on{"c", 0, 2}).phase(corev1.PodUnknown).obj(),
+		*makePod(t, "ns", "pending").container("c", 3).node("gpu-b").assign(api.PhaseAssigned, on{"c", 0, 3}).phase(corev1.PodPending).obj(),
+		*makePod(t, "ns", "succeeded").container("c", 16).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 16}).phase(corev1.PodSucceeded).obj(),
+		*makePod(t, "ns", "failed").container("c", 16).node("gpu-b").assign(api.PhaseAllocated, on{"c", 0, 16}).phase(corev1.PodFailed).obj(),
+		*makePod(t, "ns", "failed-terminating").container("c", 16).node("gpu-a").assign(api.PhaseAllocated, on{"c", 1, 16}).phase(corev1.PodFailed).deleting().obj(),
+		*makePod(t, "ns", "unbound").container("c", 5).phase(corev1.PodPending).obj(),
+	}
+
+	type cardKey struct {
+		node  string
+		index int
+	}
+	fromInspector := map[cardKey]int64{}
+	for _, n := range Build(nodes, pods).Nodes {
+		for _, c := range n.Cards {
+			fromInspector[cardKey{n.Name, c.Index}] = c.Allocated
+		}
+	}
+	c := cache.New()
+	for i := range nodes {
+		c.SetNode(&nodes[i])
+	}
+	for i := range pods {
+		c.SetPod(&pods[i])
+	}
+	fromCache := map[cardKey]int64{}
+	for _, n := range c.Inspect() {
+		for _, card := range n.Cards {
+			fromCache[cardKey{n.Name, card.Index}] = card.Used
+		}
+	}
+	want := map[cardKey]int64{{"gpu-a", 0}: 4, {"gpu-a", 1}: 8, {"gpu-b", 0}: 5}
+	if diff := cmp.Diff(want, fromInspector, cmp.AllowUnexported(cardKey{})); diff != "" {
+		t.Errorf("inspector (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, fromCache, cmp.AllowUnexported(cardKey{})); diff != "" {
+		t.Errorf("extender's cache (-want +got):\n%s", diff)
+	}
+}
