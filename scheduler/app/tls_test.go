@@ -141,8 +141,8 @@ func TestVerbsRequireAClientCertificateFromTheCA(t *testing.T) {
 	}
 
 	for name, c := range map[string]*http.Client{
-		"no client certificate":                 httpsClient(nil, nil),
-		"a certificate from another CA":         httpsClient(strangerCert, strangerKey),
+		"no client certificate":                  httpsClient(nil, nil),
+		"a certificate from another CA":          httpsClient(strangerCert, strangerKey),
 		"plain HTTP on the verbs' HTTPS address": {Timeout: 5 * time.Second},
 	} {
 		u := url
