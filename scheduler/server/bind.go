@@ -20,7 +20,6 @@ import (
 // Bind outcomes, the label of the bind counter.
 const (
 	outcomeBound       = "bound"
-	outcomeBoundNoGPU  = "bound_without_gpu"
 	outcomeNoFit       = "no_fit"
 	outcomeInvalid     = "invalid"
 	outcomeAPIError    = "api_error"
@@ -104,13 +103,10 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
 	}
 	if preq.Empty() {
-		if outcome, err := s.admitWrite(ctx, pod, deadline); err != nil {
-			return outcome, err
-		}
-		if err := s.postBinding(ctx, pod, args.Node, nil); err != nil {
-			return outcomeAPIError, err
-		}
-		return outcomeBoundNoGPU, nil
+		// kube-scheduler delegates a bind only for pods asking for a resource
+		// the extender manages, so this caller is not kube-scheduler: refuse
+		// rather than bind any pod to any node on its say-so.
+		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, api.ResourceName)
 	}
 
 	a, outcome, err := s.assume(pod, preq, args.Node)

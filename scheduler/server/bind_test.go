@@ -156,18 +156,21 @@ func TestBindFailuresWriteNothing(t *testing.T) {
 	}
 }
 
-func TestBindPodWithoutGPUOnlyBinds(t *testing.T) {
+// Someone other than kube-scheduler calling /bind (kube-scheduler delegates
+// only pods asking for gpu-mem) cannot bind an arbitrary pod: nothing is
+// written, and the error says why.
+func TestBindRefusesAPodAskingNoGPU(t *testing.T) {
 	pod := fixture.MakePod("ns", "web").Container("c").Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("cpu").NoGPU().Obj()}, pod)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "cpu"))
-	if err != nil || res.Error != "" {
-		t.Fatalf("bind: %v %q", err, res.Error)
+	if err != nil || !strings.Contains(res.Error, "the pod asks for no example.com/gpu-mem; the gpushare extender binds only pods that do") {
+		t.Fatalf("bind of a pod without gpu-mem: %v %q, want refused", err, res.Error)
 	}
-	if diff := cmp.Diff([]string{"create pods/binding web"}, e.writes()); diff != "" {
-		t.Errorf("writes (-want +got):\n%s", diff)
+	if w := e.writes(); len(w) != 0 {
+		t.Errorf("writes %v, want none", w)
 	}
-	if _, ok := e.apiPod(t, "web").Annotations[api.AnnotationAssignment]; ok {
-		t.Error("a pod without gpu-mem got an assignment")
+	if n := testutil.ToFloat64(e.srv.metrics.binds.WithLabelValues(outcomeInvalid)); n != 1 {
+		t.Errorf("invalid counter = %v, want 1", n)
 	}
 }
 

@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
 		}, []string{"verb"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpushare_extender_binds_total",
-			Help: "Bind verb calls by outcome: bound, bound_without_gpu, no_fit, invalid, api_error, assume_error, throttled, cancelled, unknown.",
+			Help: "Bind verb calls by outcome: bound, no_fit, invalid, api_error, assume_error, throttled, cancelled, unknown.",
 		}, []string{"outcome"}),
 	}
 	if reg == nil {
