@@ -82,6 +82,7 @@ expect dedicated 'name: gpushare-binding$'
 expect dedicated 'in \["gpushare-scheduler"\]'
 expect dedicated 'value: "gpushare-system/gpushare-card-limits"'
 expect dedicated 'resourceNames: \[gpushare-card-limits\]'
+expect dedicated 'extender-tls' absent
 expect dedicated 'privileged: false'
 expect dedicated 'capabilities: {drop: \[ALL\]}'
 expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
@@ -94,6 +95,14 @@ expect extender-only 'kind: Service$'
 expect extender-only 'value: ":39999"'
 expect extender-only 'targetPort: http$'
 expect extender-only 'in \["default-scheduler"\]'
+expect extender-only 'name: gpushare-extender-tls$'
+expect extender-only 'name: gpushare-extender-stanza$'
+expect extender-only 'name: GPUSHARE_CLIENT_CA_FILE'
+expect extender-only 'secretName: gpushare-extender-tls'
+
+render extender-only-plain --set scheduler.mode=extender-only --set scheduler.extender.tls.enabled=false
+expect extender-only-plain 'extender-tls' absent
+expect extender-only-plain 'GPUSHARE_TLS_CERT_FILE' absent
 
 render ha --set scheduler.replicas=2
 expect ha 'replicas: 2'

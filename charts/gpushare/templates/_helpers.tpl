@@ -36,7 +36,37 @@ app.kubernetes.io/component: device-plugin
 {{- if eq .Values.scheduler.mode "dedicated" -}}
 http://127.0.0.1:{{ .Values.scheduler.extender.port }}
 {{- else -}}
-http://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.scheduler.extender.port }}
+{{ ternary "https" "http" (include "gpushare.extenderTLS" . | eq "true") }}://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.scheduler.extender.port }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the extender's verbs are served over HTTPS with client certificates. */}}
+{{- define "gpushare.extenderTLS" -}}
+{{- and (eq .Values.scheduler.mode "extender-only") .Values.scheduler.extender.tls.enabled -}}
+{{- end -}}
+
+{{/* The extender's TLS material: a CA, the extender's serving certificate and kube-scheduler's
+client certificate, generated once and kept across upgrades (lookup of the existing Secrets). A dict
+of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
+{{- define "gpushare.extenderTLSMaterial" -}}
+{{- $fullname := include "gpushare.fullname" . -}}
+{{- $server := lookup "v1" "Secret" .Release.Namespace (printf "%s-extender-tls" $fullname) -}}
+{{- $stanza := lookup "v1" "Secret" .Release.Namespace (printf "%s-extender-stanza" $fullname) -}}
+{{- if and $server $stanza (index $server.data "ca.crt") (index $stanza.data "client.crt") -}}
+{{- dict "ca" (index $server.data "ca.crt" | b64dec) "serverCert" (index $server.data "tls.crt" | b64dec) "serverKey" (index $server.data "tls.key" | b64dec) "clientCert" (index $stanza.data "client.crt" | b64dec) "clientKey" (index $stanza.data "client.key" | b64dec) | toJson -}}
+{{- else -}}
+{{- $days := int .Values.scheduler.extender.tls.validityDays -}}
+{{- $svc := include "gpushare.scheduler.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $ips := list -}}
+{{- range .Values.scheduler.extender.tls.extraSANs -}}
+{{- if regexMatch "^[0-9.]+$|:" . }}{{ $ips = append $ips . }}{{ else }}{{ $dns = append $dns . }}{{ end -}}
+{{- end -}}
+{{- $ca := genCA (printf "%s-extender-ca" $fullname) $days -}}
+{{- $srv := genSignedCert $svc $ips $dns $days $ca -}}
+{{- $cli := genSignedCert "kube-scheduler" nil nil $days $ca -}}
+{{- dict "ca" $ca.Cert "serverCert" $srv.Cert "serverKey" $srv.Key "clientCert" $cli.Cert "clientKey" $cli.Key | toJson -}}
 {{- end -}}
 {{- end -}}
 
@@ -47,7 +77,7 @@ http://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.sv
   prioritizeVerb: prioritize
   bindVerb: bind
   weight: {{ .Values.scheduler.weight }}
-  enableHTTPS: false
+  enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: false
   httpTimeout: {{ .Values.scheduler.httpTimeout }}
