@@ -82,6 +82,9 @@ type Options struct {
 	ClientCAFile      string
 	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
 	MaxRequestBytes int64
+	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
+	// key the extender signs every record with (api.LoadRecordKeys).
+	RecordKeyDir string
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -134,6 +137,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "certificate (PEM) the verbs' address serves HTTPS with; empty: plain HTTP")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
+	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
@@ -339,7 +343,13 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes})
+	var keys api.RecordKeys
+	if o.RecordKeyDir != "" {
+		if keys, err = api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+			return fmt.Errorf("--record-key-dir: %w", err)
+		}
+	}
+	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
 		return err
 	}

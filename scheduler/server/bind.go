@@ -114,7 +114,12 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		return outcome, err
 	}
 	// From here on the assumption is in the cache; no lock is held.
-	value, err := api.EncodeAssignment(a)
+	signed, err := s.recordKeys.Sign(a)
+	if err != nil {
+		s.cache.Forget(pod.UID)
+		return outcomeInvalid, fmt.Errorf("bind %s/%s: signing the record: %w", pod.Namespace, pod.Name, err)
+	}
+	value, err := api.EncodeAssignment(signed)
 	if err != nil {
 		s.cache.Forget(pod.UID)
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)

@@ -521,3 +521,25 @@ func waitForTimer(t *testing.T, fc *testingclock.FakeClock) {
 		t.Fatal("nothing waited on the clock within 30s")
 	}
 }
+
+// With a record key the extender signs every record it writes, so a device
+// plugin holding the same key can tell it from a forged one.
+func TestBindSignsTheRecordWithTheRecordKey(t *testing.T) {
+	keys := api.RecordKeys{Current: []byte(strings.Repeat("s", 32))}
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	e := newEnv(t, envOpts{keys: keys}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
+	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
+	if err != nil || res.Error != "" {
+		t.Fatalf("bind: %v %q", err, res.Error)
+	}
+	a := assignment(t, e.apiPod(t, "p"))
+	if a.Signature == "" {
+		t.Fatal("the record is not signed")
+	}
+	if err := keys.Verify(a); err != nil {
+		t.Errorf("the record does not verify with the extender's key: %v", err)
+	}
+	if err := (api.RecordKeys{Current: []byte(strings.Repeat("x", 32))}).Verify(a); !errors.Is(err, api.ErrBadSignature) {
+		t.Errorf("verified with another key: %v, want ErrBadSignature", err)
+	}
+}

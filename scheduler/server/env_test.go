@@ -60,6 +60,8 @@ type envOpts struct {
 	writes      *rate.Limiter
 	bindTimeout time.Duration
 	clock       clock.Clock
+	// keys sign the records bind writes (Config.RecordKeys).
+	keys api.RecordKeys
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -100,7 +102,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 		c = o.wrap(e.cache)
 	}
 	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody,
-		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock})
+		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys})
 	if err != nil {
 		t.Fatal(err)
 	}

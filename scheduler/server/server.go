@@ -92,6 +92,8 @@ type Config struct {
 	BindTimeout time.Duration
 	// Clock is the bind path's clock (nil: the real one).
 	Clock clock.Clock
+	// RecordKeys sign every record bind writes (zero value: unsigned).
+	RecordKeys api.RecordKeys
 	// Pods, when set, is read before the API for the pod bind names.
 	Pods corelisters.PodLister
 	// Policy decides; FilterMode says what filter lets through.
@@ -125,6 +127,7 @@ type Server struct {
 	maxBody     int64
 	metrics     *metrics
 	betterBy    string
+	recordKeys  api.RecordKeys
 	workers     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
@@ -182,6 +185,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:     cfg.MaxBodyBytes,
 		metrics:     m,
 		betterBy:    "a better node for this pod exists under policy " + cfg.Policy.Name,
+		recordKeys:  cfg.RecordKeys,
 	}, nil
 }
 
