@@ -128,6 +128,14 @@ expect privileged-plugin 'nvidia-container-devices/all' absent
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent
 
+render networkpolicy --set scheduler.mode=extender-only --set scheduler.networkPolicy.enabled=true \
+  --set 'scheduler.networkPolicy.adminFrom[0].namespaceSelector.matchLabels.team=monitoring'
+expect networkpolicy 'kind: NetworkPolicy'
+expect networkpolicy 'port: 39999, protocol: TCP'
+expect networkpolicy 'port: 39998, protocol: TCP'
+expect networkpolicy 'team: monitoring'
+expect dedicated 'kind: NetworkPolicy' absent
+
 render no-admission --set admission.enabled=false
 expect no-admission 'kind: ValidatingAdmissionPolicy' absent
 expect no-admission 'GPUSHARE_CARD_LIMITS_CONFIGMAP' absent
