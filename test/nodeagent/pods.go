@@ -56,7 +56,14 @@ func (a *Agent) syncPods(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		a.admit(ctx, p)
+		// Admissions take a while (each Allocate is a gRPC call to the
+		// plugin): look at the pod as it is now. The kubelet starts no
+		// container of a pod that is being deleted or gone.
+		cur, err := a.pods.Pods(p.Namespace).Get(p.Name)
+		if err != nil || cur.UID != p.UID || cur.DeletionTimestamp != nil {
+			continue
+		}
+		a.admit(ctx, cur)
 	}
 }
 
