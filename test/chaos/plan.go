@@ -127,6 +127,10 @@ type Topology struct {
 	Deployments []string
 	// MaxReplicas bounds a scale (default 6).
 	MaxReplicas int32
+	// MaxLive bounds the bare pods alive at once (default 60): at the bound
+	// a creation becomes a deletion, so that a long run churns instead of
+	// piling up pods that can never be placed.
+	MaxLive int
 }
 
 // NodeSpec is one node of the topology.
@@ -185,6 +189,9 @@ func Plan(seed uint64, ops int, topo Topology) []Op {
 	if topo.MaxReplicas <= 0 {
 		topo.MaxReplicas = 6
 	}
+	if topo.MaxLive <= 0 {
+		topo.MaxLive = 60
+	}
 	g := &planner{rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), topo: topo}
 	total := 0
 	for _, w := range weights {
@@ -215,6 +222,9 @@ type planner struct {
 }
 
 func (g *planner) op(seq int, kind Kind) Op {
+	if (kind == KindCreate || kind == KindBurst || kind == KindWriters) && len(g.live) >= g.topo.MaxLive {
+		kind = KindDelete
+	}
 	o := Op{Seq: seq, Kind: kind}
 	switch kind {
 	case KindCreate:
