@@ -307,3 +307,60 @@ func TestPodDeletedWhileOthersAreAdmittedIsNotAdmitted(t *testing.T) {
 		t.Errorf("Allocate calls (-want +got):\n%s", diff)
 	}
 }
+
+// A pod deleted during its own admission (between Allocate and the report)
+// is not reported Running: seen in the chaos run, where the device manager
+// had already released its devices and its run options were empty.
+func TestPodDeletedDuringItsAdmissionIsNotReportedRunning(t *testing.T) {
+	client := fake.NewClientset(gpuPod("leaving", time.Now(), "main"))
+	dm := &fakeDM{}
+	agent, err := New(Config{
+		NodeName: testNode, Client: client, SyncInterval: 50 * time.Millisecond,
+		StartDeviceManager: func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	dm.onAllocate = func(pod *corev1.Pod) {
+		once.Do(func() {
+			p, err := client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ts := metav1.Now()
+			p.DeletionTimestamp = &ts
+			if _, err := client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				cur, err := agent.pods.Pods("default").Get(pod.Name)
+				return err == nil && cur.DeletionTimestamp != nil, nil
+			}); err != nil {
+				t.Errorf("the agent's cache never saw the deletion: %v", err)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, "leaving", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the deleted pod was not removed: %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+			t.Errorf("the pod deleted during its admission got a status patch (reported Running)")
+		}
+	}
+}

@@ -125,6 +125,13 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 			records.Containers = append(records.Containers, newContainerRecord(c.Name, a.dm.GetDevices(string(pod.UID), c.Name), opts))
 		}
 	}
+	// A pod deleted while it was being admitted is not started: the kubelet
+	// starts no container of a pod being deleted, and the device manager may
+	// already have released its devices (the run options would be empty).
+	if cur, err := a.pods.Pods(pod.Namespace).Get(pod.Name); err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil {
+		logger.V(2).Info("Pod deleted during admission; not starting it")
+		return
+	}
 	value, err := records.Encode()
 	if err != nil {
 		logger.Error(err, "Encoding container records")
