@@ -379,10 +379,14 @@ func CheckPending(obs *Observation, exp Expect) []Violation {
 			}
 			continue
 		}
-		if HasExtenderReason(cond.Message) {
+		// The reasons; the preemption part that follows varies from try to
+		// try and says nothing about them.
+		msg, _, _ := strings.Cut(cond.Message, ". no new claims")
+		msg, _, _ = strings.Cut(msg, ". preemption:")
+		if HasExtenderReason(msg) {
 			continue
 		}
-		if !strings.Contains(cond.Message, insufficientGPUMem) {
+		if !strings.Contains(msg, insufficientGPUMem) {
 			vs = append(vs, violation(InvPendingReason, podKey(p), fmt.Sprintf("message %q", cond.Message)))
 			continue
 		}
@@ -391,12 +395,12 @@ func CheckPending(obs *Observation, exp Expect) []Violation {
 			largest = max(largest, c.Units)
 		}
 		if largest > exp.LargestCard {
-			vs = append(vs, violation(InvPendingReason, podKey(p), fmt.Sprintf("asks for %d units in one container, more than the largest card (%d), and pends with only kube-scheduler's %q", largest, exp.LargestCard, cond.Message)))
+			vs = append(vs, violation(InvPendingReason, podKey(p), fmt.Sprintf("asks for %d units in one container, more than the largest card (%d), and pends with only kube-scheduler's %q", largest, exp.LargestCard, msg)))
 			continue
 		}
 		if exp.Final {
 			if node, free := freeFor(obs, req.Total()); node != "" {
-				vs = append(vs, violation(InvPendingReason, podKey(p), fmt.Sprintf("says %q, but node %s has %d allocatable units free for its %d", cond.Message, node, free, req.Total())))
+				vs = append(vs, violation(InvPendingReason, podKey(p), fmt.Sprintf("says %q, but node %s has %d allocatable units free for its %d", msg, node, free, req.Total())))
 			}
 		}
 	}

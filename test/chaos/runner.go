@@ -70,7 +70,9 @@ type Runner struct {
 	start time.Time
 	log   []string
 	live  map[string]types.UID
-	mu    sync.Mutex
+	// rejected are the pods already counted in Report.Rejected.
+	rejected map[types.UID]bool
+	mu       sync.Mutex
 }
 
 // Report is what a run did and found.
@@ -157,6 +159,7 @@ func (r *Runner) logf(format string, args ...any) {
 func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 	r.start = time.Now()
 	r.live = map[string]types.UID{}
+	r.rejected = map[types.UID]bool{}
 	rep := &Report{Seed: r.Seed, Planned: len(plan), Kinds: map[Kind]int{}, Restarts: map[Kind]int{}, Refused: map[string]int{}, Rejected: map[string]int{}, States: map[string]string{}}
 	if r.Logf == nil {
 		r.Logf = func(string, ...any) {}
@@ -213,6 +216,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 			return rep, fmt.Errorf("observe after %s: %w", op, err)
 		}
 		last = obs
+		r.countRejected(obs, rep)
 		exp.Live = r.liveCopy()
 		vs := Check(obs, exp)
 		if r.InspectEvery > 0 && op.Seq%r.InspectEvery == 0 {
@@ -602,9 +606,12 @@ func activeOf(obs *Observation, deployment string) int {
 	return n
 }
 
+// countRejected counts the pods the kubelet rejected at admission, each
+// once, by reason and message, as observations first show them Failed.
 func (r *Runner) countRejected(obs *Observation, rep *Report) {
 	for _, p := range obs.Pods {
-		if p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodFailed && !r.rejected[p.UID] {
+			r.rejected[p.UID] = true
 			rep.Rejected[p.Status.Reason+": "+shorten(p.Status.Message)]++
 		}
 	}
