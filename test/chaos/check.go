@@ -15,15 +15,16 @@ import (
 
 // The invariants, as violations name them.
 const (
-	InvRecordsCapacity  = "records: card over capacity"
-	InvKubeletCapacity  = "kubelet: card over capacity"
-	InvExtenderCapacity = "extender: card over capacity"
-	InvRunningRecord    = "running container's record is not the card it got"
-	InvNoRecord         = "running GPU pod without a valid record"
-	InvPendingReason    = "pending pod without the extender's reason"
-	InvLost             = "pod lost"
-	InvSettled          = "not settled"
-	InvZero             = "not back to zero"
+	InvRecordsCapacity   = "records: card over capacity"
+	InvKubeletCapacity   = "kubelet: card over capacity"
+	InvExtenderCapacity  = "extender: card over capacity"
+	InvInspectorCapacity = "inspector: card over capacity"
+	InvRunningRecord     = "running container's record is not the card it got"
+	InvNoRecord          = "running GPU pod without a valid record"
+	InvPendingReason     = "pending pod without the extender's reason"
+	InvLost              = "pod lost"
+	InvSettled           = "not settled"
+	InvZero              = "not back to zero"
 )
 
 // Violation is one broken invariant.

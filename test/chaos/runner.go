@@ -246,7 +246,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 		last = obs
 		exp.Live, exp.Final = r.liveCopy(), true
 		vs := Check(obs, exp)
-		vs = append(vs, r.checkDeployments(obs)...)
+		vs = append(vs, r.checkDeployments(ctx, obs)...)
 		vs = append(vs, r.checkInspector(ctx, obs)...)
 		rep.Checks++
 		r.countRejected(obs, rep)
@@ -580,10 +580,10 @@ func (r *Runner) deploymentsUnsettled(ctx context.Context, obs *Observation) str
 
 // checkDeployments: no Deployment lost a pod (as many active pods as
 // replicas, once settled).
-func (r *Runner) checkDeployments(obs *Observation) []Violation {
+func (r *Runner) checkDeployments(ctx context.Context, obs *Observation) []Violation {
 	var vs []Violation
 	for _, d := range r.Deployments {
-		dep, err := r.Client.AppsV1().Deployments(r.Namespace).Get(context.Background(), d.Name, metav1.GetOptions{})
+		dep, err := r.Client.AppsV1().Deployments(r.Namespace).Get(ctx, d.Name, metav1.GetOptions{})
 		if err != nil {
 			vs = append(vs, violation(InvLost, "deployment "+d.Name, err.Error()))
 			continue
@@ -648,7 +648,7 @@ func (r *Runner) inspector(ctx context.Context) (*inspectorView, error) {
 func (r *Runner) checkInspector(ctx context.Context, obs *Observation) []Violation {
 	v, err := r.inspector(ctx)
 	if err != nil {
-		return []Violation{violation(InvRecordsCapacity, "inspector", err.Error())}
+		return []Violation{violation(InvInspectorCapacity, "inspector", err.Error())}
 	}
 	var vs []Violation
 	for _, n := range v.Nodes {
@@ -657,7 +657,7 @@ func (r *Runner) checkInspector(ctx context.Context, obs *Observation) []Violati
 		}
 		for _, c := range n.Cards {
 			if c.Allocated > c.Total {
-				vs = append(vs, violation(InvRecordsCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d", c.Allocated, c.Total)))
+				vs = append(vs, violation(InvInspectorCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d", c.Allocated, c.Total)))
 			}
 		}
 	}
