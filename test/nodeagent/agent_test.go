@@ -212,8 +212,14 @@ func TestNodeIsRegisteredReadyWithDeviceCapacity(t *testing.T) {
 	if !ready {
 		t.Errorf("node not Ready: %+v", node.Status.Conditions)
 	}
-	if _, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), testNode, metav1.GetOptions{}); err != nil {
-		t.Errorf("no node lease: %v", err)
+	// The lease is written by its own loop, not necessarily before the
+	// first status: wait for it.
+	var leaseErr error
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, leaseErr = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, testNode, metav1.GetOptions{})
+		return leaseErr == nil, nil
+	}); err != nil {
+		t.Errorf("no node lease: %v", leaseErr)
 	}
 }
 
