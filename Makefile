@@ -71,7 +71,7 @@ image: ## container image (needs a Docker engine; without one, builds the binari
 
 # End-to-end: a real control plane on 127.0.0.1 (hack/cluster.sh) and simulated GPU
 # nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
-E2E_TIMEOUT ?= 20m
+E2E_TIMEOUT ?= 30m
 
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
 	hack/build-k8s.sh
@@ -93,6 +93,18 @@ playground-down: ## stop every playground process, also ones started by hand (st
 
 playground-check: ## checks of hack/playground.sh that need no cluster: port preflight, fresh/keep, down finding hand-started processes (root)
 	hack/playground-check.sh
+
+# The chaos run (docs/e2e.md, "The chaos run"): SEED picks the operation sequence (default: the
+# clock, printed; the same SEED replays the same sequence), OPS how many operations; KEEP_GOING=1
+# records every violation instead of stopping at the first. `make e2e` runs a short one (200).
+SEED          ?= $(shell date +%s)
+OPS           ?= 2000
+KEEP_GOING    ?=
+CHAOS_TIMEOUT ?= 3h
+.PHONY: chaos
+chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operations and restarts, invariants after each (SEED=n OPS=2000 KEEP_GOING=1; root)
+	cd test && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' -v ./e2e/ \
+	  -args -chaos.seed=$(SEED) -chaos.ops=$(OPS) $(if $(KEEP_GOING),-chaos.keep-going)
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
 # re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.

@@ -31,9 +31,14 @@ type fakeDM struct {
 	fail     map[string]error
 	capacity corev1.ResourceList
 	released int
+	// onAllocate, if set, runs at the start of every Allocate.
+	onAllocate func(pod *corev1.Pod)
 }
 
 func (f *fakeDM) Allocate(pod *corev1.Pod, c *corev1.Container) error {
+	if f.onAllocate != nil {
+		f.onAllocate(pod)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.fail[pod.Name]; err != nil {
@@ -207,8 +212,14 @@ func TestNodeIsRegisteredReadyWithDeviceCapacity(t *testing.T) {
 	if !ready {
 		t.Errorf("node not Ready: %+v", node.Status.Conditions)
 	}
-	if _, err := client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(context.Background(), testNode, metav1.GetOptions{}); err != nil {
-		t.Errorf("no node lease: %v", err)
+	// The lease is written by its own loop, not necessarily before the
+	// first status: wait for it.
+	var leaseErr error
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, leaseErr = client.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, testNode, metav1.GetOptions{})
+		return leaseErr == nil, nil
+	}); err != nil {
+		t.Errorf("no node lease: %v", leaseErr)
 	}
 }
 
@@ -235,5 +246,127 @@ func TestDeletedPodIsRemovedAndItsDevicesReleased(t *testing.T) {
 	}
 	if got := dm.allocated(); len(got) != 0 {
 		t.Errorf("a pod being deleted was admitted: %v", got)
+	}
+}
+
+// The agent lists the pods waiting for admission once per sync and admits
+// them one after the other; a pod deleted meanwhile must not be admitted
+// (the kubelet starts no container of a pod being deleted). Seen in the
+// chaos run: a pod deleted while the agent admitted older ones was admitted
+// anyway and reported Running while the device manager released its units.
+func TestPodDeletedWhileOthersAreAdmittedIsNotAdmitted(t *testing.T) {
+	now := time.Now()
+	first, second := gpuPod("first", now.Add(-time.Minute), "main"), gpuPod("second", now, "main")
+	client := fake.NewClientset(first, second)
+	dm := &fakeDM{}
+	agent, err := New(Config{
+		NodeName: testNode, Client: client, SyncInterval: 50 * time.Millisecond,
+		StartDeviceManager: func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	dm.onAllocate = func(pod *corev1.Pod) {
+		if pod.Name != "first" {
+			return
+		}
+		once.Do(func() {
+			// Delete "second" while "first" is being admitted, and wait
+			// until the agent's pod cache shows it.
+			p, err := client.CoreV1().Pods("default").Get(context.Background(), "second", metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ts := metav1.Now()
+			p.DeletionTimestamp = &ts
+			if _, err := client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				cur, err := agent.pods.Pods("default").Get("second")
+				return err == nil && cur.DeletionTimestamp != nil, nil
+			}); err != nil {
+				t.Errorf("the agent's cache never saw the deletion: %v", err)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	waitPod(t, client, "first", running)
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, "second", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the deleted pod was not removed: %v", err)
+	}
+	if diff := cmp.Diff([]string{"first/main"}, dm.allocated()); diff != "" {
+		t.Errorf("Allocate calls (-want +got):\n%s", diff)
+	}
+}
+
+// A pod deleted during its own admission (between Allocate and the report)
+// is not reported Running: seen in the chaos run, where the device manager
+// had already released its devices and its run options were empty.
+func TestPodDeletedDuringItsAdmissionIsNotReportedRunning(t *testing.T) {
+	client := fake.NewClientset(gpuPod("leaving", time.Now(), "main"))
+	dm := &fakeDM{}
+	agent, err := New(Config{
+		NodeName: testNode, Client: client, SyncInterval: 50 * time.Millisecond,
+		StartDeviceManager: func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	dm.onAllocate = func(pod *corev1.Pod) {
+		once.Do(func() {
+			p, err := client.CoreV1().Pods("default").Get(context.Background(), pod.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ts := metav1.Now()
+			p.DeletionTimestamp = &ts
+			if _, err := client.CoreV1().Pods("default").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				cur, err := agent.pods.Pods("default").Get(pod.Name)
+				return err == nil && cur.DeletionTimestamp != nil, nil
+			}); err != nil {
+				t.Errorf("the agent's cache never saw the deletion: %v", err)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Pods("default").Get(ctx, "leaving", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("the deleted pod was not removed: %v", err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "pods" && a.GetSubresource() == "status" {
+			t.Errorf("the pod deleted during its admission got a status patch (reported Running)")
+		}
 	}
 }

@@ -56,7 +56,14 @@ func (a *Agent) syncPods(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		a.admit(ctx, p)
+		// Admissions take a while (each Allocate is a gRPC call to the
+		// plugin): look at the pod as it is now. The kubelet starts no
+		// container of a pod that is being deleted or gone.
+		cur, err := a.pods.Pods(p.Namespace).Get(p.Name)
+		if err != nil || cur.UID != p.UID || cur.DeletionTimestamp != nil {
+			continue
+		}
+		a.admit(ctx, cur)
 	}
 }
 
@@ -117,6 +124,13 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 			}
 			records.Containers = append(records.Containers, newContainerRecord(c.Name, a.dm.GetDevices(string(pod.UID), c.Name), opts))
 		}
+	}
+	// A pod deleted while it was being admitted is not started: the kubelet
+	// starts no container of a pod being deleted, and the device manager may
+	// already have released its devices (the run options would be empty).
+	if cur, err := a.pods.Pods(pod.Namespace).Get(pod.Name); err != nil || cur.UID != pod.UID || cur.DeletionTimestamp != nil {
+		logger.V(2).Info("Pod deleted during admission; not starting it")
+		return
 	}
 	value, err := records.Encode()
 	if err != nil {
