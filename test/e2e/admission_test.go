@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,14 @@ func enforceAdmission(ctx context.Context, t *testing.T, c *cluster.Cluster, sys
 // identity only). The objects are deleted when the test ends.
 func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, set ...string) {
 	t.Helper()
+	applyAdmissionPolicySubset(ctx, t, c, system, nil, set...)
+}
+
+// applyAdmissionPolicySubset is applyAdmissionPolicies keeping only the named
+// policies (their bindings, and the ConfigMap and its Role(Binding)); nil
+// keeps all.
+func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, only []string, set ...string) {
+	t.Helper()
 	root := cluster.RepoRoot()
 	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
 	if err != nil {
@@ -167,6 +176,9 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 		if len(obj.Object) == 0 {
 			continue
 		}
+		if only != nil && strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") && !slices.Contains(only, obj.GetName()) {
+			continue
+		}
 		if obj.GetKind() == "ValidatingAdmissionPolicyBinding" {
 			if err := unstructured.SetNestedStringMap(obj.Object, map[string]string{admissionLabel: system}, "spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
 				t.Fatal(err)
@@ -178,7 +190,7 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 		}
 		docs = append(docs, b)
 	}
-	if len(docs) < 13 {
+	if only == nil && len(docs) < 13 {
 		t.Fatalf("admission.yaml rendered %d objects, want the five policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
 	}
 	file := filepath.Join(t.TempDir(), "admission.yaml")
@@ -207,5 +219,17 @@ func waitCardLimit(ctx context.Context, t *testing.T, c *cluster.Cluster, namesp
 	})
 	if err != nil {
 		t.Fatalf("card-limits ConfigMap: want %s=%s, last data %v: %v", api.CardLimitsKeyMaxUnits, units, last, err)
+	}
+}
+
+// waitAdmissionRefuses waits until the policies refuse, in namespace ns, a pod
+// asking units (a dry run): they take effect a moment after they are created.
+func waitAdmissionRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, units int64) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, "admission-probe", units), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatalf("the admission policies do not refuse a pod asking %d units in %s: %v", units, ns, err)
 	}
 }

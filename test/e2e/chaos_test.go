@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -97,6 +98,32 @@ func TestChaos(t *testing.T) {
 		}
 	})
 	ns := testNamespace(ctx, t, c, "chaos")
+	// The chart's creation-time admission policies, as installed: a pod that
+	// could never run (larger than the largest card, 0, an init container
+	// asking) is refused at creation with the policy's message, sized by an
+	// extender publishing the largest card. (The record policies are left
+	// out: this suite's programs run with the admin's credentials, not the
+	// chart's service accounts.)
+	system := testNamespace(ctx, t, c, "gpushare-system")
+	applyAdmissionPolicySubset(ctx, t, c, system, []string{"gpushare-pod-create", "gpushare-request-size"})
+	enforceAdmission(ctx, t, c, system, ns)
+	publisherPort, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	publisher, err := c.StartExtender(ctx, extenderBin, publisherPort, "--card-limits-configmap", system+"/"+api.CardLimitsConfigMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = publisher.Stop() })
+	largest := int64(0)
+	for _, n := range topo.Nodes {
+		for _, u := range n.Cards {
+			largest = max(largest, u)
+		}
+	}
+	waitCardLimit(ctx, t, c, system, strconv.FormatInt(largest, 10))
+	waitAdmissionRefuses(ctx, t, c, ns, largest+1)
 
 	hooks := chaos.Hooks{
 		KillExtender: func(ctx context.Context) error {
