@@ -26,8 +26,9 @@ type move struct {
 // phase becomes Allocated once every container holds its units, and a
 // reopened pod's Allocated record goes back to Assigned. Then, for each
 // container whose card changed, swap keeps both cards' records within
-// their capacity. Called without allocMu.
-func (p *Plugin) writeRecord(ctx context.Context, ref podRef) error {
+// their capacity (withSwaps: from Allocate and PreStartContainer, not from
+// reconciliation, see swap). Called without allocMu.
+func (p *Plugin) writeRecord(ctx context.Context, ref podRef, withSwaps bool) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	var moves []move
@@ -36,7 +37,7 @@ func (p *Plugin) writeRecord(ctx context.Context, ref podRef) error {
 		changed, moves = p.applyLedger(a, ref.UID)
 		return changed
 	})
-	if err != nil {
+	if err != nil || !withSwaps {
 		return err
 	}
 	for _, m := range moves {
@@ -85,11 +86,17 @@ func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 // container of the same size planned on m.to takes the room it left on
 // m.from. Each card's records then sum to what they summed to before.
 //
-// Partners are containers of pods the plugin has never named (their record
-// is still the extender's plan; a pod it named gets its card from its own
-// allocation), that hold nothing, in pods that await admission, oldest
-// first. No partner: the record of m.to shows more than planned until the
-// kubelet allocates the others (the kubelet itself never over-allocates).
+// Partners are containers that hold nothing, of pods that await admission
+// and whose record is Assigned: first of pods the plugin has never named
+// (their record is still the extender's plan), then of pods whose guess the
+// kubelet contradicted; oldest first. No partner: the record of m.to shows
+// more than planned until the kubelet allocates the others (the kubelet
+// itself never over-allocates).
+//
+// Only the moments the kubelet acts at swap (Allocate, PreStartContainer):
+// reconciliation is the catch-up path, which may act on an account read long
+// after the kubelet's decisions, and only corrects the records of
+// containers that hold units.
 func (p *Plugin) swap(ctx context.Context, m move) {
 	from, ok := p.store.Card(m.from)
 	if !ok || m.from == m.to {
@@ -102,10 +109,11 @@ func (p *Plugin) swap(ctx context.Context, m move) {
 	type cand struct {
 		pod       *corev1.Pod
 		container string
+		named     bool
 	}
 	var cands []cand
 	for _, pod := range v.pods {
-		if pod.UID == m.pod || !api.MayStartContainers(pod) || pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || p.ledger.isNamed(pod.UID) {
+		if pod.UID == m.pod || !api.MayStartContainers(pod) || pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 {
 			continue
 		}
 		a, err := api.AssignmentFromPod(pod)
@@ -114,11 +122,14 @@ func (p *Plugin) swap(ctx context.Context, m move) {
 		}
 		for _, c := range a.Containers {
 			if c.Units == m.units && c.CardUUID == m.to {
-				cands = append(cands, cand{pod, c.Name})
+				cands = append(cands, cand{pod, c.Name, p.ledger.isNamed(pod.UID)})
 			}
 		}
 	}
 	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].named != cands[j].named {
+			return !cands[i].named
+		}
 		return cands[i].pod.CreationTimestamp.Before(&cands[j].pod.CreationTimestamp)
 	})
 	for _, c := range cands {
@@ -185,7 +196,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
 			continue // the cached record already matches
 		}
-		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}); err != nil {
+		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, false); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 	}

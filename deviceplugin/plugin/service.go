@@ -113,7 +113,7 @@ func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
 			continue
 		}
 		seen[r] = true
-		if err := p.writeRecord(ctx, r); err != nil {
+		if err := p.writeRecord(ctx, r, true); err != nil {
 			p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(r.Namespace, r.Name))
 		}
 	}
@@ -156,7 +156,7 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
-	if err := p.writeRecord(ctx, ref); err != nil {
+	if err := p.writeRecord(ctx, ref, true); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.Card, err)
 	}
 	return &pluginapi.PreStartContainerResponse{}, nil
