@@ -192,14 +192,15 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}
-		for _, c := range demand(p) {
+		cs, rerr := demand(p)
+		for _, c := range cs {
 			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
 				continue
 			}
 			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, AssignErr: aerr}
 			switch {
-			case c.err != nil:
-				e.AssignErr = c.err
+			case rerr != nil:
+				e.AssignErr = rerr
 			case aerr == nil:
 				if ca, ok := a.Container(c.Name); ok {
 					e.Assigned = &ca
@@ -213,44 +214,33 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	return q
 }
 
-// containerDemand is one container the kubelet will call Allocate for, and
-// how many units it will ask. err is set when the pod breaks the contract.
-type containerDemand struct {
-	Name  string
-	Units int64
-	err   error
-}
-
 // demand is what the kubelet will ask the plugin for, container by container
 // in its order. A pod that keeps the contract: api.RequestFromPod, the one
-// reader of a pod's demand. A pod that breaks it (an init container asking
-// for gpu-mem, zero, too much) never got an assignment from the extender, yet
-// the kubelet still calls Allocate for each container naming the resource, in
-// its order (init containers first) and for the quantity rounded up
-// (resource.Quantity.Value), so those calls must find the pod and be refused
-// with the contract's reason (ErrPodRequest) rather than be taken for another
-// pod's container.
-func demand(p *corev1.Pod) []containerDemand {
+// reader of a pod's demand (err nil). A pod that breaks it (an init
+// container asking for gpu-mem, zero, too much; err says how) never got an
+// assignment from the extender, yet the kubelet still calls Allocate for
+// each container naming the resource, in its order (init containers first)
+// and for the quantity rounded up (resource.Quantity.Value), so those calls
+// must find the pod and be refused with the contract's reason
+// (ErrPodRequest) rather than be taken for another pod's container.
+func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
 	req, err := api.RequestFromPod(p)
 	if err == nil {
-		out := make([]containerDemand, 0, len(req.Containers))
-		for _, c := range req.Containers {
-			out = append(out, containerDemand{Name: c.Name, Units: c.Units})
-		}
-		return out
+		return req.Containers, nil
 	}
-	err = fmt.Errorf("%w: %w", ErrPodRequest, err)
-	var out []containerDemand
-	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
-		q, ok := c.Resources.Limits[api.ResourceName]
-		if !ok {
-			q, ok = c.Resources.Requests[api.ResourceName]
-		}
-		if ok && q.Value() > 0 {
-			out = append(out, containerDemand{Name: c.Name, Units: q.Value(), err: err})
+	var out []api.ContainerRequest
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			q, ok := c.Resources.Limits[api.ResourceName]
+			if !ok {
+				q, ok = c.Resources.Requests[api.ResourceName]
+			}
+			if ok && q.Value() > 0 {
+				out = append(out, api.ContainerRequest{Name: c.Name, Units: q.Value()})
+			}
 		}
 	}
-	return out
+	return out, fmt.Errorf("%w: %w", ErrPodRequest, err)
 }
 
 // ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
