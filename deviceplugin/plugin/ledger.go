@@ -52,6 +52,8 @@ type ledger struct {
 	// claimed are containers of pending pods whose record a swap is moving
 	// (see Plugin.swap): no second swap picks them meanwhile.
 	claimed map[ckey]bool
+	// deferred are record moves reconciliation could not pair (Plugin.swap).
+	deferred []move
 }
 
 func newLedger() *ledger {
@@ -192,6 +194,22 @@ func (l *ledger) claim(uid types.UID, container string) bool {
 	}
 	l.claimed[k] = true
 	return true
+}
+
+// deferMove keeps a move for the kubelet's next call.
+func (l *ledger) deferMove(m move) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deferred = append(l.deferred, m)
+}
+
+// takeDeferred returns the deferred moves and forgets them.
+func (l *ledger) takeDeferred() []move {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.deferred
+	l.deferred = nil
+	return out
 }
 
 func (l *ledger) unclaim(uid types.UID, container string) {

@@ -26,9 +26,9 @@ type move struct {
 // phase becomes Allocated once every container holds its units, and a
 // reopened pod's Allocated record goes back to Assigned. Then, for each
 // container whose card changed, swap keeps both cards' records within
-// their capacity (withSwaps: from Allocate and PreStartContainer, not from
-// reconciliation, see swap). Called without allocMu.
-func (p *Plugin) writeRecord(ctx context.Context, ref podRef, withSwaps bool) error {
+// their capacity (at: the kubelet's moment, Allocate or PreStartContainer;
+// otherwise reconciliation, see swap). Called without allocMu.
+func (p *Plugin) writeRecord(ctx context.Context, ref podRef, at moment) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	var moves []move
@@ -37,13 +37,32 @@ func (p *Plugin) writeRecord(ctx context.Context, ref podRef, withSwaps bool) er
 		changed, moves = p.applyLedger(a, ref.UID)
 		return changed
 	})
-	if err != nil || !withSwaps {
+	if err != nil {
 		return err
 	}
 	for _, m := range moves {
-		p.swap(ctx, m)
+		if !p.swap(ctx, m, at == kubeletCall) {
+			p.ledger.deferMove(m)
+		}
 	}
 	return nil
+}
+
+// moment says who writes a record: a call of the kubelet, or reconciliation.
+type moment bool
+
+const (
+	kubeletCall    moment = true
+	reconciliation moment = false
+)
+
+// swapDeferred retries the swaps reconciliation left for the kubelet's next
+// call (see swap). Called without allocMu, at the start of Allocate and
+// PreStartContainer.
+func (p *Plugin) swapDeferred(ctx context.Context) {
+	for _, m := range p.ledger.takeDeferred() {
+		p.swap(ctx, m, true)
+	}
 }
 
 // applyLedger makes a match the ledger, and returns the card moves made.
@@ -89,22 +108,24 @@ func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 // Partners are containers that hold nothing, of pods that await admission
 // and whose record is Assigned: first of pods the plugin has never named
 // (their record is still the extender's plan), then of pods whose guess the
-// kubelet contradicted; oldest first. No partner: the record of m.to shows
-// more than planned until the kubelet allocates the others (the kubelet
-// itself never over-allocates).
+// kubelet contradicted (named: only when anyPartner); oldest first. No partner: the record of m.to shows more
+// than planned until the kubelet allocates the others (the kubelet itself
+// never over-allocates).
 //
-// Only the moments the kubelet acts at swap (Allocate, PreStartContainer):
-// reconciliation is the catch-up path, which may act on an account read long
-// after the kubelet's decisions, and only corrects the records of
-// containers that hold units.
-func (p *Plugin) swap(ctx context.Context, m move) {
+// Reconciliation, the catch-up path, swaps only with never-named partners;
+// a move it cannot pair that way is deferred to the kubelet's next call
+// (Allocate or PreStartContainer), which may pair it with a named one. A
+// reopened pod's record thus keeps its card until the kubelet acts again.
+// It reports whether it is done with m: false leaves it for later (see
+// writeRecord).
+func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 	from, ok := p.store.Card(m.from)
 	if !ok || m.from == m.to {
-		return
+		return true
 	}
 	v, err := p.view()
 	if err != nil {
-		return
+		return false
 	}
 	type cand struct {
 		pod       *corev1.Pod
@@ -122,7 +143,11 @@ func (p *Plugin) swap(ctx context.Context, m move) {
 		}
 		for _, c := range a.Containers {
 			if c.Units == m.units && c.CardUUID == m.to {
-				cands = append(cands, cand{pod, c.Name, p.ledger.isNamed(pod.UID)})
+				named := p.ledger.isNamed(pod.UID)
+				if named && !anyPartner {
+					continue
+				}
+				cands = append(cands, cand{pod, c.Name, named})
 			}
 		}
 	}
@@ -152,14 +177,17 @@ func (p *Plugin) swap(ctx context.Context, m move) {
 		})
 		p.ledger.unclaim(c.pod.UID, c.container)
 		if err != nil {
-			p.log.Error(err, "Moving a pending container to the card another container left; reconciliation does not retry this", "pod", klog.KObj(c.pod), "container", c.container)
-			return
+			p.log.Error(err, "Moving a pending container to the card another container left; retried at the kubelet's next call", "pod", klog.KObj(c.pod), "container", c.container)
+			return false
 		}
 		if done {
 			p.log.Info("Swapped a pending container's card", "pod", klog.KObj(c.pod), "container", c.container, "from", m.to, "to", m.from)
-			return
+			return true
 		}
 	}
+	// No partner: at the kubelet's moment that is final; reconciliation
+	// leaves the move for the kubelet's next call.
+	return anyPartner
 }
 
 // Reconcile makes the pods' records match what the kubelet allocated: it
@@ -187,8 +215,15 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 			p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", h.Card)
 		}
 	}
+	// Reopened pods first: a record that stops claiming units is written
+	// before the one that claims them, so no card's Allocated records ever
+	// hold more than the card.
+	pods := append([]*corev1.Pod(nil), v.pods...)
+	sort.SliceStable(pods, func(i, j int) bool {
+		return p.ledger.isReopened(pods[i].UID) && !p.ledger.isReopened(pods[j].UID)
+	})
 	var errs []error
-	for _, pod := range v.pods {
+	for _, pod := range pods {
 		a, err := api.AssignmentFromPod(pod)
 		if err != nil {
 			continue
@@ -196,7 +231,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
 			continue // the cached record already matches
 		}
-		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, false); err != nil {
+		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 	}

@@ -77,6 +77,7 @@ func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (
 			return nil, toStatus(err)
 		}
 	}
+	p.swapDeferred(ctx)
 	// Once per call, before the lock: a second container of the same call
 	// is not yet in the kubelet's account, and keeps the first one's
 	// decision (a guess newer than the read).
@@ -113,7 +114,7 @@ func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
 			continue
 		}
 		seen[r] = true
-		if err := p.writeRecord(ctx, r, true); err != nil {
+		if err := p.writeRecord(ctx, r, kubeletCall); err != nil {
 			p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(r.Namespace, r.Name))
 		}
 	}
@@ -136,6 +137,7 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 	if _, err := allocate.CardOf(ids); err != nil {
 		return nil, toStatus(err)
 	}
+	p.swapDeferred(ctx)
 	acct, account := p.readAccount(ctx)
 	if !account {
 		return &pluginapi.PreStartContainerResponse{}, nil
@@ -156,7 +158,7 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
-	if err := p.writeRecord(ctx, ref, true); err != nil {
+	if err := p.writeRecord(ctx, ref, kubeletCall); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.Card, err)
 	}
 	return &pluginapi.PreStartContainerResponse{}, nil
