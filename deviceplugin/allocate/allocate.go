@@ -107,7 +107,9 @@ func memoDecode() decodeFunc {
 func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	var out []Entry
 	for _, p := range pods {
-		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		// A pod the kubelet may still start containers of: re-allocations
+		// come only for those (api.MayStartContainers).
+		if !api.MayStartContainers(p) {
 			continue
 		}
 		a, err := decode(p)
@@ -152,7 +154,9 @@ func Queue(pods []*corev1.Pod, st State) []Entry {
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	ps := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
-		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodRunning {
+		// Awaiting admission: the kubelet may still start its containers
+		// (api.MayStartContainers) and has not started any yet.
+		if !api.MayStartContainers(p) || p.Status.Phase == corev1.PodRunning {
 			continue
 		}
 		if len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0 {
@@ -188,17 +192,16 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}
-		containers := append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...)
-		for _, c := range containers {
-			units := requestedUnits(c)
-			if units <= 0 {
-				continue
-			}
+		cs, rerr := demand(p)
+		for _, c := range cs {
 			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
 				continue
 			}
-			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: units, AssignErr: aerr}
-			if aerr == nil {
+			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, AssignErr: aerr}
+			switch {
+			case rerr != nil:
+				e.AssignErr = rerr
+			case aerr == nil:
 				if ca, ok := a.Container(c.Name); ok {
 					e.Assigned = &ca
 				} else {
@@ -211,18 +214,38 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	return q
 }
 
-// requestedUnits is what the kubelet will ask the plugin for: the limit (or
-// request) rounded up to a whole number, the way the kubelet reads it.
-func requestedUnits(c corev1.Container) int64 {
-	q, ok := c.Resources.Limits[api.ResourceName]
-	if !ok {
-		q, ok = c.Resources.Requests[api.ResourceName]
+// demand is what the kubelet will ask the plugin for, container by container
+// in its order. A pod that keeps the contract: api.RequestFromPod, the one
+// reader of a pod's demand (err nil). A pod that breaks it (an init
+// container asking for gpu-mem, zero, too much; err says how) never got an
+// assignment from the extender, yet the kubelet still calls Allocate for
+// each container naming the resource, in its order (init containers first)
+// and for the quantity rounded up (resource.Quantity.Value), so those calls
+// must find the pod and be refused with the contract's reason
+// (ErrPodRequest) rather than be taken for another pod's container.
+func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
+	req, err := api.RequestFromPod(p)
+	if err == nil {
+		return req.Containers, nil
 	}
-	if !ok {
-		return 0
+	var out []api.ContainerRequest
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			q, ok := c.Resources.Limits[api.ResourceName]
+			if !ok {
+				q, ok = c.Resources.Requests[api.ResourceName]
+			}
+			if ok && q.Value() > 0 {
+				out = append(out, api.ContainerRequest{Name: c.Name, Units: q.Value()})
+			}
+		}
 	}
-	return q.Value()
+	return out, fmt.Errorf("%w: %w", ErrPodRequest, err)
 }
+
+// ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
+// refuses (api.RequestFromPod); the extender never places such a pod.
+var ErrPodRequest = errors.New("the pod's " + string(api.ResourceName) + " request breaks the gpushare contract")
 
 // ErrSpansCards: the kubelet offered units of more than one card.
 var ErrSpansCards = errors.New("device IDs span more than one card; a container's " + string(api.ResourceName) + " must come from one card")
@@ -246,16 +269,34 @@ type Decision struct {
 	Repeat bool
 }
 
-// CardOf returns the single card all ids belong to.
+// ErrNoDeviceIDs: a container request carries no device IDs.
+var ErrNoDeviceIDs = errors.New("no device IDs in the request")
+
+// ErrBadDeviceID: a device ID is not of the form this plugin advertises.
+var ErrBadDeviceID = errors.New("malformed device ID: gpushare device IDs are <card UUID>::<unit number>, e.g. \"" + api.UnitID("GPU-8a2f0c1e-52b4-4c07-9b1d-3f6e2a9c7d10", 7) + "\", as ListAndWatch advertises them")
+
+// CheckIDs checks that every id is a unit ID (api.ParseUnitID); the error
+// wraps ErrBadDeviceID and names the first bad one.
+func CheckIDs(ids []string) error {
+	for _, id := range ids {
+		if _, _, err := api.ParseUnitID(id); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadDeviceID, err)
+		}
+	}
+	return nil
+}
+
+// CardOf returns the single card all ids belong to. Errors wrap
+// ErrNoDeviceIDs, ErrBadDeviceID or ErrSpansCards.
 func CardOf(ids []string) (string, error) {
 	if len(ids) == 0 {
-		return "", fmt.Errorf("no device IDs")
+		return "", ErrNoDeviceIDs
 	}
 	card := ""
 	for _, id := range ids {
 		c, _, err := api.ParseUnitID(id)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("%w: %w", ErrBadDeviceID, err)
 		}
 		if card != "" && c != card {
 			return "", fmt.Errorf("%w: %s and %s", ErrSpansCards, card, c)
@@ -282,6 +323,9 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 	for _, e := range s.Pending {
 		if e.Units != size {
 			continue
+		}
+		if errors.Is(e.AssignErr, ErrPodRequest) {
+			return Decision{Entry: e}, fmt.Errorf("pod %s: %w", e.PodKey(), e.AssignErr)
 		}
 		if e.Assigned == nil {
 			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), ErrNotScheduled, e.AssignErr)

@@ -238,11 +238,15 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.CheckNode(ctx); err != nil {
 		return err
 	}
+	var uuids []string
+	for _, c := range cards {
+		uuids = append(uuids, c.UUID)
+	}
 	cl.OnIsolation(func(iso api.Isolation, err error) {
 		if err != nil {
-			log.Error(err, "Ignoring the node's isolation annotation; fix it", "annotation", api.AnnotationIsolation)
-			return
+			log.Error(err, "Malformed isolation annotation: every card of the node is isolated until it is fixed (the scheduler extender filters the node meanwhile)", "annotation", api.AnnotationIsolation)
 		}
+		iso = isolation.InForce(iso, err, uuids)
 		if store.SetIsolation(inventory.SourceAnnotation, iso) {
 			log.Info("Isolation changed", "source", "annotation", "isolated", iso.String())
 		}
@@ -257,9 +261,9 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		go func() {
 			err := isolation.WatchFile(ctx, o.IsolationFile, func(iso api.Isolation, err error) {
 				if err != nil {
-					log.Error(err, "Isolation file unreadable; keeping the last good content", "file", o.IsolationFile)
-					return
+					log.Error(err, "Isolation file unreadable or malformed: every card of the node is isolated until it is fixed", "file", o.IsolationFile)
 				}
+				iso = isolation.InForce(iso, err, uuids)
 				if store.SetIsolation(inventory.SourceFile, iso) {
 					log.Info("Isolation changed", "source", o.IsolationFile, "isolated", iso.String())
 				}

@@ -200,3 +200,72 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 	}
 	expect("lifted", []string{"NVIDIA H100/healthy", "NVIDIA A100/healthy", "mixed", "80GiB"})
 }
+
+// A malformed isolation annotation isolates every card of the node until it
+// is fixed (isolation.InForce: the extender filters such a node too), even
+// when no isolation was in force before; fixing it puts its value in force.
+func TestMalformedIsolationAnnotationIsolatesEveryCardUntilFixed(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gdpapp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	lis, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &registrar{got: make(chan string, 4)}
+	srv := grpc.NewServer()
+	pluginapi.RegisterRegistrationServer(srv, reg)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	o, _ := defaults(t, "--nvml=spec:2x40GiB:NVIDIA-A100", "--device-plugin-dir="+dir, "--pod-resources-socket=")
+	o.NodeName = node
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{api.AnnotationIsolation: "card-one"}}})
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- Run(ctx, *o, client, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	expect := func(what string, want string) {
+		t.Helper()
+		var got string
+		err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			n, err := client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			inv, err := api.InventoryFromNode(n)
+			if err != nil {
+				return false, nil
+			}
+			var states []string
+			for _, c := range inv.Cards {
+				states = append(states, string(c.State))
+			}
+			got = strings.Join(states, " ")
+			return got == want, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: cards %q, want %q", what, got, want)
+		}
+	}
+	expect("malformed at start", "isolated isolated")
+	n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n.Annotations[api.AnnotationIsolation] = "1"
+	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("fixed", "healthy isolated")
+	n, _ = client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	n.Annotations[api.AnnotationIsolation] = "1,oops"
+	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("broken again", "isolated isolated")
+}

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -253,25 +252,4 @@ func Labels(inv api.Inventory) map[string]*string {
 	out[api.LabelGPUModel] = str(api.SanitizeLabelValue(model))
 	out[api.LabelGPUMemory] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
 	return out
-}
-
-// WaitForPods polls the pod cache until cond holds or timeout passes; it is
-// how Allocate waits for a pod the kubelet knows before the informer does.
-func WaitForPods(ctx context.Context, c interface{ Pods() ([]*corev1.Pod, error) }, timeout, every time.Duration, cond func([]*corev1.Pod) bool) ([]*corev1.Pod, bool) {
-	deadline := time.Now().Add(timeout)
-	for {
-		pods, err := c.Pods()
-		if err == nil && cond(pods) {
-			return pods, true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return pods, false
-		}
-		t := time.NewTimer(every)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
 }

@@ -72,3 +72,29 @@ func TestWatchFileFollowsEdits(t *testing.T) {
 	}
 	expect("deleted", "", false)
 }
+
+// One policy for isolation input that cannot be read: every card of the node
+// is isolated until it is fixed (fail closed, like the scheduler extender,
+// which filters a node whose annotation it cannot parse), whatever was in
+// force before.
+func TestInForceFailsClosed(t *testing.T) {
+	all := []string{"GPU-a", "GPU-b"}
+	good, err := api.ParseIsolation("1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := InForce(good, nil, all); got.String() != "1" {
+		t.Errorf("good input: %q in force, want %q", got.String(), "1")
+	}
+	_, bad := api.ParseIsolation("card-one")
+	if bad == nil {
+		t.Fatal("ParseIsolation accepted card-one")
+	}
+	if got := InForce(api.Isolation{}, bad, all); got.String() != "GPU-a,GPU-b" {
+		t.Errorf("malformed input: %q in force, want every card (GPU-a,GPU-b)", got.String())
+	}
+	_, bad = api.ParseIsolationFile([]byte(`{"index": "x"}`))
+	if got := InForce(api.Isolation{}, bad, all); !got.Isolates(0, "GPU-a") || !got.Isolates(1, "GPU-b") {
+		t.Errorf("malformed file: %q in force, want every card", got.String())
+	}
+}

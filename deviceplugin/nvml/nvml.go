@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/utils/clock"
 )
 
 // Card is one GPU as NVML reports it.
@@ -60,6 +62,12 @@ type Options struct {
 	// WaitTimeoutMs bounds one NVML event wait, so that WatchHealth notices
 	// ctx cancellation; 5000 when zero.
 	WaitTimeoutMs uint32
+	// LostBackoff is the first pause before WatchHealth waits for events
+	// again after NVML answered ERROR_GPU_IS_LOST; each further loss in a
+	// row doubles it, up to MaxLostBackoff. 1 s and 30 s when zero.
+	LostBackoff, MaxLostBackoff time.Duration
+	// Clock times the backoff (default: the real clock).
+	Clock clock.Clock
 }
 
 type lib struct {
@@ -75,6 +83,15 @@ func Open(l gonvml.Interface, opts Options) (Interface, error) {
 	}
 	if opts.IgnoredXIDs == nil {
 		opts.IgnoredXIDs = DefaultIgnoredXIDs
+	}
+	if opts.LostBackoff <= 0 {
+		opts.LostBackoff = time.Second
+	}
+	if opts.MaxLostBackoff <= 0 {
+		opts.MaxLostBackoff = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	switch ret := l.Init(); ret {
 	case gonvml.SUCCESS:
@@ -153,7 +170,11 @@ func (l *lib) ignored(xid uint64) bool {
 
 // WatchHealth registers every card for critical XID events and reports the
 // ones not in Options.IgnoredXIDs. If NVML loses the GPU (ERROR_GPU_IS_LOST)
-// it reports every card unhealthy.
+// it reports every card unhealthy once, and waits again after a backoff
+// (Options.LostBackoff, doubling up to MaxLostBackoff while the loss lasts;
+// reset by the next answer that is not a loss) instead of asking NVML in a
+// tight loop: a lost GPU answers every call at once. The cards come back
+// through the health monitor's re-check (Check), as after an XID.
 func (l *lib) WatchHealth(ctx context.Context, report func(HealthEvent)) error {
 	set, ret := l.nvml.EventSetCreate()
 	if ret != gonvml.SUCCESS {
@@ -186,14 +207,26 @@ func (l *lib) WatchHealth(ctx context.Context, report func(HealthEvent)) error {
 			continue
 		}
 	}
+	backoff := time.Duration(0) // 0: not in a loss
 	for ctx.Err() == nil {
 		e, ret := set.Wait(l.opts.WaitTimeoutMs)
+		if ret == gonvml.ERROR_GPU_IS_LOST {
+			if backoff == 0 {
+				report(HealthEvent{Reason: "NVML: GPU is lost"})
+				backoff = l.opts.LostBackoff
+			} else {
+				backoff = min(2*backoff, l.opts.MaxLostBackoff)
+			}
+			select {
+			case <-ctx.Done():
+			case <-l.opts.Clock.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
 		switch ret {
 		case gonvml.SUCCESS:
 		case gonvml.ERROR_TIMEOUT:
-			continue
-		case gonvml.ERROR_GPU_IS_LOST:
-			report(HealthEvent{Reason: "NVML: GPU is lost"})
 			continue
 		default:
 			return fmt.Errorf("nvml: wait for events: %v", ret)

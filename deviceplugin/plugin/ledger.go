@@ -9,14 +9,21 @@ import (
 )
 
 // holding is one container's units as the plugin knows them: from its own
-// Allocate decisions (a best guess of which container the kubelet meant) or
-// from the kubelet's PodResources API (the truth).
+// Allocate decisions (a guess of which container the kubelet meant) or from
+// the kubelet's PodResources API (the truth).
 type holding struct {
 	Namespace, Pod string
 	UID            types.UID
 	Container      string
 	Card           string
 	IDs            []string
+	// Guess: the plugin's decision at Allocate, not (yet) confirmed by the
+	// kubelet's account. Gen is the ledger generation it was made at.
+	Guess bool
+	Gen   uint64
+	// Unsure: a guess the record does not show (see Plugin.decide): the
+	// container stays out of the queue, its record waits for the truth.
+	Unsure bool
 }
 
 type ckey struct {
@@ -24,20 +31,36 @@ type ckey struct {
 	container string
 }
 
-// ledger remembers which container holds which units, and which pods the
-// plugin refused. Safe for concurrent use.
+// ledger remembers which container holds which units, which pods the plugin
+// refused, and which pods are reopened. Safe for concurrent use.
+//
+// Reopened: a pod one of whose guessed holdings the kubelet's account gave
+// to another container. Its containers the ledger does not show holding
+// units are pending again, whatever its record says, and its record drops
+// back to Assigned (allocate.State.Reopened is the same set).
 type ledger struct {
 	mu       sync.Mutex
+	gen      uint64
 	byCont   map[ckey]holding
 	byIDs    map[string]ckey
 	rejected map[types.UID]bool
-	// evicted are pods one of whose guessed holdings the kubelet's truth
-	// replaced: their containers are pending again, whatever the record says.
-	evicted map[types.UID]bool
+	reopened map[types.UID]bool
+	// named are pods a guess of the plugin named at least once; contradicted
+	// those of them whose guess the kubelet's account then gave to another
+	// container. Both are kept until the pod is gone.
+	named, contradicted map[types.UID]bool
+	// claimed are containers of pending pods whose record a swap is moving
+	// (see Plugin.swap): no second swap picks them meanwhile.
+	claimed map[ckey]bool
+	// deferred are record moves reconciliation could not pair (Plugin.swap).
+	deferred []move
 }
 
 func newLedger() *ledger {
-	return &ledger{byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{}, evicted: map[types.UID]bool{}}
+	return &ledger{
+		byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{},
+		reopened: map[types.UID]bool{}, named: map[types.UID]bool{}, contradicted: map[types.UID]bool{}, claimed: map[ckey]bool{},
+	}
 }
 
 func idsKey(ids []string) string {
@@ -46,29 +69,89 @@ func idsKey(ids []string) string {
 	return strings.Join(s, ",")
 }
 
-// set records h, replacing what the container held before and any other
-// container recorded with the same units (a guess the truth corrects).
-func (l *ledger) set(h holding) {
+// generation is the number of guesses made so far. A PodResources read that
+// starts at generation g cannot know of guesses made after g.
+func (l *ledger) generation() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.gen
+}
+
+// guess records the plugin's decision h (its Gen is set here).
+func (l *ledger) guess(h holding) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.gen++
+	h.Guess, h.Gen = true, l.gen
+	l.named[h.UID] = true
+	l.setLocked(h)
+}
+
+// confirm records h from a kubelet account read that started at generation
+// readGen, and returns the pods whose guess it contradicted. A guess made
+// after the read started is left alone: the read may predate the
+// allocation it guessed about (units freed and handed on meanwhile).
+func (l *ledger) confirm(h holding, readGen uint64) (reopened []types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := ckey{h.UID, h.Container}
+	if old, ok := l.byCont[k]; ok && old.Guess && old.Gen > readGen {
+		return nil
+	}
+	if other, ok := l.byIDs[idsKey(h.IDs)]; ok && other != k {
+		if o := l.byCont[other]; o.Guess && o.Gen > readGen {
+			return nil
+		}
+	}
+	h.Guess, h.Gen, h.Unsure = false, 0, false
+	return l.setLocked(h)
+}
+
+// setLocked records h, replacing what the container held before and any
+// other container recorded with the same units (a guess the truth
+// corrects: that pod is reopened).
+func (l *ledger) setLocked(h holding) (reopened []types.UID) {
 	k := ckey{h.UID, h.Container}
 	if old, ok := l.byCont[k]; ok {
 		delete(l.byIDs, idsKey(old.IDs))
 	}
 	ik := idsKey(h.IDs)
 	if other, ok := l.byIDs[ik]; ok && other != k {
+		o := l.byCont[other]
 		delete(l.byCont, other)
-		l.evicted[other.uid] = true
+		l.reopened[other.uid] = true
+		if o.Guess {
+			l.contradicted[other.uid] = true
+		}
+		reopened = append(reopened, other.uid)
 	}
 	l.byCont[k] = h
 	l.byIDs[ik] = k
-	delete(l.evicted, h.UID)
+	if !h.Unsure {
+		delete(l.reopened, h.UID)
+	}
+	delete(l.claimed, k)
+	return reopened
 }
 
-func (l *ledger) isEvicted(uid types.UID) bool {
+// isReopened reports whether the pod is reopened (see ledger).
+func (l *ledger) isReopened(uid types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.evicted[uid]
+	return l.reopened[uid]
+}
+
+// isNamed reports whether a guess of the plugin ever named the pod.
+func (l *ledger) isNamed(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.named[uid]
+}
+
+func (l *ledger) isContradicted(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.contradicted[uid]
 }
 
 func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
@@ -100,6 +183,41 @@ func (l *ledger) forPod(uid types.UID) map[string]holding {
 	return out
 }
 
+// claim marks a pending container as being moved by a swap; false if it
+// holds units or another swap has it.
+func (l *ledger) claim(uid types.UID, container string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := ckey{uid, container}
+	if _, held := l.byCont[k]; held || l.claimed[k] {
+		return false
+	}
+	l.claimed[k] = true
+	return true
+}
+
+// deferMove keeps a move for the kubelet's next call.
+func (l *ledger) deferMove(m move) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.deferred = append(l.deferred, m)
+}
+
+// takeDeferred returns the deferred moves and forgets them.
+func (l *ledger) takeDeferred() []move {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.deferred
+	l.deferred = nil
+	return out
+}
+
+func (l *ledger) unclaim(uid types.UID, container string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.claimed, ckey{uid, container})
+}
+
 func (l *ledger) reject(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -122,14 +240,16 @@ func (l *ledger) retain(live map[types.UID]bool) {
 			delete(l.byIDs, idsKey(h.IDs))
 		}
 	}
-	for uid := range l.rejected {
-		if !live[uid] {
-			delete(l.rejected, uid)
+	for k := range l.claimed {
+		if !live[k.uid] {
+			delete(l.claimed, k)
 		}
 	}
-	for uid := range l.evicted {
-		if !live[uid] {
-			delete(l.evicted, uid)
+	for _, m := range []map[types.UID]bool{l.rejected, l.reopened, l.named, l.contradicted} {
+		for uid := range m {
+			if !live[uid] {
+				delete(m, uid)
+			}
 		}
 	}
 }

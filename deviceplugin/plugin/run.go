@@ -205,7 +205,7 @@ func (p *Plugin) register(ctx context.Context) error {
 		Version:      pluginapi.Version,
 		Endpoint:     p.cfg.SocketName,
 		ResourceName: string(api.ResourceName),
-		Options:      &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
+		Options:      options(),
 	}, grpc.WaitForReady(false))
 	if err != nil {
 		return fmt.Errorf("register %s with the kubelet at %s: %w", api.ResourceName, p.KubeletSocketPath(), err)

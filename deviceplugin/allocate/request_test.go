@@ -1,0 +1,46 @@
+package allocate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// A pod's demand is read by the contract's one reader (api.RequestFromPod).
+// A pod that breaks the contract (here a copied assignment, and an init
+// container asking for gpu-mem) is still in the queue the way the kubelet
+// will ask, so its Allocate finds it, and is refused with the contract's
+// reason rather than taken for a valid pod.
+func TestContractBreakingPodsAreRefusedWithTheContractsReason(t *testing.T) {
+	withInit := makePod("init-gpu", 1).container("c", 2).assign(api.PhaseAssigned, card0).initContainer("setup", 2).obj()
+	next := makePod("valid", 2).container("c", 2).assign(api.PhaseAssigned, card0).obj()
+	s := Build([]*corev1.Pod{withInit, next}, State{})
+	d, err := Match(s, ids(card0, 0, 2))
+	if !errors.Is(err, ErrPodRequest) || !errors.Is(err, api.ErrInitContainerRequest) {
+		t.Fatalf("err = %v, want ErrPodRequest wrapping api.ErrInitContainerRequest", err)
+	}
+	if d.Entry.Pod != "init-gpu" || d.Entry.Container != "setup" {
+		t.Errorf("refused %s/%s, want init-gpu/setup (the kubelet allocates init containers first)", d.Entry.Pod, d.Entry.Container)
+	}
+	if !strings.Contains(err.Error(), `pod ns/init-gpu: `) || !strings.Contains(err.Error(), `init container "setup"`) {
+		t.Errorf("message %q does not name the pod and the init container", err)
+	}
+}
+
+// A container asking for an explicit 0 makes the pod invalid (the contract),
+// but the kubelet asks nothing for it: it adds no queue entry.
+func TestZeroRequestAddsNoEntry(t *testing.T) {
+	p := makePod("zero", 1).container("c", 2).obj()
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "z", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(0, resource.DecimalSI)}}})
+	p.CreationTimestamp = metav1.NewTime(t0)
+	q := Queue([]*corev1.Pod{p}, State{})
+	if len(q) != 1 || q[0].Container != "c" || !errors.Is(q[0].AssignErr, ErrPodRequest) {
+		t.Errorf("queue = %+v, want only c, refused with ErrPodRequest", q)
+	}
+}

@@ -1,0 +1,257 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// move is a container's record going from one card to another.
+type move struct {
+	pod      types.UID
+	units    int64
+	from, to string
+}
+
+// writeRecord makes the pod's assignment record match the ledger (read at
+// write time, so a retried write never applies an older view): each
+// container the ledger shows holding units gets the card it holds, the
+// phase becomes Allocated once every container holds its units, and a
+// reopened pod's Allocated record goes back to Assigned. Then, for each
+// container whose card changed, swap keeps both cards' records within
+// their capacity (at: the kubelet's moment, Allocate or PreStartContainer;
+// otherwise reconciliation, see swap). Called without allocMu.
+func (p *Plugin) writeRecord(ctx context.Context, ref podRef, at moment) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	var moves []move
+	err := p.cluster.UpdateAssignment(ctx, ref.Namespace, ref.Name, ref.UID, func(a *api.Assignment) bool {
+		var changed bool
+		changed, moves = p.applyLedger(a, ref.UID)
+		return changed
+	})
+	if err != nil {
+		return err
+	}
+	for _, m := range moves {
+		if !p.swap(ctx, m, at == kubeletCall) {
+			p.ledger.deferMove(m)
+		}
+	}
+	return nil
+}
+
+// moment says who writes a record: a call of the kubelet, or reconciliation.
+type moment bool
+
+const (
+	kubeletCall    moment = true
+	reconciliation moment = false
+)
+
+// swapDeferred retries the swaps reconciliation left for the kubelet's next
+// call (see swap). Called without allocMu, at the start of Allocate and
+// PreStartContainer.
+func (p *Plugin) swapDeferred(ctx context.Context) {
+	for _, m := range p.ledger.takeDeferred() {
+		p.swap(ctx, m, true)
+	}
+}
+
+// applyLedger makes a match the ledger, and returns the card moves made.
+func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
+	held := p.ledger.forPod(uid)
+	reopened := p.ledger.isReopened(uid)
+	changed, all := false, true
+	var moves []move
+	for i := range a.Containers {
+		c := &a.Containers[i]
+		h, ok := held[c.Name]
+		if !ok || h.Unsure {
+			all = false
+			continue
+		}
+		if c.CardUUID != h.Card {
+			card, ok := p.store.Card(h.Card)
+			if !ok {
+				continue
+			}
+			moves = append(moves, move{pod: uid, units: c.Units, from: c.CardUUID, to: card.UUID})
+			c.CardUUID, c.CardIndex = card.UUID, card.Index
+			changed = true
+		}
+	}
+	if all && a.Phase != api.PhaseAllocated {
+		a.Phase = api.PhaseAllocated
+		changed = true
+	}
+	if !all && reopened && a.Phase == api.PhaseAllocated {
+		a.Phase = api.PhaseAssigned
+		changed = true
+	}
+	return changed, moves
+}
+
+// swap keeps per-card records within capacity when a container's record
+// moved from card m.from to card m.to: the kubelet gave it units of m.to
+// that the extender had planned for some other container, so one pending
+// container of the same size planned on m.to takes the room it left on
+// m.from. Each card's records then sum to what they summed to before.
+//
+// Partners are containers that hold nothing, of pods that await admission
+// and whose record is Assigned: first of pods the plugin has never named
+// (their record is still the extender's plan), then of pods whose guess the
+// kubelet contradicted (named: only when anyPartner); oldest first. No partner: the record of m.to shows more
+// than planned until the kubelet allocates the others (the kubelet itself
+// never over-allocates).
+//
+// Reconciliation, the catch-up path, swaps only with never-named partners;
+// a move it cannot pair that way is deferred to the kubelet's next call
+// (Allocate or PreStartContainer), which may pair it with a named one. A
+// reopened pod's record thus keeps its card until the kubelet acts again.
+// It reports whether it is done with m: false leaves it for later (see
+// writeRecord).
+func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
+	from, ok := p.store.Card(m.from)
+	if !ok || m.from == m.to {
+		return true
+	}
+	v, err := p.view()
+	if err != nil {
+		return false
+	}
+	type cand struct {
+		pod       *corev1.Pod
+		container string
+		named     bool
+	}
+	var cands []cand
+	for _, pod := range v.pods {
+		if pod.UID == m.pod || !api.MayStartContainers(pod) || pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 {
+			continue
+		}
+		a, err := api.AssignmentFromPod(pod)
+		if err != nil || a.Phase != api.PhaseAssigned {
+			continue
+		}
+		for _, c := range a.Containers {
+			if c.Units == m.units && c.CardUUID == m.to {
+				named := p.ledger.isNamed(pod.UID)
+				if named && !anyPartner {
+					continue
+				}
+				cands = append(cands, cand{pod, c.Name, named})
+			}
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool {
+		if cands[i].named != cands[j].named {
+			return !cands[i].named
+		}
+		return cands[i].pod.CreationTimestamp.Before(&cands[j].pod.CreationTimestamp)
+	})
+	for _, c := range cands {
+		if !p.ledger.claim(c.pod.UID, c.container) {
+			continue
+		}
+		done := false
+		err := p.cluster.UpdateAssignment(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, func(a *api.Assignment) bool {
+			done = false
+			if a.Phase != api.PhaseAssigned || p.ledger.has(c.pod.UID, c.container) {
+				return false
+			}
+			for i := range a.Containers {
+				if a.Containers[i].Name == c.container && a.Containers[i].CardUUID == m.to && a.Containers[i].Units == m.units {
+					a.Containers[i].CardUUID, a.Containers[i].CardIndex = from.UUID, from.Index
+					done = true
+				}
+			}
+			return done
+		})
+		p.ledger.unclaim(c.pod.UID, c.container)
+		if err != nil {
+			p.log.Error(err, "Moving a pending container to the card another container left; retried at the kubelet's next call", "pod", klog.KObj(c.pod), "container", c.container)
+			return false
+		}
+		if done {
+			p.log.Info("Swapped a pending container's card", "pod", klog.KObj(c.pod), "container", c.container, "from", m.to, "to", m.from)
+			return true
+		}
+	}
+	// No partner: at the kubelet's moment that is final; reconciliation
+	// leaves the move for the kubelet's next call.
+	return anyPartner
+}
+
+// Reconcile makes the pods' records match what the kubelet allocated: it
+// reads the kubelet's PodResources (when configured) into the ledger, which
+// corrects the plugin's guesses, then patches every record that differs.
+func (p *Plugin) Reconcile(ctx context.Context) error {
+	acct, account := p.readAccount(ctx)
+	p.allocMu.Lock()
+	v, err := p.view()
+	if err != nil {
+		p.allocMu.Unlock()
+		return err
+	}
+	if account {
+		p.merge(acct)
+	}
+	live := make(map[types.UID]bool, len(v.pods))
+	for uid := range v.byUID {
+		live[uid] = true
+	}
+	p.ledger.retain(live)
+	p.allocMu.Unlock()
+	for _, h := range acct.holdings {
+		if _, aerr := api.AssignmentFromPod(v.byUID[h.UID]); aerr != nil {
+			p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", h.Card)
+		}
+	}
+	// Reopened pods first: a record that stops claiming units is written
+	// before the one that claims them, so no card's Allocated records ever
+	// hold more than the card.
+	pods := append([]*corev1.Pod(nil), v.pods...)
+	sort.SliceStable(pods, func(i, j int) bool {
+		return p.ledger.isReopened(pods[i].UID) && !p.ledger.isReopened(pods[j].UID)
+	})
+	var errs []error
+	for _, pod := range pods {
+		a, err := api.AssignmentFromPod(pod)
+		if err != nil {
+			continue
+		}
+		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
+			continue // the cached record already matches
+		}
+		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
+			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RunReconciler reconciles after every Allocate and every ReconcileInterval
+// until ctx is done.
+func (p *Plugin) RunReconciler(ctx context.Context) {
+	t := p.cfg.Clock.NewTicker(p.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-p.reconcile:
+		}
+		if err := p.Reconcile(ctx); err != nil {
+			p.log.Error(err, "Reconciling assignment records")
+		}
+	}
+}

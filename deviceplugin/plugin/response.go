@@ -1,0 +1,77 @@
+package plugin
+
+import (
+	"fmt"
+	"strconv"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+// Strategy is how a container is told which card it has.
+type Strategy string
+
+const (
+	// StrategyVolumeMounts: NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices
+	// and host /dev/null mounted at /var/run/nvidia-container-devices/<id>.
+	StrategyVolumeMounts Strategy = "volume-mounts"
+	// StrategyEnvvar: NVIDIA_VISIBLE_DEVICES=<id>.
+	StrategyEnvvar Strategy = "envvar"
+)
+
+// ParseStrategy parses --pass-device-specs-strategy style names.
+func ParseStrategy(s string) (Strategy, error) {
+	switch v := Strategy(s); v {
+	case StrategyVolumeMounts, StrategyEnvvar:
+		return v, nil
+	}
+	return "", fmt.Errorf("unknown device list strategy %q: use %q or %q", s, StrategyVolumeMounts, StrategyEnvvar)
+}
+
+// DeviceIDStrategy is what names the card inside the container.
+type DeviceIDStrategy string
+
+const (
+	// DeviceIDUUID names the card by its UUID (stable across reboots).
+	DeviceIDUUID DeviceIDStrategy = "uuid"
+	// DeviceIDIndex names the card by its node-local index.
+	DeviceIDIndex DeviceIDStrategy = "index"
+)
+
+// ParseDeviceIDStrategy parses "uuid" or "index".
+func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
+	switch v := DeviceIDStrategy(s); v {
+	case DeviceIDUUID, DeviceIDIndex:
+		return v, nil
+	}
+	return "", fmt.Errorf("unknown device ID strategy %q: use %q or %q", s, DeviceIDUUID, DeviceIDIndex)
+}
+
+// response is what the container gets for units of card. It depends on the
+// card and the count only, never on which container the plugin took the
+// call for: a wrong guess cannot give a container the wrong card.
+func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAllocateResponse {
+	id := card.UUID
+	if p.cfg.DeviceIDStrategy == DeviceIDIndex {
+		id = strconv.Itoa(card.Index)
+	}
+	unit := p.store.Unit()
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+		api.EnvMemoryUnits:   strconv.FormatInt(units, 10),
+		api.EnvMemoryUnit:    string(unit),
+		api.EnvMemoryMiB:     strconv.FormatInt(units*unit.MiB(), 10),
+		api.EnvCardMemoryMiB: strconv.FormatInt(card.MemoryMiB, 10),
+		api.EnvCardUUID:      card.UUID,
+		api.EnvCardIndex:     strconv.Itoa(card.Index),
+	}}
+	switch p.cfg.Strategy {
+	case StrategyEnvvar:
+		r.Envs[api.EnvNvidiaVisibleDevices] = id
+	default:
+		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
+		r.Mounts = []*pluginapi.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true}}
+	}
+	return r
+}

@@ -1,0 +1,165 @@
+package plugin
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
+)
+
+// GetDevicePluginOptions implements the device plugin API.
+func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return options(), nil
+}
+
+// ListAndWatch sends the device list, then again at every change of card
+// state (health, isolation), until the kubelet or the server ends the stream.
+func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		changed := p.store.Changed()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.store.Devices()}); err != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// GetPreferredAllocation steers the kubelet to units of the card assigned to
+// the container it is about to allocate (allocate.Preferred).
+func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	for _, cr := range req.GetContainerRequests() {
+		if err := allocate.CheckIDs(cr.GetAvailableDeviceIDs()); err != nil {
+			return nil, toStatus(err)
+		}
+		if err := allocate.CheckIDs(cr.GetMustIncludeDeviceIDs()); err != nil {
+			return nil, toStatus(err)
+		}
+		if cr.GetAllocationSize() < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "allocation size %d is negative", cr.GetAllocationSize())
+		}
+	}
+	acct, account := p.readAccount(ctx)
+	p.allocMu.Lock()
+	v, err := p.view()
+	if err != nil {
+		p.allocMu.Unlock()
+		return nil, toStatus(err)
+	}
+	if account {
+		p.merge(acct)
+	}
+	snap := p.snapshot(v, account)
+	p.allocMu.Unlock()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		ids := allocate.Preferred(snap, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate answers the kubelet for each container request: which container
+// it is for (decide, under allocMu), what the container gets, and, after the
+// lock, the records. A failed record write does not fail the container:
+// reconciliation retries it.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	for _, cr := range req.GetContainerRequests() {
+		if _, err := allocate.CardOf(cr.GetDevicesIds()); err != nil {
+			p.log.Error(err, "Allocate refused", "devices", cr.GetDevicesIds())
+			return nil, toStatus(err)
+		}
+	}
+	p.swapDeferred(ctx)
+	// Once per call, before the lock: a second container of the same call
+	// is not yet in the kubelet's account, and keeps the first one's
+	// decision (a guess newer than the read).
+	acct, account := p.readAccount(ctx)
+	resp := &pluginapi.AllocateResponse{}
+	var writes []podRef
+	for _, cr := range req.GetContainerRequests() {
+		d, err := p.decideWaiting(ctx, cr.GetDevicesIds(), acct, account)
+		writes = append(writes, d.reopened...)
+		if err != nil {
+			p.log.Error(err, "Allocate refused", "devices", len(cr.GetDevicesIds()))
+			p.writeRecords(ctx, writes)
+			return nil, toStatus(err)
+		}
+		if d.write.UID != "" {
+			writes = append(writes, d.write)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, p.response(d.card, d.units))
+	}
+	p.writeRecords(ctx, writes)
+	select {
+	case p.reconcile <- struct{}{}:
+	default:
+	}
+	return resp, nil
+}
+
+// writeRecords writes each pod's record once (errors are logged: the
+// reconciler retries).
+func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
+	seen := map[podRef]bool{}
+	for _, r := range refs {
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		if err := p.writeRecord(ctx, r, kubeletCall); err != nil {
+			p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(r.Namespace, r.Name))
+		}
+	}
+}
+
+// PreStartContainer is called by the kubelet before it starts each
+// container (PreStartRequired), with the container's device IDs, and the
+// container starts only once it returns. With the kubelet's account the
+// plugin learns here, for certain, which container holds the IDs — the
+// kubelet recorded the allocation when Allocate returned — and writes that
+// container's record (and reverts any guess the account contradicts)
+// before answering: a running container's record names the card it got,
+// at every observation, however the plugin guessed at Allocate. Without
+// the account there is nothing to learn; Allocate already wrote the record.
+//
+// A failed write fails the call: the kubelet then retries the container
+// start, rather than run a container its record misnames.
+func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	ids := req.GetDevicesIds()
+	if _, err := allocate.CardOf(ids); err != nil {
+		return nil, toStatus(err)
+	}
+	p.swapDeferred(ctx)
+	acct, account := p.readAccount(ctx)
+	if !account {
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	p.allocMu.Lock()
+	v, err := p.view()
+	if err != nil {
+		p.allocMu.Unlock()
+		return nil, toStatus(err)
+	}
+	refs := v.refs(p.merge(acct))
+	h, held := p.ledger.byDeviceIDs(ids)
+	p.allocMu.Unlock()
+	p.writeRecords(ctx, refs)
+	if !held || h.Guess {
+		// Not (yet) in the kubelet's account: nothing certain to record.
+		p.log.V(2).Info("PreStartContainer for units the kubelet's account does not show", "devices", len(ids))
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
+	if err := p.writeRecord(ctx, ref, kubeletCall); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.Card, err)
+	}
+	return &pluginapi.PreStartContainerResponse{}, nil
+}

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/nodeagent"
+)
+
+// Issue 16, "records name the wrong card during a burst": nine 8 GiB pods
+// created at once on a node of three 24 GiB cards (the node agent admits
+// same-second pods by name, the plugin's queue by arrival: another order).
+// Every state of every pod the API server reports is checked as it comes,
+// with no settling delay:
+//   - a Running pod's record is Allocated and names, for each container, the
+//     card its devices, env and mount came from;
+//   - no card's Allocated records hold more than the card;
+//   - once all run, no card's records (Assigned or Allocated) do.
+func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
+	c := setup(t)
+	needRoot(t)
+	needExtender(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	node, inv := gpuNode(ctx, t, c, "rb-node", "3x24GiB:NVIDIA-A100")
+	ns := testNamespace(ctx, t, c, "rb")
+
+	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const pods = 9
+	var wg sync.WaitGroup
+	errs := make(chan error, pods)
+	for i := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.Client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, fmt.Sprintf("rb-%d", i), 8), metav1.CreateOptions{})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	latest := map[string]*corev1.Pod{}
+	running := map[string]bool{}
+	observations, violations := 0, 0
+	report := func(format string, args ...any) {
+		violations++
+		if violations <= 20 {
+			t.Errorf(format, args...)
+		}
+	}
+	for len(running) < pods {
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-ctx.Done():
+			t.Fatalf("%d of %d pods running when the deadline passed\nagent log: %s", len(running), pods, node.LogFile())
+		}
+		pod, ok := ev.Object.(*corev1.Pod)
+		if !ok || ev.Type == watch.Deleted {
+			continue
+		}
+		observations++
+		latest[pod.Name] = pod
+		if pod.Status.Phase == corev1.PodRunning {
+			running[pod.Name] = true
+			if _, err := nodeagent.RecordsFromPod(pod); err != nil {
+				report("pod %s Running without the agent's container records: %v", pod.Name, err)
+			} else if _, problems := cardProblems(t, pod); len(problems) > 0 {
+				report("observation %d, pod %s Running (resourceVersion %s): %v", observations, pod.Name, pod.ResourceVersion, problems)
+			}
+		}
+		allocated := map[string]int64{}
+		for _, p := range latest {
+			a, err := api.AssignmentFromPod(p)
+			if err != nil || a.Phase != api.PhaseAllocated {
+				continue
+			}
+			for _, ca := range a.Containers {
+				allocated[ca.CardUUID] += ca.Units
+			}
+		}
+		for _, card := range inv.Cards {
+			if allocated[card.UUID] > card.Units {
+				report("observation %d (pod %s): card %d's Allocated records hold %d of %d", observations, pod.Name, card.Index, allocated[card.UUID], card.Units)
+			}
+		}
+	}
+	used := checkCapacity(ctx, t, c, "rb-node", inv)
+	t.Logf("%d pods running after %d observations, %d violations; %s", pods, observations, violations, usage(inv, used))
+}
