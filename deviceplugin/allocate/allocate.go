@@ -65,6 +65,9 @@ type State struct {
 	// admits pods as they arrive, so this breaks ties in creation time the
 	// kubelet's way. nil: ties go by UID.
 	Arrival func(uid types.UID) (uint64, bool)
+	// Keys verify each record (api.RecordKeys.Verify): a record they refuse
+	// is no assignment. The zero value accepts every record.
+	Keys api.RecordKeys
 }
 
 // Snapshot is what the matching functions decide over.
@@ -81,14 +84,15 @@ type Snapshot struct {
 
 // Build takes a snapshot of the pods bound to the node.
 func Build(pods []*corev1.Pod, st State) Snapshot {
-	decode := memoDecode()
+	decode := memoDecode(st.Keys)
 	return Snapshot{Pending: queue(pods, st, decode), Recorded: recorded(pods, st, decode)}
 }
 
 type decodeFunc func(*corev1.Pod) (api.Assignment, error)
 
-// memoDecode decodes each pod's assignment once per snapshot.
-func memoDecode() decodeFunc {
+// memoDecode decodes (and, with keys, verifies) each pod's assignment once
+// per snapshot.
+func memoDecode(keys api.RecordKeys) decodeFunc {
 	type result struct {
 		a   api.Assignment
 		err error
@@ -99,6 +103,9 @@ func memoDecode() decodeFunc {
 			return r.a, r.err
 		}
 		a, err := api.AssignmentFromPod(p)
+		if err == nil {
+			err = keys.Verify(a)
+		}
 		seen[p] = result{a, err}
 		return a, err
 	}
@@ -326,6 +333,9 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 		}
 		if errors.Is(e.AssignErr, ErrPodRequest) {
 			return Decision{Entry: e}, fmt.Errorf("pod %s: %w", e.PodKey(), e.AssignErr)
+		}
+		if e.Assigned == nil && (errors.Is(e.AssignErr, api.ErrUnsigned) || errors.Is(e.AssignErr, api.ErrBadSignature)) {
+			return Decision{Entry: e}, fmt.Errorf("pod %s: its gpushare assignment record is not trusted, so it gets no GPU: %w (%w)", e.PodKey(), e.AssignErr, ErrNotScheduled)
 		}
 		if e.Assigned == nil {
 			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), ErrNotScheduled, e.AssignErr)

@@ -45,6 +45,9 @@ type Options struct {
 	HealthRecheckInterval time.Duration
 	IgnoreXIDs            string
 	IsolationFile         string
+	// RecordKeyDir, when set, holds the key records are signed with
+	// (api.LoadRecordKeys): only signed records give a card.
+	RecordKeyDir string
 	DevicePluginDir       string
 	PodResourcesSocket    string
 	AllocateWait          time.Duration
@@ -78,6 +81,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
 	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
 	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
+	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the key ('current', optional 'previous') the extender signs assignment records with; set, only signed records give a container a card (empty: records are not checked)")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
@@ -282,12 +286,19 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if o.PodResourcesSocket != "" {
 		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
 	}
+	var keys api.RecordKeys
+	if o.RecordKeyDir != "" {
+		if keys, err = api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+			return fmt.Errorf("--record-key-dir: %w", err)
+		}
+	}
 	p := plugin.New(plugin.Config{
 		PluginDir:         o.DevicePluginDir,
 		Strategy:          strategy,
 		DeviceIDStrategy:  idStrategy,
 		AllocateWait:      o.AllocateWait,
 		ReconcileInterval: o.ReconcileInterval,
+		RecordKeys:        keys,
 	}, store, cl, podres, log)
 	return p.Run(ctx, restart)
 }

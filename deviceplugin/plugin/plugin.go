@@ -62,6 +62,10 @@ type Config struct {
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
+	// RecordKeys, when set, make the plugin trust only records the extender
+	// signed (an unsigned or badly signed one gives its pod no card), and
+	// sign the records it updates (api.RecordKeys).
+	RecordKeys api.RecordKeys
 }
 
 // DefaultListAndWatchGrace is Config.ListAndWatchGrace's default.

@@ -32,11 +32,11 @@ func (p *Plugin) writeRecord(ctx context.Context, ref podRef, at moment) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	var moves []move
-	err := p.cluster.UpdateAssignment(ctx, ref.Namespace, ref.Name, ref.UID, func(a *api.Assignment) bool {
+	err := p.cluster.UpdateAssignment(ctx, ref.Namespace, ref.Name, ref.UID, p.signed(func(a *api.Assignment) bool {
 		var changed bool
 		changed, moves = p.applyLedger(a, ref.UID)
 		return changed
-	})
+	}))
 	if err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 		if pod.UID == m.pod || !api.MayStartContainers(pod) || pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 {
 			continue
 		}
-		a, err := api.AssignmentFromPod(pod)
+		a, err := p.record(pod)
 		if err != nil || a.Phase != api.PhaseAssigned {
 			continue
 		}
@@ -162,7 +162,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 			continue
 		}
 		done := false
-		err := p.cluster.UpdateAssignment(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, func(a *api.Assignment) bool {
+		err := p.cluster.UpdateAssignment(ctx, c.pod.Namespace, c.pod.Name, c.pod.UID, p.signed(func(a *api.Assignment) bool {
 			done = false
 			if a.Phase != api.PhaseAssigned || p.ledger.has(c.pod.UID, c.container) {
 				return false
@@ -174,7 +174,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 				}
 			}
 			return done
-		})
+		}))
 		p.ledger.unclaim(c.pod.UID, c.container)
 		if err != nil {
 			p.log.Error(err, "Moving a pending container to the card another container left; retried at the kubelet's next call", "pod", klog.KObj(c.pod), "container", c.container)
@@ -211,7 +211,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	p.ledger.retain(live)
 	p.allocMu.Unlock()
 	for _, h := range acct.holdings {
-		if _, aerr := api.AssignmentFromPod(v.byUID[h.UID]); aerr != nil {
+		if _, aerr := p.record(v.byUID[h.UID]); aerr != nil {
 			p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", h.Card)
 		}
 	}
@@ -224,7 +224,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	})
 	var errs []error
 	for _, pod := range pods {
-		a, err := api.AssignmentFromPod(pod)
+		a, err := p.record(pod)
 		if err != nil {
 			continue
 		}
@@ -253,5 +253,38 @@ func (p *Plugin) RunReconciler(ctx context.Context) {
 		if err := p.Reconcile(ctx); err != nil {
 			p.log.Error(err, "Reconciling assignment records")
 		}
+	}
+}
+
+// record is the pod's assignment as the plugin trusts it: decoded, and with
+// record keys, signed by the extender (api.RecordKeys.Verify).
+func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
+	a, err := api.AssignmentFromPod(pod)
+	if err != nil {
+		return a, err
+	}
+	return a, p.cfg.RecordKeys.Verify(a)
+}
+
+// signed wraps a record update: a record the keys do not verify is left
+// alone (the plugin never signs what the extender did not write), and a
+// changed record is signed again, since the signature covers the phase and
+// the cards the plugin may change.
+func (p *Plugin) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
+	return func(a *api.Assignment) bool {
+		if err := p.cfg.RecordKeys.Verify(*a); err != nil {
+			p.log.Info("Leaving an untrusted record alone", "podUID", a.PodUID, "err", err)
+			return false
+		}
+		if !mutate(a) {
+			return false
+		}
+		s, err := p.cfg.RecordKeys.Sign(*a)
+		if err != nil {
+			p.log.Error(err, "Signing a record", "podUID", a.PodUID)
+			return false
+		}
+		*a = s
+		return true
 	}
 }

@@ -70,6 +70,27 @@ func (b *Builder) Assign(phase api.AssignmentPhase, cards ...Card) *Builder {
 	return b
 }
 
+// Sign signs the pod's assignment with keys, as the extender does; edit,
+// when set, changes the record after signing (a tampered record).
+func (b *Builder) Sign(keys api.RecordKeys, edit func(*api.Assignment)) *Builder {
+	a, err := api.DecodeAssignment(b.pod.Annotations[api.AnnotationAssignment])
+	if err != nil {
+		panic(err)
+	}
+	if a, err = keys.Sign(a); err != nil {
+		panic(err)
+	}
+	if edit != nil {
+		edit(&a)
+	}
+	s, err := api.EncodeAssignment(a)
+	if err != nil {
+		panic(err)
+	}
+	b.pod.Annotations[api.AnnotationAssignment] = s
+	return b
+}
+
 // Running marks the pod admitted and running.
 func (b *Builder) Running() *Builder {
 	b.pod.Status.Phase = corev1.PodRunning

@@ -1,0 +1,78 @@
+package plugin
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+)
+
+// With record keys, a container gets a card only from a record the extender
+// signed: a record written by anyone else (a tenant, where the admission
+// policies are not installed) or changed after signing gives no GPU, the
+// Allocate error says why, and the plugin never signs it. A signed record is
+// served, and the plugin's update of it (phase Allocated) is signed again.
+func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
+	keys := api.RecordKeys{Current: []byte(strings.Repeat("k", 32))}
+	tests := []struct {
+		name string
+		pod  func(c [2]podtest.Card) *corev1.Pod
+		want string
+		err  error
+	}{
+		{
+			name: "unsigned (forged) record",
+			pod: func(c [2]podtest.Card) *corev1.Pod {
+				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()
+			},
+			want: "its gpushare assignment record is not trusted, so it gets no GPU: the assignment record is not signed",
+			err:  api.ErrUnsigned,
+		},
+		{
+			name: "signed, then moved to another card",
+			pod: func(c [2]podtest.Card) *corev1.Pod {
+				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[0]).
+					Sign(keys, func(a *api.Assignment) { a.Containers[0].CardUUID, a.Containers[0].CardIndex = c[1].UUID, c[1].Index }).Obj()
+			},
+			want: "the assignment record's signature does not match",
+			err:  api.ErrBadSignature,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t, setup{cfg: Config{RecordKeys: keys}, pods: func(c [2]podtest.Card) []*corev1.Pod { return []*corev1.Pod{tt.pod(c)} }})
+			_, err := h.allocate(t, unitIDs(h.cards[1].UUID, 0, 4))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Allocate = %v, want an error containing %q", err, tt.want)
+			}
+			a := h.record(t, "p")
+			if a.Phase != api.PhaseAssigned {
+				t.Errorf("the untrusted record became %s; the plugin must leave it alone", a.Phase)
+			}
+			if verr := keys.Verify(a); !errors.Is(verr, tt.err) {
+				t.Errorf("after Allocate the record verifies as %v, want %v (not signed by the plugin)", verr, tt.err)
+			}
+		})
+	}
+
+	t.Run("signed record", func(t *testing.T) {
+		h := newHarness(t, setup{cfg: Config{RecordKeys: keys}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(keys, nil).Obj()}
+		}})
+		r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
+		if got := mountedCard(t, r); got != h.cards[1].UUID {
+			t.Errorf("mounted card %s, want %s", got, h.cards[1].UUID)
+		}
+		a := h.record(t, "p")
+		if a.Phase != api.PhaseAllocated {
+			t.Errorf("record phase %s, want Allocated", a.Phase)
+		}
+		if err := keys.Verify(a); err != nil {
+			t.Errorf("the plugin's update is not signed: %v", err)
+		}
+	})
+}
