@@ -47,11 +47,11 @@ type Options struct {
 	IsolationFile         string
 	// RecordKeyDir, when set, holds the key records are signed with
 	// (api.LoadRecordKeys): only signed records give a card.
-	RecordKeyDir string
-	DevicePluginDir       string
-	PodResourcesSocket    string
-	AllocateWait          time.Duration
-	ReconcileInterval     time.Duration
+	RecordKeyDir       string
+	DevicePluginDir    string
+	PodResourcesSocket string
+	AllocateWait       time.Duration
+	ReconcileInterval  time.Duration
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
