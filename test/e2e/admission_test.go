@@ -156,17 +156,7 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 // keeps all.
 func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, only []string, set ...string) {
 	t.Helper()
-	root := cluster.RepoRoot()
-	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
-	if err != nil {
-		t.Fatalf("hack/tools.sh helm: %v", err)
-	}
-	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/admission.yaml"}, set...)
-	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := renderChart(ctx, t, system, "templates/admission.yaml", set...)
 	var docs [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var obj unstructured.Unstructured
@@ -232,4 +222,22 @@ func waitAdmissionRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	}); err != nil {
 		t.Fatalf("the admission policies do not refuse a pod asking %d units in %s: %v", units, ns, err)
 	}
+}
+
+// renderChart renders one template of the chart (helm template, release
+// gpushare in namespace, Kubernetes 1.34) with extra helm flags set.
+func renderChart(ctx context.Context, t *testing.T, namespace, template string, set ...string) []byte {
+	t.Helper()
+	root := cluster.RepoRoot()
+	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh helm: %v", err)
+	}
+	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"),
+		"--kube-version", "1.34.0", "--namespace", namespace, "--show-only", template}, set...)
+	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template %s: %v\n%s", template, err, out)
+	}
+	return out
 }

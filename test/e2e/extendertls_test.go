@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -121,17 +120,8 @@ func TestExtenderOnlyTLSWithTheChartsStanza(t *testing.T) {
 // to the extender's certificate) and returns its Secrets' decoded data by name.
 func renderExtenderTLS(ctx context.Context, t *testing.T) map[string]map[string][]byte {
 	t.Helper()
-	root := cluster.RepoRoot()
-	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
-	if err != nil {
-		t.Fatalf("hack/tools.sh helm: %v", err)
-	}
-	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", "1.34.0", "--namespace", "gpushare-system", "--set", "scheduler.mode=extender-only",
-		"--set", "scheduler.extender.tls.extraSANs={127.0.0.1}", "--show-only", "templates/extender-tls.yaml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := renderChart(ctx, t, "gpushare-system", "templates/extender-tls.yaml",
+		"--set", "scheduler.mode=extender-only", "--set", "scheduler.extender.tls.extraSANs={127.0.0.1}")
 	secrets := map[string]map[string][]byte{}
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var s corev1.Secret

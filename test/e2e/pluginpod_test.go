@@ -3,8 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +13,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/kubeletnode"
 )
 
@@ -35,17 +32,7 @@ const (
 // volumes and mounts are the chart's.
 func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, set ...string) *corev1.Pod {
 	t.Helper()
-	root := cluster.RepoRoot()
-	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
-	if err != nil {
-		t.Fatalf("hack/tools.sh helm: %v", err)
-	}
-	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"), "--kube-version", "1.34.0",
-		"--namespace", "gpushare-system", "--show-only", "templates/deviceplugin.yaml"}, set...)
-	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := renderChart(ctx, t, "gpushare-system", "templates/deviceplugin.yaml", set...)
 	var ds *appsv1.DaemonSet
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var d appsv1.DaemonSet

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -266,16 +265,7 @@ func grant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, user, kind
 // bound to a plugin pod on that node (so it carries the node's name).
 func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string) kubernetes.Interface {
 	t.Helper()
-	root := cluster.RepoRoot()
-	helm, err := exec.CommandContext(ctx, filepath.Join(root, "hack", "tools.sh"), "helm").Output()
-	if err != nil {
-		t.Fatalf("hack/tools.sh helm: %v", err)
-	}
-	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", "1.34.0", "--namespace", system, "--show-only", "templates/deviceplugin.yaml").CombinedOutput()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, out)
-	}
+	out := renderChart(ctx, t, system, "templates/deviceplugin.yaml")
 	var rbac [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var meta struct {
@@ -308,7 +298,7 @@ func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, sys
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}},
 		}}},
 	}
-	pod, err = c.Client.CoreV1().Pods(system).Create(ctx, pod, metav1.CreateOptions{})
+	pod, err := c.Client.CoreV1().Pods(system).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
