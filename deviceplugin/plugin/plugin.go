@@ -293,7 +293,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, allocate.ErrNotScheduled):
 		code = codes.FailedPrecondition
-	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard):
+	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised):
 		code = codes.InvalidArgument
 	case errors.Is(err, allocate.ErrNoPending):
 		code = codes.NotFound
@@ -309,6 +309,9 @@ func (p *Plugin) allocateOne(ctx context.Context, ids []string, account bool) (*
 	card, ok := p.store.Card(cardUUID)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s", errUnknownCard, cardUUID)
+	}
+	if err := checkAdvertised(card, p.store.Unit(), ids); err != nil {
+		return nil, err
 	}
 	units := int64(len(ids))
 	// With the kubelet's account, a container holding exactly these units is
