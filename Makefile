@@ -34,18 +34,25 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit chart-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, end-to-end (root)
+test: lint unit fuzz-short chart-check e2e ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, end-to-end (root)
 
-# Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus;
-# `make fuzz` mutates beyond it for FUZZTIME per target.
+# Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus
+# (f.Add seeds and testdata/fuzz/TARGET/); `make fuzz` mutates beyond it for FUZZTIME per
+# target, `make fuzz-short` (part of `make test`) for FUZZSHORT. A failure writes the input
+# to the package's testdata/fuzz/TARGET/: commit it with the fix, it is then a seed.
 FUZZ_TARGETS = api:FuzzDecodeAssignment api:FuzzDecodeInventory api:FuzzParseIsolation \
-  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs
+  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs \
+  deviceplugin/plugin:FuzzAllocate inspector/inspect:FuzzViewOfMalformedAnnotations
 FUZZTIME ?= 30s
-.PHONY: fuzz
+FUZZSHORT ?= 3s
+.PHONY: fuzz fuzz-short
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for t in $(FUZZ_TARGETS); do pkg=./$${t%%:*}; name=$${t#*:}; \
 	  echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
 	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
+fuzz-short: ## run every fuzz target for FUZZSHORT (default 3s) each: part of `make test`
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZSHORT)
 
 # -cpu 1 gives the one-core figures the targets are stated in; -cpu 2 shows --parallelism at work.
 BENCHCPU ?= 1,2
