@@ -63,21 +63,12 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request
 // the row of the node's host before the pod that the growth reads too.
 func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgdCard bool, hostB, hostA *HostResources) float64 {
 	slot := p.scan.before.slot(ix)
-	rb, okB := ix.tableRow(slot, hostB)
-	ra, okA := ix.tableRow(slot, hostA)
-	if okB && okA {
-		return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
+	r := ix.tableRows(slot, hostB, hostA)
+	if !r.complete() {
+		var buf [2]rowBuf // declared here: most nodes need no computed row
+		r = ix.computeMissing(r, slot, hostB, hostA, &buf)
 	}
-	var buf [2]rowBuf // declared here: most nodes need no computed row
-	switch {
-	case !okB && !okA:
-		rb, ra = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !okB:
-		rb = ix.computeRow(slot, hostB, &buf[0])
-	default:
-		ra = ix.computeRow(slot, hostA, &buf[1])
-	}
-	return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
+	return ix.alikeShareRows(p, node, u, card, fgdCard, r.b, r.a)
 }
 
 // alikeShareRows is alikeShare with the rows before (rb) and after (ra).

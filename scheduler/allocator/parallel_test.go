@@ -74,11 +74,7 @@ func BenchmarkFragEvaluateParallel(b *testing.B) {
 func TestEvaluateParallelUntilStopsWhenDone(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	w := benchWorkload(rng)
-	nodes := benchNodes(rng, 1213)
-	ptrs := make([]*Node, len(nodes))
-	for i := range nodes {
-		ptrs[i] = &nodes[i]
-	}
+	ptrs := pointers(benchNodes(rng, 1213))
 	req := Request{Demands: []Demand{{Container: "c", Units: 300}, {Container: "d", Units: 200}}}
 	open, shut := make(chan struct{}), make(chan struct{})
 	close(shut)
@@ -103,4 +99,13 @@ func TestEvaluateParallelUntilStopsWhenDone(t *testing.T) {
 			}
 		}
 	}
+}
+
+// pointers is &nodes[i] for every node.
+func pointers(nodes []Node) []*Node {
+	out := make([]*Node, len(nodes))
+	for i := range nodes {
+		out[i] = &nodes[i]
+	}
+	return out
 }
