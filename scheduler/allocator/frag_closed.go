@@ -123,47 +123,30 @@ func (r fitRow) finish() fitRow {
 // pod) and hostA (after).
 func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, took bool, f, u int64) float64 {
 	slot := v.slot(ix)
-	r := ix.tableRows(slot, hostB, hostA)
-	if !r.complete() {
+	rb, okB := ix.tableRow(slot, hostB)
+	ra, okA := ix.tableRow(slot, hostA)
+	if !okB || !okA {
 		var buf [2]rowBuf // declared here: most nodes need no computed row
-		r = ix.computeMissing(r, slot, hostB, hostA, &buf)
+		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
-	return ix.alikeGrowth(v, r.b, r.a, took, f, u)
+	return ix.alikeGrowth(v, rb, ra, took, f, u)
 }
 
-// hostRows are the fit rows of one slot for the host before the pod (b)
-// and after it (a); okB and okA say whether each is there yet.
-type hostRows struct {
-	b, a     fitRow
-	okB, okA bool
-}
-
-// complete reports whether both rows are there.
-func (r hostRows) complete() bool { return r.okB && r.okA }
-
-// tableRows is tableRow for the hosts before (hostB) and after (hostA) the
-// pod: most nodes find both in the index's tables.
-func (ix *fragIndex) tableRows(slot int, hostB, hostA *HostResources) hostRows {
-	var r hostRows
-	r.b, r.okB = ix.tableRow(slot, hostB)
-	r.a, r.okA = ix.tableRow(slot, hostA)
-	return r
-}
-
-// computeMissing computes into buf the rows r lacks (computeRow, or
-// computeRows for both). Callers declare buf only when r is not complete:
-// zeroing it for every node would cost more than the tables save.
-func (ix *fragIndex) computeMissing(r hostRows, slot int, hostB, hostA *HostResources, buf *[2]rowBuf) hostRows {
+// computeMissing returns the rows of slot for the hosts before (hostB) and
+// after (hostA) the pod, given what tableRow found (rb if okB, ra if okA):
+// the missing ones are computed into buf (computeRow, or computeRows for
+// both). Callers look the rows up first and declare buf only when one is
+// missing: zeroing it for every node would cost more than the tables save.
+func (ix *fragIndex) computeMissing(slot int, hostB, hostA *HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
 	switch {
-	case !r.okB && !r.okA:
-		r.b, r.a = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !r.okB:
-		r.b = ix.computeRow(slot, hostB, &buf[0])
-	case !r.okA:
-		r.a = ix.computeRow(slot, hostA, &buf[1])
+	case !okB && !okA:
+		return ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
+	case !okB:
+		return ix.computeRow(slot, hostB, &buf[0]), ra
+	case !okA:
+		return rb, ix.computeRow(slot, hostA, &buf[1])
 	}
-	r.okB, r.okA = true, true
-	return r
+	return rb, ra
 }
 
 // alikeGrowth is frag after the pod minus frag before on an alike view v of

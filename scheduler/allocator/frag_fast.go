@@ -63,12 +63,13 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request
 // the row of the node's host before the pod that the growth reads too.
 func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgdCard bool, hostB, hostA *HostResources) float64 {
 	slot := p.scan.before.slot(ix)
-	r := ix.tableRows(slot, hostB, hostA)
-	if !r.complete() {
+	rb, okB := ix.tableRow(slot, hostB)
+	ra, okA := ix.tableRow(slot, hostA)
+	if !okB || !okA {
 		var buf [2]rowBuf // declared here: most nodes need no computed row
-		r = ix.computeMissing(r, slot, hostB, hostA, &buf)
+		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
-	return ix.alikeShareRows(p, node, u, card, fgdCard, r.b, r.a)
+	return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
 }
 
 // alikeShareRows is alikeShare with the rows before (rb) and after (ra).
