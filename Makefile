@@ -34,18 +34,33 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit chart-check playground-check e2e ## the test command CI runs: lint, unit tests (-race), Helm chart checks, playground script checks, end-to-end (root)
+test: lint unit fuzz-short chart-check playground-check e2e ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, end-to-end (root)
 
-# Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus;
-# `make fuzz` mutates beyond it for FUZZTIME per target.
+# Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus
+# (f.Add seeds and testdata/fuzz/TARGET/); `make fuzz` mutates beyond it for FUZZTIME per
+# target, `make fuzz-short` (part of `make test`) for FUZZSHORT. A failure writes the input
+# to the package's testdata/fuzz/TARGET/: commit it with the fix, it is then a seed.
+# What costs is building and linking a package's instrumented test binary, not the fuzzing:
+# each package is built once into $(FUZZBIN) (`go test -c -fuzz`, not relinked while up to
+# date) and its targets run from it, with the corpus cache `go test -fuzz` uses.
 FUZZ_TARGETS = api:FuzzDecodeAssignment api:FuzzDecodeInventory api:FuzzParseIsolation \
-  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs
+  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs \
+  deviceplugin/plugin:FuzzAllocate inspector/inspect:FuzzViewOfMalformedAnnotations
 FUZZTIME ?= 30s
-.PHONY: fuzz
+FUZZSHORT ?= 3s
+FUZZBIN  ?= $(BIN)/fuzz
+.PHONY: fuzz fuzz-short
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
-	@for t in $(FUZZ_TARGETS); do pkg=./$${t%%:*}; name=$${t#*:}; \
-	  echo "go test -run '^$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME) $$pkg"; \
-	  $(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+	@mkdir -p $(FUZZBIN); cache=$$($(GO) env GOCACHE)/fuzz/$$($(GO) list -m); built=; \
+	for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; name=$${t#*:}; bin=$(abspath $(FUZZBIN))/$$(echo $$pkg | tr / _).test; \
+	  case " $$built " in *" $$pkg "*) ;; *) echo "go test -c -fuzz . -o $$bin ./$$pkg"; \
+	    $(GO) test -c -fuzz . -o $$bin ./$$pkg || exit 1; built="$$built $$pkg";; esac; \
+	  echo "$$name ($$pkg) for $(FUZZTIME)"; \
+	  (cd $$pkg && $$bin -test.run '^$$' -test.fuzz "^$$name\$$" -test.fuzztime $(FUZZTIME) \
+	    -test.fuzzcachedir $$cache/$$pkg) || exit 1; done
+
+fuzz-short: ## run every fuzz target for FUZZSHORT (default 3s) each: part of `make test`
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZSHORT)
 
 # -cpu 1 gives the one-core figures the targets are stated in; -cpu 2 shows --parallelism at work.
 BENCHCPU ?= 1,2

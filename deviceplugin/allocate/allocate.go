@@ -357,19 +357,22 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 // card is that of the first queued container requesting size units, if it has
 // room (with no such container: the first recorded container of that size
 // whose card has room, so that a re-allocation returns to its card); else the
-// fullest card that still has room (best fit). Lowest unit numbers first. nil
-// when no single card has size available units.
+// fullest card that still has room (best fit). Lowest unit numbers first.
+// A unit offered (or must-included) twice counts once. nil when no single
+// card has size available units, or mustInclude names more than size units.
 func Preferred(s Snapshot, available, mustInclude []string, size int) []string {
 	if size <= 0 {
 		return nil
 	}
 	byCard := map[string][]string{}
 	var order []string
+	offered := make(map[string]bool, len(available))
 	for _, id := range available {
 		c, _, err := api.ParseUnitID(id)
-		if err != nil {
-			continue
+		if err != nil || offered[id] {
+			continue // not a unit, or offered twice: a unit counts once
 		}
+		offered[id] = true
 		if _, ok := byCard[c]; !ok {
 			order = append(order, c)
 		}
@@ -379,10 +382,16 @@ func Preferred(s Snapshot, available, mustInclude []string, size int) []string {
 		sort.Slice(ids, func(i, j int) bool { return unitNumber(ids[i]) < unitNumber(ids[j]) })
 	}
 	take := func(card string, pre []string) []string {
-		out := append([]string{}, pre...)
+		var out []string
 		have := map[string]bool{}
 		for _, id := range pre {
+			if !have[id] {
+				out = append(out, id)
+			}
 			have[id] = true
+		}
+		if len(out) > size {
+			return nil // more must-include units than the request: no preference fits
 		}
 		for _, id := range byCard[card] {
 			if len(out) >= size {

@@ -344,6 +344,24 @@ func TestPreferred(t *testing.T) {
 			available: avail, mustInclude: []string{api.UnitID(card1, 5)}, size: 3,
 			want: []string{api.UnitID(card1, 5), api.UnitID(card1, 0), api.UnitID(card1, 1)},
 		},
+		{
+			name:      "a unit offered twice counts once (found by FuzzAllocate)",
+			available: []string{api.UnitID(card0, 1), api.UnitID(card0, 1), api.UnitID(card0, 2)}, size: 2,
+			want: []string{api.UnitID(card0, 1), api.UnitID(card0, 2)},
+		},
+		{
+			name:      "one unit offered many times is not enough for two",
+			available: []string{api.UnitID(card0, 1), api.UnitID(card0, 1), api.UnitID(card0, 1)}, size: 2,
+		},
+		{
+			name:      "a must-include unit named twice counts once",
+			available: avail, mustInclude: []string{api.UnitID(card1, 5), api.UnitID(card1, 5)}, size: 2,
+			want: []string{api.UnitID(card1, 5), api.UnitID(card1, 0)},
+		},
+		{
+			name:      "more must-include units than the request: no preference",
+			available: avail, mustInclude: ids(card1, 0, 3), size: 2,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

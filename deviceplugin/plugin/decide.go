@@ -143,6 +143,9 @@ func (p *Plugin) decide(v podView, ids []string, account bool) (decision, error)
 	if !ok {
 		return decision{}, fmt.Errorf("%w: %s", errUnknownCard, cardUUID)
 	}
+	if err := checkAdvertised(card, p.store.Unit(), ids); err != nil {
+		return decision{}, err
+	}
 	units := int64(len(ids))
 	// With the kubelet's account, a container holding exactly these units is
 	// a retry (after a plugin restart too); without it, the plugin's memory.

@@ -46,7 +46,7 @@ func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
-func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
+func startFakeKubelet(t testing.TB, dir string) *fakeKubelet {
 	t.Helper()
 	path := filepath.Join(dir, "kubelet.sock")
 	_ = os.Remove(path)
@@ -61,7 +61,7 @@ func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
 	return k
 }
 
-func (k *fakeKubelet) waitRegistration(t *testing.T) *pluginapi.RegisterRequest {
+func (k *fakeKubelet) waitRegistration(t testing.TB) *pluginapi.RegisterRequest {
 	t.Helper()
 	select {
 	case r := <-k.reqs:
@@ -115,7 +115,7 @@ type setup struct {
 
 // newHarness runs a plugin over two simulated 8 GiB cards, a fake clientset
 // and a fake kubelet, and dials its socket.
-func newHarness(t *testing.T, s setup) *harness {
+func newHarness(t testing.TB, s setup) *harness {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

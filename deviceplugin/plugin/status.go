@@ -19,7 +19,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest):
 		code = codes.FailedPrecondition
-	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs):
+	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs):
 		code = codes.InvalidArgument
 	case errors.Is(err, allocate.ErrNoPending):
 		code = codes.NotFound

@@ -125,19 +125,28 @@ func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, 
 	slot := v.slot(ix)
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
-	if okB && okA {
-		return ix.alikeGrowth(v, rb, ra, took, f, u)
-	}
-	var buf [2]rowBuf // declared here: most nodes need no computed row
-	switch {
-	case !okB && !okA:
-		rb, ra = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !okB:
-		rb = ix.computeRow(slot, hostB, &buf[0])
-	default:
-		ra = ix.computeRow(slot, hostA, &buf[1])
+	if !okB || !okA {
+		var buf [2]rowBuf // declared here: most nodes need no computed row
+		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
 	return ix.alikeGrowth(v, rb, ra, took, f, u)
+}
+
+// computeMissing returns the rows of slot for the hosts before (hostB) and
+// after (hostA) the pod, given what tableRow found (rb if okB, ra if okA):
+// the missing ones are computed into buf (computeRow, or computeRows for
+// both). Callers look the rows up first and declare buf only when one is
+// missing: zeroing it for every node would cost more than the tables save.
+func (ix *fragIndex) computeMissing(slot int, hostB, hostA *HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
+	switch {
+	case !okB && !okA:
+		return ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
+	case !okB:
+		return ix.computeRow(slot, hostB, &buf[0]), ra
+	case !okA:
+		return rb, ix.computeRow(slot, hostA, &buf[1])
+	}
+	return rb, ra
 }
 
 // alikeGrowth is frag after the pod minus frag before on an alike view v of

@@ -65,17 +65,9 @@ func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgd
 	slot := p.scan.before.slot(ix)
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
-	if okB && okA {
-		return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
-	}
-	var buf [2]rowBuf // declared here: most nodes need no computed row
-	switch {
-	case !okB && !okA:
-		rb, ra = ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !okB:
-		rb = ix.computeRow(slot, hostB, &buf[0])
-	default:
-		ra = ix.computeRow(slot, hostA, &buf[1])
+	if !okB || !okA {
+		var buf [2]rowBuf // declared here: most nodes need no computed row
+		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
 	return ix.alikeShareRows(p, node, u, card, fgdCard, rb, ra)
 }

@@ -67,3 +67,45 @@ func BenchmarkFragEvaluateParallel(b *testing.B) {
 		})
 	}
 }
+
+// EvaluateParallelUntil with a done channel that never closes is exactly
+// EvaluateParallel; with one already closed it evaluates no node (out stays
+// as it was) and says it did not finish, whatever the split.
+func TestEvaluateParallelUntilStopsWhenDone(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	w := benchWorkload(rng)
+	ptrs := pointers(benchNodes(rng, 1213))
+	req := Request{Demands: []Demand{{Container: "c", Units: 300}, {Container: "d", Units: 200}}}
+	open, shut := make(chan struct{}), make(chan struct{})
+	close(shut)
+	for _, name := range Names() {
+		p, _ := Lookup(name)
+		want := make([]Decision, len(ptrs))
+		p.EvaluateParallel(ptrs, req, w, want, 1)
+		for _, workers := range []int{1, 2, 4} {
+			got := make([]Decision, len(ptrs))
+			if !p.EvaluateParallelUntil(open, ptrs, req, w, got, workers) {
+				t.Errorf("%s/workers=%d: not complete with done open", name, workers)
+			}
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("%s/workers=%d: differs from EvaluateParallel (-want +got):\n%s", name, workers, diff)
+			}
+			got = make([]Decision, len(ptrs))
+			if p.EvaluateParallelUntil(shut, ptrs, req, w, got, workers) {
+				t.Errorf("%s/workers=%d: complete with done closed", name, workers)
+			}
+			if diff := cmp.Diff(make([]Decision, len(ptrs)), got); diff != "" {
+				t.Errorf("%s/workers=%d: evaluated nodes after done closed:\n%s", name, workers, diff)
+			}
+		}
+	}
+}
+
+// pointers is &nodes[i] for every node.
+func pointers(nodes []Node) []*Node {
+	out := make([]*Node, len(nodes))
+	for i := range nodes {
+		out[i] = &nodes[i]
+	}
+	return out
+}

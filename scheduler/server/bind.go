@@ -99,6 +99,9 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: pod is already bound to %s", args.PodNamespace, args.PodName, pod.Spec.NodeName)
 	}
 	preq, err := api.RequestFromPod(pod)
+	if err == nil {
+		err = errTooManyContainers(preq)
+	}
 	if err != nil {
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
 	}

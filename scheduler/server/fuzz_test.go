@@ -26,6 +26,8 @@ func FuzzExtenderVerbs(f *testing.F) {
 		extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names},
 		extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "big").GPU("a", 50).GPU("b", 1).Obj(), NodeNames: &names},
 		extenderv1.ExtenderArgs{Pod: pod, Nodes: &corev1.NodeList{Items: []corev1.Node{*fixture.MakeNode("n1").Card(0, 40).Obj()}}},
+		// More gpu-mem containers than MaxGPUContainers: refused on every node.
+		extenderv1.ExtenderArgs{Pod: podOfContainers("over-cap", MaxGPUContainers+1), NodeNames: &names},
 		extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: pod.UID, Node: "n1"},
 		extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns", PodUID: "other", Node: "n2"},
 	} {

@@ -255,27 +255,36 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 }
 
 // evaluate runs the policy on every candidate node. ok is false when the pod
-// asks for no gpu-mem; reqErr is set when its demand is invalid.
-func (s *Server) evaluate(pod *corev1.Pod, names []string) (decisions []allocator.Decision, ok bool, reqErr error) {
+// asks for no gpu-mem; reqErr is set when its demand is invalid (or over
+// MaxGPUContainers). err is set, and decisions are nil, when ctx ended
+// before every node was evaluated: kube-scheduler no longer waits for the
+// answer.
+func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) (decisions []allocator.Decision, ok bool, reqErr, err error) {
 	preq, err := api.RequestFromPod(pod)
+	if err == nil {
+		err = errTooManyContainers(preq)
+	}
 	if err != nil {
-		return nil, true, err
+		return nil, true, err, nil
 	}
 	if preq.Empty() {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	req := allocator.NewRequest(preq)
 	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
 	decisions = s.getDecisions(len(names))
-	s.policy.EvaluateParallel(snaps, req, w, decisions, s.workers)
+	if !s.policy.EvaluateParallelUntil(ctx.Done(), snaps, req, w, decisions, s.workers) {
+		s.putDecisions(decisions)
+		return nil, true, nil, fmt.Errorf("evaluating %d nodes: stopped, the request ended: %w", len(names), context.Cause(ctx))
+	}
 	for i, n := range snaps {
 		if n == nil {
 			decisions[i] = allocator.Decision{Node: names[i], Reasons: []allocator.Reason{{Code: reasonUnknownNode,
 				Message: fmt.Sprintf("%v: %s", cache.ErrUnknownNode, names[i])}}}
 		}
 	}
-	return decisions, true, nil
+	return decisions, true, nil, nil
 }
 
 // getDecisions returns a zeroed slice of n decisions, reused between calls
@@ -321,7 +330,7 @@ type filterResult struct {
 	betterMsg string
 }
 
-func (s *Server) filter(_ context.Context, args *extenderv1.ExtenderArgs) (filterResult, error) {
+func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (filterResult, error) {
 	defer s.metrics.observe("filter", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
@@ -330,7 +339,10 @@ func (s *Server) filter(_ context.Context, args *extenderv1.ExtenderArgs) (filte
 	if !s.cache.Synced() {
 		return filterResult{}, ErrNotReady
 	}
-	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	decisions, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	if err != nil {
+		return filterResult{}, err
+	}
 	defer s.putDecisions(decisions)
 	if !interested {
 		return filterResult{res: &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}}, nil
@@ -412,7 +424,10 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	for i, n := range names {
 		out[i].Host = n
 	}
-	decisions, interested, reqErr := s.evaluate(args.Pod, names)
+	decisions, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	if err != nil {
+		return nil, err
+	}
 	defer s.putDecisions(decisions)
 	if !interested || reqErr != nil {
 		return out, nil
