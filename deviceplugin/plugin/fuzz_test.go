@@ -24,7 +24,6 @@ import (
 // whose mistake it is.
 var notAdvertisedCodes = []codes.Code{codes.InvalidArgument}
 
-
 // matchCodes are the answers to an Allocate of advertised units of one card:
 // granted, no pending container of that size (NotFound), or the container's
 // pod was not placed by the extender (FailedPrecondition).
