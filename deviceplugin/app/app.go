@@ -253,7 +253,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, log klog.Logger) {
 	delay := time.Second
 	for {
-		changed := store.Changed()
+		changed := store.InventoryChanged()
 		inv := store.Inventory()
 		if err := cl.Publish(ctx, inv); err != nil {
 			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
