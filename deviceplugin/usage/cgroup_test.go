@@ -63,7 +63,7 @@ func TestOwnerOfEveryCgroupForm(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	proc := os.DirFS(root)
+	proc := root
 	for i, tt := range cgroupForms {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := OwnerOf(proc, uint32(1000+i))

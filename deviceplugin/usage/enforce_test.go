@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -170,7 +169,7 @@ func TestKubeActionsKillOnlyThePodsLiveProcesses(t *testing.T) {
 	n.run(101, other, 0, 0, gib) // PID 101 exited and was reused by another pod
 	// PID 102 has exited: no /proc entry
 	var killed []int
-	k := KubeActions{Proc: os.DirFS(n.proc), Signal: func(pid int) error { killed = append(killed, pid); return nil }}
+	k := KubeActions{Proc: n.proc, Signal: func(pid int) error { killed = append(killed, pid); return nil }}
 	if err := k.Kill(context.Background(), verdictFor(ref(a, "train"), 100, 101, 102)); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (f fakePodResources) List(context.Context) ([]plugin.Holding, error) { retu
 // node is a simulated node for the sampler: cards, a fake /proc tree,
 // pods and the kubelet's holdings.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	proc   string
 	cards  []nvml.Card
 	nv     *fakeNVML
@@ -49,7 +49,7 @@ type node struct {
 	nextID int
 }
 
-func newNode(t *testing.T, cards int) *node {
+func newNode(t testing.TB, cards int) *node {
 	n := &node{t: t, proc: t.TempDir(), nv: &fakeNVML{procs: map[string][]nvml.Process{}, fail: map[string]bool{}}}
 	for i := 0; i < cards; i++ {
 		n.cards = append(n.cards, nvml.Card{Index: i, UUID: fmt.Sprintf("GPU-%d", i), MemoryMiB: 80 * 1024})
@@ -135,7 +135,7 @@ func (n *node) sampler() *Sampler {
 		NVML:         n.nv,
 		Cards:        func() []nvml.Card { return n.cards },
 		Unit:         api.UnitGiB,
-		Proc:         os.DirFS(n.proc),
+		Proc:         n.proc,
 		Pods:         func() ([]*corev1.Pod, error) { return n.pods, nil },
 		PodResources: n.holds,
 		Clock:        func() time.Time { return t0 },

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +31,7 @@ type KubeActions struct {
 	Node string
 	// Proc is the host's /proc: a PID is killed only while its cgroup still
 	// names the pod (a PID that exited and was reused is left alone).
-	Proc fs.FS
+	Proc string
 	// Signal sends SIGKILL to a PID (syscall.Kill in production).
 	Signal func(pid int) error
 	Now    func() time.Time

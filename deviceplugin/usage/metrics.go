@@ -31,7 +31,7 @@ var (
 		"GPU memory granted to a container on a card (its example.com/gpu-mem units).", containerLabels, nil)
 	cardUsedDesc = prometheus.NewDesc(MetricCardUsed,
 		"GPU memory held by the processes on a card (sum of NVML's per-process figures).", cardLabels, nil)
-	cardTotalDesc = prometheus.NewDesc(MetricCardTotal, "A card's GPU memory.", cardLabels, nil)
+	cardTotalDesc       = prometheus.NewDesc(MetricCardTotal, "A card's GPU memory.", cardLabels, nil)
 	cardUnaccountedDesc = prometheus.NewDesc(MetricCardUnaccounted,
 		"GPU memory on a card held by processes without a grant on it (other pods, host processes).", cardLabels, nil)
 	cardSampleOKDesc = prometheus.NewDesc(MetricCardSampleOK,

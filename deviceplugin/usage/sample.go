@@ -10,9 +10,7 @@ package usage
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
 	"strings"
 	"time"
@@ -95,19 +93,29 @@ type Sampler struct {
 	Cards func() []nvml.Card
 	// Unit is the unit of the grants (--memory-unit).
 	Unit api.MemoryUnit
-	// Proc is the host's /proc.
-	Proc fs.FS
+	// Proc is the host's /proc ("/proc" when the plugin runs with hostPID).
+	Proc string
 	// Pods lists the pods bound to the node (the plugin's informer cache).
 	Pods         func() ([]*corev1.Pod, error)
 	PodResources plugin.PodResources
 	Clock        func() time.Time
+
+	// owners caches each PID's cgroup owner from one sweep to the next, for
+	// the PIDs still on a card: a process does not change pod, and a PID is
+	// only reused after its process exited, which takes it off NVML's lists
+	// (the entry is dropped at the first sweep that does not list it: a PID
+	// would have to exit and be reused by a new GPU process within one
+	// interval to be misattributed, and Kill reads the cgroup again before
+	// it signals). A sweep then costs one /proc read per new process.
+	owners map[uint32]Owner
+	buf    []byte
 }
 
 type grantKey struct {
 	namespace, pod, container, card string
 }
 
-// Sweep takes one sample. It fails only when the grants cannot be read
+// Sweep takes one sample; one sweep at a time (the Loop's goroutine). It fails only when the grants cannot be read
 // (pods or PodResources); a card NVML cannot list is marked in its
 // CardSample and the others are sampled.
 func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
@@ -136,7 +144,10 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
-	owners := map[uint32]Owner{} // a PID on several cards is read once
+	if s.buf == nil {
+		s.buf = make([]byte, 4096)
+	}
+	owners := make(map[uint32]Owner, len(s.owners)) // this sweep's PIDs
 	for _, c := range s.Cards() {
 		cs := CardSample{UUID: c.UUID, Index: c.Index, TotalBytes: c.MemoryMiB << 20}
 		procs, err := s.NVML.Processes(c.UUID)
@@ -146,11 +157,13 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 			continue
 		}
 		for _, pr := range procs {
-			o, seen := owners[pr.PID]
+			o, seen := owners[pr.PID] // on another card this sweep
 			if !seen {
-				o, err = OwnerOf(s.Proc, pr.PID)
-				if err != nil && !errors.Is(err, ErrGone) {
-					o = Owner{} // unreadable: counted, unattributed
+				if o, seen = s.owners[pr.PID]; !seen {
+					// Exited or unreadable: counted, unattributed (and
+					// cached: a PID whose /proc entry is missing while NVML
+					// lists it stays unattributed).
+					o, _ = ownerOf(s.Proc, pr.PID, s.buf)
 				}
 				owners[pr.PID] = o
 			}
@@ -171,6 +184,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		out.Cards = append(out.Cards, cs)
 	}
+	s.owners = owners
 	failed := map[string]bool{}
 	for _, cs := range out.Cards {
 		if cs.Err != nil {

@@ -108,3 +108,38 @@ func TestSweepUnknownMemoryCountsZero(t *testing.T) {
 		t.Errorf("usage = %+v, want the PID listed with 0 bytes", got.Usages[0])
 	}
 }
+
+func TestSweepReadsAReusedPIDAgain(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "c")
+	b := n.pod("b", "c")
+	n.grant(a, "c", 0, 1)
+	n.grant(b, "c", 0, 1)
+	n.run(5, a, 0, 0, gib)
+	s := n.sampler()
+	sweep := func() Sample {
+		out, err := s.Sweep(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	owner := func(out Sample) string {
+		for _, u := range out.Usages {
+			if len(u.PIDs) > 0 {
+				return u.Ref.Pod
+			}
+		}
+		return ""
+	}
+	if got := owner(sweep()); got != "a" {
+		t.Fatalf("PID 5 belongs to %q, want a", got)
+	}
+	// PID 5 exits (off NVML's list), and a process of pod b gets PID 5.
+	n.nv.procs["GPU-0"] = nil
+	sweep()
+	n.run(5, b, 0, 0, gib)
+	if got := owner(sweep()); got != "b" {
+		t.Errorf("reused PID 5 belongs to %q, want b (the cached owner must be dropped once NVML stops listing the PID)", got)
+	}
+}
