@@ -45,6 +45,7 @@ type Options struct {
 	PodResourcesSocket    string
 	AllocateWait          time.Duration
 	ReconcileInterval     time.Duration
+	Memory                MemoryOptions // memory.go
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
@@ -78,6 +79,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
+	o.Memory.addFlags(fs)
 }
 
 // ApplyEnv sets every flag of fs not given on the command line from its
@@ -134,8 +136,10 @@ func (o Options) Validate() error {
 	if _, err := nvml.ParseSource(o.NVML); err != nil {
 		return err
 	}
-	_, err := o.ignoredXIDs()
-	return err
+	if _, err := o.ignoredXIDs(); err != nil {
+		return err
+	}
+	return o.Memory.validate()
 }
 
 // Run runs the plugin until ctx is done. client reaches the API server;
@@ -165,7 +169,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err != nil {
 		return err
 	}
-	gpus, _, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
+	gpus, sim, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
 	if err != nil {
 		if o.FailOnInitError {
 			return fmt.Errorf("%w (--fail-on-init-error=false waits instead of exiting)", err)
@@ -244,7 +248,11 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		DeviceIDStrategy:  idStrategy,
 		AllocateWait:      o.AllocateWait,
 		ReconcileInterval: o.ReconcileInterval,
+		MPS:               o.Memory.mps(),
 	}, store, cl, podres, log)
+	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client); err != nil {
+		return err
+	}
 	return p.Run(ctx, restart)
 }
 

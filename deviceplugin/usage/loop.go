@@ -24,6 +24,7 @@ type Loop struct {
 	Log          klog.Logger
 
 	lastPublish time.Time
+	prFailing   bool
 }
 
 // Run sweeps until ctx is done.
@@ -52,6 +53,13 @@ func (l *Loop) Once(ctx context.Context) {
 		l.Metrics.ObserveSweep(l.Clock.Since(start).Seconds())
 		l.Metrics.Set(s)
 	}
+	switch {
+	case s.PodResourcesErr != nil && !l.prFailing:
+		l.Log.Error(s.PodResourcesErr, "Grants are read from the pods' assignment records until the kubelet's PodResources answer again")
+	case s.PodResourcesErr == nil && l.prFailing:
+		l.Log.Info("The kubelet's PodResources answer again")
+	}
+	l.prFailing = s.PodResourcesErr != nil
 	for _, c := range s.Cards {
 		if c.Err != nil {
 			l.Log.V(1).Info("Card processes unavailable this sweep", "card", c.UUID, "err", c.Err)

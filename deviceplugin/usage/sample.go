@@ -77,6 +77,9 @@ type Sample struct {
 	Time   time.Time
 	Cards  []CardSample
 	Usages []Usage
+	// PodResourcesErr is set when the kubelet's PodResources could not be
+	// read: the grants then come from the pods' assignment records.
+	PodResourcesErr error
 }
 
 // Processes is what the sampler needs from NVML.
@@ -115,25 +118,24 @@ type grantKey struct {
 	namespace, pod, container, card string
 }
 
-// Sweep takes one sample; one sweep at a time (the Loop's goroutine). It fails only when the grants cannot be read
-// (pods or PodResources); a card NVML cannot list is marked in its
-// CardSample and the others are sampled.
+// Sweep takes one sample; one sweep at a time (the Loop's goroutine). It
+// fails only when the pod cache cannot be listed. A card NVML cannot list is
+// marked in its CardSample and the others are sampled; PodResources that
+// cannot be read are reported in Sample.PodResourcesErr (grants from the
+// assignment records).
 func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 	pods, err := s.Pods()
 	if err != nil {
 		return Sample{}, fmt.Errorf("listing the node's pods: %w", err)
 	}
-	grants, err := s.grants(ctx, pods)
-	if err != nil {
-		return Sample{}, err
-	}
+	grants, prErr := s.grants(ctx, pods)
 	byUID := make(map[types.UID]*corev1.Pod, len(pods))
 	byName := make(map[[2]string]*corev1.Pod, len(pods))
 	for _, p := range pods {
 		byUID[p.UID] = p
 		byName[[2]string{p.Namespace, p.Name}] = p
 	}
-	out := Sample{Time: s.Clock()}
+	out := Sample{Time: s.Clock(), PodResourcesErr: prErr}
 	usages := map[usageKey]*Usage{}
 	// Every grant is reported, used or not.
 	for k, units := range grants {
@@ -262,13 +264,15 @@ func trimScheme(id string) string {
 
 // grants is units per container and card: the kubelet's PodResources when
 // configured (the devices it gave each container, api.UnitID per unit),
-// otherwise the pods' assignment records.
+// otherwise, or when PodResources cannot be read (the error is returned
+// with the grants), the pods' assignment records, which the plugin keeps
+// equal to what the kubelet allocated.
 func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]int64, error) {
 	out := map[grantKey]int64{}
 	if s.PodResources != nil {
 		hs, err := s.PodResources.List(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("reading the kubelet's PodResources: %w", err)
+			return fromRecords(pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
 		}
 		for _, h := range hs {
 			for _, id := range h.IDs {
@@ -281,6 +285,11 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 		}
 		return out, nil
 	}
+	return fromRecords(pods, s.Unit), nil
+}
+
+func fromRecords(pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
+	out := map[grantKey]int64{}
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
@@ -291,11 +300,11 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 		}
 		for _, c := range a.Containers {
 			units := c.Units
-			if a.Unit != s.Unit && a.Unit.MiB() > 0 && s.Unit.MiB() > 0 {
-				units = units * a.Unit.MiB() / s.Unit.MiB()
+			if a.Unit != unit && a.Unit.MiB() > 0 && unit.MiB() > 0 {
+				units = units * a.Unit.MiB() / unit.MiB()
 			}
 			out[grantKey{p.Namespace, p.Name, c.Name, c.CardUUID}] += units
 		}
 	}
-	return out, nil
+	return out
 }

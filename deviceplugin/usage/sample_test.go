@@ -2,6 +2,7 @@ package usage
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
 )
 
 func TestSweepAttributesEveryProcess(t *testing.T) {
@@ -141,5 +143,37 @@ func TestSweepReadsAReusedPIDAgain(t *testing.T) {
 	n.run(5, b, 0, 0, gib)
 	if got := owner(sweep()); got != "b" {
 		t.Errorf("reused PID 5 belongs to %q, want b (the cached owner must be dropped once NVML stops listing the PID)", got)
+	}
+}
+
+type failingPodResources struct{}
+
+func (failingPodResources) List(context.Context) ([]plugin.Holding, error) {
+	return nil, errors.New("connection refused")
+}
+
+func TestSweepFallsBackToRecordsWhenPodResourcesFail(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "train")
+	rec := api.Assignment{Version: api.AssignmentVersion, PodUID: a.UID, Node: "node-a", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+		Containers: []api.ContainerAssignment{{Name: "train", CardUUID: "GPU-0", Units: 6}}}
+	s, err := api.EncodeAssignment(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Annotations = map[string]string{api.AnnotationAssignment: s}
+	a.Spec.NodeName = "node-a"
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(6, resource.DecimalSI)}
+	sm := n.sampler()
+	sm.PodResources = failingPodResources{}
+	got, err := sm.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PodResourcesErr == nil {
+		t.Error("PodResourcesErr not set")
+	}
+	if len(got.Usages) != 1 || !got.Usages[0].Grant || got.Usages[0].GrantedBytes != 6*gib {
+		t.Errorf("usages = %+v, want the record's 6 GiB grant", got.Usages)
 	}
 }
