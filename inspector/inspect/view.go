@@ -96,6 +96,10 @@ type Card struct {
 	Reason    string `json:"reason,omitempty"`
 	Allocated int64  `json:"allocated"`
 	Total     int64  `json:"total"`
+	// UsedMiB is the GPU memory in use on the card as the device plugin last
+	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
+	// once a minute); absent when the plugin does not sample memory.
+	UsedMiB *int64 `json:"usedMiB,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name
 	// and container.
 	Pods []Pod `json:"pods"`
@@ -358,7 +362,7 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		b.cardPos[c.UUID] = len(view.Cards)
 		card := Card{
 			Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: c.Reason,
-			Total: c.Units, Pods: []Pod{},
+			Total: c.Units, UsedMiB: c.UsedMiB, Pods: []Pod{},
 		}
 		if c.State == api.CardHealthy && iso.Isolates(c.Index, c.UUID) {
 			card.State = api.CardIsolated
