@@ -4,7 +4,7 @@ package api
 // environment. The device plugin sets these in its Allocate response; the e2e
 // node agent and the docs read them. Frameworks may use the informational ones
 // to size their memory pools; the device plugin watches memory in use from outside
-// (docs/user-guide.md), and in MPS mode the MPS server enforces the limit).
+// (docs/user-guide.md), and in MPS mode the MPS server enforces the limit.
 const (
 	// EnvNvidiaVisibleDevices is read by the NVIDIA container toolkit. With the
 	// volume-mounts strategy it holds VisibleDevicesVolumeRoot; with the envvar

@@ -98,6 +98,13 @@ render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitorin
 expect podmonitor 'kind: PodMonitor'
 expect podmonitor '- port: metrics'
 
+render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
+expect observability 'kind: PrometheusRule'
+expect observability 'alert: GPUShareContainerOverMemoryGrant'
+expect observability 'grafana_dashboard: "1"'
+expect observability '"uid": "gpushare-memory"'
+expect dedicated 'kind: PrometheusRule' absent
+
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
 expect extender-only 'name: kube-scheduler$' absent
@@ -134,6 +141,7 @@ refuse extender-only-replicas 'extender-only mode runs one extender replica' --s
 refuse ha-without-election 'needs scheduler.kubeScheduler.leaderElection=true' --set scheduler.replicas=2 --set scheduler.kubeScheduler.leaderElection=false
 refuse enforcement-without-sampling 'needs memory sampling' --set devicePlugin.memory.sampleInterval=0s
 refuse bad-enforcement 'enforcement' --set devicePlugin.memory.enforcement=delete
+refuse prometheusrule-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusRule.enabled=true
 refuse podmonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.podMonitor.enabled=true
 refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
 refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
@@ -145,7 +153,7 @@ if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    case "$name" in servicemonitor|podmonitor) continue ;; esac   # no Prometheus operator CRD on the test cluster
+    case "$name" in servicemonitor|podmonitor|observability) continue ;; esac   # no Prometheus operator CRD on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else
