@@ -92,7 +92,11 @@ func (e *Enforcer) Observe(ctx context.Context, s Sample) []Verdict {
 			err = e.Actions.Report(ctx, v, action)
 		case ModeEvict:
 			if evicted[v.Usage.Ref.UID] {
-				break
+				// Another container of the pod was evicted with it this sweep.
+				o := e.state[k]
+				o.Acted = true
+				e.state[k] = o
+				continue
 			}
 			if err = e.Actions.Evict(ctx, v); err == nil {
 				evicted[v.Usage.Ref.UID] = true

@@ -90,6 +90,27 @@ func TestEnforcerModes(t *testing.T) {
 	}
 }
 
+func TestEnforcerEvictsAPodOnceForTwoContainersOver(t *testing.T) {
+	second := podA
+	second.Container = "helper"
+	s := Sample{Time: t0, Cards: []CardSample{{UUID: "GPU-0"}}, Usages: []Usage{
+		{Card: "GPU-0", Ref: podA, Grant: true, GrantedBytes: gib, UsedBytes: 2 * gib},
+		{Card: "GPU-0", Ref: second, Grant: true, GrantedBytes: gib, UsedBytes: 2 * gib},
+	}}
+	r := &recorder{}
+	var counts []Outcome
+	e := &Enforcer{Mode: ModeEvict, Actions: r, Log: klog.Background(), Count: func(o Outcome) { counts = append(counts, o) }}
+	e.Observe(context.Background(), s)
+	s.Time = s.Time.Add(5 * time.Second)
+	e.Observe(context.Background(), s)
+	if d := cmp.Diff([]string{"evict ns/a/train", "event(evict) ns/a/train"}, r.calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]Outcome{{"evict", "done"}}, counts); d != "" {
+		t.Errorf("outcomes (-want +got):\n%s", d)
+	}
+}
+
 func TestParseMode(t *testing.T) {
 	for _, s := range []string{"off", "report", "evict", "kill"} {
 		if m, err := ParseMode(s); err != nil || string(m) != s {
