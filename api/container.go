@@ -3,7 +3,8 @@ package api
 // What a container that was allocated example.com/gpu-mem finds in its
 // environment. The device plugin sets these in its Allocate response; the e2e
 // node agent and the docs read them. Frameworks may use the informational ones
-// to size their memory pools (nothing enforces the limit on the GPU itself).
+// to size their memory pools; the device plugin watches memory in use from outside
+// (docs/user-guide.md), and in MPS mode the MPS server enforces the limit.
 const (
 	// EnvNvidiaVisibleDevices is read by the NVIDIA container toolkit. With the
 	// volume-mounts strategy it holds VisibleDevicesVolumeRoot; with the envvar
@@ -29,4 +30,25 @@ const (
 	EnvCardUUID = "GPUSHARE_CARD_UUID"
 	// EnvCardIndex is the node-local index of the card the container got.
 	EnvCardIndex = "GPUSHARE_CARD_INDEX"
+)
+
+// MPS mode (the device plugin's --mps): what a container finds when the node
+// runs NVIDIA's MPS control daemon and the plugin hands its clients their
+// limit.
+const (
+	// EnvMPSPinnedDeviceMemLimit is NVIDIA MPS's per-client device memory
+	// limit: a comma-separated list of <device ordinal>=<value><unit>
+	// (https://docs.nvidia.com/deploy/mps/latest/appendix-environment-variables.html,
+	// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT). The plugin writes "0=<grant in MiB>M":
+	// the container sees one card, which CUDA enumerates as device 0.
+	EnvMPSPinnedDeviceMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvMPSPipeDirectory tells the CUDA client where the MPS control
+	// daemon's pipes are: MPSPipeContainerPath.
+	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	// MPSPipeContainerPath is where the plugin mounts the host's MPS pipe
+	// directory (MPS's default, /tmp/nvidia-mps).
+	MPSPipeContainerPath = "/tmp/nvidia-mps"
+	// MPSShmContainerPath is where the plugin mounts the host's MPS shared
+	// memory directory: MPS clients and server share memory through /dev/shm.
+	MPSShmContainerPath = "/dev/shm"
 )

@@ -41,6 +41,12 @@ type Card struct {
 	State CardState `json:"state"`
 	// Reason says why a card is not healthy (e.g. "XID 79"); empty when healthy.
 	Reason string `json:"reason,omitempty"`
+	// UsedMiB is the GPU memory the processes on the card held at the
+	// plugin's memory sample (the sum NVML reports per process, rounded up to
+	// a whole MiB), refreshed at most once a minute so that the Node is not
+	// rewritten at every sample. Absent (nil) when the plugin does not sample
+	// memory; 0 is "nothing in use". Readers that predate it ignore it.
+	UsedMiB *int64 `json:"usedMiB,omitempty"`
 }
 
 // Schedulable reports whether the card may take new pods.
@@ -86,6 +92,8 @@ func (inv Inventory) Validate() error {
 			return fmt.Errorf("%w: card %d has %d units, want 0..%d", ErrInvalidInventory, c.Index, c.Units, MaxUnits)
 		case c.MemoryMiB < 0:
 			return fmt.Errorf("%w: card %d has negative memory", ErrInvalidInventory, c.Index)
+		case c.UsedMiB != nil && *c.UsedMiB < 0:
+			return fmt.Errorf("%w: card %d has negative used memory", ErrInvalidInventory, c.Index)
 		}
 		switch c.State {
 		case CardHealthy, CardUnhealthy, CardIsolated:

@@ -87,6 +87,38 @@ expect dedicated 'privileged: false'
 expect dedicated 'capabilities: {drop: \[ALL\]}'
 expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
 
+# Memory sampling and enforcement (defaults: sampling every 5s, report).
+expect dedicated 'hostPID: true'
+expect dedicated 'name: GPUSHARE_MEMORY_ENFORCEMENT'
+expect dedicated 'value: "report"'
+expect dedicated 'value: ":9402"'
+expect dedicated 'Warning Event when a container stays over its GPU memory grant'
+expect dedicated 'resources: \[pods/eviction\]' absent
+expect dedicated 'CUDA_MPS|GPUSHARE_MPS' absent
+
+render evict --set devicePlugin.memory.enforcement=evict --set devicePlugin.memory.tolerance=512Mi
+expect evict 'resources: \[pods/eviction\]'
+expect evict 'value: "512Mi"'
+
+render memory-off --set devicePlugin.memory.enforcement=off --set devicePlugin.memory.sampleInterval=0s
+expect memory-off 'hostPID: true' absent
+expect memory-off 'Warning Event when a container stays over its GPU memory grant' absent
+
+render mps --set devicePlugin.mps.enabled=true
+expect mps 'name: GPUSHARE_MPS_PIPE_DIR'
+expect mps 'value: "/run/nvidia/mps/shm"'
+
+render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect podmonitor 'kind: PodMonitor'
+expect podmonitor '- port: metrics'
+
+render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
+expect observability 'kind: PrometheusRule'
+expect observability 'alert: GPUShareContainerOverMemoryGrant'
+expect observability 'grafana_dashboard: "1"'
+expect observability '"uid": "gpushare-memory"'
+expect dedicated 'kind: PrometheusRule' absent
+
 render extender-only --set scheduler.mode=extender-only
 expect extender-only 'kind: KubeSchedulerConfiguration' absent
 expect extender-only 'name: kube-scheduler$' absent
@@ -148,6 +180,10 @@ expect servicemonitor '- port: admin'
 refuse bad-mode '/scheduler/mode' --set scheduler.mode=primary
 refuse extender-only-replicas 'extender-only mode runs one extender replica' --set scheduler.mode=extender-only --set scheduler.replicas=2
 refuse ha-without-election 'needs scheduler.kubeScheduler.leaderElection=true' --set scheduler.replicas=2 --set scheduler.kubeScheduler.leaderElection=false
+refuse enforcement-without-sampling 'needs memory sampling' --set devicePlugin.memory.sampleInterval=0s
+refuse bad-enforcement 'enforcement' --set devicePlugin.memory.enforcement=delete
+refuse prometheusrule-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusRule.enabled=true
+refuse podmonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.podMonitor.enabled=true
 refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
 refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
@@ -191,7 +227,7 @@ if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    [ "$name" = servicemonitor ] && continue   # no Prometheus operator CRD on the test cluster
+    case "$name" in servicemonitor|podmonitor|observability) continue ;; esac   # no Prometheus operator CRD on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else

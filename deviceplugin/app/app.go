@@ -52,6 +52,7 @@ type Options struct {
 	PodResourcesSocket string
 	AllocateWait       time.Duration
 	ReconcileInterval  time.Duration
+	Memory             MemoryOptions // memory.go
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
@@ -87,6 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
+	o.Memory.addFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -182,8 +184,10 @@ func (o Options) validate() error {
 	if _, err := nvml.ParseSource(o.NVML); err != nil {
 		return err
 	}
-	_, err := o.ignoredXIDs()
-	return err
+	if _, err := o.ignoredXIDs(); err != nil {
+		return err
+	}
+	return o.Memory.validate()
 }
 
 // Run runs the plugin until ctx is done. client reaches the API server;
@@ -213,7 +217,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err != nil {
 		return err
 	}
-	gpus, _, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
+	gpus, sim, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
 	if err != nil {
 		if o.FailOnInitError {
 			return fmt.Errorf("%w (--fail-on-init-error=false waits instead of exiting)", err)
@@ -299,7 +303,11 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		AllocateWait:      o.AllocateWait,
 		ReconcileInterval: o.ReconcileInterval,
 		RecordKeys:        keys,
+		MPS:               o.Memory.mps(),
 	}, store, cl, podres, log)
+	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client); err != nil {
+		return err
+	}
 	return p.Run(ctx, restart)
 }
 
@@ -308,7 +316,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, log klog.Logger) {
 	delay := time.Second
 	for {
-		changed := store.Changed()
+		changed := store.InventoryChanged()
 		inv := store.Inventory()
 		if err := cl.Publish(ctx, inv); err != nil {
 			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)

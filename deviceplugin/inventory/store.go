@@ -34,6 +34,11 @@ type Store struct {
 	isolation map[string]api.Isolation
 	changed   chan struct{}
 	version   uint64
+	usedMiB   map[string]int64 // UUID → memory in use; nil: not sampled
+	// invChanged is closed at every change of Inventory(): card state (with
+	// changed) or memory in use (alone: the kubelet's device list does not
+	// change with it).
+	invChanged chan struct{}
 }
 
 // New builds a Store over the discovered cards, all healthy and not isolated.
@@ -43,7 +48,7 @@ func New(unit api.MemoryUnit, cards []nvml.Card) (*Store, error) {
 	}
 	cs := append([]nvml.Card(nil), cards...)
 	sort.Slice(cs, func(a, b int) bool { return cs[a].Index < cs[b].Index })
-	s := &Store{unit: unit, cards: cs, unhealthy: map[string]string{}, isolation: map[string]api.Isolation{}, changed: make(chan struct{})}
+	s := &Store{unit: unit, cards: cs, unhealthy: map[string]string{}, isolation: map[string]api.Isolation{}, changed: make(chan struct{}), invChanged: make(chan struct{})}
 	if _, err := api.EncodeInventory(s.Inventory()); err != nil {
 		return nil, fmt.Errorf("discovered cards do not form a valid inventory: %w", err)
 	}
@@ -84,6 +89,20 @@ func (s *Store) notifyLocked() {
 	s.version++
 	close(s.changed)
 	s.changed = make(chan struct{})
+	s.notifyInventoryLocked()
+}
+
+func (s *Store) notifyInventoryLocked() {
+	close(s.invChanged)
+	s.invChanged = make(chan struct{})
+}
+
+// InventoryChanged returns a channel closed at the next change of
+// Inventory(): a change of card state (as Changed) or of memory in use.
+func (s *Store) InventoryChanged() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.invChanged
 }
 
 // SetUnhealthy marks the card unhealthy (an empty UUID: every card). It
@@ -179,9 +198,36 @@ func (s *Store) Inventory() api.Inventory {
 			card.State = api.CardUnhealthy
 			card.Reason = r
 		}
+		if used, ok := s.usedMiB[c.UUID]; ok {
+			card.UsedMiB = &used
+		}
 		inv.Cards = append(inv.Cards, card)
 	}
 	return inv
+}
+
+// SetUsed records the memory in use per card UUID (the memory sampler's
+// figures, in MiB) for the inventory; a card absent from used drops its
+// figure. It reports whether anything changed (and then wakes
+// InventoryChanged, not Changed: the device list is the same).
+func (s *Store) SetUsed(used map[string]int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	same := s.usedMiB != nil && len(used) == len(s.usedMiB)
+	for u, mib := range used {
+		if old, ok := s.usedMiB[u]; !ok || old != mib {
+			same = false
+		}
+	}
+	if same {
+		return false
+	}
+	s.usedMiB = make(map[string]int64, len(used))
+	for u, mib := range used {
+		s.usedMiB[u] = mib
+	}
+	s.notifyInventoryLocked()
+	return true
 }
 
 // Devices is the device list for ListAndWatch: one device per unit, named

@@ -41,8 +41,23 @@ type Interface interface {
 	// Check re-checks one card (used to bring a card back after an XID): nil
 	// when NVML answers queries about it.
 	Check(uuid string) error
+	// Processes lists the processes holding memory on one card (compute and
+	// graphics contexts, one entry per PID), for the memory sampler.
+	Processes(uuid string) ([]Process, error)
 	// Shutdown releases NVML.
 	Shutdown()
+}
+
+// Process is one process with a context on a card, as NVML reports it.
+// PIDs are in the host's PID namespace when the plugin runs with hostPID
+// (the chart sets it while memory sampling is on).
+type Process struct {
+	PID uint32
+	// UsedBytes is the card memory the process holds. NVML answers
+	// NVML_VALUE_NOT_AVAILABLE when it cannot tell (e.g. without permission);
+	// such a process has UsedKnown false and UsedBytes 0.
+	UsedBytes uint64
+	UsedKnown bool
 }
 
 // ErrNoNVML is returned (wrapped) by Open when the NVML library or the driver
@@ -157,6 +172,53 @@ func (l *lib) Check(uuid string) error {
 		return fmt.Errorf("nvml: card %s: memory info: %v", uuid, ret)
 	}
 	return nil
+}
+
+// valueNotAvailable is NVML_VALUE_NOT_AVAILABLE as an unsigned long long.
+const valueNotAvailable = ^uint64(0)
+
+// Processes asks NVML for the card's compute and graphics processes. A PID
+// in both lists (a process with both kinds of context) is reported once,
+// with the larger figure: both lists report the process's memory on the
+// card, not a share of it.
+func (l *lib) Processes(uuid string) ([]Process, error) {
+	d, ret := l.nvml.DeviceGetHandleByUUID(uuid)
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: card %s: %v", uuid, ret)
+	}
+	compute, ret := d.GetComputeRunningProcesses()
+	if ret != gonvml.SUCCESS {
+		return nil, fmt.Errorf("nvml: card %s: compute processes: %v", uuid, ret)
+	}
+	graphics, ret := d.GetGraphicsRunningProcesses()
+	if ret != gonvml.SUCCESS && ret != gonvml.ERROR_NOT_SUPPORTED {
+		return nil, fmt.Errorf("nvml: card %s: graphics processes: %v", uuid, ret)
+	}
+	return mergeProcesses(compute, graphics), nil
+}
+
+func mergeProcesses(lists ...[]gonvml.ProcessInfo) []Process {
+	var out []Process
+	at := map[uint32]int{}
+	for _, list := range lists {
+		for _, p := range list {
+			q := Process{PID: p.Pid}
+			if p.UsedGpuMemory != valueNotAvailable {
+				q.UsedBytes, q.UsedKnown = p.UsedGpuMemory, true
+			}
+			i, seen := at[p.Pid]
+			if !seen {
+				at[p.Pid] = len(out)
+				out = append(out, q)
+				continue
+			}
+			if q.UsedKnown && (!out[i].UsedKnown || q.UsedBytes > out[i].UsedBytes) {
+				out[i] = q
+			}
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].PID < out[b].PID })
+	return out
 }
 
 func (l *lib) ignored(xid uint64) bool {

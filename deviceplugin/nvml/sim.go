@@ -2,7 +2,10 @@ package nvml
 
 import (
 	"crypto/sha1"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,8 +25,11 @@ type Simulator struct {
 	srv    *server.Server
 	events chan gonvml.EventData
 
-	mu   sync.Mutex
-	lost map[int]bool
+	mu        sync.Mutex
+	lost      map[int]bool
+	compute   map[int][]gonvml.ProcessInfo
+	graphics  map[int][]gonvml.ProcessInfo
+	procsFile string
 }
 
 // NewSimulator builds a simulated node with one card per config. Card UUIDs
@@ -31,9 +37,11 @@ type Simulator struct {
 // sees the same cards.
 func NewSimulator(seed string, configs ...gpus.Config) *Simulator {
 	s := &Simulator{
-		srv:    server.NewServerWithGPUs("550.54.15", "12.550.54.15", 12040, configs...),
-		events: make(chan gonvml.EventData, 64),
-		lost:   map[int]bool{},
+		srv:      server.NewServerWithGPUs("550.54.15", "12.550.54.15", 12040, configs...),
+		events:   make(chan gonvml.EventData, 64),
+		lost:     map[int]bool{},
+		compute:  map[int][]gonvml.ProcessInfo{},
+		graphics: map[int][]gonvml.ProcessInfo{},
 	}
 	for i, d := range s.srv.Devices {
 		dev := d.(*server.Device)
@@ -50,6 +58,12 @@ func NewSimulator(seed string, configs ...gpus.Config) *Simulator {
 				return gonvml.Memory{}, gonvml.ERROR_GPU_IS_LOST
 			}
 			return dev.MemoryInfo, gonvml.SUCCESS
+		}
+		dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			return s.processes(index, false)
+		}
+		dev.GetGraphicsRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
+			return s.processes(index, true)
 		}
 	}
 	s.srv.EventSetCreateFunc = func() (gonvml.EventSet, gonvml.Return) {
@@ -91,6 +105,65 @@ func (s *Simulator) SetLost(index int, lost bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lost[index] = lost
+}
+
+// SetProcesses sets the processes NVML reports on the card with this index:
+// compute and graphics contexts with their memory (UsedGpuMemory
+// ^uint64(0) is NVML's "not available").
+func (s *Simulator) SetProcesses(index int, compute, graphics []gonvml.ProcessInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.compute[index] = append([]gonvml.ProcessInfo(nil), compute...)
+	s.graphics[index] = append([]gonvml.ProcessInfo(nil), graphics...)
+}
+
+// SimProcesses is the file format of ReadProcessesFrom: card index (as a
+// string) to the compute processes on it, e.g.
+//
+//	{"0": [{"pid": 4242, "usedMiB": 3072}]}
+type SimProcesses map[string][]SimProcess
+
+// SimProcess is one simulated compute process.
+type SimProcess struct {
+	PID     uint32 `json:"pid"`
+	UsedMiB uint64 `json:"usedMiB"`
+}
+
+// ReadProcessesFrom makes every process query read the compute processes
+// from this JSON file (SimProcesses), so that a harness outside the plugin
+// (the e2e node agent) can say which real processes use how much memory.
+// A missing file means no processes; a malformed one fails the query.
+func (s *Simulator) ReadProcessesFrom(path string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procsFile = path
+}
+
+func (s *Simulator) processes(index int, graphics bool) ([]gonvml.ProcessInfo, gonvml.Return) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lost[index] {
+		return nil, gonvml.ERROR_GPU_IS_LOST
+	}
+	if s.procsFile == "" || graphics {
+		if graphics {
+			return append([]gonvml.ProcessInfo(nil), s.graphics[index]...), gonvml.SUCCESS
+		}
+		return append([]gonvml.ProcessInfo(nil), s.compute[index]...), gonvml.SUCCESS
+	}
+	b, err := os.ReadFile(s.procsFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, gonvml.SUCCESS
+	}
+	var f SimProcesses
+	if err != nil || json.Unmarshal(b, &f) != nil {
+		return nil, gonvml.ERROR_UNKNOWN
+	}
+	var out []gonvml.ProcessInfo
+	for _, p := range f[strconv.Itoa(index)] {
+		out = append(out, gonvml.ProcessInfo{Pid: p.PID, UsedGpuMemory: p.UsedMiB << 20})
+	}
+	return out, gonvml.SUCCESS
 }
 
 func stableUUID(seed string, index int) string {

@@ -59,6 +59,8 @@ type Config struct {
 	// (default 10 s; negative: never). A kubelet opens it at once; one that
 	// does not has dropped the registration (see Run).
 	ListAndWatchGrace time.Duration
+	// MPS adds NVIDIA MPS's per-client memory limit to every response (mps.go).
+	MPS MPS
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker

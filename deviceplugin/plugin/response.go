@@ -73,5 +73,6 @@ func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAlloc
 		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
 		r.Mounts = []*pluginapi.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true}}
 	}
+	p.cfg.MPS.addTo(r, units*unit.MiB())
 	return r
 }

@@ -112,6 +112,17 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makePod(t, "ml", "ghost-card").container("c", 4).node("gpu-m").assign(api.PhaseAllocated, on{"c", 7, 4}).obj(),
 		}
 	},
+	"memory-in-use": func(t *testing.T) []runtime.Object {
+		// The device plugin samples memory in use: card 0 holds a pod using
+		// more than its 10 GiB, card 1 has no figure (NVML could not list it).
+		used := int64(12800)
+		c0 := gpu("gpu-u", 0, a100, 40)
+		c0.UsedMiB = &used
+		return []runtime.Object{
+			makeNode(t, "gpu-u", "10.0.6.1").inventory(api.UnitGiB, c0, gpu("gpu-u", 1, a100, 40)).obj(),
+			makePod(t, "ml", "greedy").container("c", 10).node("gpu-u").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+		}
+	},
 	"reporting-health": func(t *testing.T) []runtime.Object {
 		// Every way a node's GPU reporting can be off.
 		return []runtime.Object{
@@ -169,6 +180,8 @@ var goldenCases = []struct {
 	{"no-inventory-details.txt", "no-inventory", []string{"-d"}},
 	{"malformed.txt", "malformed", nil},
 	{"malformed-details.txt", "malformed", []string{"-d"}},
+	{"memory-in-use-details.txt", "memory-in-use", []string{"-d"}},
+	{"memory-in-use.json", "memory-in-use", []string{"-o", "json"}},
 	{"reporting-health.txt", "reporting-health", nil},
 	{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
 }

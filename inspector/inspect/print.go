@@ -257,13 +257,25 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 	if len(n.Cards) > 0 {
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "  GPU\tMODEL\tUUID\tSTATE\tALLOCATED/TOTAL(%s)\n", n.Unit)
+		// USED appears when the device plugin samples memory in use.
+		sampled := false
+		for _, c := range n.Cards {
+			sampled = sampled || c.UsedMiB != nil
+		}
+		used := ""
+		if sampled {
+			used = fmt.Sprintf("\tUSED(%s)", n.Unit)
+		}
+		fmt.Fprintf(tw, "  GPU\tMODEL\tUUID\tSTATE\tALLOCATED/TOTAL(%s)%s\n", n.Unit, used)
 		for _, c := range n.Cards {
 			state := string(c.State)
 			if c.Reason != "" {
 				state += ": " + c.Reason
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d/%d\n", c.Index, dash(c.Model), c.UUID, state, c.Allocated, c.Total)
+			if sampled {
+				used = "\t" + usedIn(n.Unit, c.UsedMiB)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d/%d%s\n", c.Index, dash(c.Model), c.UUID, state, c.Allocated, c.Total, used)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -301,6 +313,18 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		}
 	}
 	return nil
+}
+
+// usedIn prints memory in use in the node's unit: GiB with one decimal
+// (12800 MiB is "12.5"), MiB whole; "-" when not reported.
+func usedIn(unit api.MemoryUnit, mib *int64) string {
+	if mib == nil {
+		return "-"
+	}
+	if unit == api.UnitMiB {
+		return strconv.FormatInt(*mib, 10)
+	}
+	return strconv.FormatFloat(float64(*mib)/1024, 'f', 1, 64)
 }
 
 func dash(s string) string {

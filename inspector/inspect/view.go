@@ -96,6 +96,10 @@ type Card struct {
 	Reason    string `json:"reason,omitempty"`
 	Allocated int64  `json:"allocated"`
 	Total     int64  `json:"total"`
+	// UsedMiB is the GPU memory in use on the card as the device plugin last
+	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
+	// once a minute); absent when the plugin does not sample memory.
+	UsedMiB *int64 `json:"usedMiB,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name
 	// and container.
 	Pods []Pod `json:"pods"`
@@ -367,7 +371,7 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		shown := iso.Apply(c)
 		view.Cards = append(view.Cards, Card{
 			Index: c.Index, UUID: c.UUID, Model: c.Model, State: shown.State, Reason: shown.Reason,
-			Total: c.Units, Pods: []Pod{},
+			Total: c.Units, UsedMiB: c.UsedMiB, Pods: []Pod{},
 		})
 		view.Total += c.Units
 		if c.Schedulable() { // as the device plugin reported it to the kubelet

@@ -74,6 +74,10 @@ type Config struct {
 	SyncInterval time.Duration
 	// Clock is the agent's clock (default the real one).
 	Clock clock.WithTicker
+	// GPUProcessesFile, when set, is the simulated NVML's process file the
+	// agent keeps (gpuuse.go): pods' api.AnnotationSimulatedGPUUse become
+	// real processes in kubelet-named cgroups, listed there with their memory.
+	GPUProcessesFile string
 }
 
 // Agent is a simulated kubelet for one Node. Build it with New, run it with Run.
@@ -84,6 +88,7 @@ type Agent struct {
 	pods       listerscorev1.PodLister
 	recorder   record.EventRecorder
 	wake       chan struct{}
+	gpu        *gpuProcs // nil: no simulated GPU processes
 
 	mu sync.Mutex
 	// handled holds the UIDs of pods this agent admitted or rejected, so that
@@ -173,6 +178,16 @@ func (a *Agent) Run(ctx context.Context) error {
 				return fmt.Errorf("node %s: PodResources API: %w", a.cfg.NodeName, err)
 			}
 			logger.Info("Serving the PodResources API", "socket", a.cfg.PodResourcesSocket)
+		}
+	}
+
+	if a.cfg.GPUProcessesFile != "" {
+		g, err := newGPUProcs(a.cfg.GPUProcessesFile, a.cfg.NodeName)
+		if err != nil {
+			logger.Error(err, "No simulated GPU processes on this node")
+		} else {
+			a.gpu = g
+			defer g.stopAll()
 		}
 	}
 

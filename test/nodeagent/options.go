@@ -65,6 +65,10 @@ func (o *Options) Complete(args []string) error {
 	return os.MkdirAll(o.StateDir, 0o755)
 }
 
+// GPUProcessesFileName is the simulated NVML's process file in the node's
+// state directory; pass it to the plugin as --nvml-sim-processes.
+const GPUProcessesFileName = "gpu-processes.json"
+
 // Config builds the agent's configuration from the options.
 func (o *Options) Config() (Config, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
@@ -79,7 +83,7 @@ func (o *Options) Config() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("--labels: %w", err)
 	}
-	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels}
+	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels, GPUProcessesFile: filepath.Join(o.StateDir, GPUProcessesFileName)}
 	if !o.NoDeviceManager {
 		cfg.StartDeviceManager = StartKubeletDeviceManager
 		cfg.PodResourcesSocket = PodResourcesSocket

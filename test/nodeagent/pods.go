@@ -150,6 +150,10 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 	}
 	a.setHandled(pod.UID)
 	a.recorder.Event(pod, corev1.EventTypeNormal, "Started", "Started all containers (simulated by the gpushare node agent)")
+	if err := a.startGPUProcesses(ctx, pod, a.cardOf(ctx, pod)); err != nil {
+		logger.Error(err, "Starting the pod's GPU processes")
+		a.recorder.Eventf(pod, corev1.EventTypeWarning, "Failed", "GPU processes: %v", err)
+	}
 	logger.Info("Pod running", "containers", len(records.Containers))
 }
 
@@ -192,8 +196,33 @@ func runningStatus(pod *corev1.Pod, now time.Time) corev1.PodStatus {
 	return st
 }
 
+// containerID is the container's ID in its status, as containerd reports it
+// ("containerd://" and 64 hex digits): the device plugin matches it with the
+// container's cgroup (gpuuse.go).
 func containerID(pod *corev1.Pod, name string) string {
-	return fmt.Sprintf("gpushare-sim://%s/%s", pod.UID, name)
+	return "containerd://" + simContainerID(pod, name)
+}
+
+// cardOf gives the index of the card the device manager gave a container of
+// the pod (-1: none).
+func (a *Agent) cardOf(ctx context.Context, pod *corev1.Pod) func(string) int {
+	return func(container string) int {
+		if a.dm == nil {
+			return -1
+		}
+		for _, devs := range a.dm.GetDevices(string(pod.UID), container) {
+			for devID := range devs {
+				uuid, _, err := api.ParseUnitID(devID)
+				if err != nil {
+					continue
+				}
+				if i, ok := a.cardIndexes(ctx)[uuid]; ok {
+					return i
+				}
+			}
+		}
+		return -1
+	}
 }
 
 // patchPodStatus writes st on the pod's status subresource with a strategic
@@ -227,6 +256,9 @@ func (a *Agent) finishDeletion(ctx context.Context, pod *corev1.Pod) {
 	}
 	if a.dm != nil {
 		a.dm.UpdateAllocatedDevices()
+	}
+	if a.gpu != nil {
+		a.gpu.stopPod(pod.UID)
 	}
 	klog.FromContext(ctx).V(2).Info("Pod deleted", "pod", klog.KObj(pod))
 }

@@ -110,4 +110,13 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
 {{- fail "metrics.serviceMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the ServiceMonitor)" -}}
 {{- end -}}
+{{- if and .Values.metrics.podMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail "metrics.podMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PodMonitor)" -}}
+{{- end -}}
+{{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail "metrics.prometheusRule.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PrometheusRule)" -}}
+{{- end -}}
+{{- if and (eq (toString .Values.devicePlugin.memory.sampleInterval) "0s") (ne .Values.devicePlugin.memory.enforcement "off") -}}
+{{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,154 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	flag "github.com/spf13/pflag"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/usage"
+)
+
+// MemoryOptions are the memory sampling, enforcement, metrics and MPS
+// settings (docs/deviceplugin.md, "Memory").
+type MemoryOptions struct {
+	SampleInterval time.Duration
+	Enforcement    string
+	Tolerance      string
+	Grace          time.Duration
+	ProcRoot       string
+	MetricsAddress string
+	MPS            bool
+	MPSPipeDir     string
+	MPSShmDir      string
+	SimProcesses   string
+}
+
+func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&m.SampleInterval, "memory-sample-interval", 5*time.Second, "how often GPU memory in use is sampled per process and container (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement)")
+	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.ModeReport), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
+	fs.StringVar(&m.Tolerance, "memory-tolerance", "5%", "how far past its grant a container may go: a percentage of the grant (5%) or a quantity (512Mi)")
+	fs.DurationVar(&m.Grace, "memory-grace", 30*time.Second, "how long a container must stay over its grant before it is acted on")
+	fs.StringVar(&m.ProcRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods through /proc/<pid>/cgroup (the plugin needs hostPID)")
+	fs.StringVar(&m.MetricsAddress, "metrics-address", "", "address of the Prometheus /metrics endpoint, e.g. :9402 (the chart sets it); empty: none (several simulated nodes on one host would collide on a fixed default)")
+	fs.BoolVar(&m.MPS, "mps", false, "MPS mode: set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mount the MPS pipe and shm directories (the node must run nvidia-cuda-mps-control)")
+	fs.StringVar(&m.MPSPipeDir, "mps-pipe-dir", "/run/nvidia/mps", "host directory of the MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), with --mps")
+	fs.StringVar(&m.MPSShmDir, "mps-shm-dir", "/run/nvidia/mps/shm", "host directory mounted at /dev/shm for MPS clients, with --mps")
+	fs.StringVar(&m.SimProcesses, "nvml-sim-processes", "", "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]} (the e2e node agent writes it)")
+}
+
+func (m MemoryOptions) validate() error {
+	if m.SampleInterval < 0 {
+		return fmt.Errorf("--memory-sample-interval=%v: want 0 (off) or a positive duration, e.g. 5s", m.SampleInterval)
+	}
+	mode, err := usage.ParseMode(m.Enforcement)
+	if err != nil {
+		return fmt.Errorf("--memory-enforcement: %w", err)
+	}
+	if mode != usage.ModeOff && m.SampleInterval == 0 {
+		return fmt.Errorf("--memory-enforcement=%s needs memory sampling: set --memory-sample-interval (e.g. 5s) or --memory-enforcement=off", mode)
+	}
+	if _, err := usage.ParseTolerance(m.Tolerance); err != nil {
+		return fmt.Errorf("--memory-tolerance: %w", err)
+	}
+	if m.Grace < 0 {
+		return fmt.Errorf("--memory-grace=%v: want 0 or a positive duration, e.g. 30s", m.Grace)
+	}
+	if m.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(m.MetricsAddress); err != nil {
+			return fmt.Errorf("--metrics-address=%q: want host:port or :port, e.g. :9402 (empty: no endpoint)", m.MetricsAddress)
+		}
+	}
+	return m.mps().Validate()
+}
+
+func (m MemoryOptions) mps() plugin.MPS {
+	return plugin.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
+}
+
+// startMemory starts the metrics endpoint and the memory sampler (with its
+// enforcer) per the options; both stop with ctx.
+func startMemory(ctx context.Context, o Options, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface) error {
+	log := klog.FromContext(ctx).WithName("memory")
+	m := o.Memory
+	if sim != nil && m.SimProcesses != "" {
+		sim.ReadProcessesFrom(m.SimProcesses)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var metrics *usage.Metrics
+	if m.SampleInterval > 0 {
+		var err error
+		if metrics, err = usage.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)); err != nil {
+			return err
+		}
+	}
+	if m.MetricsAddress != "" {
+		if _, err := serveMetrics(ctx, m.MetricsAddress, reg, log); err != nil {
+			return err
+		}
+	}
+	if m.SampleInterval == 0 {
+		log.Info("GPU memory sampling is off (--memory-sample-interval=0): no usage metrics, no enforcement")
+		return nil
+	}
+	mode, _ := usage.ParseMode(m.Enforcement)
+	tol, _ := usage.ParseTolerance(m.Tolerance)
+	clk := clock.RealClock{}
+	loop := &usage.Loop{
+		Sampler: &usage.Sampler{
+			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Proc: m.ProcRoot,
+			Pods: cl.Pods, PodResources: podres, Clock: clk.Now,
+		},
+		Enforcer: &usage.Enforcer{
+			Mode: mode, Policy: usage.Policy{Tolerance: tol, Grace: m.Grace}, Log: log, Count: metrics.Count,
+			Actions: usage.KubeActions{Client: client, Node: o.NodeName, Proc: m.ProcRoot, Signal: usage.SignalKill, Now: clk.Now},
+		},
+		Metrics:      metrics,
+		Interval:     m.SampleInterval,
+		Publish:      func(used map[string]int64) { store.SetUsed(used) },
+		PublishEvery: time.Minute,
+		Clock:        clk,
+		Log:          log,
+	}
+	log.Info("GPU memory sampling", "interval", m.SampleInterval, "enforcement", mode, "tolerance", tol.String(), "grace", m.Grace, "mps", m.MPS)
+	go loop.Run(ctx)
+	return nil
+}
+
+// serveMetrics listens on addr (failing now if it cannot) and serves
+// /metrics until ctx is done. It returns the address listened on.
+func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log klog.Logger) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-address=%s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(err, "Metrics endpoint stopped", "address", addr)
+		}
+	}()
+	log.Info("Serving metrics", "address", ln.Addr().String(), "path", "/metrics")
+	return ln.Addr(), nil
+}

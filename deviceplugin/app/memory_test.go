@@ -1,0 +1,91 @@
+package app
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpushare/gpushare/deviceplugin/usage"
+)
+
+func memoryOptions(t *testing.T, args ...string) Options {
+	t.Helper()
+	var o Options
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(append([]string{"--node-name=n"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestMemoryFlags(t *testing.T) {
+	o := memoryOptions(t)
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	m := o.Memory
+	if m.Enforcement != "report" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
+		t.Errorf("defaults = %+v", m)
+	}
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: []string{"--memory-enforcement=delete"}, wantErr: "use off, report, evict or kill"},
+		{args: []string{"--memory-sample-interval=0"}, wantErr: "needs memory sampling"},
+		{args: []string{"--memory-sample-interval=0", "--memory-enforcement=off"}},
+		{args: []string{"--memory-sample-interval=-1s"}, wantErr: "want 0 (off) or a positive duration"},
+		{args: []string{"--memory-tolerance=lots"}, wantErr: "--memory-tolerance"},
+		{args: []string{"--memory-tolerance=512Mi", "--memory-enforcement=kill"}},
+		{args: []string{"--memory-grace=-5s"}, wantErr: "--memory-grace"},
+		{args: []string{"--metrics-address=9402"}, wantErr: "want host:port or :port"},
+		{args: []string{"--metrics-address=:9402"}},
+		{args: []string{"--mps", "--mps-pipe-dir=mps"}, wantErr: "absolute host path"},
+		{args: []string{"--mps"}},
+	}
+	for _, tt := range tests {
+		err := memoryOptions(t, tt.args...).Validate()
+		if tt.wantErr == "" && err != nil {
+			t.Errorf("%v: %v", tt.args, err)
+		}
+		if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%v: err = %v, want it to contain %q", tt.args, err, tt.wantErr)
+		}
+	}
+}
+
+func TestMetricsEndpointServesUsage(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	m, err := usage.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": "n"}, reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Set(usage.Sample{Cards: []usage.CardSample{{UUID: "GPU-0", TotalBytes: 1 << 30}}})
+	addr, err := serveMetrics(ctx, "127.0.0.1:0", reg, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if want := `gpushare_card_gpu_memory_total_bytes{card_index="0",card_uuid="GPU-0",node="n"} 1.073741824e+09`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %s:\n%s", want, body)
+	}
+	if _, err := serveMetrics(ctx, addr.String(), reg, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+		t.Errorf("second listener on %s: err = %v, want one naming the flag", addr, err)
+	}
+}

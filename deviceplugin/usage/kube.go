@@ -1,0 +1,137 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Event reasons the Enforcer records on pods.
+const (
+	ReasonOverGrant = "GPUMemoryOverGrant"
+	ReasonEvicted   = "GPUMemoryOverGrantEvicted"
+	ReasonKilled    = "GPUMemoryOverGrantKilled"
+)
+
+// KubeActions are the Enforcer's real effects: Events and Evictions
+// through the API server, SIGKILL through Signal.
+type KubeActions struct {
+	Client kubernetes.Interface
+	// Node is the node's name (the Event's source host).
+	Node string
+	// Proc is the host's /proc: a PID is killed only while its cgroup still
+	// names the pod (a PID that exited and was reused is left alone).
+	Proc string
+	// Signal sends SIGKILL to a PID (syscall.Kill in production).
+	Signal func(pid int) error
+	Now    func() time.Time
+}
+
+// SignalKill is the production Signal.
+func SignalKill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }
+
+// Report implements Actions: a Warning Event on the pod.
+func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error {
+	u := v.Usage
+	reason := ReasonOverGrant
+	what := "reported only (--memory-enforcement=report)"
+	switch action {
+	case string(ModeEvict):
+		reason, what = ReasonEvicted, "the pod was evicted (--memory-enforcement=evict)"
+	case string(ModeKill):
+		reason, what = ReasonKilled, fmt.Sprintf("its processes %v on the card were killed (--memory-enforcement=kill)", u.PIDs)
+	}
+	grant := "no grant on this card"
+	if u.Grant {
+		grant = "was granted " + bytesString(u.GrantedBytes)
+	}
+	container := u.Ref.Container
+	if container == "" {
+		container = "(not yet named in the pod status)"
+	}
+	msg := fmt.Sprintf("container %s uses %s of GPU memory on card %s and %s (allowed with tolerance: %s) since %s: %s",
+		container, bytesString(u.UsedBytes), u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), what)
+	now := metav1.NewTime(k.Now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: u.Ref.Pod + ".", Namespace: u.Ref.Namespace},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion: "v1", Kind: "Pod", Namespace: u.Ref.Namespace, Name: u.Ref.Pod, UID: u.Ref.UID,
+		},
+		Reason:         reason,
+		Message:        msg,
+		Type:           corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: "gpushare-device-plugin", Host: k.Node},
+		FirstTimestamp: now,
+		LastTimestamp:  now,
+		Count:          1,
+	}
+	if u.Ref.Container != "" {
+		ev.InvolvedObject.FieldPath = "spec.containers{" + u.Ref.Container + "}"
+	}
+	if _, err := k.Client.CoreV1().Events(u.Ref.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("event on pod %s/%s: %w", u.Ref.Namespace, u.Ref.Pod, err)
+	}
+	return nil
+}
+
+// Evict implements Actions through the Eviction API (policy/v1), with the
+// pod's UID as a precondition (a re-created pod of the same name is not
+// touched). 429 (a disruption budget allows none now) is ErrRetryLater; a
+// pod already gone is done.
+func (k KubeActions) Evict(ctx context.Context, v Verdict) error {
+	u := v.Usage
+	uid := u.Ref.UID
+	err := k.Client.PolicyV1().Evictions(u.Ref.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+	})
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsTooManyRequests(err):
+		return fmt.Errorf("evicting pod %s/%s: %w: %v", u.Ref.Namespace, u.Ref.Pod, ErrRetryLater, err)
+	}
+	return fmt.Errorf("evicting pod %s/%s: %w", u.Ref.Namespace, u.Ref.Pod, err)
+}
+
+// Kill implements Actions: SIGKILL to each of the container's processes on
+// the card whose cgroup still names the pod. A process that is gone is not
+// an error.
+func (k KubeActions) Kill(_ context.Context, v Verdict) error {
+	var errs []error
+	for _, pid := range v.Usage.PIDs {
+		o, err := OwnerOf(k.Proc, pid)
+		if errors.Is(err, ErrGone) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if o.PodUID != v.Usage.Ref.UID {
+			continue // exited, and the PID now belongs to someone else
+		}
+		if err := k.Signal(int(pid)); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("SIGKILL pid %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bytesString prints bytes in binary units: 1.5Gi is "1536Mi".
+func bytesString(b int64) string {
+	if b%(1<<30) == 0 || b >= 100<<30 {
+		return resource.NewQuantity(b/(1<<30)*(1<<30), resource.BinarySI).String()
+	}
+	return strings.TrimSpace(resource.NewQuantity(b/(1<<20)*(1<<20), resource.BinarySI).String())
+}

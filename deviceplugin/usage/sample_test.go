@@ -1,0 +1,179 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+)
+
+func TestSweepAttributesEveryProcess(t *testing.T) {
+	n := newNode(t, 2)
+	a := n.pod("a", "train")
+	b := n.pod("b", "serve", "sidecar")
+	c := n.pod("c", "nogrant")
+	n.grant(a, "train", 0, 10)
+	n.grant(b, "serve", 0, 20)
+	n.run(101, a, 0, 0, 4*gib) // within its 10 GiB
+	n.run(102, a, 0, 0, 8*gib) // a second process of the same container: 12 GiB in all
+	n.run(201, b, 0, 0, 5*gib) // within its 20 GiB
+	n.run(202, b, 1, 0, 1*gib) // b's sidecar has no grant of its own
+	n.run(203, b, 0, 1, 2*gib) // b's container on a card it holds nothing of
+	n.run(301, c, 0, 0, 3*gib) // a pod without any grant
+	n.run(401, nil, 0, 0, gib) // a host process
+	n.nvmlOnly(501, 1, gib/2)  // exited before its cgroup was read
+
+	got := n.sweep()
+	want := Sample{
+		Time: t0,
+		Cards: []CardSample{
+			{UUID: "GPU-0", Index: 0, TotalBytes: 80 * gib, UsedBytes: 22 * gib, UnaccountedBytes: 5 * gib},
+			{UUID: "GPU-1", Index: 1, TotalBytes: 80 * gib, UsedBytes: 2*gib + gib/2, UnaccountedBytes: 2*gib + gib/2},
+		},
+		Usages: []Usage{
+			{Card: "GPU-0", Ref: Ref{}, UsedBytes: gib, PIDs: []uint32{401}},
+			{Card: "GPU-0", Ref: ref(a, "train"), Grant: true, GrantedBytes: 10 * gib, UsedBytes: 12 * gib, PIDs: []uint32{101, 102}},
+			{Card: "GPU-0", Ref: ref(b, "serve"), Grant: true, GrantedBytes: 20 * gib, UsedBytes: 5 * gib, PIDs: []uint32{201}},
+			{Card: "GPU-0", Ref: ref(b, "sidecar"), UsedBytes: gib, PIDs: []uint32{202}},
+			{Card: "GPU-0", Ref: ref(c, "nogrant"), UsedBytes: 3 * gib, PIDs: []uint32{301}},
+			{Card: "GPU-1", Ref: Ref{}, UsedBytes: gib / 2, PIDs: []uint32{501}},
+			{Card: "GPU-1", Ref: ref(b, "serve"), UsedBytes: 2 * gib, PIDs: []uint32{203}},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("sample (-want +got):\n%s", d)
+	}
+}
+
+func TestSweepReportsGrantsWithoutProcessesAndCardsNVMLCannotList(t *testing.T) {
+	n := newNode(t, 2)
+	a := n.pod("a", "idle")
+	b := n.pod("b", "busy")
+	n.grant(a, "idle", 0, 4)
+	n.grant(b, "busy", 1, 4)
+	n.run(7, b, 0, 1, gib)
+	n.nv.fail["GPU-1"] = true
+	got := n.sweep()
+	if len(got.Cards) != 2 || got.Cards[1].Err == nil || got.Cards[0].Err != nil {
+		t.Fatalf("cards = %+v, want GPU-1 failed and GPU-0 sampled", got.Cards)
+	}
+	want := []Usage{{Card: "GPU-0", Ref: ref(a, "idle"), Grant: true, GrantedBytes: 4 * gib}}
+	if d := cmp.Diff(want, got.Usages); d != "" {
+		t.Errorf("usages (-want +got):\n%s", d)
+	}
+}
+
+func TestSweepWithoutPodResourcesReadsAssignmentRecords(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "train")
+	rec := api.Assignment{Version: api.AssignmentVersion, PodUID: a.UID, Node: "node-a", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+		Containers: []api.ContainerAssignment{{Name: "train", CardUUID: "GPU-0", Units: 6}}}
+	s, err := api.EncodeAssignment(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Annotations = map[string]string{api.AnnotationAssignment: s}
+	a.Spec.NodeName = "node-a"
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(6, resource.DecimalSI)}
+	done := n.pod("done", "x")
+	done.Status.Phase = corev1.PodSucceeded
+	done.Annotations = map[string]string{api.AnnotationAssignment: s} // wrong UID anyway: never believed
+	n.run(9, a, 0, 0, 7*gib)
+	sm := n.sampler()
+	sm.PodResources = nil
+	got, err := sm.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Usage{{Card: "GPU-0", Ref: ref(a, "train"), Grant: true, GrantedBytes: 6 * gib, UsedBytes: 7 * gib, PIDs: []uint32{9}}}
+	if d := cmp.Diff(want, got.Usages, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("usages (-want +got):\n%s", d)
+	}
+}
+
+func TestSweepUnknownMemoryCountsZero(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "c")
+	n.grant(a, "c", 0, 1)
+	n.run(5, a, 0, 0, 0)
+	n.nv.procs["GPU-0"] = []nvml.Process{{PID: 5}}
+	got := n.sweep()
+	if got.Usages[0].UsedBytes != 0 || len(got.Usages[0].PIDs) != 1 {
+		t.Errorf("usage = %+v, want the PID listed with 0 bytes", got.Usages[0])
+	}
+}
+
+func TestSweepReadsAReusedPIDAgain(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "c")
+	b := n.pod("b", "c")
+	n.grant(a, "c", 0, 1)
+	n.grant(b, "c", 0, 1)
+	n.run(5, a, 0, 0, gib)
+	s := n.sampler()
+	sweep := func() Sample {
+		out, err := s.Sweep(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	owner := func(out Sample) string {
+		for _, u := range out.Usages {
+			if len(u.PIDs) > 0 {
+				return u.Ref.Pod
+			}
+		}
+		return ""
+	}
+	if got := owner(sweep()); got != "a" {
+		t.Fatalf("PID 5 belongs to %q, want a", got)
+	}
+	// PID 5 exits (off NVML's list), and a process of pod b gets PID 5.
+	n.nv.procs["GPU-0"] = nil
+	sweep()
+	n.run(5, b, 0, 0, gib)
+	if got := owner(sweep()); got != "b" {
+		t.Errorf("reused PID 5 belongs to %q, want b (the cached owner must be dropped once NVML stops listing the PID)", got)
+	}
+}
+
+type failingPodResources struct{}
+
+func (failingPodResources) List(context.Context) ([]plugin.Holding, error) {
+	return nil, errors.New("connection refused")
+}
+
+func TestSweepFallsBackToRecordsWhenPodResourcesFail(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "train")
+	rec := api.Assignment{Version: api.AssignmentVersion, PodUID: a.UID, Node: "node-a", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+		Containers: []api.ContainerAssignment{{Name: "train", CardUUID: "GPU-0", Units: 6}}}
+	s, err := api.EncodeAssignment(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Annotations = map[string]string{api.AnnotationAssignment: s}
+	a.Spec.NodeName = "node-a"
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(6, resource.DecimalSI)}
+	sm := n.sampler()
+	sm.PodResources = failingPodResources{}
+	got, err := sm.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PodResourcesErr == nil {
+		t.Error("PodResourcesErr not set")
+	}
+	if len(got.Usages) != 1 || !got.Usages[0].Grant || got.Usages[0].GrantedBytes != 6*gib {
+		t.Errorf("usages = %+v, want the record's 6 GiB grant", got.Usages)
+	}
+}
