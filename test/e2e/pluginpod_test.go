@@ -52,6 +52,10 @@ func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, se
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists})
 	ctr := &spec.Containers[0]
 	ctr.Image, ctr.ImagePullPolicy, ctr.Command = probeImage, corev1.PullNever, nil
+	// The probe serves no metrics, and the lane runs two copies of this pod
+	// on one node at once (with and without the device mount): with host
+	// networking the chart's metrics port would be a host port they share.
+	ctr.Ports = nil
 	ctr.Env = append(ctr.Env,
 		corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", "/"}, ":")},
 		corev1.EnvVar{Name: "PROBE_CONNECT", Value: pluginPodSocket + ":" + pluginPodResources},

@@ -112,6 +112,15 @@ func see(seq int) Report {
 			defer unix.Close(fd)
 			return unix.Connect(fd, &unix.SockaddrUnix{Name: sock})
 		})
+		if r.Connects[sock] != "ok" { // what the directory held instead, to tell why
+			var names []string
+			if entries, err := os.ReadDir(filepath.Dir(sock)); err == nil {
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+			}
+			r.Connects[sock] += " (directory: " + strings.Join(names, ",") + ")"
+		}
 	}
 	return r
 }
