@@ -66,8 +66,9 @@ type Config struct {
 	Clock clock.WithTicker
 	// RecordKeys, when set, make the plugin trust only records the extender
 	// signed (an unsigned or badly signed one gives its pod no card), and
-	// sign the records it updates (api.RecordKeys).
-	RecordKeys api.RecordKeys
+	// sign the records it updates (api.RecordKeys), with the keys in force
+	// at each decision (a rotating Secret: internal/recordkey.Ring).
+	RecordKeys api.RecordKeyring
 }
 
 // DefaultListAndWatchGrace is Config.ListAndWatchGrace's default.
@@ -131,6 +132,9 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1)}
 }
+
+// keys are the record keys in force now.
+func (p *Plugin) keys() api.RecordKeys { return api.KeysOf(p.cfg.RecordKeys) }
 
 // options are the device plugin options, at registration and on request.
 // PreStartRequired: the kubelet calls PreStartContainer, and waits for it,

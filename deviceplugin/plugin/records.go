@@ -263,7 +263,7 @@ func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 	if err != nil {
 		return a, err
 	}
-	return a, p.cfg.RecordKeys.Verify(a)
+	return a, p.keys().Verify(a)
 }
 
 // signed wraps a record update: a record the keys do not verify is left
@@ -272,14 +272,15 @@ func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 // the cards the plugin may change.
 func (p *Plugin) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
 	return func(a *api.Assignment) bool {
-		if err := p.cfg.RecordKeys.Verify(*a); err != nil {
+		keys := p.keys()
+		if err := keys.Verify(*a); err != nil {
 			p.log.Info("Leaving an untrusted record alone", "podUID", a.PodUID, "err", err)
 			return false
 		}
 		if !mutate(a) {
 			return false
 		}
-		s, err := p.cfg.RecordKeys.Sign(*a)
+		s, err := keys.Sign(*a)
 		if err != nil {
 			p.log.Error(err, "Signing a record", "podUID", a.PodUID)
 			return false

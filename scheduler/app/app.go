@@ -34,6 +34,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
+	"github.com/gpushare/gpushare/internal/recordkey"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/cardlimits"
@@ -83,8 +84,11 @@ type Options struct {
 	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
 	MaxRequestBytes int64
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
-	// key the extender signs every record with (api.LoadRecordKeys).
-	RecordKeyDir string
+	// key the extender signs every record with (api.LoadRecordKeys), read
+	// again every RecordKeyInterval (a rotated Secret takes effect without a
+	// restart; internal/recordkey).
+	RecordKeyDir      string
+	RecordKeyInterval time.Duration
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -107,7 +111,8 @@ func DefaultOptions() Options {
 		KubeAPIBurst:  400,
 		BindTimeout:   server.DefaultBindTimeout,
 
-		MaxRequestBytes: server.DefaultMaxBodyBytes,
+		MaxRequestBytes:   server.DefaultMaxBodyBytes,
+		RecordKeyInterval: recordkey.DefaultInterval,
 	}
 }
 
@@ -138,6 +143,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
+	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
@@ -223,6 +229,11 @@ func (o *Options) Validate() error {
 	}
 	if o.ClientCAFile != "" && o.TLSCertFile == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-private-key-file: client certificates are checked over HTTPS only"))
+	}
+	if o.RecordKeyDir != "" {
+		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+			errs = append(errs, fmt.Errorf("--record-key-dir: %w", err))
+		}
 	}
 	if o.MaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
@@ -343,11 +354,17 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	var keys api.RecordKeys
+	var keys api.RecordKeyring
 	if o.RecordKeyDir != "" {
-		if keys, err = api.LoadRecordKeys(o.RecordKeyDir); err != nil {
-			return fmt.Errorf("--record-key-dir: %w", err)
+		ring, err := recordkey.Load(o.RecordKeyDir, logger.WithName("record-key"))
+		if err != nil {
+			return cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
 		}
+		if err := ring.Register(reg); err != nil {
+			return err
+		}
+		go ring.Run(ctx, nil, o.RecordKeyInterval)
+		keys = ring
 	}
 	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
