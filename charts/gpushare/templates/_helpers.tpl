@@ -70,6 +70,36 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the record key ("" when record signing is off). */}}
+{{- define "gpushare.recordKeySecret" -}}
+{{- if .Values.recordSigning.enabled -}}
+{{ .Values.recordSigning.existingSecret | default (printf "%s-record-key" (include "gpushare.fullname" .)) }}
+{{- end -}}
+{{- end -}}
+
+{{/* Where both programs find the record key (GPUSHARE_RECORD_KEY_DIR). */}}
+{{- define "gpushare.recordKeyDir" -}}/etc/gpushare/record-key{{- end -}}
+
+{{/* The record key's env entry, mount and volume, for the extender and the device plugin alike
+(used only when gpushare.recordKeySecret is set). A whole-Secret volume, never a subPath: the
+kubelet updates a Secret volume in place (an atomic swap) but never a subPath mount, and the
+programs follow the update (docs/security.md). */}}
+{{- define "gpushare.recordKeyEnv" -}}
+- name: GPUSHARE_RECORD_KEY_DIR
+  value: {{ include "gpushare.recordKeyDir" . | quote }}
+{{- end -}}
+{{- define "gpushare.recordKeyMount" -}}
+- name: record-key
+  mountPath: {{ include "gpushare.recordKeyDir" . }}
+  readOnly: true
+{{- end -}}
+{{- define "gpushare.recordKeyVolume" -}}
+- name: record-key
+  secret:
+    secretName: {{ include "gpushare.recordKeySecret" . }}
+    defaultMode: 0444
+{{- end -}}
+
 {{/* The extender stanza of a KubeSchedulerConfiguration. */}}
 {{- define "gpushare.extenderStanza" -}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
