@@ -83,6 +83,9 @@ type Cluster interface {
 	Pods() ([]*corev1.Pod, error)
 	// UpdateAssignment applies mutate to the pod's assignment record.
 	UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error
+	// RepairAssignment replaces the pod's record (whatever it is) with the
+	// one rebuild returns for the pod as read, if it returns one.
+	RepairAssignment(ctx context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error
 	// Arrival is the order in which the pod cache first saw the pod bound
 	// to the node (false: not seen); see allocate.State.Arrival.
 	Arrival(uid types.UID) (uint64, bool)
