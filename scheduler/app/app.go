@@ -86,7 +86,7 @@ type Options struct {
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
 	// key the extender signs every record with (api.LoadRecordKeys), read
 	// again every RecordKeyInterval (a rotated Secret takes effect without a
-	// restart; internal/recordkey).
+	// restart; internal/recordkey; 0: recordkey.DefaultInterval).
 	RecordKeyDir      string
 	RecordKeyInterval time.Duration
 }
@@ -111,8 +111,7 @@ func DefaultOptions() Options {
 		KubeAPIBurst:  400,
 		BindTimeout:   server.DefaultBindTimeout,
 
-		MaxRequestBytes:   server.DefaultMaxBodyBytes,
-		RecordKeyInterval: recordkey.DefaultInterval,
+		MaxRequestBytes: server.DefaultMaxBodyBytes,
 	}
 }
 
@@ -143,7 +142,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
-	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
+	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart (0: every 5s)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
@@ -344,16 +343,6 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	c := cache.New()
-	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
-	pods, err := c.Attach(factory)
-	if err != nil {
-		return err
-	}
-	workers := o.Parallelism
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
 	var keys api.RecordKeyring
 	if o.RecordKeyDir != "" {
 		ring, err := recordkey.Load(o.RecordKeyDir, logger.WithName("record-key"))
@@ -365,6 +354,16 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 		}
 		go ring.Run(ctx, nil, o.RecordKeyInterval)
 		keys = ring
+	}
+	c := cache.New(cache.WithRecordKeys(keys))
+	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
+	pods, err := c.Attach(factory)
+	if err != nil {
+		return err
+	}
+	workers := o.Parallelism
+	if workers == 0 {
+		workers = runtime.GOMAXPROCS(0)
 	}
 	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
