@@ -162,6 +162,30 @@ expect extender-only 'name: gpushare-extender-stanza$'
 expect extender-only 'name: GPUSHARE_CLIENT_CA_FILE'
 expect extender-only 'secretName: gpushare-extender-tls'
 
+# cert-manager issues the certificates instead (rendering only: the test API server has no
+# cert-manager CRDs, so this rendering stays out of the server dry-run below).
+render cert-manager --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true \
+  --set 'scheduler.extender.tls.extraSANs={127.0.0.1,ext.example.com}' --api-versions cert-manager.io/v1
+count cert-manager 'kind: Certificate$' 3
+count cert-manager 'kind: Issuer$' 2
+expect cert-manager 'selfSigned: \{\}'
+expect cert-manager 'isCA: true'
+expect cert-manager 'secretName: gpushare-extender-tls$'
+expect cert-manager 'secretName: gpushare-extender-client$'
+expect cert-manager '- gpushare-scheduler.gpushare-system.svc$'
+expect cert-manager '- ext.example.com$'
+expect cert-manager '- 127.0.0.1$'
+expect cert-manager 'usages: \[client auth'
+expect cert-manager 'name: GPUSHARE_CLIENT_CA_FILE'
+expect cert-manager 'name: gpushare-extender-stanza$' absent
+expect cert-manager 'type: kubernetes.io/tls' absent
+render cert-manager-issuer --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true \
+  --set scheduler.extender.tls.certManager.issuerRef.name=corp-ca --set scheduler.extender.tls.certManager.issuerRef.kind=ClusterIssuer --api-versions cert-manager.io/v1
+count cert-manager-issuer 'kind: Certificate$' 2
+expect cert-manager-issuer 'kind: Issuer$' absent
+count cert-manager-issuer 'issuerRef: \{name: corp-ca, kind: ClusterIssuer' 2
+expect extender-only 'cert-manager.io' absent
+
 render extender-only-plain --set scheduler.mode=extender-only --set scheduler.extender.tls.enabled=false
 expect extender-only-plain 'extender-tls' absent
 expect extender-only-plain 'GPUSHARE_TLS_CERT_FILE' absent
@@ -219,6 +243,7 @@ refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
 refuse bad-record-key-secret 'existingSecret' --set recordSigning.existingSecret=Not_A_Name
+refuse cert-manager-without-crd 'no cert-manager.io/v1 API' --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true
 refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
 
 # The environment the chart gives each program must be what the program reads, with values it
@@ -272,7 +297,7 @@ if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    case "$name" in servicemonitor|podmonitor|observability) continue ;; esac   # no Prometheus operator CRD on the test cluster
+    case "$name" in servicemonitor|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else

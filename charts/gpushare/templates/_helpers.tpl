@@ -146,6 +146,9 @@ programs follow the update (docs/security.md). */}}
 {{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
 {{- fail "metrics.prometheusRule.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PrometheusRule)" -}}
 {{- end -}}
+{{- if and (eq (include "gpushare.extenderTLS" .) "true") .Values.scheduler.extender.tls.certManager.enabled (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+{{- fail "scheduler.extender.tls.certManager.enabled=true but the cluster has no cert-manager.io/v1 API (install cert-manager, or leave certManager off and let the chart generate the certificates)" -}}
+{{- end -}}
 {{- if and (eq (toString .Values.devicePlugin.memory.sampleInterval) "0s") (ne .Values.devicePlugin.memory.enforcement "off") -}}
 {{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
 {{- end -}}
