@@ -45,8 +45,10 @@ type ContainerAssignment struct {
 // Trust: a record is only believed when it names the pod's own UID and the
 // node the pod is bound to (Assignment.Matches). A pod's UID is made by the
 // API server at creation, so an annotation copied into a manifest can never
-// match; bind overwrites whatever a pod carried before. Signature is reserved
-// so that a later version can authenticate the record.
+// match; bind overwrites whatever a pod carried before. With a record key
+// (signature.go) the record is also authenticated: Signature is an HMAC the
+// extender (or the device plugin, for what it corrects) computed over the
+// rest of the record.
 type Assignment struct {
 	Version    int                   `json:"version"`
 	PodUID     types.UID             `json:"podUID"`
@@ -54,8 +56,8 @@ type Assignment struct {
 	Unit       MemoryUnit            `json:"unit"`
 	Phase      AssignmentPhase       `json:"phase"`
 	Containers []ContainerAssignment `json:"containers"`
-	// Signature is reserved for authenticating the record (e.g. an HMAC by
-	// the extender). Empty in version 1 and not checked.
+	// Signature authenticates the record (RecordKeys.Sign); empty where no
+	// record key is configured, and then not checked.
 	Signature string `json:"signature,omitempty"`
 }
 

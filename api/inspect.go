@@ -60,6 +60,12 @@ const (
 	// ExtenderPodConfirmed: the informer shows the pod bound to the node
 	// with a valid assignment.
 	ExtenderPodConfirmed ExtenderPodState = "confirmed"
+	// ExtenderPodRemembered: the pod still holds its units (bound, not
+	// finished) but its record is gone or no longer valid (removed,
+	// garbled, not signed by the record key); the extender keeps counting
+	// the last valid record it saw until the device plugin rewrites the
+	// record from the kubelet's account or the pod finishes.
+	ExtenderPodRemembered ExtenderPodState = "remembered"
 )
 
 // InventoryErrorCode classifies why a node's cards are unusable; the values

@@ -52,6 +52,36 @@ type RecordKeys struct {
 // Enabled reports whether there is a key.
 func (k RecordKeys) Enabled() bool { return len(k.Current) > 0 }
 
+// RecordKeyring gives the record keys in force at each use: the programs
+// re-read a mounted Secret while they run (internal/recordkey), so a
+// rotation takes effect without a restart. Take Keys once per decision.
+type RecordKeyring interface {
+	Keys() RecordKeys
+}
+
+// Keys makes a fixed set of keys a RecordKeyring.
+func (k RecordKeys) Keys() RecordKeys { return k }
+
+// KeysOf returns the keys ring has in force; a nil ring has none.
+func KeysOf(ring RecordKeyring) RecordKeys {
+	if ring == nil {
+		return RecordKeys{}
+	}
+	return ring.Keys()
+}
+
+// SignedByCurrent reports whether a carries the current key's signature
+// (false with no key). A record that verifies but is not signed by the
+// current key was signed by the previous one: the device plugin signs it
+// again, so that the previous key can be dropped (docs/security.md,
+// "Rotating the record key").
+func (k RecordKeys) SignedByCurrent(a Assignment) bool {
+	if !k.Enabled() {
+		return false
+	}
+	return k.verifyWith(a, k.Current) == nil
+}
+
 // LoadRecordKeys reads the keys from dir (a mounted Secret): the file
 // RecordKeyCurrent, required, and RecordKeyPrevious, optional. Surrounding
 // whitespace is trimmed; each key must have at least MinRecordKeyBytes.
@@ -104,24 +134,36 @@ func (k RecordKeys) Verify(a Assignment) error {
 	if a.Signature == "" {
 		return fmt.Errorf("%w: only the gpushare extender writes records, and it signs them; delete the pod and let the gpushare scheduler place it", ErrUnsigned)
 	}
+	var last error
+	for _, key := range [][]byte{k.Current, k.Previous} {
+		if len(key) == 0 {
+			continue
+		}
+		if last = k.verifyWith(a, key); last == nil || !errors.Is(last, errMismatch) {
+			return last
+		}
+	}
+	return fmt.Errorf("%w: the record was changed after the extender wrote it, or the extender and this device plugin hold different keys (check the Secret both mount); delete the pod and let the gpushare scheduler place it", ErrBadSignature)
+}
+
+// errMismatch: a well-formed signature that key did not make.
+var errMismatch = errors.New("signature mismatch")
+
+// verifyWith checks a's signature against one key.
+func (k RecordKeys) verifyWith(a Assignment, key []byte) error {
 	enc, ok := strings.CutPrefix(a.Signature, signaturePrefix)
 	got, err := base64.RawURLEncoding.DecodeString(enc)
 	if !ok || err != nil {
 		return fmt.Errorf("%w: signature %.24q… is not %s<base64url>", ErrBadSignature, a.Signature, signaturePrefix)
 	}
-	for _, key := range [][]byte{k.Current, k.Previous} {
-		if len(key) == 0 {
-			continue
-		}
-		want, err := recordMAC(key, a)
-		if err != nil {
-			return err
-		}
-		if hmac.Equal(got, want) {
-			return nil
-		}
+	want, err := recordMAC(key, a)
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: the record was changed after the extender wrote it, or the extender and this device plugin hold different keys (check the Secret both mount); delete the pod and let the gpushare scheduler place it", ErrBadSignature)
+	if !hmac.Equal(got, want) {
+		return errMismatch
+	}
+	return nil
 }
 
 // recordMAC is the HMAC of a's encoding without its signature.

@@ -91,3 +91,35 @@ func TestLoadRecordKeys(t *testing.T) {
 		t.Errorf("with previous: %+v, %v", k, err)
 	}
 }
+
+// SignedByCurrent tells a record the device plugin must sign again during a
+// rotation (signed by the previous key) from one already signed by the
+// current key; a fixed RecordKeys is its own keyring, a nil ring has none.
+func TestSignedByCurrentAndKeyrings(t *testing.T) {
+	_, a := assignedPod()
+	old := RecordKeys{Current: []byte(strings.Repeat("o", 32))}
+	rotating := RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: old.Current}
+	byOld, err := old.Sign(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byNew, err := rotating.Sign(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotating.Verify(byOld) != nil || rotating.SignedByCurrent(byOld) {
+		t.Errorf("a record signed by the previous key: verifies %v, SignedByCurrent %v; want verified, not by current", rotating.Verify(byOld), rotating.SignedByCurrent(byOld))
+	}
+	if !rotating.SignedByCurrent(byNew) {
+		t.Error("a record signed by the current key: SignedByCurrent = false")
+	}
+	if (RecordKeys{}).SignedByCurrent(byNew) || rotating.SignedByCurrent(a) {
+		t.Error("SignedByCurrent true without a key or without a signature")
+	}
+	if got := KeysOf(rotating); string(got.Current) != string(rotating.Current) {
+		t.Error("KeysOf(RecordKeys) is not the keys themselves")
+	}
+	if KeysOf(nil).Enabled() {
+		t.Error("KeysOf(nil) has a key")
+	}
+}

@@ -40,6 +40,13 @@ expect() {
   fi
 }
 
+# count NAME PATTERN N : the rendering of NAME has exactly N lines matching PATTERN.
+count() {
+  local name=$1 pattern=$2 want=$3 got
+  got=$(grep -cE -- "$pattern" "$out/$name.yaml" || true)
+  if [ "$got" -eq "$want" ]; then pass "$name has /$pattern/ ${want}x"; else fail "$name" "/$pattern/ ${got}x, want ${want}x"; fi
+}
+
 # refuse NAME MESSAGE ARGS... : helm template must fail and say MESSAGE.
 refuse() {
   local name=$1 message=$2; shift 2
@@ -96,6 +103,29 @@ expect dedicated 'Warning Event when a container stays over its GPU memory grant
 expect dedicated 'resources: \[pods/eviction\]' absent
 expect dedicated 'CUDA_MPS|GPUSHARE_MPS' absent
 
+# Record signing (default on): the chart's generated key Secret, mounted read-only (no subPath, so
+# that a rotation reaches the running programs) into the extender and the device plugin, both told
+# where by GPUSHARE_RECORD_KEY_DIR.
+expect dedicated 'name: gpushare-record-key$'
+expect dedicated '^  current: [A-Za-z0-9+/=]{80,}$'
+count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 2
+count dedicated 'value: "/etc/gpushare/record-key"$' 2
+count dedicated 'mountPath: /etc/gpushare/record-key$' 2
+count dedicated 'secretName: gpushare-record-key$' 2
+expect dedicated 'subPath' absent
+
+render record-key-existing --set recordSigning.existingSecret=team-record-key
+expect record-key-existing 'name: gpushare-record-key$' absent
+count record-key-existing 'secretName: team-record-key$' 2
+count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 2
+
+render record-key-extender-only --set scheduler.mode=extender-only
+count record-key-extender-only 'mountPath: /etc/gpushare/record-key$' 2
+expect record-key-extender-only 'mountPath: /etc/gpushare/tls$'
+
+render record-signing-off --set recordSigning.enabled=false
+expect record-signing-off 'RECORD_KEY|record-key' absent
+
 render evict --set devicePlugin.memory.enforcement=evict --set devicePlugin.memory.tolerance=512Mi
 expect evict 'resources: \[pods/eviction\]'
 expect evict 'value: "512Mi"'
@@ -131,6 +161,30 @@ expect extender-only 'name: gpushare-extender-tls$'
 expect extender-only 'name: gpushare-extender-stanza$'
 expect extender-only 'name: GPUSHARE_CLIENT_CA_FILE'
 expect extender-only 'secretName: gpushare-extender-tls'
+
+# cert-manager issues the certificates instead (rendering only: the test API server has no
+# cert-manager CRDs, so this rendering stays out of the server dry-run below).
+render cert-manager --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true \
+  --set 'scheduler.extender.tls.extraSANs={127.0.0.1,ext.example.com}' --api-versions cert-manager.io/v1
+count cert-manager 'kind: Certificate$' 3
+count cert-manager 'kind: Issuer$' 2
+expect cert-manager 'selfSigned: \{\}'
+expect cert-manager 'isCA: true'
+expect cert-manager 'secretName: gpushare-extender-tls$'
+expect cert-manager 'secretName: gpushare-extender-client$'
+expect cert-manager '- gpushare-scheduler.gpushare-system.svc$'
+expect cert-manager '- ext.example.com$'
+expect cert-manager '- 127.0.0.1$'
+expect cert-manager 'usages: \[client auth'
+expect cert-manager 'name: GPUSHARE_CLIENT_CA_FILE'
+expect cert-manager 'name: gpushare-extender-stanza$' absent
+expect cert-manager 'type: kubernetes.io/tls' absent
+render cert-manager-issuer --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true \
+  --set scheduler.extender.tls.certManager.issuerRef.name=corp-ca --set scheduler.extender.tls.certManager.issuerRef.kind=ClusterIssuer --api-versions cert-manager.io/v1
+count cert-manager-issuer 'kind: Certificate$' 2
+expect cert-manager-issuer 'kind: Issuer$' absent
+count cert-manager-issuer 'issuerRef: \{name: corp-ca, kind: ClusterIssuer' 2
+expect extender-only 'cert-manager.io' absent
 
 render extender-only-plain --set scheduler.mode=extender-only --set scheduler.extender.tls.enabled=false
 expect extender-only-plain 'extender-tls' absent
@@ -188,6 +242,8 @@ refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metric
 refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
+refuse bad-record-key-secret 'existingSecret' --set recordSigning.existingSecret=Not_A_Name
+refuse cert-manager-without-crd 'no cert-manager.io/v1 API' --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true
 refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
 
 # The environment the chart gives each program must be what the program reads, with values it
@@ -204,10 +260,14 @@ container_env() {
     if ($1=="valueFrom:") v="chart-check-node"; else { sub(/^ *value: */,""); gsub(/^"|"$/,""); v=$0 }
     if (n ~ /^(GPUSHARE_|NODE_NAME$|KUBECONFIG$)/) print n "=" v}' "$out/$1.yaml"
 }
+# The record key the chart mounts at GPUSHARE_RECORD_KEY_DIR is a directory made here instead.
+keydir="$out/record-key"
+mkdir -p "$keydir"
+head -c 48 /dev/urandom | base64 >"$keydir/current"
 check_program_env() {
   local name=$1 container=$2 binary=$3 help vars v code
   help="$("$out/$binary" --help)"
-  mapfile -t vars < <(container_env "$name" "$container")
+  mapfile -t vars < <(container_env "$name" "$container" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$keydir|")
   if [ "${#vars[@]}" -eq 0 ]; then fail "$name $container env" "no variables found in the rendering"; return; fi
   for v in "${vars[@]}"; do
     if grep -qF "(env ${v%%=*})" <<<"$help"; then pass "$name $container reads ${v%%=*}"
@@ -218,16 +278,26 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation; do
+for r in dedicated strategies isolation record-key-existing record-signing-off; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
+done
+# Both programs do read GPUSHARE_RECORD_KEY_DIR: pointed at a directory without a key, they refuse
+# to start (exit 2) and say so.
+for prog in "extender gpushare-scheduler" "device-plugin gpushare-device-plugin"; do
+  set -- $prog
+  mapfile -t vars < <(container_env dedicated "$1" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$out/no-key|")
+  code=0
+  env -i PATH="$PATH" "${vars[@]}" timeout 20 "$out/$2" >"$out/nokey-$1.run" 2>&1 || code=$?
+  if [ "$code" -eq 2 ] && grep -q -- '--record-key-dir' "$out/nokey-$1.run"; then pass "$1 refuses a record key directory without a key"
+  else fail "$1 record key" "exit $code, want 2 naming --record-key-dir: $(cat "$out/nokey-$1.run")"; fi
 done
 
 if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    case "$name" in servicemonitor|podmonitor|observability) continue ;; esac   # no Prometheus operator CRD on the test cluster
+    case "$name" in servicemonitor|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else

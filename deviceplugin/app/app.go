@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
@@ -30,6 +32,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
 	"github.com/gpushare/gpushare/internal/cli"
+	"github.com/gpushare/gpushare/internal/recordkey"
 )
 
 // Options are the plugin's settings; docs/deviceplugin.md lists them.
@@ -46,8 +49,10 @@ type Options struct {
 	IgnoreXIDs            string
 	IsolationFile         string
 	// RecordKeyDir, when set, holds the key records are signed with
-	// (api.LoadRecordKeys): only signed records give a card.
+	// (api.LoadRecordKeys): only signed records give a card. It is read
+	// again every RecordKeyInterval (internal/recordkey).
 	RecordKeyDir       string
+	RecordKeyInterval  time.Duration
 	DevicePluginDir    string
 	PodResourcesSocket string
 	AllocateWait       time.Duration
@@ -83,6 +88,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
 	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the key ('current', optional 'previous') the extender signs assignment records with; set, only signed records give a container a card (empty: records are not checked)")
+	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
@@ -187,6 +193,11 @@ func (o Options) validate() error {
 	if _, err := o.ignoredXIDs(); err != nil {
 		return err
 	}
+	if o.RecordKeyDir != "" {
+		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+			return fmt.Errorf("--record-key-dir: %w", err)
+		}
+	}
 	return o.Memory.validate()
 }
 
@@ -290,11 +301,19 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if o.PodResourcesSocket != "" {
 		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
 	}
-	var keys api.RecordKeys
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var keys api.RecordKeyring
 	if o.RecordKeyDir != "" {
-		if keys, err = api.LoadRecordKeys(o.RecordKeyDir); err != nil {
-			return fmt.Errorf("--record-key-dir: %w", err)
+		ring, err := recordkey.Load(o.RecordKeyDir, log.WithName("record-key"))
+		if err != nil {
+			return cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
 		}
+		if err := ring.Register(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)); err != nil {
+			return err
+		}
+		go ring.Run(ctx, nil, o.RecordKeyInterval)
+		keys = ring
 	}
 	p := plugin.New(plugin.Config{
 		PluginDir:         o.DevicePluginDir,
@@ -305,7 +324,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		RecordKeys:        keys,
 		MPS:               o.Memory.mps(),
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client); err != nil {
+	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client, reg); err != nil {
 		return err
 	}
 	return p.Run(ctx, restart)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -82,14 +81,12 @@ func (m MemoryOptions) mps() plugin.MPS {
 
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface) error {
+func startMemory(ctx context.Context, o Options, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	if sim != nil && m.SimProcesses != "" {
 		sim.ReadProcessesFrom(m.SimProcesses)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var metrics *usage.Metrics
 	if m.SampleInterval > 0 {
 		var err error

@@ -192,20 +192,52 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 		if !mutate(&a) {
 			return nil
 		}
-		s, err := api.EncodeAssignment(a)
-		if err != nil {
-			return err
-		}
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"resourceVersion": pod.ResourceVersion,
-			"annotations":     map[string]string{api.AnnotationAssignment: s},
-		}})
-		if err != nil {
-			return err
-		}
-		_, err = c.client.CoreV1().Pods(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-		return err
+		return c.patchRecord(ctx, pod, a)
 	})
+}
+
+// RepairAssignment reads the pod from the API server and, when rebuild
+// returns a record for it (true), writes that record in place of whatever
+// the pod carries (none, an undecodable or untrusted one): the same
+// conflict-checked merge patch as UpdateAssignment, retried on conflict with
+// rebuild called again on the pod as read. A pod that is gone or has another
+// UID is left alone.
+func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if pod.UID != uid {
+			return nil
+		}
+		a, ok := rebuild(pod)
+		if !ok {
+			return nil
+		}
+		return c.patchRecord(ctx, pod, a)
+	})
+}
+
+// patchRecord writes a as pod's record, conditional on the resourceVersion
+// the pod was read at.
+func (c *Cluster) patchRecord(ctx context.Context, pod *corev1.Pod, a api.Assignment) error {
+	s, err := api.EncodeAssignment(a)
+	if err != nil {
+		return err
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": pod.ResourceVersion,
+		"annotations":     map[string]string{api.AnnotationAssignment: s},
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }
 
 // Publish writes the inventory annotation and the GPU labels on the Node.

@@ -94,6 +94,40 @@ func TestUpdateAssignment(t *testing.T) {
 	}
 }
 
+// RepairAssignment writes the rebuilt record whatever the pod carried
+// (here: none), and leaves alone a re-created pod, a deleted one, and a pod
+// rebuild declines.
+func TestRepairAssignment(t *testing.T) {
+	ctx := context.Background()
+	pod := podtest.Make(node, "p", 1).Container("c", 2).Obj()
+	client := fake.NewClientset(pod)
+	c := New(client, node)
+	rebuilt := api.Assignment{Version: api.AssignmentVersion, PodUID: pod.UID, Node: node, Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+		Containers: []api.ContainerAssignment{{Name: "c", CardUUID: "GPU-a", Units: 2}}}
+	var saw *corev1.Pod
+	rebuild := func(p *corev1.Pod) (api.Assignment, bool) { saw = p; return rebuilt, true }
+	decline := func(*corev1.Pod) (api.Assignment, bool) { return api.Assignment{}, false }
+
+	if err := c.RepairAssignment(ctx, "ns", "p", "another-uid", rebuild); err != nil || saw != nil {
+		t.Fatalf("a re-created pod (other UID): err %v, rebuild called %v", err, saw != nil)
+	}
+	if err := c.RepairAssignment(ctx, "ns", "p", pod.UID, decline); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); p.Annotations[api.AnnotationAssignment] != "" {
+		t.Fatalf("a declined repair wrote %q", p.Annotations[api.AnnotationAssignment])
+	}
+	if err := c.RepairAssignment(ctx, "ns", "p", pod.UID, rebuild); err != nil {
+		t.Fatal(err)
+	}
+	if got := phaseOf(t, client); got != api.PhaseAllocated || saw == nil || saw.Name != "p" {
+		t.Errorf("after the repair: phase %s, rebuild saw %v", got, saw)
+	}
+	if err := c.RepairAssignment(ctx, "ns", "gone", "uid-gone", rebuild); err != nil {
+		t.Errorf("a deleted pod: %v, want nil", err)
+	}
+}
+
 func phaseOf(t *testing.T, client *fake.Clientset) api.AssignmentPhase {
 	t.Helper()
 	p, err := client.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})

@@ -67,6 +67,29 @@ func (c *memCluster) UpdateAssignment(_ context.Context, namespace, name string,
 	return nil
 }
 
+func (c *memCluster) RepairAssignment(_ context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.pods {
+		if p.Namespace != namespace || p.Name != name || p.UID != uid {
+			continue
+		}
+		a, ok := rebuild(p.DeepCopy())
+		if !ok {
+			return nil
+		}
+		s, err := api.EncodeAssignment(a)
+		if err != nil {
+			return err
+		}
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[api.AnnotationAssignment] = s
+	}
+	return nil
+}
+
 func (c *memCluster) record(t *testing.T, name string) api.Assignment {
 	t.Helper()
 	c.mu.Lock()

@@ -66,8 +66,9 @@ type Config struct {
 	Clock clock.WithTicker
 	// RecordKeys, when set, make the plugin trust only records the extender
 	// signed (an unsigned or badly signed one gives its pod no card), and
-	// sign the records it updates (api.RecordKeys).
-	RecordKeys api.RecordKeys
+	// sign the records it updates (api.RecordKeys), with the keys in force
+	// at each decision (a rotating Secret: internal/recordkey.Ring).
+	RecordKeys api.RecordKeyring
 }
 
 // DefaultListAndWatchGrace is Config.ListAndWatchGrace's default.
@@ -82,6 +83,9 @@ type Cluster interface {
 	Pods() ([]*corev1.Pod, error)
 	// UpdateAssignment applies mutate to the pod's assignment record.
 	UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error
+	// RepairAssignment replaces the pod's record (whatever it is) with the
+	// one rebuild returns for the pod as read, if it returns one.
+	RepairAssignment(ctx context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error
 	// Arrival is the order in which the pod cache first saw the pod bound
 	// to the node (false: not seen); see allocate.State.Arrival.
 	Arrival(uid types.UID) (uint64, bool)
@@ -131,6 +135,9 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1)}
 }
+
+// keys are the record keys in force now.
+func (p *Plugin) keys() api.RecordKeys { return api.KeysOf(p.cfg.RecordKeys) }
 
 // options are the device plugin options, at registration and on request.
 // PreStartRequired: the kubelet calls PreStartContainer, and waits for it,

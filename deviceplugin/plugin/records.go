@@ -193,6 +193,12 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 // Reconcile makes the pods' records match what the kubelet allocated: it
 // reads the kubelet's PodResources (when configured) into the ledger, which
 // corrects the plugin's guesses, then patches every record that differs.
+// A record the plugin cannot trust (none, undecodable, not the pod's, not
+// signed by the record key) on a pod the kubelet holds units for is
+// rewritten from the kubelet's account (repair); a trusted record signed by
+// the previous key of a rotation is signed again with the current one
+// (resign). Pods the kubelet holds nothing for keep their record: they get
+// no card at Allocate anyway.
 func (p *Plugin) Reconcile(ctx context.Context) error {
 	acct, account := p.readAccount(ctx)
 	p.allocMu.Lock()
@@ -210,9 +216,20 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	}
 	p.ledger.retain(live)
 	p.allocMu.Unlock()
+	var errs []error
+	held := map[types.UID]map[string]holding{}
 	for _, h := range acct.holdings {
-		if _, aerr := p.record(v.byUID[h.UID]); aerr != nil {
-			p.log.Error(aerr, "A container holds gpu-mem units without a gpushare assignment", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", h.Card)
+		if held[h.UID] == nil {
+			held[h.UID] = map[string]holding{}
+		}
+		held[h.UID][h.Container] = h
+	}
+	for uid, hs := range held {
+		pod := v.byUID[uid]
+		if _, aerr := p.record(pod); aerr != nil {
+			if err := p.repair(ctx, pod, hs, aerr); err != nil {
+				errs = append(errs, fmt.Errorf("repairing the record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+			}
 		}
 	}
 	// Reopened pods first: a record that stops claiming units is written
@@ -222,13 +239,18 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	sort.SliceStable(pods, func(i, j int) bool {
 		return p.ledger.isReopened(pods[i].UID) && !p.ledger.isReopened(pods[j].UID)
 	})
-	var errs []error
+	keys := p.keys()
 	for _, pod := range pods {
 		a, err := p.record(pod)
 		if err != nil {
 			continue
 		}
 		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
+			if keys.Enabled() && !keys.SignedByCurrent(a) {
+				if err := p.resign(ctx, pod); err != nil {
+					errs = append(errs, fmt.Errorf("pod %s/%s: signing its record with the current key: %w", pod.Namespace, pod.Name, err))
+				}
+			}
 			continue // the cached record already matches
 		}
 		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
@@ -236,6 +258,89 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// repair rewrites the record of a pod the kubelet holds units for, which
+// the plugin cannot trust (why), from the kubelet's account held (by
+// container): each container that requests gpu-mem gets the card of the
+// units the kubelet gave it, the phase is Allocated, and with a record key
+// the record is signed. The pod as read from the API server is checked
+// again: a record that is trusted by then, a pod that finished, or a
+// container the account does not show holding exactly its request leaves
+// the record alone (logged).
+//
+// With the admission policies installed, nobody but the extender can add a
+// record, nor can anyone but it and the plugin change one, so there is
+// nothing to repair; a repair that adds a record is refused by them.
+func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]holding, why error) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	var rebuilt bool
+	var refused error
+	err := p.cluster.RepairAssignment(ctx, pod.Namespace, pod.Name, pod.UID, func(fresh *corev1.Pod) (api.Assignment, bool) {
+		rebuilt, refused = false, nil
+		if !api.HoldsUnits(fresh) {
+			return api.Assignment{}, false
+		}
+		if _, err := p.record(fresh); err == nil {
+			return api.Assignment{}, false // trusted meanwhile
+		}
+		a, err := p.fromAccount(fresh, held)
+		if err != nil {
+			refused = err
+			return api.Assignment{}, false
+		}
+		rebuilt = true
+		return a, true
+	})
+	switch {
+	case err != nil:
+		return err
+	case refused != nil:
+		p.log.Error(refused, "A pod holds gpu-mem units without a trusted gpushare record, and the kubelet's account cannot rebuild it", "pod", klog.KObj(pod), "record", why.Error())
+	case rebuilt:
+		p.log.Info("Rewrote an untrusted record from the kubelet's account", "pod", klog.KObj(pod), "was", why.Error())
+	}
+	return nil
+}
+
+// fromAccount is the record of pod as the kubelet's account shows it (see
+// repair), signed with the key in force.
+func (p *Plugin) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assignment, error) {
+	req, err := api.RequestFromPod(pod)
+	if err != nil {
+		return api.Assignment{}, err
+	}
+	a := api.Assignment{Version: api.AssignmentVersion, PodUID: pod.UID, Node: pod.Spec.NodeName, Unit: p.store.Unit(), Phase: api.PhaseAllocated}
+	for _, c := range req.Containers {
+		h, ok := held[c.Name]
+		if !ok {
+			return api.Assignment{}, fmt.Errorf("container %q requests %d units but holds none in the kubelet's account", c.Name, c.Units)
+		}
+		if int64(len(h.IDs)) != c.Units {
+			return api.Assignment{}, fmt.Errorf("container %q requests %d units, the kubelet's account shows %d", c.Name, c.Units, len(h.IDs))
+		}
+		card, ok := p.store.Card(h.Card)
+		if !ok {
+			return api.Assignment{}, fmt.Errorf("%w: %s", errUnknownCard, h.Card)
+		}
+		a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: card.UUID, CardIndex: card.Index, Units: c.Units})
+	}
+	if err := a.Validate(); err != nil {
+		return api.Assignment{}, err
+	}
+	return p.keys().Sign(a)
+}
+
+// resign signs a trusted record again with the current key (it was signed
+// by the previous one), so that a rotation can drop the previous key once
+// every plugin has reconciled.
+func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	return p.cluster.UpdateAssignment(ctx, pod.Namespace, pod.Name, pod.UID, p.signed(func(a *api.Assignment) bool {
+		return !p.keys().SignedByCurrent(*a)
+	}))
 }
 
 // RunReconciler reconciles after every Allocate and every ReconcileInterval
@@ -263,7 +368,7 @@ func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 	if err != nil {
 		return a, err
 	}
-	return a, p.cfg.RecordKeys.Verify(a)
+	return a, p.keys().Verify(a)
 }
 
 // signed wraps a record update: a record the keys do not verify is left
@@ -272,14 +377,15 @@ func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 // the cards the plugin may change.
 func (p *Plugin) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
 	return func(a *api.Assignment) bool {
-		if err := p.cfg.RecordKeys.Verify(*a); err != nil {
+		keys := p.keys()
+		if err := keys.Verify(*a); err != nil {
 			p.log.Info("Leaving an untrusted record alone", "podUID", a.PodUID, "err", err)
 			return false
 		}
 		if !mutate(a) {
 			return false
 		}
-		s, err := p.cfg.RecordKeys.Sign(*a)
+		s, err := keys.Sign(*a)
 		if err != nil {
 			p.log.Error(err, "Signing a record", "podUID", a.PodUID)
 			return false

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,4 +76,51 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 			t.Errorf("the plugin's update is not signed: %v", err)
 		}
 	})
+}
+
+// swappableKeys is a keyring whose keys a test replaces, as
+// internal/recordkey.Ring does when the Secret changes.
+type swappableKeys struct {
+	mu   sync.Mutex
+	keys api.RecordKeys
+}
+
+func (s *swappableKeys) Keys() api.RecordKeys {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys
+}
+
+func (s *swappableKeys) set(k api.RecordKeys) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys = k
+}
+
+// The plugin takes the keys in force at each decision: a record signed with
+// a key the running plugin does not hold yet is refused, and served once the
+// keyring holds that key (a rotation reaching the plugin without a restart).
+func TestAllocateUsesTheKeysInForceNow(t *testing.T) {
+	oldKeys := api.RecordKeys{Current: []byte(strings.Repeat("o", 32))}
+	newKeys := api.RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: oldKeys.Current}
+	ring := &swappableKeys{keys: oldKeys}
+	h := newHarness(t, setup{cfg: Config{RecordKeys: ring}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+		return []*corev1.Pod{
+			podtest.Make(nodeName, "a", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys, nil).Obj(),
+			podtest.Make(nodeName, "b", 2).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys, nil).Obj(),
+		}
+	}})
+	if _, err := h.allocate(t, unitIDs(h.cards[1].UUID, 0, 4)); err == nil || !strings.Contains(err.Error(), "signature does not match") {
+		t.Fatalf("Allocate with the old key = %v, want the record refused", err)
+	}
+	// The kubelet fails pod a; the same record signature on pod b is served
+	// once the keyring holds the new key.
+	ring.set(newKeys)
+	r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
+	if got := mountedCard(t, r); got != h.cards[1].UUID {
+		t.Errorf("mounted card %s, want %s", got, h.cards[1].UUID)
+	}
+	if a := h.record(t, "b"); !newKeys.SignedByCurrent(a) {
+		t.Errorf("the plugin's update is not signed with the key now current")
+	}
 }

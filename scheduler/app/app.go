@@ -7,6 +7,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +36,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
+	"github.com/gpushare/gpushare/internal/recordkey"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/cardlimits"
@@ -83,8 +86,11 @@ type Options struct {
 	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
 	MaxRequestBytes int64
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
-	// key the extender signs every record with (api.LoadRecordKeys).
-	RecordKeyDir string
+	// key the extender signs every record with (api.LoadRecordKeys), read
+	// again every RecordKeyInterval (a rotated Secret takes effect without a
+	// restart; internal/recordkey; 0: recordkey.DefaultInterval).
+	RecordKeyDir      string
+	RecordKeyInterval time.Duration
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -138,6 +144,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
+	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart (0: every 5s)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
@@ -223,6 +230,11 @@ func (o *Options) Validate() error {
 	}
 	if o.ClientCAFile != "" && o.TLSCertFile == "" {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-private-key-file: client certificates are checked over HTTPS only"))
+	}
+	if o.RecordKeyDir != "" {
+		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+			errs = append(errs, fmt.Errorf("--record-key-dir: %w", err))
+		}
 	}
 	if o.MaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
@@ -333,7 +345,19 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	c := cache.New()
+	var keys api.RecordKeyring
+	if o.RecordKeyDir != "" {
+		ring, err := recordkey.Load(o.RecordKeyDir, logger.WithName("record-key"))
+		if err != nil {
+			return cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
+		}
+		if err := ring.Register(reg); err != nil {
+			return err
+		}
+		go ring.Run(ctx, nil, o.RecordKeyInterval)
+		keys = ring
+	}
+	c := cache.New(cache.WithRecordKeys(keys))
 	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
 	pods, err := c.Attach(factory)
 	if err != nil {
@@ -343,17 +367,11 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	var keys api.RecordKeys
-	if o.RecordKeyDir != "" {
-		if keys, err = api.LoadRecordKeys(o.RecordKeyDir); err != nil {
-			return fmt.Errorf("--record-key-dir: %w", err)
-		}
-	}
 	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
 		return err
 	}
-	tlsConfig, err := o.serverTLS()
+	tlsConfig, err := o.serverTLS(logger)
 	if err != nil {
 		return err
 	}
@@ -470,26 +488,98 @@ func newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
 
 // serverTLS is the verbs' TLS configuration, nil for plain HTTP: the
 // certificate and key, TLS 1.2 at least, and with ClientCAFile a client
-// certificate signed by that CA required on every connection.
-func (o *Options) serverTLS() (*tls.Config, error) {
+// certificate signed by that CA required on every connection. The files are
+// read again when they change (tlsFiles), so a certificate renewed in its
+// mounted Secret (cert-manager renews before expiry) is served without a
+// restart.
+func (o *Options) serverTLS(log klog.Logger) (*tls.Config, error) {
 	if o.TLSCertFile == "" {
 		return nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(o.TLSCertFile, o.TLSPrivateKeyFile)
+	f := &tlsFiles{cert: o.TLSCertFile, key: o.TLSPrivateKeyFile, ca: o.ClientCAFile, log: log, now: time.Now}
+	cfg, raw, err := f.load()
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+		return nil, err
+	}
+	f.cfg, f.raw, f.checked = cfg, raw, f.now()
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return f.get(), nil }}, nil
+}
+
+// tlsRecheck is how often, at most, a handshake looks whether the TLS files
+// changed.
+const tlsRecheck = 10 * time.Second
+
+// tlsFiles is the verbs' TLS configuration from files, reloaded when they
+// change; a changed set that does not load keeps the last good one (logged
+// once per content).
+type tlsFiles struct {
+	cert, key, ca string
+	log           klog.Logger
+	now           func() time.Time
+
+	mu      sync.Mutex
+	raw     []byte // the files' content behind cfg (or the last bad one)
+	checked time.Time
+	cfg     *tls.Config
+}
+
+// get returns the configuration in force, after reading the files again if
+// tlsRecheck has passed since the last look.
+func (f *tlsFiles) get() *tls.Config {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if now := f.now(); now.Sub(f.checked) >= tlsRecheck {
+		f.checked = now
+		raw := f.read()
+		if !bytes.Equal(raw, f.raw) {
+			f.raw = raw
+			if cfg, _, err := f.load(); err != nil {
+				f.log.Error(err, "The extender's TLS files changed to something that does not load; serving the last good certificate")
+			} else {
+				f.cfg = cfg
+				f.log.Info("TLS certificate reloaded", "certFile", f.cert)
+			}
+		}
+	}
+	return f.cfg
+}
+
+// read is the files' content, concatenated (an unreadable file counts as
+// its error).
+func (f *tlsFiles) read() []byte {
+	var out []byte
+	for _, name := range []string{f.cert, f.key, f.ca} {
+		if name == "" {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			b = []byte(err.Error())
+		}
+		out = fmt.Appendf(out, "%s %d\n", name, len(b))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// load builds the configuration from the files.
+func (f *tlsFiles) load() (*tls.Config, []byte, error) {
+	raw := f.read()
+	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if o.ClientCAFile != "" {
-		pem, err := os.ReadFile(o.ClientCAFile)
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
 		if err != nil {
-			return nil, fmt.Errorf("--client-ca-file: %w", err)
+			return nil, nil, fmt.Errorf("--client-ca-file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--client-ca-file %s: no PEM certificate in it", o.ClientCAFile)
+			return nil, nil, fmt.Errorf("--client-ca-file %s: no PEM certificate in it", f.ca)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
-	return cfg, nil
+	return cfg, raw, nil
 }

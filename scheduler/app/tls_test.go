@@ -169,3 +169,57 @@ func TestVerbsRequireAClientCertificateFromTheCA(t *testing.T) {
 		t.Errorf("admin /healthz: %s", resp.Status)
 	}
 }
+
+// The verbs' certificate is read again when its files change (a Secret
+// renewed by cert-manager, swapped in by the kubelet), at most every
+// tlsRecheck; files that no longer load keep the last good certificate.
+func TestTLSCertificateReloadedWhenItsFilesChange(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	dir := t.TempDir()
+	write := func(cert, key []byte) {
+		t.Helper()
+		for name, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.pem} {
+			if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	serial := func(cfg *tls.Config) string {
+		t.Helper()
+		leaf, err := x509.ParseCertificate(cfg.Certificates[0].Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf.SerialNumber.String()
+	}
+	c1, k1 := ca.issue(t, "extender", true)
+	write(c1, k1)
+	now := time.Now()
+	f := &tlsFiles{cert: filepath.Join(dir, "tls.crt"), key: filepath.Join(dir, "tls.key"), ca: filepath.Join(dir, "ca.crt"), now: func() time.Time { return now }}
+	cfg, raw, err := f.load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cfg, f.raw, f.checked = cfg, raw, now
+	first := serial(f.get())
+	if f.get().ClientAuth != tls.RequireAndVerifyClientCert {
+		t.Fatal("the reloaded configuration does not require client certificates")
+	}
+
+	c2, k2 := ca.issue(t, "extender", true)
+	write(c2, k2)
+	if got := serial(f.get()); got != first {
+		t.Errorf("reloaded before tlsRecheck passed")
+	}
+	now = now.Add(tlsRecheck)
+	second := serial(f.get())
+	if second == first {
+		t.Fatal("the renewed certificate is not served after tlsRecheck")
+	}
+
+	write(c1, []byte("not a key"))
+	now = now.Add(tlsRecheck)
+	if got := serial(f.get()); got != second {
+		t.Errorf("files that do not load replaced the last good certificate")
+	}
+}

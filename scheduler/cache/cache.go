@@ -59,6 +59,9 @@ const (
 	Assumed = api.ExtenderPodAssumed
 	// Confirmed: the informer shows the pod bound to the node with a valid assignment.
 	Confirmed = api.ExtenderPodConfirmed
+	// Remembered: the pod holds its units but lost its valid assignment; the
+	// last valid one still counts (see SetPod).
+	Remembered = api.ExtenderPodRemembered
 )
 
 // podState is what the cache holds for one pod.
@@ -118,6 +121,9 @@ type Cache struct {
 	workload     *allocator.Workload
 	workloadDirt bool
 	synced       bool
+	// keys verify records (nil: every record that decodes and belongs to
+	// its pod counts).
+	keys api.RecordKeyring
 }
 
 // Option configures a Cache.
@@ -125,6 +131,11 @@ type Option func(*Cache)
 
 // WithClock sets the clock used for assumed-pod expiry (tests use a fake).
 func WithClock(c clock.Clock) Option { return func(ca *Cache) { ca.clock = c } }
+
+// WithRecordKeys makes the cache count only records the keys verify
+// (api.RecordKeys.Verify), the ones the device plugins trust: a record
+// written or changed by anyone without the key is not a valid one.
+func WithRecordKeys(keys api.RecordKeyring) Option { return func(ca *Cache) { ca.keys = keys } }
 
 // WithAssumeTTL sets how long a bound but unconfirmed assumption lives.
 func WithAssumeTTL(d time.Duration) Option { return func(ca *Cache) { ca.assumeTTL = d } }
@@ -299,6 +310,15 @@ func internState(s api.CardState) api.CardState {
 // An assumed pod the informer does not yet show bound with its assignment
 // keeps its assumption; once it does, the informer's record replaces the
 // assumed one (the device plugin may have corrected a card).
+//
+// A pod that holds units and loses its valid record (removed, garbled,
+// changed so that it no longer matches the pod or, with record keys, its
+// signature) keeps counting the last valid record the cache saw (state
+// Remembered): the kubelet still holds those units, and forgetting them would
+// put the next pod on a full card. The device plugin rewrites such a record
+// from the kubelet's account at its next reconciliation, which confirms the
+// pod again. An extender started after the record was lost has no record to
+// remember: it counts the pod's CPU and memory only until that repair.
 func (c *Cache) SetPod(pod *corev1.Pod) {
 	if pod == nil {
 		return
@@ -313,6 +333,9 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if bound && reqErr == nil && !req.Empty() {
 		var err error
 		a, err = api.AssignmentFromPod(pod)
+		if err == nil {
+			err = api.KeysOf(c.keys).Verify(a)
+		}
 		valid = err == nil && a.Node == pod.Spec.NodeName
 		if err != nil && !errors.Is(err, api.ErrNoAssignment) {
 			klog.V(4).InfoS("Ignoring pod's GPU assignment", "pod", klog.KObj(pod), "err", err)
@@ -337,7 +360,17 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		}
 		c.remove(old)
 		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Confirmed})
-	case bound && (old == nil || old.state == Confirmed):
+	case bound && old != nil && old.state != Assumed && len(old.assignment.Containers) > 0 && old.node == pod.Spec.NodeName && reqErr == nil && !req.Empty():
+		// Lost its valid record while holding units: keep counting them.
+		if old.state != Remembered {
+			klog.InfoS("A pod that holds GPU memory lost its valid assignment record; still counting the last valid one until the device plugin rewrites it", "pod", klog.KObj(pod), "node", old.node)
+		}
+		if old.state == Remembered && old.host == host {
+			return
+		}
+		c.remove(old)
+		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: old.node, assignment: old.assignment, host: host, state: Remembered})
+	case bound && (old == nil || old.state != Assumed):
 		// Bound without a (valid) assignment: a pod that asks for no GPU,
 		// or one another scheduler placed. Its CPU and memory count.
 		if old != nil && old.node == pod.Spec.NodeName && old.host == host && len(old.assignment.Containers) == 0 {
@@ -345,7 +378,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		}
 		c.remove(old)
 		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: pod.Spec.NodeName, host: host, state: Confirmed})
-	case old != nil && old.state == Confirmed:
+	case old != nil && old.state != Assumed:
 		c.remove(old)
 	}
 	// Otherwise: not bound yet, or assumed and not yet confirmed: keep as is.

@@ -490,3 +490,113 @@ func TestStatusUpdateKeepsSnapshot(t *testing.T) {
 		t.Error("a status update that changes no units replaced the node's snapshot (binds on it would retry needlessly)")
 	}
 }
+
+// A pod that holds units and loses its valid record — removed, garbled, no
+// longer matching the pod or, with record keys, its signature — keeps
+// counting the last valid record the cache saw (state Remembered): the
+// kubelet still holds the units, and the next pod must not land on them.
+// The device plugin's repair confirms the pod again (here on the card the
+// kubelet really gave it), and a finished pod frees its units.
+func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
+	keys := api.RecordKeys{Current: []byte("0123456789abcdef0123456789abcdef")}
+	pod := fixture.MakePod("ns", "p").GPU("main", 30).Node("n1").Phase(corev1.PodRunning).Obj()
+	signed := func(cards ...int) string {
+		a, err := keys.Sign(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, cards...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fixture.MustEncode(a)
+	}
+	tests := []struct {
+		name string
+		keys api.RecordKeyring
+		// valid is the record the cache sees first; lost, the one after.
+		valid, lost string
+	}{
+		{"record removed", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), ""},
+		{"record garbled", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), `{"version":1,`},
+		{"record of another pod", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)),
+			fixture.MustEncode(func() api.Assignment {
+				a := fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1)
+				a.PodUID = "someone-else"
+				return a
+			}())},
+		{"with keys: record replaced by an unsigned one on another card", keys, signed(0), fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))},
+		{"with keys: record removed", keys, signed(0), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := cache.New(cache.WithRecordKeys(tt.keys))
+			c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())
+			set := func(record string, phase corev1.PodPhase) {
+				p := pod.DeepCopy()
+				p.Status.Phase = phase
+				p.Annotations = map[string]string{}
+				if record != "" {
+					p.Annotations[api.AnnotationAssignment] = record
+				}
+				c.SetPod(p)
+			}
+			set(tt.valid, corev1.PodRunning)
+			if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, used(c, "n1")); diff != "" {
+				t.Fatalf("with the valid record (-want +got):\n%s", diff)
+			}
+			set(tt.lost, corev1.PodRunning)
+			if diff := cmp.Diff(map[int]int64{0: 30, 1: 0}, used(c, "n1")); diff != "" {
+				t.Errorf("after the record was lost the cache forgot units the kubelet holds (-want +got):\n%s", diff)
+			}
+			if st, ok := c.PodState(pod.UID); !ok || st != cache.Remembered {
+				t.Errorf("state %q, want %q", st, cache.Remembered)
+			}
+			if _, err := decideAndAssume(t, c, fixture.MakePod("ns", "next").GPU("main", 20).Obj(), "n1"); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(map[int]int64{0: 30, 1: 20}, used(c, "n1")); diff != "" {
+				t.Errorf("the next pod was put on the full card (-want +got):\n%s", diff)
+			}
+			// The device plugin rewrites the record from the kubelet's
+			// account: card 1.
+			repaired := fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
+			if tt.keys != nil {
+				repaired = signed(1)
+			}
+			set(repaired, corev1.PodRunning)
+			if diff := cmp.Diff(map[int]int64{0: 0, 1: 50}, used(c, "n1")); diff != "" {
+				t.Errorf("after the repair (-want +got):\n%s", diff)
+			}
+			if st, _ := c.PodState(pod.UID); st != cache.Confirmed {
+				t.Errorf("after the repair: state %q, want %q", st, cache.Confirmed)
+			}
+			set(tt.lost, corev1.PodSucceeded)
+			if diff := cmp.Diff(map[int]int64{0: 0, 1: 20}, used(c, "n1")); diff != "" {
+				t.Errorf("a finished pod still counts (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	t.Run("an extender started after the loss counts nothing until the repair", func(t *testing.T) {
+		c := cache.New()
+		c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+		p := pod.DeepCopy()
+		c.SetPod(p)
+		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+		p.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		c.SetPod(p)
+		if diff := cmp.Diff(map[int]int64{0: 30}, used(c, "n1")); diff != "" {
+			t.Errorf("after the repair (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("with keys, a record the keys do not verify is never counted", func(t *testing.T) {
+		c := cache.New(cache.WithRecordKeys(keys))
+		c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+		p := pod.DeepCopy()
+		p.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		c.SetPod(p)
+		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
+			t.Errorf("an unsigned record counted (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -117,7 +117,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		return outcome, err
 	}
 	// From here on the assumption is in the cache; no lock is held.
-	signed, err := s.recordKeys.Sign(a)
+	signed, err := api.KeysOf(s.recordKeys).Sign(a)
 	if err != nil {
 		s.cache.Forget(pod.UID)
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: signing the record: %w", pod.Namespace, pod.Name, err)

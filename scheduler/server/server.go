@@ -92,8 +92,9 @@ type Config struct {
 	BindTimeout time.Duration
 	// Clock is the bind path's clock (nil: the real one).
 	Clock clock.Clock
-	// RecordKeys sign every record bind writes (zero value: unsigned).
-	RecordKeys api.RecordKeys
+	// RecordKeys sign every record bind writes, with the key in force at
+	// the bind (nil: unsigned).
+	RecordKeys api.RecordKeyring
 	// Pods, when set, is read before the API for the pod bind names.
 	Pods corelisters.PodLister
 	// Policy decides; FilterMode says what filter lets through.
@@ -127,7 +128,7 @@ type Server struct {
 	maxBody     int64
 	metrics     *metrics
 	betterBy    string
-	recordKeys  api.RecordKeys
+	recordKeys  api.RecordKeyring
 	workers     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool

@@ -70,6 +70,36 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The Secret holding the record key ("" when record signing is off). */}}
+{{- define "gpushare.recordKeySecret" -}}
+{{- if .Values.recordSigning.enabled -}}
+{{ .Values.recordSigning.existingSecret | default (printf "%s-record-key" (include "gpushare.fullname" .)) }}
+{{- end -}}
+{{- end -}}
+
+{{/* Where both programs find the record key (GPUSHARE_RECORD_KEY_DIR). */}}
+{{- define "gpushare.recordKeyDir" -}}/etc/gpushare/record-key{{- end -}}
+
+{{/* The record key's env entry, mount and volume, for the extender and the device plugin alike
+(used only when gpushare.recordKeySecret is set). A whole-Secret volume, never a subPath: the
+kubelet updates a Secret volume in place (an atomic swap) but never a subPath mount, and the
+programs follow the update (docs/security.md). */}}
+{{- define "gpushare.recordKeyEnv" -}}
+- name: GPUSHARE_RECORD_KEY_DIR
+  value: {{ include "gpushare.recordKeyDir" . | quote }}
+{{- end -}}
+{{- define "gpushare.recordKeyMount" -}}
+- name: record-key
+  mountPath: {{ include "gpushare.recordKeyDir" . }}
+  readOnly: true
+{{- end -}}
+{{- define "gpushare.recordKeyVolume" -}}
+- name: record-key
+  secret:
+    secretName: {{ include "gpushare.recordKeySecret" . }}
+    defaultMode: 0444
+{{- end -}}
+
 {{/* The extender stanza of a KubeSchedulerConfiguration. */}}
 {{- define "gpushare.extenderStanza" -}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
@@ -115,6 +145,9 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- end -}}
 {{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
 {{- fail "metrics.prometheusRule.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PrometheusRule)" -}}
+{{- end -}}
+{{- if and (eq (include "gpushare.extenderTLS" .) "true") .Values.scheduler.extender.tls.certManager.enabled (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+{{- fail "scheduler.extender.tls.certManager.enabled=true but the cluster has no cert-manager.io/v1 API (install cert-manager, or leave certManager off and let the chart generate the certificates)" -}}
 {{- end -}}
 {{- if and (eq (toString .Values.devicePlugin.memory.sampleInterval) "0s") (ne .Values.devicePlugin.memory.enforcement "off") -}}
 {{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
