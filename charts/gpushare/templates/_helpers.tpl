@@ -84,6 +84,8 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
   managedResources:
     - name: example.com/gpu-mem
       ignoredByScheduler: false
+    - name: example.com/gpu
+      ignoredByScheduler: false
 {{- end -}}
 
 {{/* Contradictory values fail at render time, with a message that says what to change. */}}
