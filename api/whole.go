@@ -29,6 +29,12 @@ const MaxWholeCards = 256
 // either whole cards or a share of one card.
 var ErrMixedRequest = errors.New("a container may ask for " + string(WholeResourceName) + " (whole cards) or " + string(ResourceName) + " (memory on one card), not both")
 
+// EnvWholeCards, in a container given whole cards, is how many (e.g. "2"; a container with a share of one card has none);
+// there EnvCardUUID and EnvCardIndex hold comma-separated lists, one entry per
+// card, and NVIDIA_VISIBLE_DEVICES names them all (one volume mount per card
+// with the volume-mounts strategy).
+const EnvWholeCards = "GPUSHARE_CARD_COUNT"
+
 // WholeCardRequest is one app container's demand for whole cards.
 type WholeCardRequest struct {
 	// Name is the container's name in the pod spec.
