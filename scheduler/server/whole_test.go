@@ -153,6 +153,16 @@ func TestBindMixedPodRecordsWholeCardsApartFromShares(t *testing.T) {
 	if diff := cmp.Diff([]int{1, 2}, whole); diff != "" {
 		t.Errorf("cards held whole in /inspect (-want +got):\n%s", diff)
 	}
+	body := do(t, e.srv.Handler(e.reg), "GET", "/metrics", "").Body.String()
+	for _, want := range []string{
+		`gpushare_card_held_whole{card="1",node="n1",uuid="GPU-n1-1"} 1`,
+		`gpushare_card_held_whole{card="0",node="n1",uuid="GPU-n1-0"} 0`,
+		`gpushare_card_used_units{card="2",node="n1",uuid="GPU-n1-2"} 40`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 
 	// The next whole-card pod takes the last free card; then none is left.
 	next := fixture.MakePod("ns", "next").Whole("main", 1).Obj()
