@@ -56,6 +56,10 @@ type Assignment struct {
 	Unit       MemoryUnit            `json:"unit"`
 	Phase      AssignmentPhase       `json:"phase"`
 	Containers []ContainerAssignment `json:"containers"`
+	// WholeCards are the containers given whole cards (WholeResourceName),
+	// one entry per such container. Omitted when empty, so a record without
+	// whole cards is encoded (and signed) exactly as before the field existed.
+	WholeCards []WholeCardAssignment `json:"wholeCards,omitempty"`
 	// Signature authenticates the record (RecordKeys.Sign); empty where no
 	// record key is configured, and then not checked.
 	Signature string `json:"signature,omitempty"`
@@ -87,7 +91,7 @@ func (a Assignment) Validate() error {
 	default:
 		return fmt.Errorf("%w: unknown phase %q", ErrInvalidAssignment, a.Phase)
 	}
-	if len(a.Containers) == 0 {
+	if len(a.Containers) == 0 && len(a.WholeCards) == 0 {
 		return fmt.Errorf("%w: no containers", ErrInvalidAssignment)
 	}
 	names := map[string]bool{}
@@ -106,7 +110,7 @@ func (a Assignment) Validate() error {
 		}
 		names[c.Name] = true
 	}
-	return nil
+	return a.validateWhole(names)
 }
 
 // Container returns the assignment of the named container.
@@ -129,8 +133,10 @@ func (a Assignment) Total() int64 {
 }
 
 // Matches checks that the record belongs to this pod: same UID, same node as
-// the pod is bound to (when it is bound), and one entry for exactly each app
-// container that requests ResourceName, with the units it requests.
+// the pod is bound to (when it is bound), one entry for exactly each app
+// container that requests ResourceName, with the units it requests, and one
+// whole-card entry for exactly each that requests WholeResourceName, with
+// as many cards as it requests.
 func (a Assignment) Matches(pod *corev1.Pod) error {
 	if pod == nil {
 		return fmt.Errorf("%w: no pod", ErrInvalidAssignment)
@@ -141,10 +147,17 @@ func (a Assignment) Matches(pod *corev1.Pod) error {
 	if pod.Spec.NodeName != "" && pod.Spec.NodeName != a.Node {
 		return fmt.Errorf("%w: written for node %q, pod is bound to %q", ErrInvalidAssignment, a.Node, pod.Spec.NodeName)
 	}
-	// The record is checked against the gpu-mem part of RequestFromPod only.
+	// The record is checked against the GPU part of RequestFromPod only.
 	req, err := gpuRequest(pod)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	whole, err := wholeRequest(pod)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
+	}
+	if err := a.matchesWhole(whole); err != nil {
+		return err
 	}
 	if len(req) != len(a.Containers) {
 		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), ResourceName, len(a.Containers))

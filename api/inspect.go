@@ -31,10 +31,14 @@ type ExtenderCard struct {
 	Model string    `json:"model,omitempty"`
 	State CardState `json:"state"`
 	// Reason says why the card is not healthy (Isolation.Apply).
-	Reason   string        `json:"reason,omitempty"`
-	Capacity int64         `json:"capacity"`
-	Used     int64         `json:"used"`
-	Pods     []ExtenderPod `json:"pods"`
+	Reason   string `json:"reason,omitempty"`
+	Capacity int64  `json:"capacity"`
+	// Used is the units assigned; a card held whole shows its capacity.
+	Used int64 `json:"used"`
+	// Whole is true while the card is given whole (WholeResourceName) to
+	// the one pod in Pods; it then takes nothing else.
+	Whole bool          `json:"whole,omitempty"`
+	Pods  []ExtenderPod `json:"pods"`
 }
 
 // ExtenderPod is one container's share of a card.
@@ -44,6 +48,9 @@ type ExtenderPod struct {
 	UID       types.UID `json:"uid"`
 	Container string    `json:"container"`
 	Units     int64     `json:"units"`
+	// Whole marks a container holding the card whole (Units is then the
+	// card's capacity).
+	Whole bool `json:"whole,omitempty"`
 	// State is how the extender knows of the share.
 	State ExtenderPodState `json:"state"`
 	// Phase is the assignment's phase: Assigned or Allocated.

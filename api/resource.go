@@ -87,9 +87,14 @@ type ContainerRequest struct {
 
 // PodRequest is everything a pod asks of a node: its gpu-mem demand, one
 // entry per app container that requests ResourceName, in spec order (a pod
-// that requests none has no entries), and its CPU and memory request.
+// that requests none has no entries), its whole-card demand, one entry per
+// app container that requests WholeResourceName, in spec order, and its CPU
+// and memory request.
 type PodRequest struct {
 	Containers []ContainerRequest
+	// WholeCards are the containers asking for whole cards (see
+	// WholeResourceName). A container is in Containers or here, never both.
+	WholeCards []WholeCardRequest
 	// Host is the pod's CPU and memory request (see RequestFromPod).
 	Host HostResources
 }
@@ -101,7 +106,8 @@ type HostResources struct {
 	MemoryMiB int64
 }
 
-// Total is the sum of the containers' units.
+// Total is the sum of the containers' units (shares only; whole cards are
+// counted by WholeCardTotal).
 func (r PodRequest) Total() int64 {
 	var t int64
 	for _, c := range r.Containers {
@@ -110,11 +116,15 @@ func (r PodRequest) Total() int64 {
 	return t
 }
 
-// Empty reports whether the pod asks for no GPU memory at all.
-func (r PodRequest) Empty() bool { return len(r.Containers) == 0 }
+// Empty reports whether the pod asks for no GPU at all: no memory on a card
+// and no whole card.
+func (r PodRequest) Empty() bool { return len(r.Containers) == 0 && len(r.WholeCards) == 0 }
 
-// RequestFromPod reads what a pod asks of a node: its gpu-mem demand and its
-// CPU and memory request. It is the one reader of a pod's demand; every
+// RequestFromPod reads what a pod asks of a node: its gpu-mem demand, its
+// whole-card demand (WholeResourceName: 1..MaxWholeCards per container; 0,
+// negative, fractional or larger quantities, init containers asking for it and
+// a container asking for both kinds are ErrInvalidRequest,
+// ErrInitContainerRequest and ErrMixedRequest) and its CPU and memory request. It is the one reader of a pod's demand; every
 // program calls it once per decision and passes the result on.
 //
 // Extended-resource rules apply: the quantity is taken from the container's
@@ -145,7 +155,11 @@ func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
 	if err != nil {
 		return PodRequest{Host: host}, err
 	}
-	return PodRequest{Containers: containers, Host: host}, nil
+	whole, err := wholeRequest(pod)
+	if err != nil {
+		return PodRequest{Host: host}, err
+	}
+	return PodRequest{Containers: containers, WholeCards: whole, Host: host}, nil
 }
 
 // gpuRequest is PodRequest.Containers (see RequestFromPod).

@@ -55,9 +55,12 @@ type Options struct {
 	RecordKeyInterval  time.Duration
 	DevicePluginDir    string
 	PodResourcesSocket string
-	AllocateWait       time.Duration
-	ReconcileInterval  time.Duration
-	Memory             MemoryOptions // memory.go
+	// WholeCards registers the whole-card resource (api.WholeResourceName)
+	// beside gpu-mem.
+	WholeCards        bool
+	AllocateWait      time.Duration
+	ReconcileInterval time.Duration
+	Memory            MemoryOptions // memory.go
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
@@ -92,6 +95,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
+	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as example.com/gpu (one device per card, exclusive with example.com/gpu-mem; its own registration with the kubelet)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
 	o.Memory.addFlags(fs)
@@ -297,9 +301,10 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	go Publish(ctx, cl, store, log)
 
-	var podres plugin.PodResources
+	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
 		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
+		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.WholeResourceName)}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -323,6 +328,8 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		ReconcileInterval: o.ReconcileInterval,
 		RecordKeys:        keys,
 		MPS:               o.Memory.mps(),
+		WholeCards:        o.WholeCards,
+		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
 	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client, reg); err != nil {
 		return err

@@ -26,7 +26,6 @@ package plugin
 
 import (
 	"context"
-	"os"
 	"sync"
 	"time"
 
@@ -64,6 +63,13 @@ type Config struct {
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
+	// WholeCards serves the whole-card resource (api.WholeResourceName) from
+	// the same cards, on its own socket WholeSocketName (default
+	// gpushare-whole.sock), with WholePodResources (may be nil) its kubelet
+	// account; see whole.go.
+	WholeCards        bool
+	WholeSocketName   string
+	WholePodResources PodResources
 	// RecordKeys, when set, make the plugin trust only records the extender
 	// signed (an unsigned or badly signed one gives its pod no card), and
 	// sign the records it updates (api.RecordKeys), with the keys in force
@@ -107,13 +113,19 @@ type Plugin struct {
 	ledger    *ledger
 	reconcile chan struct{}
 
-	registeredWith os.FileInfo // the kubelet.sock registered with (Run's goroutine only)
+	// whole is the ledger of whole cards (whole.go); held signals changes
+	// of which cards are in use, one way or the other.
+	whole *wholeLedger
+	held  *broadcast
 }
 
 // New builds the plugin. podres may be nil.
 func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResources, log klog.Logger) *Plugin {
 	if cfg.SocketName == "" {
 		cfg.SocketName = "gpushare.sock"
+	}
+	if cfg.WholeSocketName == "" {
+		cfg.WholeSocketName = "gpushare-whole.sock"
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginapi.DevicePluginPath
@@ -133,7 +145,8 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1)}
+	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1),
+		whole: newWholeLedger(), held: newBroadcast()}
 }
 
 // keys are the record keys in force now.

@@ -88,6 +88,10 @@ func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 			changed = true
 		}
 	}
+	wholeChanged, wholeAll := p.applyWhole(a, uid)
+	changed = changed || wholeChanged
+	all = all && wholeAll
+	reopened = reopened || p.whole.isReopened(uid)
 	if all && a.Phase != api.PhaseAllocated {
 		a.Phase = api.PhaseAllocated
 		changed = true
@@ -201,6 +205,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 // no card at Allocate anyway.
 func (p *Plugin) Reconcile(ctx context.Context) error {
 	acct, account := p.readAccount(ctx)
+	wacct, waccount := p.readWholeAccount(ctx)
 	p.allocMu.Lock()
 	v, err := p.view()
 	if err != nil {
@@ -210,12 +215,19 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	if account {
 		p.merge(acct)
 	}
+	if waccount {
+		p.mergeWhole(wacct)
+	}
 	live := make(map[types.UID]bool, len(v.pods))
 	for uid := range v.byUID {
 		live[uid] = true
 	}
 	p.ledger.retain(live)
+	p.whole.retain(live)
 	p.allocMu.Unlock()
+	// Cards released or taken since the last pass change the devices'
+	// health (ListAndWatch of both resources).
+	p.held.notify()
 	var errs []error
 	held := map[types.UID]map[string]holding{}
 	for _, h := range acct.holdings {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +19,31 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// SocketPath is the plugin's socket.
+// SocketPath is the plugin's socket (example.com/gpu-mem).
 func (p *Plugin) SocketPath() string { return filepath.Join(p.cfg.PluginDir, p.cfg.SocketName) }
+
+// WholeSocketPath is the socket of the whole-card resource (example.com/gpu),
+// served when Config.WholeCards is set.
+func (p *Plugin) WholeSocketPath() string {
+	return filepath.Join(p.cfg.PluginDir, p.cfg.WholeSocketName)
+}
+
+// endpoint is one resource the plugin registers with the kubelet: its own
+// socket, registration and device plugin service. The plugin has two, gpu-mem
+// units and whole cards (whole.go), run side by side by Run.
+type endpoint struct {
+	socketName string
+	resource   string
+	server     pluginapi.DevicePluginServer
+	options    *pluginapi.DevicePluginOptions
+	// registeredWith is the kubelet.sock registered with (its Run goroutine only).
+	registeredWith os.FileInfo
+	// tried, when set, is closed after the first registration attempt.
+	tried     chan struct{}
+	triedOnce sync.Once
+}
+
+func (e *endpoint) socketPath(p *Plugin) string { return filepath.Join(p.cfg.PluginDir, e.socketName) }
 
 // KubeletSocketPath is the kubelet's registration socket.
 func (p *Plugin) KubeletSocketPath() string {
@@ -34,7 +58,55 @@ func (p *Plugin) KubeletSocketPath() string {
 // Config.ListAndWatchGrace of a registration, or when restart receives
 // (SIGHUP). The allocation ledger survives restarts; the records on the pods
 // survive the process.
+//
+// With Config.WholeCards it serves and registers the whole-card resource as
+// well, on its own socket, restarted on the same events (restart, SIGHUP,
+// restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
+	go p.RunReconciler(ctx)
+	units := &endpoint{socketName: p.cfg.SocketName, resource: string(api.ResourceName), server: p, options: options(), tried: make(chan struct{})}
+	if !p.cfg.WholeCards {
+		return p.runEndpoint(ctx, restart, units)
+	}
+	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(api.WholeResourceName), server: &wholeServer{p: p}, options: wholeOptions()}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r1, r2 := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case s := <-restart:
+				for _, r := range []chan os.Signal{r1, r2} {
+					select {
+					case r <- s:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	errs := make(chan error, 2)
+	go func() { errs <- p.runEndpoint(ctx, r1, units) }()
+	go func() {
+		// gpu-mem registers first (the order people and tests see).
+		select {
+		case <-units.tried:
+		case <-ctx.Done():
+		}
+		errs <- p.runEndpoint(ctx, r2, whole)
+	}()
+	err := <-errs
+	cancel()
+	if err2 := <-errs; err == nil {
+		err = err2
+	}
+	return err
+}
+
+// runEndpoint serves and registers one endpoint until ctx is done (see Run).
+func (p *Plugin) runEndpoint(ctx context.Context, restart <-chan os.Signal, ep *endpoint) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", p.cfg.PluginDir, err)
@@ -43,22 +115,24 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	if err := w.Add(p.cfg.PluginDir); err != nil {
 		return fmt.Errorf("watch device-plugin directory %s: %w", p.cfg.PluginDir, err)
 	}
-	go p.RunReconciler(ctx)
 	for {
-		stop, ch, err := p.serve()
+		stop, ch, err := p.serve(ep)
 		if err != nil {
 			return err
 		}
-		regErr := p.register(ctx)
+		regErr := p.register(ctx, ep)
+		if ep.tried != nil {
+			ep.triedOnce.Do(func() { close(ep.tried) })
+		}
 		if regErr != nil {
 			p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
 		}
-		reason := p.wait(ctx, w, restart, ch, regErr != nil)
+		reason := p.wait(ctx, w, restart, ch, regErr != nil, ep)
 		stop()
 		if ctx.Err() != nil {
 			return nil
 		}
-		p.log.Info("Restarting the device plugin server", "reason", reason)
+		p.log.Info("Restarting the device plugin server", "resource", ep.resource, "reason", reason)
 	}
 }
 
@@ -81,7 +155,7 @@ const reasonDropped = "the kubelet ended ListAndWatch"
 const reasonNotWatched = "the kubelet did not open ListAndWatch after the registration"
 
 // wait blocks until something calls for a restart and says what.
-func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, ch servedChans, retry bool) string {
+func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, ch servedChans, retry bool, ep *endpoint) string {
 	var tick, grace <-chan time.Time
 	if retry {
 		t := time.NewTimer(5 * time.Second)
@@ -114,13 +188,13 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 				// (e.g. after restarting for our own socket's removal) must
 				// not restart us again: a second registration racing the
 				// kubelet's handling of the first can lose the resource.
-				if fi, err := os.Stat(p.KubeletSocketPath()); err == nil && p.registeredWith != nil && os.SameFile(fi, p.registeredWith) {
+				if fi, err := os.Stat(p.KubeletSocketPath()); err == nil && ep.registeredWith != nil && os.SameFile(fi, ep.registeredWith) {
 					continue
 				}
 				return "kubelet.sock re-created (kubelet restarted)"
 			}
-			if e.Name == p.SocketPath() && (e.Has(fsnotify.Remove) || e.Has(fsnotify.Rename)) {
-				if _, err := os.Stat(p.SocketPath()); errors.Is(err, os.ErrNotExist) {
+			if e.Name == ep.socketPath(p) && (e.Has(fsnotify.Remove) || e.Has(fsnotify.Rename)) {
+				if _, err := os.Stat(ep.socketPath(p)); errors.Is(err, os.ErrNotExist) {
 					return "plugin socket removed"
 				}
 			}
@@ -132,7 +206,7 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 // that starts is reported on watched; one that ends while the server is not
 // stopping was ended by the kubelet, and is reported on dropped.
 type served struct {
-	*Plugin
+	pluginapi.DevicePluginServer
 	stopping atomic.Bool
 	servedChans
 }
@@ -149,7 +223,7 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	case s.watched <- struct{}{}:
 	default:
 	}
-	err := s.Plugin.ListAndWatch(e, stream)
+	err := s.DevicePluginServer.ListAndWatch(e, stream)
 	if !s.stopping.Load() {
 		select {
 		case s.dropped <- struct{}{}:
@@ -162,8 +236,8 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 // serve listens on the socket and serves the device plugin API; stop ends
 // it; ch.watched receives when the kubelet opens ListAndWatch, ch.dropped
 // when it ends one before stop.
-func (p *Plugin) serve() (stop func(), ch servedChans, err error) {
-	path := p.SocketPath()
+func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
+	path := ep.socketPath(p)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, servedChans{}, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
@@ -172,7 +246,7 @@ func (p *Plugin) serve() (stop func(), ch servedChans, err error) {
 		return nil, servedChans{}, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ch = servedChans{watched: make(chan struct{}, 1), dropped: make(chan struct{}, 1)}
-	s := &served{Plugin: p, servedChans: ch}
+	s := &served{DevicePluginServer: ep.server, servedChans: ch}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	done := make(chan struct{})
@@ -190,9 +264,9 @@ func (p *Plugin) serve() (stop func(), ch servedChans, err error) {
 	}, ch, nil
 }
 
-// register tells the kubelet about the plugin.
-func (p *Plugin) register(ctx context.Context) error {
-	p.registeredWith = nil
+// register tells the kubelet about the endpoint.
+func (p *Plugin) register(ctx context.Context, ep *endpoint) error {
+	ep.registeredWith = nil
 	before, _ := os.Stat(p.KubeletSocketPath())
 	conn, err := grpc.NewClient("unix://"+p.KubeletSocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -203,14 +277,14 @@ func (p *Plugin) register(ctx context.Context) error {
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
-		Endpoint:     p.cfg.SocketName,
-		ResourceName: string(api.ResourceName),
-		Options:      options(),
+		Endpoint:     ep.socketName,
+		ResourceName: ep.resource,
+		Options:      ep.options,
 	}, grpc.WaitForReady(false))
 	if err != nil {
-		return fmt.Errorf("register %s with the kubelet at %s: %w", api.ResourceName, p.KubeletSocketPath(), err)
+		return fmt.Errorf("register %s with the kubelet at %s: %w", ep.resource, p.KubeletSocketPath(), err)
 	}
-	p.registeredWith = before
-	p.log.Info("Registered with the kubelet", "resource", api.ResourceName, "socket", p.SocketPath())
+	ep.registeredWith = before
+	p.log.Info("Registered with the kubelet", "resource", ep.resource, "socket", ep.socketPath(p))
 	return nil
 }

@@ -17,15 +17,23 @@ func (p *Plugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*plu
 }
 
 // ListAndWatch sends the device list, then again at every change of card
-// state (health, isolation), until the kubelet or the server ends the stream.
+// state (health, isolation) and of the cards held whole (whose units are
+// Unhealthy meanwhile, see whole.go), until the kubelet or the server ends
+// the stream. A wake-up that changes no device sends nothing.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	var last []*pluginapi.Device
 	for {
-		changed := p.store.Changed()
-		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: p.store.Devices()}); err != nil {
-			return err
+		changed, held := p.store.Changed(), p.held.wait()
+		devs := p.unitDevices()
+		if last == nil || !sameDevices(devs, last) {
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+				return err
+			}
+			last = devs
 		}
 		select {
 		case <-changed:
+		case <-held:
 		case <-stream.Context().Done():
 			return nil
 		}
@@ -71,12 +79,21 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 // lock, the records. A failed record write does not fail the container:
 // reconciliation retries it.
 func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	var cards []string
 	for _, cr := range req.GetContainerRequests() {
-		if _, err := allocate.CardOf(cr.GetDevicesIds()); err != nil {
+		card, err := allocate.CardOf(cr.GetDevicesIds())
+		if err != nil {
 			p.log.Error(err, "Allocate refused", "devices", cr.GetDevicesIds())
 			return nil, toStatus(err)
 		}
+		cards = append(cards, card)
 	}
+	// Units of a card held whole are never handed out (whole.go).
+	if err := p.refuseHeldWhole(ctx, cards); err != nil {
+		p.log.Error(err, "Allocate refused")
+		return nil, toStatus(err)
+	}
+	defer p.held.notify()
 	p.swapDeferred(ctx)
 	// Once per call, before the lock: a second container of the same call
 	// is not yet in the kubelet's account, and keeps the first one's

@@ -146,6 +146,22 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
+	// A container given cards whole (api.WholeResourceName) is granted all
+	// of each card's memory.
+	if whole := wholeFromRecords(pods); len(whole) > 0 {
+		mem := map[string]int64{}
+		for _, c := range s.Cards() {
+			mem[c.UUID] = c.MemoryMiB << 20
+		}
+		for k := range whole {
+			p := byName[[2]string{k.namespace, k.pod}]
+			ref := Ref{Namespace: k.namespace, Pod: k.pod, Container: k.container}
+			if p != nil {
+				ref.UID = p.UID
+			}
+			usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: mem[k.card]}
+		}
+	}
 	if s.buf == nil {
 		s.buf = make([]byte, 4096)
 	}
@@ -286,6 +302,28 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 		return out, nil
 	}
 	return fromRecords(pods, s.Unit), nil
+}
+
+// wholeFromRecords are the containers given cards whole, by card, from the
+// pods' records (Allocated, or of a pod that runs): the device plugin keeps
+// them equal to what the kubelet allocated (docs/protocol.md, "Whole cards").
+func wholeFromRecords(pods []*corev1.Pod) map[grantKey]bool {
+	out := map[grantKey]bool{}
+	for _, p := range pods {
+		if !api.HoldsUnits(p) {
+			continue
+		}
+		a, err := api.AssignmentFromPod(p)
+		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		for _, w := range a.WholeCards {
+			for _, card := range w.CardUUIDs {
+				out[grantKey{p.Namespace, p.Name, w.Name, card}] = true
+			}
+		}
+	}
+	return out
 }
 
 func fromRecords(pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {

@@ -177,3 +177,25 @@ func TestSweepFallsBackToRecordsWhenPodResourcesFail(t *testing.T) {
 		t.Errorf("usages = %+v, want the record's 6 GiB grant", got.Usages)
 	}
 }
+
+// A container given cards whole is granted all of each card's memory: using
+// the whole card is not over its grant.
+func TestSweepGrantsWholeCardsTheirMemory(t *testing.T) {
+	n := newNode(t, 2)
+	w := n.pod("w", "train")
+	w.Spec.NodeName = "n"
+	a := api.Assignment{Version: api.AssignmentVersion, PodUID: w.UID, Node: "n", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+		WholeCards: []api.WholeCardAssignment{{Name: "train", CardUUIDs: []string{"GPU-1"}, CardIndexes: []int{1}}}}
+	w.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.WholeResourceName: resource.MustParse("1")}
+	s, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Annotations = map[string]string{api.AnnotationAssignment: s}
+	n.run(101, w, 0, 1, 80*gib)
+	got := n.sweep()
+	want := []Usage{{Card: "GPU-1", Ref: ref(w, "train"), Grant: true, GrantedBytes: 80 * gib, UsedBytes: 80 * gib, PIDs: []uint32{101}}}
+	if d := cmp.Diff(want, got.Usages); d != "" {
+		t.Errorf("usages (-want +got):\n%s", d)
+	}
+}

@@ -87,9 +87,11 @@ func viewFromExtender(in []api.ExtenderNode) View {
 			n.Unit = "" // no usable inventory: no unit, left out of the totals
 		}
 		for _, ec := range en.Cards {
-			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Reason: ec.Reason, Allocated: ec.Used, Total: ec.Capacity, Pods: []Pod{}}
+			c := Card{Index: ec.Index, UUID: ec.UUID, Model: ec.Model, State: ec.State, Reason: ec.Reason, Allocated: ec.Used, Total: ec.Capacity, Whole: ec.Whole, Pods: []Pod{}}
 			for _, p := range ec.Pods {
-				c.Pods = append(c.Pods, newPod(p.Namespace, p.Name, p.Container, p.Units, p.Phase))
+				pod := newPod(p.Namespace, p.Name, p.Container, p.Units, p.Phase)
+				pod.Whole = p.Whole
+				c.Pods = append(c.Pods, pod)
 			}
 			n.Cards = append(n.Cards, c)
 		}

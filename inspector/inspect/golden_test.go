@@ -123,6 +123,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makePod(t, "ml", "greedy").container("c", 10).node("gpu-u").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
 		}
 	},
+	"whole-cards": wholeCardsScenario,
 	"reporting-health": func(t *testing.T) []runtime.Object {
 		// Every way a node's GPU reporting can be off.
 		return []runtime.Object{
@@ -184,6 +185,8 @@ var goldenCases = []struct {
 	{"memory-in-use.json", "memory-in-use", []string{"-o", "json"}},
 	{"reporting-health.txt", "reporting-health", nil},
 	{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
+	{"whole-cards-details.txt", "whole-cards", []string{"-d"}},
+	{"whole-cards.json", "whole-cards", []string{"-o", "json"}},
 }
 
 func TestGolden(t *testing.T) {

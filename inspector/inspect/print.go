@@ -297,7 +297,11 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 					if p.Pending {
 						status = "pending"
 					}
-					fmt.Fprintf(tw, "  %d\t%s/%s\t%s\t%d\t%s\n", c.Index, p.Namespace, p.Name, p.Container, p.Units, status)
+					units := strconv.FormatInt(p.Units, 10)
+					if p.Whole {
+						units = "whole"
+					}
+					fmt.Fprintf(tw, "  %d\t%s/%s\t%s\t%s\t%s\n", c.Index, p.Namespace, p.Name, p.Container, units, status)
 				}
 			}
 			if err := tw.Flush(); err != nil {

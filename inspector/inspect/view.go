@@ -100,6 +100,9 @@ type Card struct {
 	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
 	// once a minute); absent when the plugin does not sample memory.
 	UsedMiB *int64 `json:"usedMiB,omitempty"`
+	// Whole is true while the card is given whole (api.WholeResourceName)
+	// to the one container in Pods; it then counts as fully allocated.
+	Whole bool `json:"whole,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name
 	// and container.
 	Pods []Pod `json:"pods"`
@@ -118,6 +121,9 @@ type Pod struct {
 	// plugin has not yet given the card to the container. Its memory already
 	// counts as allocated.
 	Pending bool `json:"pending"`
+	// Whole marks a container holding the card whole (Units is then the
+	// card's total).
+	Whole bool `json:"whole,omitempty"`
 }
 
 // newPod is one container's share of a card; it is pending while its
@@ -424,6 +430,9 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		switch {
 		case rerr != nil:
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s: no gpushare assignment and an invalid request: %v", podName, p.Spec.NodeName, rerr))
+		case len(req.Containers) == 0 && len(req.WholeCards) > 0:
+			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s (whole cards) but has no %s annotation: it was not placed by the gpushare extender, so its cards are unknown and it is not counted",
+				podName, p.Spec.NodeName, req.WholeCardTotal(), api.WholeResourceName, api.AnnotationAssignment))
 		case !req.Empty():
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s but has no %s annotation: it was not placed by the gpushare extender, so its card is unknown and it is not counted",
 				podName, p.Spec.NodeName, req.Total(), api.ResourceName, api.AnnotationAssignment))
@@ -458,6 +467,22 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		card := &b.view.Cards[pos]
 		card.Allocated += c.Units
 		card.Pods = append(card.Pods, newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase))
+	}
+	for _, w := range a.WholeCards {
+		for i, uuid := range w.CardUUIDs {
+			pos, ok := b.cardPos[uuid]
+			if !ok {
+				uncounted(w.Name, WarnUnknownCard, fmt.Sprintf("pod %s container %s: card %d (%s) given whole, which node %s's inventory does not list; not counted",
+					podName, w.Name, w.CardIndexes[i], uuid, p.Spec.NodeName))
+				continue
+			}
+			card := &b.view.Cards[pos]
+			card.Whole = true
+			card.Allocated += card.Total
+			pod := newPod(p.Namespace, p.Name, w.Name, card.Total, a.Phase)
+			pod.Whole = true
+			card.Pods = append(card.Pods, pod)
+		}
 	}
 }
 

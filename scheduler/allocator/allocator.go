@@ -96,12 +96,16 @@ type Request struct {
 }
 
 // NewRequest is the allocator's request for a pod whose demand the contract
-// has read (api.RequestFromPod): one share demand per container, and the
-// pod's CPU and memory. It reads nothing of the pod itself.
+// has read (api.RequestFromPod): one share demand per container asking for
+// memory, then one whole-card demand per container asking for whole cards,
+// and the pod's CPU and memory. It reads nothing of the pod itself.
 func NewRequest(r api.PodRequest) Request {
-	out := Request{Demands: make([]Demand, len(r.Containers)), Host: HostResources(r.Host)}
-	for i, c := range r.Containers {
-		out.Demands[i] = Demand{Container: c.Name, Units: c.Units}
+	out := Request{Demands: make([]Demand, 0, len(r.Containers)+len(r.WholeCards)), Host: HostResources(r.Host)}
+	for _, c := range r.Containers {
+		out.Demands = append(out.Demands, Demand{Container: c.Name, Units: c.Units})
+	}
+	for _, c := range r.WholeCards {
+		out.Demands = append(out.Demands, Demand{Container: c.Name, WholeCards: c.Cards})
 	}
 	return out
 }
@@ -136,6 +140,9 @@ const (
 	ReasonInsufficientFree ReasonCode = "InsufficientFree"
 	// ReasonNotEnoughWholeCards: fewer unused cards than a whole-card demand asks for.
 	ReasonNotEnoughWholeCards ReasonCode = "NotEnoughWholeCards"
+	// ReasonMoreCardsThanNode: the pod's whole-card demands ask for more
+	// cards than the node has usable, even with nothing else on them.
+	ReasonMoreCardsThanNode ReasonCode = "MoreCardsThanNode"
 	// ReasonInvalidDemand: a demand is not positive.
 	ReasonInvalidDemand ReasonCode = "InvalidDemand"
 )

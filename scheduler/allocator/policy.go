@@ -284,6 +284,8 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 		usableCards, unhealthy, isolated, wrongModel int
 		maxCap, maxFree                              int64
 		maxFreeCard                                  = -1
+		// takenWhole: cards this pod's whole-card containers took.
+		takenWhole int
 	)
 	for i, c := range node.Cards {
 		switch {
@@ -298,6 +300,10 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 			wrongModel++
 			continue
 		}
+		if free[i] == TakenWhole {
+			takenWhole++
+			continue
+		}
 		usableCards++
 		if c.Capacity > maxCap {
 			maxCap = c.Capacity
@@ -307,6 +313,10 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 		}
 	}
 	want := quantity(dm.Units, node.Unit)
+	if usableCards == 0 && takenWhole > 0 {
+		return Reason{Code: ReasonMoreCardsThanNode, Container: dm.Container,
+			Message: fmt.Sprintf("no card left for container %q: the pod's whole-card containers take all %d usable cards", dm.Container, takenWhole)}
+	}
 	if usableCards == 0 {
 		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
 			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req.Models))}
@@ -318,19 +328,76 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 	if maxFree < 0 {
 		maxFree = 0
 	}
-	return Reason{Code: ReasonInsufficientFree, Container: dm.Container,
-		Message: fmt.Sprintf("no single card has %s free for container %q; largest free is %s on card %d", want, dm.Container, quantity(maxFree, node.Unit), maxFreeCard)}
+	msg := fmt.Sprintf("no single card has %s free for container %q; largest free is %s on card %d", want, dm.Container, quantity(maxFree, node.Unit), maxFreeCard)
+	if takenWhole > 0 {
+		msg += fmt.Sprintf(" (%d more taken whole by this pod)", takenWhole)
+	}
+	return Reason{Code: ReasonInsufficientFree, Container: dm.Container, Message: msg}
 }
 
+// wholeReason says why the node cannot give demand dm its whole cards; got
+// is how many of them this demand already took. When the node has fewer
+// usable cards than the pod's whole-card demands ask for in all, no
+// preemption helps (ReasonMoreCardsThanNode); otherwise the cards are in use
+// (ReasonNotEnoughWholeCards), and the reason says by what.
+//
+// Worked example: 4 healthy cards, one holding shared memory, one given whole
+// to another pod, a demand of 3: "container "train" needs 3 free whole cards;
+// node has 2 (of 4 usable: 1 with shared memory, 1 held whole)".
 func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reason {
-	unused := got
-	for i := range node.Cards {
-		if CanTakeWhole(node, free, i) {
-			unused++
+	var usableCards, shared, heldWhole, unhealthy, isolated, wrongModel int
+	free0 := got
+	for i, c := range node.Cards {
+		switch {
+		case !c.Schedulable():
+			if c.State == api.CardIsolated {
+				isolated++
+			} else {
+				unhealthy++
+			}
+			continue
+		case !usable(c, req.Models):
+			wrongModel++
+			continue
+		}
+		usableCards++
+		switch {
+		case c.Whole:
+			heldWhole++
+		case c.Used > 0:
+			shared++
+		case CanTakeWhole(node, free, i):
+			free0++
 		}
 	}
+	total := 0
+	for _, d := range req.Demands {
+		total += d.WholeCards
+	}
+	if usableCards == 0 {
+		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req.Models))}
+	}
+	if total > usableCards {
+		return Reason{Code: ReasonMoreCardsThanNode, Container: dm.Container,
+			Message: fmt.Sprintf("the pod asks for %d whole cards, more than the node's %d usable cards", total, usableCards)}
+	}
+	var busy []string
+	if shared > 0 {
+		busy = append(busy, fmt.Sprintf("%d with shared memory", shared))
+	}
+	if heldWhole > 0 {
+		busy = append(busy, fmt.Sprintf("%d held whole", heldWhole))
+	}
+	if taken := usableCards - shared - heldWhole - free0; taken > 0 {
+		busy = append(busy, fmt.Sprintf("%d taken by this pod's other containers", taken))
+	}
+	detail := ""
+	if len(busy) > 0 {
+		detail = fmt.Sprintf(" (of %d usable: %s)", usableCards, strings.Join(busy, ", "))
+	}
 	return Reason{Code: ReasonNotEnoughWholeCards, Container: dm.Container,
-		Message: fmt.Sprintf("container %q asks for %d whole cards; %d usable cards are unused", dm.Container, dm.WholeCards, unused)}
+		Message: fmt.Sprintf("container %q needs %d free whole cards; node has %d%s", dm.Container, dm.WholeCards, free0, detail)}
 }
 
 func cardCensus(total, unhealthy, isolated, wrongModel int, models []string) string {

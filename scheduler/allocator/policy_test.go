@@ -154,7 +154,7 @@ func TestDecide(t *testing.T) {
 			node:   node(card(0, 80, 0), card(1, 40, 1)),
 			req:    allocator.Request{Demands: []allocator.Demand{{Container: "a", WholeCards: 2}}},
 			want: allocator.Decision{Node: "n", Reasons: []allocator.Reason{{Code: allocator.ReasonNotEnoughWholeCards, Container: "a",
-				Message: `container "a" asks for 2 whole cards; 1 usable cards are unused`}}},
+				Message: `container "a" needs 2 free whole cards; node has 1 (of 2 usable: 1 with shared memory)`}}},
 		},
 		{
 			name:   "a card held whole takes nothing else",

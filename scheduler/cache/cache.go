@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -194,6 +195,9 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	inv, invErr := api.InventoryFromNode(node)
 	_, gpuCap := node.Status.Capacity[api.ResourceName]
 	_, gpuAlloc := node.Status.Allocatable[api.ResourceName]
+	if _, ok := node.Status.Capacity[api.WholeResourceName]; ok {
+		gpuCap = true
+	}
 	var iso api.Isolation
 	isoErr := error(nil)
 	if s, ok := node.Annotations[api.AnnotationIsolation]; ok {
@@ -271,14 +275,26 @@ func (n *nodeState) rebuild() {
 	}
 	if n.invErr == nil && len(n.inv.Cards) > 0 {
 		used := make(map[string]int64, len(n.inv.Cards))
+		var whole map[string]bool
 		for _, p := range n.pods {
 			for _, ca := range p.assignment.Containers {
 				used[ca.CardUUID] += ca.Units
 			}
+			for _, w := range p.assignment.WholeCards {
+				if whole == nil {
+					whole = map[string]bool{}
+				}
+				for _, u := range w.CardUUIDs {
+					whole[u] = true
+				}
+			}
 		}
 		for i, ic := range n.inv.Cards {
 			ic = n.iso.Apply(ic)
-			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], State: internState(ic.State)}
+			// A card given whole keeps Used at its shares (none, unless the
+			// informer shows a conflict the plugins refused): Whole alone
+			// takes it out of every decision (Card.Free, CanTakeWhole).
+			cards[i] = allocator.Card{Index: ic.Index, UUID: ic.UUID, Model: ic.Model, Capacity: ic.Units, Used: used[ic.UUID], Whole: whole[ic.UUID], State: internState(ic.State)}
 		}
 		sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
 		snap.Cards = cards
@@ -373,7 +389,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	case bound && (old == nil || old.state != Assumed):
 		// Bound without a (valid) assignment: a pod that asks for no GPU,
 		// or one another scheduler placed. Its CPU and memory count.
-		if old != nil && old.node == pod.Spec.NodeName && old.host == host && len(old.assignment.Containers) == 0 {
+		if old != nil && old.node == pod.Spec.NodeName && old.host == host && len(old.assignment.Containers) == 0 && len(old.assignment.WholeCards) == 0 {
 			return
 		}
 		c.remove(old)
@@ -385,7 +401,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 }
 
 func sameCards(a, b api.Assignment) bool {
-	if len(a.Containers) != len(b.Containers) {
+	if len(a.Containers) != len(b.Containers) || !slices.Equal(a.WholeCardUUIDs(), b.WholeCardUUIDs()) {
 		return false
 	}
 	for i := range a.Containers {
@@ -424,16 +440,17 @@ func (c *Cache) remove(p *podState) {
 	}
 }
 
-// shapeKey is one demand shape: units on one card (0: no GPU) and the
-// CPU and memory that come with them.
+// shapeKey is one demand shape: units on one card or a number of whole
+// cards (both 0: no GPU) and the CPU and memory that come with them.
 type shapeKey struct {
-	units int64
-	host  allocator.HostResources
+	units      int64
+	wholeCards int
+	host       allocator.HostResources
 }
 
 // learn counts a pod's demand once per pod UID: a pod that asks for no GPU
 // is one shape of 0 units with its CPU and memory; a GPU pod is one shape
-// per requesting container, the pod's CPU and memory split evenly between
+// per requesting container (units, or whole cards), the pod's CPU and memory split evenly between
 // them (exact for the common one-container pod).
 func (c *Cache) learn(uid types.UID, req api.PodRequest, host allocator.HostResources) {
 	if _, ok := c.seen[uid]; ok {
@@ -443,10 +460,13 @@ func (c *Cache) learn(uid types.UID, req api.PodRequest, host allocator.HostReso
 	if req.Empty() {
 		c.shapes[shapeKey{host: host}]++
 	} else {
-		k := int64(len(req.Containers))
+		k := int64(len(req.Containers) + len(req.WholeCards))
 		share := allocator.HostResources{CPUMilli: host.CPUMilli / k, MemoryMiB: host.MemoryMiB / k}
 		for _, ct := range req.Containers {
 			c.shapes[shapeKey{units: ct.Units, host: share}]++
+		}
+		for _, ct := range req.WholeCards {
+			c.shapes[shapeKey{wholeCards: ct.Cards, host: share}]++
 		}
 	}
 	c.workloadDirt = true
@@ -505,10 +525,13 @@ func (c *Cache) Workload() *allocator.Workload {
 		// changed, so policies may read it without the lock.
 		w := &allocator.Workload{Shapes: make([]allocator.Shape, 0, len(c.shapes)), ModelCapacity: maps.Clone(c.modelCap)}
 		for k, n := range c.shapes {
-			w.Shapes = append(w.Shapes, allocator.Shape{Units: k.units, Host: k.host, Weight: n})
+			w.Shapes = append(w.Shapes, allocator.Shape{Units: k.units, WholeCards: k.wholeCards, Host: k.host, Weight: n})
 		}
 		sort.Slice(w.Shapes, func(a, b int) bool {
 			x, y := w.Shapes[a], w.Shapes[b]
+			if x.WholeCards != y.WholeCards {
+				return x.WholeCards < y.WholeCards
+			}
 			if x.Units != y.Units {
 				return x.Units < y.Units
 			}
@@ -584,12 +607,26 @@ func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, ba
 	for _, ca := range a.Containers {
 		add[ca.CardUUID] += ca.Units
 	}
+	for _, uuid := range a.WholeCardUUIDs() {
+		found := false
+		for _, card := range n.snap.Cards {
+			if card.UUID == uuid {
+				found = true
+				if !card.Schedulable() || card.Used > 0 || card.Whole {
+					return fmt.Errorf("%w: card %d cannot be given whole: it has %d units used, held whole: %v", ErrOverCapacity, card.Index, card.Used, card.Whole)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
+		}
+	}
 	for uuid, units := range add {
 		found := false
 		for _, card := range n.snap.Cards {
 			if card.UUID == uuid {
 				found = true
-				if !card.Schedulable() || card.Used+units > card.Capacity {
+				if !card.Schedulable() || card.Whole || card.Used+units > card.Capacity {
 					return fmt.Errorf("%w: card %d has %d of %d units used, asked for %d more", ErrOverCapacity, card.Index, card.Used, card.Capacity, units)
 				}
 			}

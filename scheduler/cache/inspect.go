@@ -48,8 +48,12 @@ func (n *nodeState) info() api.ExtenderNode {
 	}
 	pos := map[string]int{}
 	for i, c := range n.snap.Cards {
+		used := c.Used
+		if c.Whole {
+			used = c.Capacity
+		}
 		ni.Cards = append(ni.Cards, api.ExtenderCard{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State, Reason: reason[c.UUID],
-			Capacity: c.Capacity, Used: c.Used, Pods: []api.ExtenderPod{}})
+			Capacity: c.Capacity, Used: used, Whole: c.Whole, Pods: []api.ExtenderPod{}})
 		pos[c.UUID] = i
 	}
 	for _, p := range n.pods {
@@ -59,6 +63,17 @@ func (n *nodeState) info() api.ExtenderNode {
 				ni.Cards[i].Pods = append(ni.Cards[i].Pods, pu)
 			} else {
 				ni.Unplaced = append(ni.Unplaced, pu)
+			}
+		}
+		for _, w := range p.assignment.WholeCards {
+			for _, uuid := range w.CardUUIDs {
+				pu := api.ExtenderPod{Namespace: p.namespace, Name: p.name, UID: p.uid, Container: w.Name, Whole: true, State: p.state, Phase: p.assignment.Phase}
+				if i, ok := pos[uuid]; ok {
+					pu.Units = ni.Cards[i].Capacity
+					ni.Cards[i].Pods = append(ni.Cards[i].Pods, pu)
+				} else {
+					ni.Unplaced = append(ni.Unplaced, pu)
+				}
 			}
 		}
 	}

@@ -15,6 +15,9 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
@@ -107,20 +110,40 @@ func (t *Trace) GPURequest(p PodSpec) int64 {
 	return p.Units
 }
 
-// Request is the allocator request for pod p: one demand for the GPU part
-// (none for a CPU-only pod), the model constraint and the host request.
+// Request is the allocator request for pod p, read the way the extender
+// reads a real pod: p as a corev1.Pod (PodObject) through the contract's
+// api.RequestFromPod and allocator.NewRequest, so a multi-GPU task is a
+// demand of N whole cards (api.WholeResourceName) exactly as in production;
+// the model constraint is added after. Trace.validate has checked that the
+// contract accepts every pod.
 func Request(p PodSpec) allocator.Request {
-	req := allocator.Request{
-		Models: p.Models,
-		Host:   allocator.HostResources{CPUMilli: p.CPUMilli, MemoryMiB: p.MemoryMiB},
+	pr, err := api.RequestFromPod(PodObject(p))
+	if err != nil {
+		panic(fmt.Sprintf("pod %s: %v (Trace.validate lets no such pod through)", p.Name, err))
 	}
+	req := allocator.NewRequest(pr)
+	req.Models = p.Models
+	return req
+}
+
+// PodObject is pod p as a Kubernetes pod: one container, named as the pod,
+// asking for p.WholeCards of api.WholeResourceName or p.Units of
+// api.ResourceName (neither for a CPU-only pod), with p's CPU and memory.
+func PodObject(p PodSpec) *corev1.Pod {
+	c := corev1.Container{Name: p.Name, Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{},
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
+		},
+	}}
 	switch {
 	case p.WholeCards > 0:
-		req.Demands = []allocator.Demand{{Container: p.Name, WholeCards: p.WholeCards}}
+		c.Resources.Limits[api.WholeResourceName] = *resource.NewQuantity(int64(p.WholeCards), resource.DecimalSI)
 	case p.Units > 0:
-		req.Demands = []allocator.Demand{{Container: p.Name, Units: p.Units}}
+		c.Resources.Limits[api.ResourceName] = *resource.NewQuantity(p.Units, resource.DecimalSI)
 	}
-	return req
+	return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
 }
 
 // Shape is the workload shape of pod p, as the policy learns it online.
@@ -148,6 +171,9 @@ func (t *Trace) validate() error {
 	for _, p := range t.Pods {
 		if p.WholeCards > 0 && t.WholeCardUnits <= 0 {
 			return fmt.Errorf("trace %s: pod %s asks for whole cards but the trace has no whole-card size", t.Name, p.Name)
+		}
+		if _, err := api.RequestFromPod(PodObject(p)); err != nil {
+			return fmt.Errorf("trace %s: pod %s: %w", t.Name, p.Name, err)
 		}
 	}
 	return nil

@@ -109,7 +109,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		// kube-scheduler delegates a bind only for pods asking for a resource
 		// the extender manages, so this caller is not kube-scheduler: refuse
 		// rather than bind any pod to any node on its say-so.
-		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, api.ResourceName)
+		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do, or that ask for %s (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, api.ResourceName, api.WholeResourceName)
 	}
 
 	a, outcome, err := s.assume(pod, preq, args.Node)
@@ -228,18 +228,32 @@ func assignmentFrom(pod *corev1.Pod, node *allocator.Node, d allocator.Decision)
 		Unit:    node.Unit,
 		Phase:   api.PhaseAssigned,
 	}
+	uuidOf := func(index int) string {
+		for _, c := range node.Cards {
+			if c.Index == index {
+				return c.UUID
+			}
+		}
+		return ""
+	}
 	for _, p := range d.Placements {
+		if len(p.Grants) > 0 && p.Grants[0].Whole {
+			w := api.WholeCardAssignment{Name: p.Container}
+			for _, g := range p.Grants {
+				if !g.Whole {
+					return api.Assignment{}, fmt.Errorf("container %q: the policy mixed whole cards and a share in one container", p.Container)
+				}
+				w.CardUUIDs = append(w.CardUUIDs, uuidOf(g.Card))
+				w.CardIndexes = append(w.CardIndexes, g.Card)
+			}
+			a.WholeCards = append(a.WholeCards, w)
+			continue
+		}
 		if len(p.Grants) != 1 {
 			return api.Assignment{}, fmt.Errorf("container %q: the extender writes exactly one card per container, the policy gave %d", p.Container, len(p.Grants))
 		}
 		g := p.Grants[0]
-		uuid := ""
-		for _, c := range node.Cards {
-			if c.Index == g.Card {
-				uuid = c.UUID
-			}
-		}
-		a.Containers = append(a.Containers, api.ContainerAssignment{Name: p.Container, CardUUID: uuid, CardIndex: g.Card, Units: g.Units})
+		a.Containers = append(a.Containers, api.ContainerAssignment{Name: p.Container, CardUUID: uuidOf(g.Card), CardIndex: g.Card, Units: g.Units})
 	}
 	if err := a.Validate(); err != nil {
 		return api.Assignment{}, err

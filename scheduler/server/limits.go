@@ -6,8 +6,8 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// MaxGPUContainers is the most app containers asking for api.ResourceName
-// that the extender places in one pod. A pod with more fails filter on every
+// MaxGPUContainers is the most app containers asking for api.ResourceName or
+// api.WholeResourceName that the extender places in one pod. A pod with more fails filter on every
 // node, unresolvably (preemption cannot help), and bind refuses it, with a
 // message that says to split it (errTooManyContainers).
 //
@@ -25,9 +25,13 @@ const MaxGPUContainers = 128
 // errTooManyContainers refuses a pod with more than MaxGPUContainers
 // requesting containers, or returns nil.
 func errTooManyContainers(req api.PodRequest) error {
-	if n := len(req.Containers); n > MaxGPUContainers {
+	if n := len(req.Containers) + len(req.WholeCards); n > MaxGPUContainers {
+		what := string(api.ResourceName)
+		if len(req.WholeCards) > 0 {
+			what += " or " + string(api.WholeResourceName)
+		}
 		return fmt.Errorf("%w: %d containers ask for %s, the gpushare extender places at most %d per pod: split the work over several pods (e.g. more replicas)",
-			api.ErrInvalidRequest, n, api.ResourceName, MaxGPUContainers)
+			api.ErrInvalidRequest, n, what, MaxGPUContainers)
 	}
 	return nil
 }

@@ -48,7 +48,10 @@ var (
 		"A card's capacity in its node's gpu-mem unit, whatever its state (see /inspect for the state).",
 		[]string{"node", "card", "uuid"}, nil)
 	cardUsedDesc = prometheus.NewDesc("gpushare_card_used_units",
-		"Units of a card assigned to pods (assumed or confirmed).",
+		"Units of a card assigned to pods (assumed or confirmed); a card given whole counts its capacity.",
+		[]string{"node", "card", "uuid"}, nil)
+	cardWholeDesc = prometheus.NewDesc("gpushare_card_held_whole",
+		"1 while a card is given whole (example.com/gpu) to a pod, assumed or confirmed; 0 otherwise.",
 		[]string{"node", "card", "uuid"}, nil)
 )
 
@@ -59,6 +62,7 @@ type cardCollector struct{ cache Cache }
 func (cc *cardCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- cardCapacityDesc
 	ch <- cardUsedDesc
+	ch <- cardWholeDesc
 }
 
 func (cc *cardCollector) Collect(ch chan<- prometheus.Metric) {
@@ -66,7 +70,12 @@ func (cc *cardCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, c := range n.Cards {
 			idx := strconv.Itoa(c.Index)
 			ch <- prometheus.MustNewConstMetric(cardCapacityDesc, prometheus.GaugeValue, float64(c.Capacity), n.Name, idx, c.UUID)
-			ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, float64(c.Used), n.Name, idx, c.UUID)
+			used, whole := c.Used, 0.0
+			if c.Whole {
+				used, whole = c.Capacity, 1
+			}
+			ch <- prometheus.MustNewConstMetric(cardUsedDesc, prometheus.GaugeValue, float64(used), n.Name, idx, c.UUID)
+			ch <- prometheus.MustNewConstMetric(cardWholeDesc, prometheus.GaugeValue, whole, n.Name, idx, c.UUID)
 		}
 	}
 }

@@ -64,6 +64,12 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 			p.Spec.Containers[0].Resources.Limits[api.ResourceName] = resource.MustParse(q)
 		}
 	}
+	whole := func(q string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			delete(p.Spec.Containers[0].Resources.Limits, api.ResourceName)
+			p.Spec.Containers[0].Resources.Limits[api.WholeResourceName] = resource.MustParse(q)
+		}
+	}
 	denied := []struct {
 		name string
 		pod  *corev1.Pod
@@ -79,6 +85,15 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
 				Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("2")}}}}
 		}), []string{"init container setup asks for example.com/gpu-mem", "Ask for it in the app containers only"}},
+		{"zero whole cards", pod("whole-zero", whole("0")), []string{
+			"container c0 asks for example.com/gpu: 0", "leave example.com/gpu out to ask for none"}},
+		{"whole cards and memory in one container", pod("whole-both", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Resources.Limits[api.WholeResourceName] = resource.MustParse("1")
+		}), []string{"container c0 asks for both example.com/gpu (whole cards) and example.com/gpu-mem", "Put them in separate containers"}},
+		{"whole cards bypassing the scheduler", pod("whole-bypass", func(p *corev1.Pod) {
+			whole("1")(p)
+			p.Spec.NodeName = "adm-a"
+		}), []string{"this pod asks for example.com/gpu and sets spec.nodeName (adm-a), which bypasses the gpushare scheduler"}},
 	}
 	// Policies take effect a moment after they are created: each denial is
 	// waited for.
@@ -106,6 +121,7 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 
 	admitted := map[string]*corev1.Pod{
 		"the largest card exactly": pod("fits", gpu("24")),
+		"two whole cards":          pod("whole-two", whole("2")),
 		"a pod asking no GPU":      {ObjectMeta: metav1.ObjectMeta{Name: "cpu", Namespace: users}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}},
 	}
 	for name, p := range admitted {

@@ -114,6 +114,8 @@ programs follow the update (docs/security.md). */}}
   managedResources:
     - name: example.com/gpu-mem
       ignoredByScheduler: false
+    - name: example.com/gpu
+      ignoredByScheduler: false
 {{- end -}}
 
 {{/* Contradictory values fail at render time, with a message that says what to change. */}}

@@ -91,6 +91,49 @@ func (b *Builder) Sign(keys api.RecordKeys, edit func(*api.Assignment)) *Builder
 	return b
 }
 
+// Whole adds an app container limiting n whole cards (api.WholeResourceName).
+func (b *Builder) Whole(name string, n int64) *Builder {
+	c := corev1.Container{Name: name}
+	c.Resources.Limits = corev1.ResourceList{api.WholeResourceName: *resource.NewQuantity(n, resource.DecimalSI)}
+	b.pod.Spec.Containers = append(b.pod.Spec.Containers, c)
+	return b
+}
+
+// AssignWhole writes a valid assignment in unit GiB: shares[i] for the i-th
+// container requesting gpu-mem, and consecutive cards of whole for the
+// containers requesting whole cards, in order.
+func (b *Builder) AssignWhole(phase api.AssignmentPhase, shares []Card, whole []Card) *Builder {
+	a := api.Assignment{Version: api.AssignmentVersion, PodUID: b.pod.UID, Node: b.pod.Spec.NodeName, Unit: api.UnitGiB, Phase: phase}
+	for _, c := range b.pod.Spec.Containers {
+		if q, ok := c.Resources.Limits[api.ResourceName]; ok {
+			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: shares[0].UUID, CardIndex: shares[0].Index, Units: q.Value()})
+			shares = shares[1:]
+		}
+	}
+	for _, c := range b.pod.Spec.Containers {
+		q, ok := c.Resources.Limits[api.WholeResourceName]
+		if !ok {
+			continue
+		}
+		w := api.WholeCardAssignment{Name: c.Name}
+		for _, card := range whole[:q.Value()] {
+			w.CardUUIDs = append(w.CardUUIDs, card.UUID)
+			w.CardIndexes = append(w.CardIndexes, card.Index)
+		}
+		whole = whole[q.Value():]
+		a.WholeCards = append(a.WholeCards, w)
+	}
+	s, err := api.EncodeAssignment(a)
+	if err != nil {
+		panic(err)
+	}
+	if b.pod.Annotations == nil {
+		b.pod.Annotations = map[string]string{}
+	}
+	b.pod.Annotations[api.AnnotationAssignment] = s
+	return b
+}
+
 // Running marks the pod admitted and running.
 func (b *Builder) Running() *Builder {
 	b.pod.Status.Phase = corev1.PodRunning

@@ -1,0 +1,208 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// WholeResourceName is the extended resource a container asks for, in its
+// limits, as a whole number of GPU cards, all on the pod's node, held
+// exclusively: a card given whole holds no shared memory (ResourceName), and
+// a card holding shared memory is never given whole.
+//
+// A container asks for one kind or the other, never both (ErrMixedRequest);
+// containers of one pod may mix kinds.
+const WholeResourceName corev1.ResourceName = "example.com/gpu"
+
+// MaxWholeCards bounds a container's whole-card request. Real nodes have 8 or
+// 16 cards; the bound only keeps absurd quantities out of the arithmetic.
+// A request within it but above what a node has fails that node with a reason
+// (never an error of the request: another node may have more cards).
+const MaxWholeCards = 256
+
+// ErrMixedRequest is returned (wrapped) by RequestFromPod for a container
+// that asks for both ResourceName and WholeResourceName: a container gets
+// either whole cards or a share of one card.
+var ErrMixedRequest = errors.New("a container may ask for " + string(WholeResourceName) + " (whole cards) or " + string(ResourceName) + " (memory on one card), not both")
+
+// EnvWholeCards, in a container given whole cards, is how many (e.g. "2"; a container with a share of one card has none);
+// there EnvCardUUID and EnvCardIndex hold comma-separated lists, one entry per
+// card, and NVIDIA_VISIBLE_DEVICES names them all (one volume mount per card
+// with the volume-mounts strategy).
+const EnvWholeCards = "GPUSHARE_CARD_COUNT"
+
+// WholeCardRequest is one app container's demand for whole cards.
+type WholeCardRequest struct {
+	// Name is the container's name in the pod spec.
+	Name string
+	// Cards is how many cards; always 1..MaxWholeCards.
+	Cards int
+}
+
+// WholeCardTotal is the total number of whole cards the pod's containers ask for.
+func (r PodRequest) WholeCardTotal() int {
+	t := 0
+	for _, c := range r.WholeCards {
+		t += c.Cards
+	}
+	return t
+}
+
+// wholeRequest is PodRequest.WholeCards (see RequestFromPod): one entry per
+// app container that asks for WholeResourceName, in spec order. Init
+// containers may not ask for it (ErrInitContainerRequest), for the reason
+// they may not ask for ResourceName; a container may not ask for both kinds.
+func wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
+	for _, c := range pod.Spec.InitContainers {
+		n, err := containerCards(c)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			return nil, fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", ErrInitContainerRequest, WholeResourceName, c.Name, n)
+		}
+	}
+	var out []WholeCardRequest
+	for _, c := range pod.Spec.Containers {
+		n, err := containerCards(c)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			continue
+		}
+		if _, share := containerQuantity(c, ResourceName); share {
+			return nil, fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", ErrMixedRequest, c.Name)
+		}
+		out = append(out, WholeCardRequest{Name: c.Name, Cards: n})
+	}
+	return out, nil
+}
+
+// containerQuantity is the container's quantity of resource name, from its
+// limits, else its requests (extended-resource rules).
+func containerQuantity(c corev1.Container, name corev1.ResourceName) (resource.Quantity, bool) {
+	q, ok := c.Resources.Limits[name]
+	if !ok {
+		q, ok = c.Resources.Requests[name]
+	}
+	return q, ok
+}
+
+// containerCards is the container's whole-card request: 0 when it does not
+// name WholeResourceName, else 1..MaxWholeCards or an ErrInvalidRequest that
+// says what to write instead.
+func containerCards(c corev1.Container) (int, error) {
+	q, ok := containerQuantity(c, WholeResourceName)
+	if !ok {
+		return 0, nil
+	}
+	switch {
+	case q.Sign() < 0:
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative; ask for a whole number of cards from 1 to %d", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, MaxWholeCards)
+	case q.IsZero():
+		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1 card, or leave %s out to ask for no whole card", ErrInvalidRequest, c.Name, WholeResourceName, WholeResourceName)
+	case q.MilliValue()%1000 != 0:
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of cards; for part of a card ask for %s (memory) instead", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, ResourceName)
+	}
+	v, ok := q.AsInt64()
+	if !ok || v > MaxWholeCards {
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d cards", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, MaxWholeCards)
+	}
+	return int(v), nil
+}
+
+// WholeCardAssignment is the cards one container gets whole.
+type WholeCardAssignment struct {
+	// Name is the app container's name.
+	Name string `json:"name"`
+	// CardUUIDs and CardIndexes name the cards, in the same order (both, so
+	// that either device-ID strategy can be served and people can read it).
+	CardUUIDs   []string `json:"cardUUIDs"`
+	CardIndexes []int    `json:"cardIndexes"`
+}
+
+// Cards is how many cards the container holds.
+func (w WholeCardAssignment) Cards() int { return len(w.CardUUIDs) }
+
+// WholeCard returns the whole-card grant of the named container.
+func (a Assignment) WholeCard(name string) (WholeCardAssignment, bool) {
+	for _, w := range a.WholeCards {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return WholeCardAssignment{}, false
+}
+
+// WholeCardUUIDs lists every card the record gives whole.
+func (a Assignment) WholeCardUUIDs() []string {
+	var out []string
+	for _, w := range a.WholeCards {
+		out = append(out, w.CardUUIDs...)
+	}
+	return out
+}
+
+// validateWhole checks the whole-card entries; names are the containers
+// already seen in Containers.
+func (a Assignment) validateWhole(names map[string]bool) error {
+	shared := map[string]bool{}
+	for _, c := range a.Containers {
+		shared[c.CardUUID] = true
+	}
+	seen := map[string]string{}
+	for _, w := range a.WholeCards {
+		switch {
+		case w.Name == "":
+			return fmt.Errorf("%w: a whole-card container has no name", ErrInvalidAssignment)
+		case names[w.Name]:
+			return fmt.Errorf("%w: container %q appears twice", ErrInvalidAssignment, w.Name)
+		case len(w.CardUUIDs) == 0 || len(w.CardUUIDs) > MaxWholeCards:
+			return fmt.Errorf("%w: container %q has %d whole cards, want 1..%d", ErrInvalidAssignment, w.Name, len(w.CardUUIDs), MaxWholeCards)
+		case len(w.CardIndexes) != len(w.CardUUIDs):
+			return fmt.Errorf("%w: container %q has %d card UUIDs but %d card indexes", ErrInvalidAssignment, w.Name, len(w.CardUUIDs), len(w.CardIndexes))
+		}
+		names[w.Name] = true
+		for i, u := range w.CardUUIDs {
+			switch {
+			case u == "":
+				return fmt.Errorf("%w: container %q has a whole card without UUID", ErrInvalidAssignment, w.Name)
+			case w.CardIndexes[i] < 0:
+				return fmt.Errorf("%w: container %q has a negative card index", ErrInvalidAssignment, w.Name)
+			case seen[u] != "":
+				return fmt.Errorf("%w: card %s is given whole to both container %q and %q", ErrInvalidAssignment, u, seen[u], w.Name)
+			case shared[u]:
+				return fmt.Errorf("%w: card %s is given whole to container %q and also holds shared memory", ErrInvalidAssignment, u, w.Name)
+			}
+			seen[u] = w.Name
+		}
+	}
+	return nil
+}
+
+// matchesWhole checks the whole-card entries against the pod's request.
+func (a Assignment) matchesWhole(req []WholeCardRequest) error {
+	if len(req) != len(a.WholeCards) {
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), WholeResourceName, len(a.WholeCards))
+	}
+	for _, c := range req {
+		got, ok := a.WholeCard(c.Name)
+		if !ok {
+			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, WholeResourceName)
+		}
+		if got.Cards() != c.Cards {
+			return fmt.Errorf("%w: container %q requests %d whole cards, the record grants %d", ErrInvalidAssignment, c.Name, c.Cards, got.Cards())
+		}
+	}
+	return nil
+}
+
+// HoldsWhole reports whether the record gives card uuid whole.
+func (a Assignment) HoldsWhole(uuid string) bool {
+	return slices.Contains(a.WholeCardUUIDs(), uuid)
+}
