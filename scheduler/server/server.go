@@ -133,9 +133,9 @@ type Server struct {
 	metrics     *metrics
 	betterBy    string
 	// allowed are the policies a pod may name (AllowedPolicies and Policy).
-	allowed allowedPolicies
-	recordKeys  api.RecordKeys
-	workers     int
+	allowed    allowedPolicies
+	recordKeys api.RecordKeys
+	workers    int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
 }
