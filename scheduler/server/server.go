@@ -132,12 +132,12 @@ type Server struct {
 	maxBody     int64
 	metrics     *metrics
 	betterBy    string
-	// allowed are the policies a pod may name (AllowedPolicies and Policy).
-	allowed    allowedPolicies
-	recordKeys api.RecordKeys
-	workers    int
+	recordKeys  api.RecordKeys
+	workers     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
+	// allowed are the policies a pod may name (AllowedPolicies and Policy).
+	allowed allowedPolicies
 }
 
 // New checks cfg and returns a Server.
