@@ -157,6 +157,10 @@ expect privileged-plugin 'privileged: true'
 expect privileged-plugin 'value: all$'
 expect privileged-plugin 'nvidia-container-devices/all' absent
 
+render allowed-policies --set 'scheduler.allowedPolicies={spread,frag}'
+expect allowed-policies 'value: "spread,frag"'
+expect dedicated 'name: GPUSHARE_ALLOWED_POLICIES'
+
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent
 
@@ -188,6 +192,7 @@ refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metric
 refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
 refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
+refuse bad-allowed-policy 'allowedPolicies' --set 'scheduler.allowedPolicies={Spread Mode}'
 refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
 
 # The environment the chart gives each program must be what the program reads, with values it
@@ -218,7 +223,7 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation; do
+for r in dedicated strategies isolation allowed-policies; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
 done
