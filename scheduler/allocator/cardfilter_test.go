@@ -68,11 +68,11 @@ func TestCardChoicePlacesOnlyOnChosenCards(t *testing.T) {
 		{
 			name: "a model not on the node: the reason names what the node has", ann: map[string]string{api.AnnotationCardModels: "B200|GH200"}, node: mixed(), units: 1,
 			wantCode: "NoMatchingCard",
-			wantMsg:  `no card of model "B200|GH200" on this node for container "a" (annotation gpushare.example.com/card-models); models here: NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3, NVIDIA L4`,
+			wantMsg:  `no card of model "B200|GH200" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA A100-SXM4-40GB, NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3, NVIDIA L4`,
 		},
 		{
 			name: "a UUID not on the node", ann: map[string]string{api.AnnotationCardUUIDs: "GPU-zz"}, node: mixed(), units: 1,
-			wantCode: "NoMatchingCard", wantMsg: `card GPU-zz is not on this node (container "a", annotation gpushare.example.com/card-uuids)`,
+			wantCode: "NoMatchingCard", wantMsg: `card GPU-zz is not on this node (annotation gpushare.example.com/card-uuids)`,
 		},
 		{
 			name: "several UUIDs none on the node", ann: map[string]string{api.AnnotationCardUUIDs: "GPU-y,GPU-z"}, node: mixed(), units: 1,
@@ -80,11 +80,11 @@ func TestCardChoicePlacesOnlyOnChosenCards(t *testing.T) {
 		},
 		{
 			name: "every card excluded", ann: map[string]string{api.AnnotationExcludeCardModels: "NVIDIA"}, node: mixed(), units: 1,
-			wantCode: "NoMatchingCard", wantMsg: `every card the pod could take on this node is of an excluded model for container "a" (exclude-card-models "NVIDIA"); models here:`,
+			wantCode: "NoMatchingCard", wantMsg: `every card the pod could take on this node is of an excluded model (exclude-card-models "NVIDIA"); models here:`,
 		},
 		{
 			name: "model and UUID each on the node but never the same card", ann: map[string]string{api.AnnotationCardModels: "L4", api.AnnotationCardUUIDs: "GPU-a"}, node: mixed(), units: 1,
-			wantCode: "NoMatchingCard", wantMsg: `no card on this node is both of the chosen models and one of the chosen cards for container "a" (card-models "L4", card-uuids "GPU-a"); cards here: GPU-a (NVIDIA H100 80GB HBM3)`,
+			wantCode: "NoMatchingCard", wantMsg: `no card on this node is both of the chosen models and one of the chosen cards (card-models "L4", card-uuids "GPU-a"); cards here: GPU-a (NVIDIA H100 80GB HBM3)`,
 		},
 		{
 			name: "all chosen cards full: resolvable, and it says only the chosen cards were looked at", ann: map[string]string{api.AnnotationCardModels: "H100"}, node: mixed(), units: 20,
@@ -184,6 +184,30 @@ func TestCardFilter(t *testing.T) {
 		c := withModel(card(0, 80, 0), m)
 		if ahead.Allows(&c) != onTheSpot.Allows(&c) || ahead.Allows(&c) != ch.Allows(m, c.UUID) {
 			t.Errorf("model %q: ahead %v, on the spot %v, contract %v", m, ahead.Allows(&c), onTheSpot.Allows(&c), ch.Allows(m, c.UUID))
+		}
+	}
+}
+
+// On a node of one model the reason is written when the filter is made,
+// for the known models; it is the one written per node otherwise.
+func TestCardChoiceReasonOnANodeOfOneModel(t *testing.T) {
+	p, _ := allocator.Lookup("binpack")
+	n := node(withModel(card(0, 24, 0), mL4), withModel(card(1, 24, 0), mL4))
+	for _, tc := range []struct {
+		ann  map[string]string
+		want string
+	}{
+		{map[string]string{api.AnnotationCardModels: "H100"}, `no card of model "H100" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA L4`},
+		{map[string]string{api.AnnotationExcludeCardModels: "L4"}, `every card the pod could take on this node is of an excluded model (exclude-card-models "L4"); models here: NVIDIA L4`},
+		{map[string]string{api.AnnotationCardModels: "H100", api.AnnotationCardUUIDs: "GPU-x"}, `card GPU-x is not on this node (annotation gpushare.example.com/card-uuids)`},
+	} {
+		for _, known := range [][]string{nil, {mH100, mL4}} {
+			req := shares(4)
+			req.Cards = allocator.NewCardFilter(choice(t, tc.ann), known)
+			d := p.Evaluate(n, req, nil)
+			if d.Fits || d.Reasons[0].Code != allocator.ReasonNoMatchingCard || d.Message() != tc.want {
+				t.Errorf("%v, known models %v: %+v, want NoMatchingCard %q", tc.ann, known, d, tc.want)
+			}
 		}
 	}
 }

@@ -13,22 +13,27 @@ import (
 )
 
 // BenchmarkFilterCardChoice is BenchmarkFilterPolicies' filter at 5,000
-// nodes for pods that choose: no annotation (the reference), every card's
-// model allowed by words (the most matching work: each card passes the
-// model check), a model no node has (every node fails, reasons written),
-// one card by UUID, and the spread policy named by the pod.
+// nodes for pods that choose: no annotation (the reference; and a pod too
+// large for any card, the reference for pods that fit nowhere), every
+// card's model allowed by words (each card passes the model check), every
+// card's model excluded-or-not, a model no node has (every node fails with
+// a reason), one card by UUID (4,999 nodes fail), and the spread policy
+// named by the pod.
 func BenchmarkFilterCardChoice(b *testing.B) {
 	const n = 5000
 	cases := []struct {
-		name string
-		ann  map[string]string
+		name  string
+		ann   map[string]string
+		units int64
 	}{
-		{"none", nil},
-		{"card-models=A100", map[string]string{api.AnnotationCardModels: "A100"}},
-		{"exclude-card-models=H100", map[string]string{api.AnnotationExcludeCardModels: "H100"}},
-		{"card-models=nowhere", map[string]string{api.AnnotationCardModels: "B200"}},
-		{"card-uuids=one", map[string]string{api.AnnotationCardUUIDs: fixture.CardUUID("node-00042", 3)}},
-		{"policy=spread", map[string]string{api.AnnotationPolicy: "spread"}},
+		{"none", nil, 10},
+		// The reference for pods that fit nowhere: larger than any card.
+		{"none-too-big", nil, benchCardUnits + 1},
+		{"card-models=A100", map[string]string{api.AnnotationCardModels: "A100"}, 10},
+		{"exclude-card-models=H100", map[string]string{api.AnnotationExcludeCardModels: "H100"}, 10},
+		{"card-models=nowhere", map[string]string{api.AnnotationCardModels: "B200"}, 10},
+		{"card-uuids=one", map[string]string{api.AnnotationCardUUIDs: fixture.CardUUID("node-00042", 3)}, 10},
+		{"policy=spread", map[string]string{api.AnnotationPolicy: "spread"}, 10},
 	}
 	for _, tc := range cases {
 		b.Run(fmt.Sprintf("%s/nodes=%d", tc.name, n), func(b *testing.B) {
@@ -38,7 +43,7 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 				b.Fatal(err)
 			}
 			e.srv.allowed = newAllowedPolicies(e.srv.policy, []*allocator.Policy{spread})
-			pw := fixture.MakePod("ns", "p").GPU("main", 10)
+			pw := fixture.MakePod("ns", "p").GPU("main", tc.units)
 			for k, v := range tc.ann {
 				pw.Annotation(k, v)
 			}

@@ -56,15 +56,15 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			name: "allowed model: only the node with that model", ann: map[string]string{api.AnnotationCardModels: "H100"}, units: 20,
 			kept: []string{"h100"},
 			unresolvable: map[string]string{
-				"a100": `no card of model "H100" on this node for container "main" (annotation gpushare.example.com/card-models); models here: NVIDIA A100-SXM4-40GB`,
-				"l4":   `no card of model "H100" on this node for container "main" (annotation gpushare.example.com/card-models); models here: NVIDIA L4`,
+				"a100": `no card of model "H100" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA A100-SXM4-40GB`,
+				"l4":   `no card of model "H100" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA L4`,
 			},
 			bindNode: "h100", bindCard: 1,
 		},
 		{
 			name: "a model nowhere: every node says which models it has", ann: map[string]string{api.AnnotationCardModels: "B200"}, units: 1,
 			unresolvable: map[string]string{
-				"h100": `no card of model "B200" on this node for container "main" (annotation gpushare.example.com/card-models); models here: NVIDIA H100 80GB HBM3`,
+				"h100": `no card of model "B200" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA H100 80GB HBM3`,
 				"a100": "models here: NVIDIA A100-SXM4-40GB",
 				"l4":   "models here: NVIDIA L4",
 			},
@@ -73,7 +73,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			name: "excluded models", ann: map[string]string{api.AnnotationExcludeCardModels: "H100|A100"}, units: 4,
 			kept: []string{"l4"},
 			unresolvable: map[string]string{
-				"h100": `every card the pod could take on this node is of an excluded model for container "main" (exclude-card-models "H100|A100"); models here: NVIDIA H100 80GB HBM3`,
+				"h100": `every card the pod could take on this node is of an excluded model (exclude-card-models "H100|A100"); models here: NVIDIA H100 80GB HBM3`,
 				"a100": "of an excluded model",
 			},
 			bindNode: "l4", bindCard: 0,
@@ -83,7 +83,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			name: "a card by UUID: only its node, and that card", ann: map[string]string{api.AnnotationCardUUIDs: fixture.CardUUID("a100", 1)}, units: 5,
 			kept: []string{"a100"},
 			unresolvable: map[string]string{
-				"h100": `card GPU-a100-1 is not on this node (container "main", annotation gpushare.example.com/card-uuids)`,
+				"h100": `card GPU-a100-1 is not on this node (annotation gpushare.example.com/card-uuids)`,
 				"l4":   `card GPU-a100-1 is not on this node`,
 			},
 			bindNode: "a100", bindCard: 1,

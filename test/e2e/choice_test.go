@@ -84,7 +84,7 @@ func TestPodsChooseTheirCardsAndPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSchedulingFailure(ctx, t, c, ns, "b200",
-		`no card of model "B200" on this node for container "c0" (annotation gpushare.example.com/card-models); models here: NVIDIA H100`,
+		`no card of model "B200" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA H100`,
 		`models here: NVIDIA A100, NVIDIA L4`)
 
 	// A policy the operator does not allow: Pending, naming the allowed ones.
