@@ -97,6 +97,20 @@ type PodRequest struct {
 	WholeCards []WholeCardRequest
 	// Host is the pod's CPU and memory request (see RequestFromPod).
 	Host HostResources
+	// Cards is the pod's choice of cards (AnnotationCardModels,
+	// AnnotationExcludeCardModels, AnnotationCardUUIDs); empty: any card.
+	Cards CardChoice
+	// Policy is the placement policy the pod names (AnnotationPolicy),
+	// as written; empty: the extender's default. Whether the extender knows
+	// and allows it is the extender's to check.
+	Policy string
+	// ChoiceErr is set (wrapping ErrInvalidPodAnnotation) when a
+	// card-choice or policy annotation cannot be read; Cards and Policy are
+	// then empty. It concerns placement only: the extender refuses to place
+	// such a pod, while the demand itself (Containers) stays valid, so a
+	// pod already placed keeps its cards whatever is later written in its
+	// annotations.
+	ChoiceErr error
 }
 
 // HostResources is CPU and memory as kube-scheduler counts requests: CPU in
@@ -137,6 +151,11 @@ func (r PodRequest) Empty() bool { return len(r.Containers) == 0 && len(r.WholeC
 // (including restartable sidecars) that request ResourceName make the whole
 // pod invalid (ErrInitContainerRequest).
 //
+// For a pod that asks for a GPU it also reads the card-choice and policy
+// annotations (Cards, Policy; see AnnotationCardModels); a malformed one is
+// reported in ChoiceErr, not as the error. A pod that asks for no GPU has
+// them ignored.
+//
 // Host is the pod's CPU and memory request as kube-scheduler's
 // NodeResourcesFit counts it: the app containers plus restartable init
 // containers (sidecars), or the largest regular init container (with the
@@ -159,7 +178,11 @@ func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
 	if err != nil {
 		return PodRequest{Host: host}, err
 	}
-	return PodRequest{Containers: containers, WholeCards: whole, Host: host}, nil
+	out := PodRequest{Containers: containers, WholeCards: whole, Host: host}
+	if !out.Empty() {
+		out.Cards, out.Policy, out.ChoiceErr = cardChoiceFromPod(pod)
+	}
+	return out, nil
 }
 
 // gpuRequest is PodRequest.Containers (see RequestFromPod).

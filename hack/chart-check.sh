@@ -211,6 +211,10 @@ expect privileged-plugin 'privileged: true'
 expect privileged-plugin 'value: all$'
 expect privileged-plugin 'nvidia-container-devices/all' absent
 
+render allowed-policies --set 'scheduler.allowedPolicies={spread,frag}'
+expect allowed-policies 'value: "spread,frag"'
+expect dedicated 'name: GPUSHARE_ALLOWED_POLICIES'
+
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent
 
@@ -244,6 +248,7 @@ refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
 refuse bad-record-key-secret 'existingSecret' --set recordSigning.existingSecret=Not_A_Name
 refuse cert-manager-without-crd 'no cert-manager.io/v1 API' --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true
+refuse bad-allowed-policy 'allowedPolicies' --set 'scheduler.allowedPolicies={Spread Mode}'
 refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
 
 # The environment the chart gives each program must be what the program reads, with values it
@@ -278,7 +283,7 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation record-key-existing record-signing-off; do
+for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
 done

@@ -17,7 +17,8 @@
 #           playground's kubeconfig (found in /proc, paths resolved). The state stays for KEEP=1;
 #           --clean (make playground-down CLEAN=1) deletes it too.
 # Env:   GPUSHARE_PLAYGROUND (state dir, default /tmp/gpushare-playground)
-#        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default binpack)
+#        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default binpack),
+#        GPUSHARE_ALLOWED_POLICIES (policies pods may name; default binpack,spread, for docs/examples/spread.yaml)
 #        control-plane ports (defaults here): GPUSHARE_ETCD_PORT=24790 GPUSHARE_ETCD_PEER_PORT=24800
 #        GPUSHARE_APISERVER_PORT=17443 GPUSHARE_KCM_PORT=21257 GPUSHARE_SCHEDULER_PORT=21259
 set -euo pipefail
@@ -26,6 +27,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STATE="${GPUSHARE_PLAYGROUND:-/tmp/gpushare-playground}"
 EXTENDER_PORT="${GPUSHARE_EXTENDER_PORT:-32766}"
 POLICY="${GPUSHARE_POLICY:-binpack}"
+ALLOWED_POLICIES="${GPUSHARE_ALLOWED_POLICIES-binpack,spread}"
 KEEP="${GPUSHARE_PLAYGROUND_KEEP:-0}"
 # The file that marks a directory as a playground's state (remove_state checks it).
 MARKER=.gpushare-playground
@@ -214,9 +216,9 @@ cmd_up() {
 	if pid="$(alive extender "$BIN/gpushare-scheduler" scan)"; then
 		log "extender already running (pid $pid)"
 	else
-		log "starting the extender on 127.0.0.1:${EXTENDER_PORT} (policy $POLICY)"
+		log "starting the extender on 127.0.0.1:${EXTENDER_PORT} (policy $POLICY, pods may name: ${ALLOWED_POLICIES:-none other})"
 		setsid "$BIN/gpushare-scheduler" --kubeconfig "$KUBECONFIG_FILE" --listen "127.0.0.1:${EXTENDER_PORT}" \
-			--policy "$POLICY" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
+			--policy "$POLICY" --allowed-policies "$ALLOWED_POLICIES" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
 		pid=$!
 	fi
 	echo "$pid" >"$PIDS/extender.pid"
@@ -281,6 +283,7 @@ The playground runs (state, logs and PIDs in $STATE). Try:
   kubectl get pods -o wide
   kubectl inspect gpushare -d
   kubectl describe pod too-big            # the extender's reason it stays Pending
+  kubectl get pods h100-only not-l4 -o wide; kubectl get pods -l app=spread -o wide   # pods that chose cards, a policy
   kubectl get pod single -o jsonpath='{.metadata.annotations.gpushare\.example\.com/e2e-containers}'
                                           # what the container got (mounts, env), recorded by the node agent
   kubectl apply -f docs/examples/...      # or your own pods (schedulerName gpushare-scheduler or none: both go through gpushare here)

@@ -88,8 +88,12 @@ type Demand struct {
 // Request is everything a pod asks for on one node.
 type Request struct {
 	Demands []Demand
-	// Models, when not empty, restricts the pod to cards of these models.
+	// Models, when not empty, restricts the pod to cards of these models
+	// (exact names, as in the replayed traces).
 	Models []string
+	// Cards, when not nil, restricts the pod to the cards it chose
+	// (api.PodRequest.Cards: models by words, exclusions, UUIDs).
+	Cards *CardFilter
 	// Host is the pod's CPU and memory request, as kube-scheduler counts it
 	// (api.RequestFromPod). Optional: the zero value means none or unknown.
 	Host HostResources
@@ -98,9 +102,10 @@ type Request struct {
 // NewRequest is the allocator's request for a pod whose demand the contract
 // has read (api.RequestFromPod): one share demand per container asking for
 // memory, then one whole-card demand per container asking for whole cards,
-// and the pod's CPU and memory. It reads nothing of the pod itself.
+// the pod's card choice (without known models: see NewCardFilter), and the
+// pod's CPU and memory. It reads nothing of the pod itself.
 func NewRequest(r api.PodRequest) Request {
-	out := Request{Demands: make([]Demand, 0, len(r.Containers)+len(r.WholeCards)), Host: HostResources(r.Host)}
+	out := Request{Demands: make([]Demand, 0, len(r.Containers)+len(r.WholeCards)), Host: HostResources(r.Host), Cards: NewCardFilter(r.Cards, nil)}
 	for _, c := range r.Containers {
 		out.Demands = append(out.Demands, Demand{Container: c.Name, Units: c.Units})
 	}

@@ -2,7 +2,7 @@ package allocator
 
 // The fast path of the fgd and frag policies: Evaluate for the common
 // request, one container asking for a share of one card with no model
-// constraint, on a node of at most maxStackCards cards, in one pass over
+// constraint and no card choice, on a node of at most maxStackCards cards, in one pass over
 // the cards instead of decide's pass, the card choice's and the score's.
 // It gives exactly what decide gives with the policy's ChooseCard and
 // Score: the pass fills the same nodeScan that the score's own pass
@@ -16,7 +16,7 @@ package allocator
 func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64) func(*Node, Request, *Workload) (Decision, bool) {
 	return func(node *Node, req Request, w *Workload) (Decision, bool) {
 		ix := w.index()
-		if len(req.Demands) != 1 || len(req.Models) != 0 || ix == nil || ix.weight == 0 ||
+		if len(req.Demands) != 1 || len(req.Models) != 0 || req.Cards != nil || ix == nil || ix.weight == 0 ||
 			node.InventoryErr != nil || len(node.Cards) > maxStackCards {
 			return Decision{}, false
 		}

@@ -38,7 +38,7 @@ type Policy struct {
 // Sentinels in the free slices a policy sees.
 const (
 	// Unusable marks a card this pod cannot use (unhealthy, isolated, or
-	// of a model the pod excludes). Other pods may still use it.
+	// not among the cards or models the pod chose). Other pods may still use it.
 	Unusable int64 = -1
 	// TakenWhole marks a card given whole to this pod.
 	TakenWhole int64 = -2
@@ -192,7 +192,7 @@ func (p *Policy) decide(node *Node, req Request, w *Workload, wantPlacements boo
 	for i := range node.Cards {
 		// By pointer: a Card is 80 bytes, and this loop runs for every
 		// card of every candidate node.
-		if c := &node.Cards[i]; c.Schedulable() && (len(req.Models) == 0 || usable(*c, req.Models)) {
+		if c := &node.Cards[i]; c.Schedulable() && (len(req.Models) == 0 || usable(*c, req.Models)) && (req.Cards == nil || req.Cards.Allows(c)) {
 			free = append(free, c.Free())
 		} else {
 			free = append(free, Unusable)
@@ -280,6 +280,9 @@ func hardestFirst(demands []Demand, order []int) []int {
 
 // shareReason says why no card can take a share demand.
 func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
+	if r, ok := cardChoiceReason(node, dm, req); ok {
+		return r
+	}
 	var (
 		usableCards, unhealthy, isolated, wrongModel int
 		maxCap, maxFree                              int64
@@ -296,7 +299,7 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 				unhealthy++
 			}
 			continue
-		case !usable(c, req.Models):
+		case !usable(c, req.Models) || !req.Cards.Allows(&c):
 			wrongModel++
 			continue
 		}
@@ -319,16 +322,22 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 	}
 	if usableCards == 0 {
 		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
-			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req.Models))}
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req))}
+	}
+	// With a card choice, say that only the chosen cards were looked at:
+	// "no single card of those the pod chose (card-models "H100") has …".
+	chosen := "card"
+	if req.Cards != nil {
+		chosen = fmt.Sprintf("card of those the pod chose (%s)", req.Cards.choice.String())
 	}
 	if dm.Units > maxCap {
 		return Reason{Code: ReasonLargerThanAnyCard, Container: dm.Container,
-			Message: fmt.Sprintf("container %q asks for %s, more than any card holds (largest is %s)", dm.Container, want, quantity(maxCap, node.Unit))}
+			Message: fmt.Sprintf("container %q asks for %s, more than any %s holds (largest is %s)", dm.Container, want, chosen, quantity(maxCap, node.Unit))}
 	}
 	if maxFree < 0 {
 		maxFree = 0
 	}
-	msg := fmt.Sprintf("no single card has %s free for container %q; largest free is %s on card %d", want, dm.Container, quantity(maxFree, node.Unit), maxFreeCard)
+	msg := fmt.Sprintf("no single %s has %s free for container %q; largest free is %s on card %d", chosen, want, dm.Container, quantity(maxFree, node.Unit), maxFreeCard)
 	if takenWhole > 0 {
 		msg += fmt.Sprintf(" (%d more taken whole by this pod)", takenWhole)
 	}
@@ -345,6 +354,9 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 // to another pod, a demand of 3: "container "train" needs 3 free whole cards;
 // node has 2 (of 4 usable: 1 with shared memory, 1 held whole)".
 func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reason {
+	if r, ok := cardChoiceReason(node, dm, req); ok {
+		return r
+	}
 	var usableCards, shared, heldWhole, unhealthy, isolated, wrongModel int
 	free0 := got
 	for i, c := range node.Cards {
@@ -356,7 +368,7 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 				unhealthy++
 			}
 			continue
-		case !usable(c, req.Models):
+		case !usable(c, req.Models) || !req.Cards.Allows(&c):
 			wrongModel++
 			continue
 		}
@@ -376,7 +388,7 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 	}
 	if usableCards == 0 {
 		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
-			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req.Models))}
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req))}
 	}
 	if total > usableCards {
 		return Reason{Code: ReasonMoreCardsThanNode, Container: dm.Container,
@@ -400,7 +412,7 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 		Message: fmt.Sprintf("container %q needs %d free whole cards; node has %d%s", dm.Container, dm.WholeCards, free0, detail)}
 }
 
-func cardCensus(total, unhealthy, isolated, wrongModel int, models []string) string {
+func cardCensus(total, unhealthy, isolated, wrongModel int, req Request) string {
 	if total == 0 {
 		return "the node has no GPU cards"
 	}
@@ -412,7 +424,14 @@ func cardCensus(total, unhealthy, isolated, wrongModel int, models []string) str
 		parts = append(parts, fmt.Sprintf("%d isolated", isolated))
 	}
 	if wrongModel > 0 {
-		parts = append(parts, fmt.Sprintf("%d not of model %s", wrongModel, strings.Join(models, "|")))
+		switch {
+		case req.Cards == nil:
+			parts = append(parts, fmt.Sprintf("%d not of model %s", wrongModel, strings.Join(req.Models, "|")))
+		case len(req.Models) == 0:
+			parts = append(parts, fmt.Sprintf("%d not chosen by the pod (%s)", wrongModel, req.Cards.choice.String()))
+		default:
+			parts = append(parts, fmt.Sprintf("%d not of model %s or not chosen by the pod (%s)", wrongModel, strings.Join(req.Models, "|"), req.Cards.choice.String()))
+		}
 	}
 	return fmt.Sprintf("%d cards: %s", total, strings.Join(parts, ", "))
 }

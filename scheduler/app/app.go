@@ -59,6 +59,11 @@ type Options struct {
 	Kubeconfig string
 	// Policy names the allocator policy (allocator.Names()).
 	Policy string
+	// AllowedPolicies are the policies a pod may name in its
+	// gpushare.example.com/policy annotation, besides Policy (always
+	// allowed). Empty, the default: pods run under Policy only, so that
+	// no tenant changes how the cluster is packed unless the operator says so.
+	AllowedPolicies []string
 	// FilterMode is "best" or "all" (server.FilterModes).
 	FilterMode string
 	// ResyncPeriod is the informers' resync period (0: none).
@@ -134,6 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", "))
+	fs.StringSliceVar(&o.AllowedPolicies, "allowed-policies", o.AllowedPolicies, "policies a pod may name in its gpushare.example.com/policy annotation, comma-separated (e.g. binpack,spread); --policy is always allowed; empty: pods run under --policy only")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server")
@@ -192,6 +198,9 @@ func (o *Options) Validate() error {
 	if _, err := allocator.Lookup(o.Policy); err != nil {
 		errs = append(errs, fmt.Errorf("--policy: %w", err))
 	}
+	if _, err := o.allowedPolicies(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := server.ParseFilterMode(o.FilterMode); err != nil {
 		errs = append(errs, fmt.Errorf("--filter-mode: %w", err))
 	}
@@ -240,6 +249,24 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
 	return cli.Usage(errors.Join(errs...))
+}
+
+// allowedPolicies looks up AllowedPolicies; an unknown or empty name is an
+// error naming the known ones.
+func (o *Options) allowedPolicies() ([]*allocator.Policy, error) {
+	var out []*allocator.Policy
+	for _, name := range o.AllowedPolicies {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, fmt.Errorf("--allowed-policies %q has an empty entry: list policy names separated by one comma, e.g. binpack,spread", strings.Join(o.AllowedPolicies, ","))
+		}
+		p, err := allocator.Lookup(name)
+		if err != nil {
+			return nil, fmt.Errorf("--allowed-policies: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // cardLimitsRef splits CardLimitsConfigMap into namespace and name.
@@ -342,6 +369,10 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if err != nil {
 		return err
 	}
+	allowed, err := o.allowedPolicies()
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -367,7 +398,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
+	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
 		return err
 	}
@@ -393,7 +424,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 			logger.Error(err, "Cache did not sync")
 			return
 		}
-		logger.Info("Ready", "policy", policy.Name, "filterMode", mode)
+		logger.Info("Ready", "policy", policy.Name, "allowedPolicies", o.AllowedPolicies, "filterMode", mode)
 		if publisher != nil {
 			publisher.Run(ctx, nodesChanged, cardLimitsResync)
 		}

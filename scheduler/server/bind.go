@@ -192,13 +192,16 @@ func writeOutcomeUnknown(err error) bool {
 // in the cache, deciding again when another bind changed the node between
 // the snapshot and the assumption.
 func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.Assignment, string, error) {
-	req := allocator.NewRequest(preq)
+	in, err := s.podInput(preq, nil)
+	if err != nil {
+		return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
 	for attempt := 0; attempt < maxAssumeAttempts; attempt++ {
 		snap, err := s.cache.NodeSnapshot(node)
 		if err != nil {
 			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		d := s.policy.Decide(snap, req, s.cache.Workload())
+		d := in.policy.policy.Decide(snap, in.req, s.cache.Workload())
 		if !d.Fits {
 			return api.Assignment{}, outcomeNoFit, fmt.Errorf("bind %s/%s: pod no longer fits on node %s: %s", pod.Namespace, pod.Name, node, d.Message())
 		}

@@ -62,6 +62,8 @@ type envOpts struct {
 	clock       clock.Clock
 	// keys sign the records bind writes (Config.RecordKeys).
 	keys api.RecordKeys
+	// allowed names the policies pods may name (Config.AllowedPolicies).
+	allowed []string
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -97,12 +99,20 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	var allowed []*allocator.Policy
+	for _, name := range o.allowed {
+		p, err := allocator.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed = append(allowed, p)
+	}
 	var c Cache = e.cache
 	if o.wrap != nil {
 		c = o.wrap(e.cache)
 	}
 	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody,
-		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys})
+		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed})
 	if err != nil {
 		t.Fatal(err)
 	}

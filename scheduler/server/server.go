@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,6 +101,10 @@ type Config struct {
 	// Policy decides; FilterMode says what filter lets through.
 	Policy     *allocator.Policy
 	FilterMode FilterMode
+	// AllowedPolicies are the policies a pod may name in its
+	// api.AnnotationPolicy annotation; Policy is always allowed, and a pod
+	// that names none runs under it.
+	AllowedPolicies []*allocator.Policy
 	// Registry receives the server's metrics; nil registers none.
 	Registry prometheus.Registerer
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
@@ -132,6 +137,8 @@ type Server struct {
 	workers     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
+	// allowed are the policies a pod may name (AllowedPolicies and Policy).
+	allowed allowedPolicies
 }
 
 // New checks cfg and returns a Server.
@@ -143,6 +150,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("server: no Kubernetes client")
 	case cfg.Policy == nil:
 		return nil, errors.New("server: no policy")
+	case slices.Contains(cfg.AllowedPolicies, nil):
+		return nil, errors.New("server: a nil allowed policy")
 	}
 	if cfg.FilterMode == "" {
 		cfg.FilterMode = FilterBest
@@ -186,6 +195,7 @@ func New(cfg Config) (*Server, error) {
 		maxBody:     cfg.MaxBodyBytes,
 		metrics:     m,
 		betterBy:    "a better node for this pod exists under policy " + cfg.Policy.Name,
+		allowed:     newAllowedPolicies(cfg.Policy, cfg.AllowedPolicies),
 		recordKeys:  cfg.RecordKeys,
 	}, nil
 }
@@ -255,29 +265,33 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 	return candidateNames(args)
 }
 
-// evaluate runs the policy on every candidate node. ok is false when the pod
-// asks for no gpu-mem; reqErr is set when its demand is invalid (or over
-// MaxGPUContainers). err is set, and decisions are nil, when ctx ended
-// before every node was evaluated: kube-scheduler no longer waits for the
-// answer.
-func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) (decisions []allocator.Decision, ok bool, reqErr, err error) {
+// evaluate runs the pod's policy (its api.AnnotationPolicy, else the
+// default) on every candidate node. ok is false when the pod asks for no
+// gpu-mem; reqErr is set when its demand is invalid (or over
+// MaxGPUContainers), or its card choice or policy cannot be used. err is
+// set, and decisions are nil, when ctx ended before every node was
+// evaluated: kube-scheduler no longer waits for the answer.
+func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) (decisions []allocator.Decision, pp podPolicy, ok bool, reqErr, err error) {
 	preq, err := api.RequestFromPod(pod)
 	if err == nil {
 		err = errTooManyContainers(preq)
 	}
 	if err != nil {
-		return nil, true, err, nil
+		return nil, pp, true, err, nil
 	}
 	if preq.Empty() {
-		return nil, false, nil, nil
+		return nil, pp, false, nil, nil
 	}
-	req := allocator.NewRequest(preq)
-	snaps := s.cache.Snapshot(names)
 	w := s.cache.Workload()
+	in, err := s.podInput(preq, w)
+	if err != nil {
+		return nil, pp, true, err, nil
+	}
+	snaps := s.cache.Snapshot(names)
 	decisions = s.getDecisions(len(names))
-	if !s.policy.EvaluateParallelUntil(ctx.Done(), snaps, req, w, decisions, s.workers) {
+	if !in.policy.policy.EvaluateParallelUntil(ctx.Done(), snaps, in.req, w, decisions, s.workers) {
 		s.putDecisions(decisions)
-		return nil, true, nil, fmt.Errorf("evaluating %d nodes: stopped, the request ended: %w", len(names), context.Cause(ctx))
+		return nil, pp, true, nil, fmt.Errorf("evaluating %d nodes: stopped, the request ended: %w", len(names), context.Cause(ctx))
 	}
 	for i, n := range snaps {
 		if n == nil {
@@ -285,7 +299,7 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 				Message: fmt.Sprintf("%v: %s", cache.ErrUnknownNode, names[i])}}}
 		}
 	}
-	return decisions, true, nil, nil
+	return decisions, in.policy, true, nil, nil
 }
 
 // getDecisions returns a zeroed slice of n decisions, reused between calls
@@ -340,7 +354,7 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (fil
 	if !s.cache.Synced() {
 		return filterResult{}, ErrNotReady
 	}
-	decisions, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	decisions, pp, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
 	if err != nil {
 		return filterResult{}, err
 	}
@@ -348,7 +362,7 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (fil
 	if !interested {
 		return filterResult{res: &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}}, nil
 	}
-	fr := filterResult{betterMsg: s.betterBy}
+	fr := filterResult{betterMsg: pp.betterBy}
 	res := &extenderv1.ExtenderFilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
@@ -425,7 +439,7 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	for i, n := range names {
 		out[i].Host = n
 	}
-	decisions, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
 	if err != nil {
 		return nil, err
 	}

@@ -148,8 +148,10 @@ func setup(t *testing.T) *cluster.Cluster {
 	return env
 }
 
-// extenderArgs are the extender's flags besides kubeconfig and listen.
-var extenderArgs = []string{"--policy", "binpack"}
+// extenderArgs are the extender's flags besides kubeconfig and listen. Pods
+// may name spread (TestPodsChooseTheirCardsAndPolicy); the others run under
+// binpack.
+var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread"}
 
 // needExtender skips the test when the extender does not run.
 func needExtender(t *testing.T) {

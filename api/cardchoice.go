@@ -1,0 +1,268 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Pod annotations by which a pod chooses its cards and its placement policy.
+// They apply to every container of the pod that asks for a GPU, and only to
+// pods that ask for one (a pod asking for no GPU has no cards to choose; its
+// annotations are not read). RequestFromPod reads them into
+// PodRequest.Cards and PodRequest.Policy; a malformed value is
+// PodRequest.ChoiceErr (ErrInvalidPodAnnotation): the extender then places
+// the pod nowhere and says why.
+const (
+	// AnnotationCardModels lists the card models the pod may run on,
+	// separated by "|" (or ","): e.g. "H100|A100-80GB". A card is allowed
+	// when its model matches one entry (ModelPattern). Absent: any model.
+	AnnotationCardModels = Prefix + "card-models"
+	// AnnotationExcludeCardModels lists card models the pod must not run
+	// on, in the same form: e.g. "L4|T4". It wins over AnnotationCardModels.
+	AnnotationExcludeCardModels = Prefix + "exclude-card-models"
+	// AnnotationCardUUIDs lists the cards the pod may run on by NVML UUID
+	// (exactly as the inventory and `kubectl inspect gpushare` show them),
+	// separated by "," (or "|"): e.g. "GPU-1b6a…,GPU-77c0…". Absent: any card.
+	AnnotationCardUUIDs = Prefix + "card-uuids"
+	// AnnotationPolicy names the placement policy for this pod (binpack,
+	// spread, bestfit, fgd, frag), one of those the extender's operator
+	// allows (--allowed-policies). Absent: the extender's --policy.
+	AnnotationPolicy = Prefix + "policy"
+)
+
+// ErrInvalidPodAnnotation is PodRequest.ChoiceErr's sentinel (wrapped): a
+// card-choice or policy annotation cannot be read.
+var ErrInvalidPodAnnotation = errors.New("invalid gpushare pod annotation")
+
+// CardChoice is a pod's choice of cards (the annotations above). The zero
+// value allows every card. A card is allowed when all of these hold:
+//   - Models is empty, or the card's model matches one of Models;
+//   - the card's model matches none of ExcludeModels;
+//   - UUIDs is empty, or the card's UUID is one of UUIDs (exact match).
+type CardChoice struct {
+	Models        []ModelPattern
+	ExcludeModels []ModelPattern
+	UUIDs         []string
+}
+
+// Empty reports whether the choice allows every card.
+func (c CardChoice) Empty() bool {
+	return len(c.Models) == 0 && len(c.ExcludeModels) == 0 && len(c.UUIDs) == 0
+}
+
+// AllowsModel reports whether a card of this model passes the model lists
+// (Models and ExcludeModels; UUIDs are not looked at).
+func (c CardChoice) AllowsModel(model string) bool {
+	for _, p := range c.ExcludeModels {
+		if p.Matches(model) {
+			return false
+		}
+	}
+	if len(c.Models) == 0 {
+		return true
+	}
+	for _, p := range c.Models {
+		if p.Matches(model) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllowsUUID reports whether the card with this UUID passes UUIDs.
+func (c CardChoice) AllowsUUID(uuid string) bool {
+	if len(c.UUIDs) == 0 {
+		return true
+	}
+	for _, u := range c.UUIDs {
+		if u == uuid {
+			return true
+		}
+	}
+	return false
+}
+
+// Allows reports whether a card of this model and UUID is allowed.
+func (c CardChoice) Allows(model, uuid string) bool {
+	return c.AllowsUUID(uuid) && c.AllowsModel(model)
+}
+
+// String is the choice as the annotations say it, for reasons, e.g.
+// `card-models "H100|A100-80GB", card-uuids "GPU-1"`; "" when empty.
+func (c CardChoice) String() string {
+	var parts []string
+	if len(c.Models) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationCardModels, Prefix), joinPatterns(c.Models)))
+	}
+	if len(c.ExcludeModels) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationExcludeCardModels, Prefix), joinPatterns(c.ExcludeModels)))
+	}
+	if len(c.UUIDs) > 0 {
+		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationCardUUIDs, Prefix), strings.Join(c.UUIDs, ",")))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func joinPatterns(ps []ModelPattern) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.Text
+	}
+	return strings.Join(s, "|")
+}
+
+// ModelPattern is one entry of a card-models list. The rule is by words, so
+// that a short name is predictable and needs no vendor prefix:
+//
+// A model name is split into words at every character that is not an ASCII
+// letter or digit; letters compare without regard to case. A pattern
+// matches a model when every word of the pattern is a word of the model, in
+// any order. Worked examples against NVML product names:
+//
+//	"H100"       matches "NVIDIA H100 80GB HBM3" and "NVIDIA H100 NVL"
+//	"H100-80GB"  matches "NVIDIA H100 80GB HBM3" (words h100, 80gb)
+//	"A100-80GB"  matches "NVIDIA A100-SXM4-80GB" and "NVIDIA A100 80GB PCIe",
+//	             not "NVIDIA A100-SXM4-40GB"
+//	"A10"        matches "NVIDIA A10", never "NVIDIA A100" (whole words, no substrings)
+//	"L4"         matches "NVIDIA L4", never "NVIDIA L40S"
+//	"NVIDIA A100-SXM4-40GB" (the full name) matches exactly that model
+//
+// The full name as the inventory (or `kubectl inspect gpushare`) shows it
+// always matches itself.
+type ModelPattern struct {
+	// Text is the entry as written (spaces around it trimmed).
+	Text string
+	// words are Text's words, lower-cased.
+	words []string
+}
+
+// ParseModelPattern reads one entry of a card-models list. It must contain
+// at least one letter or digit.
+func ParseModelPattern(s string) (ModelPattern, error) {
+	s = strings.TrimSpace(s)
+	p := ModelPattern{Text: s}
+	for w := range modelWords(s) {
+		p.words = append(p.words, strings.ToLower(w))
+	}
+	if len(p.words) == 0 {
+		return ModelPattern{}, fmt.Errorf("%q has no letters or digits", s)
+	}
+	return p, nil
+}
+
+// Matches reports whether every word of the pattern is a word of model
+// (see ModelPattern). It does not allocate.
+func (p ModelPattern) Matches(model string) bool {
+	if len(p.words) == 0 {
+		return false
+	}
+	for _, want := range p.words {
+		found := false
+		for w := range modelWords(model) {
+			if strings.EqualFold(w, want) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// modelWords yields the words of s: maximal runs of ASCII letters and digits.
+func modelWords(s string) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		start := -1
+		for i := 0; i <= len(s); i++ {
+			alnum := i < len(s) && isASCIIAlnum(s[i])
+			switch {
+			case alnum && start < 0:
+				start = i
+			case !alnum && start >= 0:
+				if !yield(s[start:i]) {
+					return
+				}
+				start = -1
+			}
+		}
+	}
+}
+
+func isASCIIAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// splitList splits an annotation value at "|" and ",", trimming spaces.
+// An empty value or an empty entry is an error that says what to write.
+func splitList(key, value, example string) ([]string, error) {
+	if strings.TrimSpace(value) == "" {
+		return nil, fmt.Errorf("%w: %s is empty: list at least one entry (e.g. %q) or remove the annotation", ErrInvalidPodAnnotation, key, example)
+	}
+	fields := strings.FieldsFunc(value, func(r rune) bool { return r == '|' || r == ',' })
+	var out []string
+	for _, f := range fields {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	if len(out) != strings.Count(value, "|")+strings.Count(value, ",")+1 {
+		return nil, fmt.Errorf("%w: %s %q has an empty entry: separate entries with one \"|\" or \",\" (e.g. %q)", ErrInvalidPodAnnotation, key, value, example)
+	}
+	return out, nil
+}
+
+func parsePatterns(key, value string) ([]ModelPattern, error) {
+	items, err := splitList(key, value, "H100|A100-80GB")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ModelPattern, 0, len(items))
+	for _, it := range items {
+		p, err := ParseModelPattern(it)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s %q: entry %v; name models by words of their product name, e.g. \"H100\" or \"A100-80GB\"", ErrInvalidPodAnnotation, key, value, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// cardChoiceFromPod reads the pod's card-choice and policy annotations (see
+// AnnotationCardModels and the keys beside it).
+func cardChoiceFromPod(pod *corev1.Pod) (CardChoice, string, error) {
+	var c CardChoice
+	var err error
+	if v, ok := pod.Annotations[AnnotationCardModels]; ok {
+		if c.Models, err = parsePatterns(AnnotationCardModels, v); err != nil {
+			return CardChoice{}, "", err
+		}
+	}
+	if v, ok := pod.Annotations[AnnotationExcludeCardModels]; ok {
+		if c.ExcludeModels, err = parsePatterns(AnnotationExcludeCardModels, v); err != nil {
+			return CardChoice{}, "", err
+		}
+	}
+	if v, ok := pod.Annotations[AnnotationCardUUIDs]; ok {
+		if c.UUIDs, err = splitList(AnnotationCardUUIDs, v, "GPU-1b6a…,GPU-77c0…"); err != nil {
+			return CardChoice{}, "", err
+		}
+		for _, u := range c.UUIDs {
+			if strings.ContainsFunc(u, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }) {
+				return CardChoice{}, "", fmt.Errorf("%w: %s: %q is not a card UUID (it contains a space); separate UUIDs with \",\"", ErrInvalidPodAnnotation, AnnotationCardUUIDs, u)
+			}
+		}
+	}
+	policy, ok := pod.Annotations[AnnotationPolicy]
+	if ok {
+		policy = strings.TrimSpace(policy)
+		if policy == "" {
+			return CardChoice{}, "", fmt.Errorf("%w: %s is empty: name a policy (e.g. \"spread\") or remove the annotation to use the extender's default", ErrInvalidPodAnnotation, AnnotationPolicy)
+		}
+	}
+	return c, policy, nil
+}
