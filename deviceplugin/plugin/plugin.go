@@ -97,7 +97,7 @@ type Plugin struct {
 	podres  PodResources // nil: the kubelet's PodResources API is not used
 	// getDisabled logs once that the kubelet does not serve PodResources Get.
 	getDisabled sync.Once
-	log     klog.Logger
+	log         klog.Logger
 
 	// allocMu serialises decisions over the ledger and a pod snapshot; held
 	// for no I/O but the informer cache's List.
