@@ -15,8 +15,10 @@ import (
 
 // The invariants, as violations name them.
 const (
+	InvRecordsAllocated  = "records: card's allocations over capacity"
 	InvRecordsCapacity   = "records: card over capacity"
 	InvKubeletCapacity   = "kubelet: card over capacity"
+	InvExtenderAllocated = "extender: card's allocations over capacity"
 	InvExtenderCapacity  = "extender: card over capacity"
 	InvInspectorCapacity = "inspector: card over capacity"
 	InvRunningRecord     = "running container's record is not the card it got"
@@ -64,6 +66,21 @@ type Expect struct {
 	Final bool
 }
 
+// Lasting reports whether a violation of the invariant counts only when it
+// lasts: seen again at the next observation (the Runner filters), and at
+// the end. These are the capacity checks that count plans — the records and
+// the extender's units of pods bound but not yet admitted, which are the
+// extender's placement, not an allocation. When the kubelet admits
+// same-size pods in another order than the plugin guessed, a container gets
+// units of another card than planned and the plugin moves its record, and
+// the plan of a pending container the other way (records.go, swap): two
+// API writes, one pod each, so one observation may fall between them. What
+// the kubelet allocated is checked at every observation (InvRecordsAllocated,
+// InvExtenderAllocated, InvKubeletCapacity).
+func Lasting(invariant string) bool {
+	return invariant == InvRecordsCapacity || invariant == InvExtenderCapacity
+}
+
 // Check returns every invariant the observation breaks.
 func Check(obs *Observation, exp Expect) []Violation {
 	var vs []Violation
@@ -90,12 +107,16 @@ func inventories(obs *Observation) map[string]api.Inventory {
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
 // CheckRecordsCapacity: per card, the units of the assignment records of the
-// pods that hold units on the card's node do not exceed the card's units,
-// and every record names a card of its node's inventory.
+// pods that hold units on the card's node do not exceed the card's units
+// (InvRecordsCapacity, plans included: see Lasting), nor do those of the
+// containers the kubelet allocated — records Allocated, or of admitted pods
+// (InvRecordsAllocated, at every observation); and every record names a
+// card of its node's inventory.
 func CheckRecordsCapacity(obs *Observation) []Violation {
 	invs := inventories(obs)
 	used := map[string]map[string]int64{} // node → card UUID → units
 	holders := map[string]map[string][]string{}
+	allocated := map[string]map[string]int64{}
 	var vs []Violation
 	for i := range obs.Pods {
 		p := &obs.Pods[i]
@@ -116,15 +137,22 @@ func CheckRecordsCapacity(obs *Observation) []Violation {
 				continue
 			}
 			if used[asg.Node] == nil {
-				used[asg.Node], holders[asg.Node] = map[string]int64{}, map[string][]string{}
+				used[asg.Node], holders[asg.Node], allocated[asg.Node] = map[string]int64{}, map[string][]string{}, map[string]int64{}
 			}
 			used[asg.Node][c.CardUUID] += c.Units
-			holders[asg.Node][c.CardUUID] = append(holders[asg.Node][c.CardUUID], fmt.Sprintf("%s/%s=%d", p.Name, c.Name, c.Units))
+			holders[asg.Node][c.CardUUID] = append(holders[asg.Node][c.CardUUID], fmt.Sprintf("%s/%s=%d%s", p.Name, c.Name, c.Units, planMark(p, asg)))
+			if asg.Phase == api.PhaseAllocated || admitted(p) {
+				allocated[asg.Node][c.CardUUID] += c.Units
+			}
 		}
 	}
 	for _, node := range sortedKeys(used) {
 		inv := invs[node]
 		for _, card := range inv.Cards {
+			if u := allocated[node][card.UUID]; u > card.Units {
+				vs = append(vs, violation(InvRecordsAllocated, fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID),
+					fmt.Sprintf("allocated records hold %d of %d units: %s", u, card.Units, strings.Join(holders[node][card.UUID], " "))))
+			}
 			if u := used[node][card.UUID]; u > card.Units {
 				vs = append(vs, violation(InvRecordsCapacity, fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID),
 					fmt.Sprintf("records hold %d of %d units: %s", u, card.Units, strings.Join(holders[node][card.UUID], " "))))
@@ -132,6 +160,21 @@ func CheckRecordsCapacity(obs *Observation) []Violation {
 		}
 	}
 	return vs
+}
+
+// admitted reports whether the kubelet admitted the pod: Running, or with
+// container statuses.
+func admitted(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
+}
+
+// planMark marks a holder whose record is a plan (" (plan)"): Assigned, of a
+// pod not admitted yet.
+func planMark(p *corev1.Pod, a api.Assignment) string {
+	if a.Phase == api.PhaseAllocated || admitted(p) {
+		return ""
+	}
+	return " (plan)"
 }
 
 // CheckKubeletCapacity: per card, the device IDs the kubelet's device manager
@@ -209,12 +252,24 @@ func CheckRunOptionsCapacity(obs *Observation) []Violation {
 	return vs
 }
 
-// CheckExtenderCapacity: the extender's own view (/inspect, assumed binds
-// included) has no card over its capacity.
+// CheckExtenderCapacity: the extender's own view (/inspect) has no card over
+// its capacity: in its pods whose record is Allocated (InvExtenderAllocated,
+// at every observation), nor in all it counts, assumed binds and plans
+// included (InvExtenderCapacity: see Lasting).
 func CheckExtenderCapacity(obs *Observation) []Violation {
 	var vs []Violation
 	for _, node := range sortedKeys(obs.Extender) {
 		for _, card := range obs.Extender[node].Cards {
+			var allocated int64
+			for _, p := range card.Pods {
+				if p.Phase == api.PhaseAllocated {
+					allocated += p.Units
+				}
+			}
+			if allocated > card.Capacity {
+				vs = append(vs, violation(InvExtenderAllocated, fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID),
+					fmt.Sprintf("the extender counts %d of %d units in Allocated records", allocated, card.Capacity)))
+			}
 			if card.Used > card.Capacity {
 				vs = append(vs, violation(InvExtenderCapacity, fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID),
 					fmt.Sprintf("the extender counts %d of %d units used", card.Used, card.Capacity)))

@@ -317,3 +317,80 @@ func TestHasExtenderReason(t *testing.T) {
 		}
 	}
 }
+
+// planned binds the pod to "n" with a record naming card in phase Assigned:
+// the extender's plan, not admitted yet.
+func (p pod) planned(t *testing.T, card string) pod {
+	t.Helper()
+	p = p.assigned(t, card)
+	a, err := api.AssignmentFromPod(p.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Phase = api.PhaseAssigned
+	if p.Annotations[api.AnnotationAssignment], err = api.EncodeAssignment(a); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func has(vs []Violation, invariant string) bool {
+	for _, v := range vs {
+		if v.Invariant == invariant {
+			return true
+		}
+	}
+	return false
+}
+
+// What the kubelet allocated counts at every observation; plans (records of
+// pods not admitted yet, the extender's count) only when they last.
+func TestAllocationsCountAtEveryObservationPlansWhenTheyLast(t *testing.T) {
+	running := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
+	plan := observation(t, running, newPod("b", 16).planned(t, cardA))
+	vs := Check(plan, Expect{})
+	if !has(vs, InvRecordsCapacity) || has(vs, InvRecordsAllocated) {
+		t.Errorf("a plan over a card with room for the allocations: got %v; want %q and not %q", invariants(vs), InvRecordsCapacity, InvRecordsAllocated)
+	}
+	kept, prev := keepLasting(vs, map[string]bool{})
+	if has(kept, InvRecordsCapacity) {
+		t.Errorf("a plan over capacity at one observation (a record swap is two writes) was reported: %v", kept)
+	}
+	if kept, _ := keepLasting(vs, prev); !has(kept, InvRecordsCapacity) {
+		t.Errorf("a plan over capacity at two observations in a row was not reported: %v", kept)
+	}
+	if _, prev = keepLasting(nil, prev); len(prev) != 0 {
+		t.Errorf("an observation without the violation keeps %v", prev)
+	}
+
+	allocated := observation(t, running, newPod("b", 16).assigned(t, cardA))
+	if vs := Check(allocated, Expect{}); !has(vs, InvRecordsAllocated) {
+		t.Errorf("two Allocated records hold 32 of 24: got %v; want %q", invariants(vs), InvRecordsAllocated)
+	}
+
+	ext := observation(t)
+	ext.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
+		{Name: "a", Units: 16, Phase: api.PhaseAllocated}, {Name: "b", Units: 16, Phase: api.PhaseAssigned}}}}}}
+	if vs := Check(ext, Expect{}); !has(vs, InvExtenderCapacity) || has(vs, InvExtenderAllocated) {
+		t.Errorf("the extender counts a plan over capacity: got %v; want %q and not %q", invariants(vs), InvExtenderCapacity, InvExtenderAllocated)
+	}
+	ext.Extender["n"].Cards[0].Pods[1].Phase = api.PhaseAllocated
+	if vs := Check(ext, Expect{}); !has(vs, InvExtenderAllocated) {
+		t.Errorf("the extender counts 32 of 24 in Allocated records: got %v; want %q", invariants(vs), InvExtenderAllocated)
+	}
+}
+
+// The run is not at rest while an unbound pod's Insufficient is older than
+// the room a node has now: kube-scheduler tries it again after a backoff.
+func TestNotSettledWhileAnInsufficientJudgmentIsStale(t *testing.T) {
+	cannotFit := "0/3 nodes are available: 3 Insufficient example.com/gpu-mem. no new claims to deallocate"
+	stale := observation(t, newPod("p", 30).unschedulable(corev1.PodReasonUnschedulable, cannotFit))
+	if why := unsettled(stale); !strings.Contains(why, "has not tried it again") {
+		t.Errorf("unsettled = %q; want the stale judgment", why)
+	}
+	full := observation(t, newPod("a", 24).assigned(t, cardA).running(t, cardA, 0), newPod("b", 30).assigned(t, cardB).running(t, cardB, 0),
+		newPod("p", 30).unschedulable(corev1.PodReasonUnschedulable, cannotFit))
+	if why := unsettled(full); why != "" {
+		t.Errorf("unsettled = %q with the node full; want at rest", why)
+	}
+}
