@@ -344,39 +344,33 @@ func has(vs []Violation, invariant string) bool {
 }
 
 // What the kubelet allocated counts at every observation; plans (records of
-// pods not admitted yet, the extender's count) only when they last.
-func TestAllocationsCountAtEveryObservationPlansWhenTheyLast(t *testing.T) {
+// pods not admitted yet, the extender's whole count) at the end.
+func TestAllocationsCountAtEveryObservationPlansAtTheEnd(t *testing.T) {
 	running := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
 	plan := observation(t, running, newPod("b", 16).planned(t, cardA))
-	vs := Check(plan, Expect{})
-	if !has(vs, InvRecordsCapacity) || has(vs, InvRecordsAllocated) {
-		t.Errorf("a plan over a card with room for the allocations: got %v; want %q and not %q", invariants(vs), InvRecordsCapacity, InvRecordsAllocated)
+	if vs := Check(plan, Expect{}); has(vs, InvRecordsCapacity) || has(vs, InvRecordsPlans) {
+		t.Errorf("a plan over a card whose allocations fit, while the run goes on: got %v; want none", invariants(vs))
 	}
-	kept, prev := keepLasting(vs, map[string]bool{})
-	if has(kept, InvRecordsCapacity) {
-		t.Errorf("a plan over capacity at one observation (a record swap is two writes) was reported: %v", kept)
+	if vs := Check(plan, Expect{Final: true}); !has(vs, InvRecordsPlans) {
+		t.Errorf("a plan over a card at the end: got %v; want %q", invariants(vs), InvRecordsPlans)
 	}
-	if kept, _ := keepLasting(vs, prev); !has(kept, InvRecordsCapacity) {
-		t.Errorf("a plan over capacity at two observations in a row was not reported: %v", kept)
-	}
-	if _, prev = keepLasting(nil, prev); len(prev) != 0 {
-		t.Errorf("an observation without the violation keeps %v", prev)
-	}
-
 	allocated := observation(t, running, newPod("b", 16).assigned(t, cardA))
-	if vs := Check(allocated, Expect{}); !has(vs, InvRecordsAllocated) {
-		t.Errorf("two Allocated records hold 32 of 24: got %v; want %q", invariants(vs), InvRecordsAllocated)
+	if vs := Check(allocated, Expect{}); !has(vs, InvRecordsCapacity) {
+		t.Errorf("two Allocated records hold 32 of 24: got %v; want %q", invariants(vs), InvRecordsCapacity)
 	}
 
 	ext := observation(t)
 	ext.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
 		{Name: "a", Units: 16, Phase: api.PhaseAllocated}, {Name: "b", Units: 16, Phase: api.PhaseAssigned}}}}}}
-	if vs := Check(ext, Expect{}); !has(vs, InvExtenderCapacity) || has(vs, InvExtenderAllocated) {
-		t.Errorf("the extender counts a plan over capacity: got %v; want %q and not %q", invariants(vs), InvExtenderCapacity, InvExtenderAllocated)
+	if vs := Check(ext, Expect{}); has(vs, InvExtenderCapacity) || has(vs, InvExtenderPlans) {
+		t.Errorf("the extender counts a plan over capacity while the run goes on: got %v; want none", invariants(vs))
+	}
+	if vs := Check(ext, Expect{Final: true}); !has(vs, InvExtenderPlans) {
+		t.Errorf("the extender counts a plan over capacity at the end: got %v; want %q", invariants(vs), InvExtenderPlans)
 	}
 	ext.Extender["n"].Cards[0].Pods[1].Phase = api.PhaseAllocated
-	if vs := Check(ext, Expect{}); !has(vs, InvExtenderAllocated) {
-		t.Errorf("the extender counts 32 of 24 in Allocated records: got %v; want %q", invariants(vs), InvExtenderAllocated)
+	if vs := Check(ext, Expect{}); !has(vs, InvExtenderCapacity) {
+		t.Errorf("the extender counts 32 of 24 in Allocated records: got %v; want %q", invariants(vs), InvExtenderCapacity)
 	}
 }
 

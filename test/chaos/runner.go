@@ -201,9 +201,6 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 			}
 		}
 	}
-	// The Lasting violations of the previous observation (invariant and
-	// object): one of them counts when seen again.
-	lasting := map[string]bool{}
 	for _, op := range plan {
 		if ctx.Err() != nil {
 			return rep, ctx.Err()
@@ -225,7 +222,6 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 		if r.InspectEvery > 0 && op.Seq%r.InspectEvery == 0 {
 			vs = append(vs, r.checkInspector(ctx, obs, false)...)
 		}
-		vs, lasting = keepLasting(vs, lasting)
 		rep.Checks++
 		record(op.Seq, vs, obs)
 		if len(vs) > 0 && !r.KeepGoing {
@@ -286,26 +282,6 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 	rep.Duration = time.Since(r.start)
 	r.logf("done: %s", rep.Summary())
 	return rep, nil
-}
-
-// keepLasting drops the violations of Lasting invariants that the previous
-// observation (prev: invariant and object) did not show too, and returns
-// the rest with this observation's Lasting keys.
-func keepLasting(vs []Violation, prev map[string]bool) ([]Violation, map[string]bool) {
-	now := map[string]bool{}
-	var out []Violation
-	for _, v := range vs {
-		if !Lasting(v.Invariant) {
-			out = append(out, v)
-			continue
-		}
-		key := v.Invariant + "\x00" + v.Object
-		now[key] = true
-		if prev[key] {
-			out = append(out, v)
-		}
-	}
-	return out, now
 }
 
 func (r *Runner) liveCopy() map[string]types.UID {
@@ -699,8 +675,8 @@ func (r *Runner) inspector(ctx context.Context) (*inspectorView, error) {
 
 // checkInspector: the inspector shows no card of the run's nodes over its
 // total: in the containers it shows allocated (not pending) while the run
-// goes on, in everything it counts (pending plans too: see Lasting) once
-// the run has settled (final).
+// goes on, in everything it counts (pending plans too: see
+// CheckRecordsCapacity) once the run has settled (final).
 func (r *Runner) checkInspector(ctx context.Context, obs *Observation, final bool) []Violation {
 	v, err := r.inspector(ctx)
 	if err != nil {
