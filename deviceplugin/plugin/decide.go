@@ -108,7 +108,6 @@ func (p *Plugin) decideLocked(ids []string, acct account, account bool) (decisio
 	if account {
 		reopened = v.refs(p.merge(acct))
 		if h, exact, held := acct.heldByOther(v, ids); held && p.refuseHeld(v, h, exact) {
-			p.log.Error(heldErr(h, ids), "Allocate refused")
 			return decision{reopened: reopened}, heldErr(h, ids)
 		}
 	}
