@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -153,5 +154,83 @@ func TestGetDisabledDecidesOnMemoryWithoutList(t *testing.T) {
 	}
 	if a := mem.record(t, "b"); a.Phase != api.PhaseAllocated {
 		t.Errorf("pod b's record is %s; want Allocated (decided on the plugin's memory)", a.Phase)
+	}
+}
+
+// frozenCluster is a memCluster whose pod cache stopped at one moment: its
+// Pods() show the pods as they were then, while record writes go on.
+type frozenCluster struct {
+	*memCluster
+	cache []*corev1.Pod
+}
+
+func (c *frozenCluster) freeze() {
+	c.cache, _ = c.memCluster.Pods()
+}
+
+func (c *frozenCluster) Pods() ([]*corev1.Pod, error) {
+	out := make([]*corev1.Pod, len(c.cache))
+	for i, p := range c.cache {
+		out[i] = p.DeepCopy()
+	}
+	return out, nil
+}
+
+// Card 0 (8 GiB) holds x (4, running) and a's plan (4); b (4) is planned on
+// card 1. The kubelet admits b with units of card 0; the plugin guessed a
+// and recorded it Allocated there. Reconciliation reads the kubelet's
+// account before the pod cache shows the guess: the wrongly guessed a must
+// still be written back to Assigned (its record in the API is Allocated),
+// else card 0's Allocated records hold x, a and b: 12 of 8 GiB.
+func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
+	ctx := context.Background()
+	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, err := gpus.Cards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := inventory.New(api.UnitGiB, cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	mem.pods = append(mem.pods,
+		podtest.Make(nodeName, "x", 0).Container("main", 4).Assign(api.PhaseAllocated, c0).Running().Obj(),
+		podtest.Make(nodeName, "a", 1).Container("main", 4).Assign(api.PhaseAssigned, c0).Obj(),
+		podtest.Make(nodeName, "b", 2).Container("main", 4).Assign(api.PhaseAssigned, c1).Obj(),
+	)
+	cl := &frozenCluster{memCluster: mem}
+	cl.freeze()
+	podres := &fakePodResources{}
+	held := []Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
+	podres.set(held...)
+	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	ids := unitIDs(c0.UUID, 4, 4)
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+		t.Fatal(err)
+	}
+	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
+		t.Fatalf("a's record after the guess: %s; want Allocated (the plugin's guess)", a.Phase)
+	}
+	podres.set(append(held, Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allocated := map[string]int64{}
+	for _, name := range []string{"x", "a", "b"} {
+		if a := mem.record(t, name); a.Phase == api.PhaseAllocated {
+			allocated[a.Containers[0].CardUUID] += a.Containers[0].Units
+		}
+	}
+	if allocated[c0.UUID] > 8 {
+		t.Errorf("card 0's Allocated records hold %d of 8 GiB (a's record is %s)", allocated[c0.UUID], mem.record(t, "a").Phase)
 	}
 }

@@ -228,7 +228,10 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
+		// The cached record may predate the plugin's own last write (a guess
+		// recorded Allocated): a reopened pod is written whatever the cache
+		// shows (writeRecord reads the record from the API server).
+		if changed, _ := p.applyLedger(&a, pod.UID); !changed && !p.ledger.isReopened(pod.UID) {
 			continue // the cached record already matches
 		}
 		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
