@@ -118,7 +118,7 @@ KEEP_GOING    ?=
 CHAOS_TIMEOUT ?= 3h
 .PHONY: chaos
 chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operations and restarts, invariants after each (SEED=n OPS=2000 KEEP_GOING=1; root)
-	cd test && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' -v ./e2e/ \
+	cd test && GPUSHARE_E2E=1 GPUSHARE_CHAOS=1 $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' -v ./e2e/ \
 	  -args -chaos.seed=$(SEED) -chaos.ops=$(OPS) $(if $(KEEP_GOING),-chaos.keep-going)
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
