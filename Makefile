@@ -111,7 +111,7 @@ playground-check: ## checks of hack/playground.sh that need no cluster: port pre
 
 # The chaos run (docs/e2e.md, "The chaos run"): SEED picks the operation sequence (default: the
 # clock, printed; the same SEED replays the same sequence), OPS how many operations; KEEP_GOING=1
-# records every violation instead of stopping at the first. `make e2e` runs a short one (200).
+# records every violation instead of stopping at the first. TestChaos runs only with GPUSHARE_CHAOS=1 (set here).
 SEED          ?= $(shell date +%s)
 OPS           ?= 2000
 KEEP_GOING    ?=

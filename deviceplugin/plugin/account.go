@@ -2,12 +2,15 @@ package plugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 )
 
@@ -22,8 +25,9 @@ type account struct {
 	gen      uint64
 }
 
-// readAccount reads the kubelet's account. Called WITHOUT allocMu (a gRPC
-// call). false: no PodResources configured, or the read failed; the plugin
+// readAccount reads the kubelet's account, pod by pod (PodResources Get,
+// never List: see KubeletPodResources). Called WITHOUT allocMu (gRPC
+// calls). false: no PodResources configured, or the read failed; the plugin
 // then decides on its own memory.
 //
 // The kubelet admits pods one at a time and records a container's units as
@@ -43,7 +47,11 @@ func (p *Plugin) readAccount(ctx context.Context) (account, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
-	hs, err := p.podres.List(ctx)
+	hs, err := p.podres.Get(ctx, pods)
+	if errors.Is(err, ErrGetDisabled) {
+		p.getDisabled.Do(func() { p.log.Error(err, "Deciding on the plugin's own memory") })
+		return account{}, false
+	}
 	if err != nil {
 		p.log.V(2).Info("PodResources unavailable; deciding on the plugin's own memory", "err", err)
 		return account{}, false
@@ -79,4 +87,77 @@ func (p *Plugin) merge(acct account) []types.UID {
 		reopened = append(reopened, p.ledger.confirm(h, acct.gen)...)
 	}
 	return reopened
+}
+
+// errUnitsHeld: the kubelet handed out units its own account shows held by
+// a container of another live pod.
+var errUnitsHeld = errors.New("the kubelet handed out units its own account shows held by another pod's container")
+
+// heldByOther returns the holding, in this account, of a container of a
+// live pod (api.MayStartContainers) that holds one of ids, and whether it
+// holds exactly ids.
+//
+// The account is read at the start of the kubelet's call, after the
+// kubelet reserved ids, and the kubelet releases a pod's units only before
+// it reserves (UpdateAllocatedDevices at the start of each allocation), and
+// never calls Allocate for a container it already holds devices for
+// (devicesToAllocate): a holder in this read held the units when they were
+// handed out again. That is the kubelet's double allocation
+// (kubernetes/kubernetes#137534, after a PodResources List dropped a
+// reservation in flight).
+func (a account) heldByOther(v podView, ids []string) (h holding, exact, held bool) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	key := idsKey(ids)
+	for _, h := range a.holdings {
+		if !api.MayStartContainers(v.byUID[h.UID]) {
+			continue
+		}
+		for _, id := range h.IDs {
+			if want[id] {
+				return h, idsKey(h.IDs) == key, true
+			}
+		}
+	}
+	return holding{}, false, false
+}
+
+// refuseHeld reports whether an Allocate of ids that the account shows
+// held by h's container is refused: always for a partial overlap (no
+// container is re-allocated part of its units); for exactly h's units once
+// h's pod was admitted (its status shows it, or the plugin answered the
+// PreStartContainer of h's container). Exactly the units of a container
+// not known to be admitted is taken for a re-allocation of it, as before
+// the account was read per pod (decide).
+func (p *Plugin) refuseHeld(v podView, h holding, exact bool) bool {
+	if !exact {
+		return true
+	}
+	pod := v.byUID[h.UID]
+	if pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0 {
+		return true
+	}
+	return p.ledger.isStarted(h.UID, h.Container)
+}
+
+// heldUnits is the set of units this account shows held by containers of
+// live pods.
+func (a account) heldUnits(v podView) map[string]bool {
+	out := map[string]bool{}
+	for _, h := range a.holdings {
+		if api.MayStartContainers(v.byUID[h.UID]) {
+			for _, id := range h.IDs {
+				out[id] = true
+			}
+		}
+	}
+	return out
+}
+
+// heldErr says which pod holds the units, for the kubelet's event.
+func heldErr(h holding, ids []string) error {
+	return fmt.Errorf("%w: %d units of card %s, some held by pod %s/%s container %s; refused so that two containers do not share that memory (a PodResources List during an admission makes kubelet v1.34 forget a reservation: kubernetes/kubernetes#137534); recreate the pod",
+		errUnitsHeld, len(ids), h.Card, h.Namespace, h.Pod, h.Container)
 }

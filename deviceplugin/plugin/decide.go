@@ -107,6 +107,9 @@ func (p *Plugin) decideLocked(ids []string, acct account, account bool) (decisio
 	var reopened []podRef
 	if account {
 		reopened = v.refs(p.merge(acct))
+		if h, exact, held := acct.heldByOther(v, ids); held && p.refuseHeld(v, h, exact) {
+			return decision{reopened: reopened}, heldErr(h, ids)
+		}
 	}
 	d, err := p.decide(v, ids, account)
 	d.reopened = reopened

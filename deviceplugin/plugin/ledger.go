@@ -54,12 +54,15 @@ type ledger struct {
 	claimed map[ckey]bool
 	// deferred are record moves reconciliation could not pair (Plugin.swap).
 	deferred []move
+	// started are containers whose PreStartContainer the plugin answered
+	// holding the units the kubelet's account gave them: admitted.
+	started map[ckey]bool
 }
 
 func newLedger() *ledger {
 	return &ledger{
 		byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{},
-		reopened: map[types.UID]bool{}, named: map[types.UID]bool{}, contradicted: map[types.UID]bool{}, claimed: map[ckey]bool{},
+		reopened: map[types.UID]bool{}, named: map[types.UID]bool{}, contradicted: map[types.UID]bool{}, claimed: map[ckey]bool{}, started: map[ckey]bool{},
 	}
 }
 
@@ -218,6 +221,19 @@ func (l *ledger) unclaim(uid types.UID, container string) {
 	delete(l.claimed, ckey{uid, container})
 }
 
+// start marks a container as started (see ledger.started).
+func (l *ledger) start(uid types.UID, container string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.started[ckey{uid, container}] = true
+}
+
+func (l *ledger) isStarted(uid types.UID, container string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started[ckey{uid, container}]
+}
+
 func (l *ledger) reject(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -240,9 +256,11 @@ func (l *ledger) retain(live map[types.UID]bool) {
 			delete(l.byIDs, idsKey(h.IDs))
 		}
 	}
-	for k := range l.claimed {
-		if !live[k.uid] {
-			delete(l.claimed, k)
+	for _, m := range []map[ckey]bool{l.claimed, l.started} {
+		for k := range m {
+			if !live[k.uid] {
+				delete(m, k)
+			}
 		}
 	}
 	for _, m := range []map[types.UID]bool{l.rejected, l.reopened, l.named, l.contradicted} {

@@ -44,14 +44,14 @@ func (c *slowCluster) UpdateAssignment(ctx context.Context, namespace, name stri
 	return c.memCluster.UpdateAssignment(ctx, namespace, name, uid, mutate)
 }
 
-// slowPodResources holds its first List until release closes.
+// slowPodResources holds its first read until release closes.
 type slowPodResources struct {
 	entered chan struct{}
 	release chan struct{}
 	calls   atomic.Int32
 }
 
-func (s *slowPodResources) List(ctx context.Context) ([]Holding, error) {
+func (s *slowPodResources) Get(ctx context.Context, _ []*corev1.Pod) ([]Holding, error) {
 	if s.calls.Add(1) > 1 {
 		return nil, nil
 	}

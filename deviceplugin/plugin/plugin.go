@@ -105,7 +105,9 @@ type Plugin struct {
 	store   *inventory.Store
 	cluster Cluster
 	podres  PodResources // nil: the kubelet's PodResources API is not used
-	log     klog.Logger
+	// getDisabled logs once that the kubelet does not serve PodResources Get.
+	getDisabled sync.Once
+	log         klog.Logger
 
 	// allocMu serialises decisions over the ledger and a pod snapshot; held
 	// for no I/O but the informer cache's List.

@@ -84,10 +84,21 @@ func (f *fakePodResources) set(hs ...Holding) {
 	f.hs = hs
 }
 
-func (f *fakePodResources) List(context.Context) ([]Holding, error) {
+// Get returns the holdings of the named pods.
+func (f *fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]Holding, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]Holding(nil), f.hs...), nil
+	asked := map[string]bool{}
+	for _, p := range pods {
+		asked[p.Namespace+"/"+p.Name] = true
+	}
+	var out []Holding
+	for _, h := range f.hs {
+		if asked[h.Namespace+"/"+h.Pod] {
+			out = append(out, h)
+		}
+	}
+	return out, nil
 }
 
 type harness struct {

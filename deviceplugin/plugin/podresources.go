@@ -2,10 +2,15 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -17,33 +22,69 @@ type Holding struct {
 }
 
 // PodResources is the kubelet's record of which container holds which
-// devices.
+// devices, read pod by pod.
 type PodResources interface {
-	List(ctx context.Context) ([]Holding, error)
+	// Get returns the devices the kubelet gave the containers of pods. A pod
+	// the kubelet does not know (yet, or any more) holds nothing.
+	Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error)
 }
+
+// ErrGetDisabled: the kubelet does not serve PodResources Get.
+var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve Get: enable the kubelet's KubeletPodResourcesGet feature gate (beta, on by default since Kubernetes 1.34); until then the plugin decides on its own memory, and it never falls back to List, which drops the kubelet's reservation of an allocation in flight (kubernetes/kubernetes#137534)")
 
 // KubeletPodResources reads the kubelet PodResources API
 // (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix socket, keeping the
 // devices of one resource.
+//
+// It calls Get, one pod at a time, and never List: in kubelet v1.34 List
+// first calls the device manager's UpdateAllocatedDevices, which rebuilds
+// the set of allocated devices from the committed allocations and so drops
+// the reservation of an Allocate in flight; the next admission can then be
+// handed the same devices (kubernetes/kubernetes#137534). The plugin reads
+// the account inside GetPreferredAllocation, Allocate and PreStartContainer,
+// exactly that window, and its reconciler and usage sampler may run during
+// any admission. Get reads the pod's allocations and changes nothing.
 type KubeletPodResources struct {
 	Socket   string
 	Resource string
 }
 
-// List implements PodResources.
-func (k KubeletPodResources) List(ctx context.Context) ([]Holding, error) {
+// Get implements PodResources. Pods that ask for none of the resource are
+// not asked about: the kubelet gave them none.
+func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
+	var asking []*corev1.Pod
+	for _, p := range pods {
+		if asksFor(p, corev1.ResourceName(k.Resource)) {
+			asking = append(asking, p)
+		}
+	}
+	if len(asking) == 0 {
+		return nil, nil
+	}
 	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", k.Socket, err)
 	}
 	defer func() { _ = conn.Close() }()
-	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).List(ctx, &podresourcesv1.ListPodResourcesRequest{})
-	if err != nil {
-		return nil, fmt.Errorf("pod resources List on %s: %w", k.Socket, err)
-	}
+	client := podresourcesv1.NewPodResourcesListerClient(conn)
 	var out []Holding
-	for _, p := range resp.GetPodResources() {
-		for _, c := range p.GetContainers() {
+	for _, p := range asking {
+		resp, err := client.Get(ctx, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
+		if err != nil {
+			switch st := status.Convert(err); {
+			case st.Code() == codes.Unimplemented,
+				// The kubelet answers a disabled Get with a plain error
+				// (pkg/kubelet/apis/podresources/server_v1.go): its
+				// message is all there is to tell.
+				st.Code() == codes.Unknown && strings.Contains(st.Message(), "Get method disabled"):
+				return nil, fmt.Errorf("pod resources Get on %s: %w (%s)", k.Socket, ErrGetDisabled, st.Message())
+			case st.Code() == codes.Unknown && strings.Contains(st.Message(), "not found"):
+				continue // not known to the kubelet: it holds nothing
+			}
+			return nil, fmt.Errorf("pod resources Get of %s/%s on %s: %w", p.Namespace, p.Name, k.Socket, err)
+		}
+		pr := resp.GetPodResources()
+		for _, c := range pr.GetContainers() {
 			var ids []string
 			for _, d := range c.GetDevices() {
 				if d.GetResourceName() == k.Resource {
@@ -51,9 +92,25 @@ func (k KubeletPodResources) List(ctx context.Context) ([]Holding, error) {
 				}
 			}
 			if len(ids) > 0 {
-				out = append(out, Holding{Namespace: p.GetNamespace(), Pod: p.GetName(), Container: c.GetName(), IDs: ids})
+				out = append(out, Holding{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(), IDs: ids})
 			}
 		}
 	}
 	return out, nil
+}
+
+// asksFor reports whether a container of the pod (init containers too)
+// names the resource in its limits or requests.
+func asksFor(p *corev1.Pod, res corev1.ResourceName) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			if _, ok := c.Resources.Limits[res]; ok {
+				return true
+			}
+			if _, ok := c.Resources.Requests[res]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }

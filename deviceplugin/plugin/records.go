@@ -257,7 +257,10 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if changed, _ := p.applyLedger(&a, pod.UID); !changed {
+		// The cached record may predate the plugin's own last write (a guess
+		// recorded Allocated): a reopened pod is written whatever the cache
+		// shows (writeRecord reads the record from the API server).
+		if changed, _ := p.applyLedger(&a, pod.UID); !changed && !p.ledger.isReopened(pod.UID) {
 			if keys.Enabled() && !keys.SignedByCurrent(a) {
 				if err := p.resign(ctx, pod); err != nil {
 					errs = append(errs, fmt.Errorf("pod %s/%s: signing its record with the current key: %w", pod.Namespace, pod.Name, err))

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -61,14 +62,23 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 		p.allocMu.Unlock()
 		return nil, toStatus(err)
 	}
+	var held map[string]bool
 	if account {
 		p.merge(acct)
+		held = acct.heldUnits(v)
 	}
 	snap := p.snapshot(v, account)
 	p.allocMu.Unlock()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
-		ids := allocate.Preferred(snap, cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		// Units the kubelet's own account shows held by a live pod are not
+		// offered, should the kubelet have forgotten their reservation
+		// (Allocate refuses them: account.heldByOther).
+		avail := cr.GetAvailableDeviceIDs()
+		if len(held) > 0 {
+			avail = slices.DeleteFunc(slices.Clone(avail), func(id string) bool { return held[id] })
+		}
+		ids := allocate.Preferred(snap, avail, cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
@@ -174,6 +184,7 @@ func (p *Plugin) PreStartContainer(ctx context.Context, req *pluginapi.PreStartC
 		p.log.V(2).Info("PreStartContainer for units the kubelet's account does not show", "devices", len(ids))
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
+	p.ledger.start(h.UID, h.Container)
 	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
 	if err := p.writeRecord(ctx, ref, kubeletCall); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.Card, err)

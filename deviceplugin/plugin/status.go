@@ -17,7 +17,7 @@ var errUnknownCard = errors.New("device IDs name a card this plugin does not adv
 func toStatus(err error) error {
 	code := codes.Internal
 	switch {
-	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest), errors.Is(err, errCardInUse), errors.Is(err, errWholeNotScheduled):
+	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest), errors.Is(err, errCardInUse), errors.Is(err, errWholeNotScheduled), errors.Is(err, errUnitsHeld):
 		code = codes.FailedPrecondition
 	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs), errors.Is(err, errWholeID):
 		code = codes.InvalidArgument

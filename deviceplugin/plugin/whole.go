@@ -313,7 +313,11 @@ func (p *Plugin) readWholeAccount(ctx context.Context) (wholeAccount, bool) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
-	hs, err := p.cfg.WholePodResources.List(ctx)
+	hs, err := p.cfg.WholePodResources.Get(ctx, pods)
+	if errors.Is(err, ErrGetDisabled) {
+		p.getDisabled.Do(func() { p.log.Error(err, "Deciding on the plugin's own memory") })
+		return wholeAccount{}, false
+	}
 	if err != nil {
 		p.log.V(2).Info("PodResources unavailable for whole cards; deciding on the plugin's own memory", "err", err)
 		return wholeAccount{}, false

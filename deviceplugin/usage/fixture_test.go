@@ -35,7 +35,20 @@ func (f *fakeNVML) Processes(uuid string) ([]nvml.Process, error) {
 
 type fakePodResources []plugin.Holding
 
-func (f fakePodResources) List(context.Context) ([]plugin.Holding, error) { return f, nil }
+// Get returns the holdings of the named pods.
+func (f fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]plugin.Holding, error) {
+	asked := map[string]bool{}
+	for _, p := range pods {
+		asked[p.Namespace+"/"+p.Name] = true
+	}
+	var out []plugin.Holding
+	for _, h := range f {
+		if asked[h.Namespace+"/"+h.Pod] {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
 
 // node is a simulated node for the sampler: cards, a fake /proc tree,
 // pods and the kubelet's holdings.

@@ -286,7 +286,7 @@ func trimScheme(id string) string {
 func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]int64, error) {
 	out := map[grantKey]int64{}
 	if s.PodResources != nil {
-		hs, err := s.PodResources.List(ctx)
+		hs, err := s.PodResources.Get(ctx, pods)
 		if err != nil {
 			return fromRecords(pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
 		}

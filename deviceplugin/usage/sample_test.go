@@ -148,7 +148,7 @@ func TestSweepReadsAReusedPIDAgain(t *testing.T) {
 
 type failingPodResources struct{}
 
-func (failingPodResources) List(context.Context) ([]plugin.Holding, error) {
+func (failingPodResources) Get(context.Context, []*corev1.Pod) ([]plugin.Holding, error) {
 	return nil, errors.New("connection refused")
 }
 

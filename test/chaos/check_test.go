@@ -317,3 +317,74 @@ func TestHasExtenderReason(t *testing.T) {
 		}
 	}
 }
+
+// planned binds the pod to "n" with a record naming card in phase Assigned:
+// the extender's plan, not admitted yet.
+func (p pod) planned(t *testing.T, card string) pod {
+	t.Helper()
+	p = p.assigned(t, card)
+	a, err := api.AssignmentFromPod(p.Pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Phase = api.PhaseAssigned
+	if p.Annotations[api.AnnotationAssignment], err = api.EncodeAssignment(a); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func has(vs []Violation, invariant string) bool {
+	for _, v := range vs {
+		if v.Invariant == invariant {
+			return true
+		}
+	}
+	return false
+}
+
+// What the kubelet allocated counts at every observation; plans (records of
+// pods not admitted yet, the extender's whole count) at the end.
+func TestAllocationsCountAtEveryObservationPlansAtTheEnd(t *testing.T) {
+	running := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
+	plan := observation(t, running, newPod("b", 16).planned(t, cardA))
+	if vs := Check(plan, Expect{}); has(vs, InvRecordsCapacity) || has(vs, InvRecordsPlans) {
+		t.Errorf("a plan over a card whose allocations fit, while the run goes on: got %v; want none", invariants(vs))
+	}
+	if vs := Check(plan, Expect{Final: true}); !has(vs, InvRecordsPlans) {
+		t.Errorf("a plan over a card at the end: got %v; want %q", invariants(vs), InvRecordsPlans)
+	}
+	allocated := observation(t, running, newPod("b", 16).assigned(t, cardA))
+	if vs := Check(allocated, Expect{}); !has(vs, InvRecordsCapacity) {
+		t.Errorf("two Allocated records hold 32 of 24: got %v; want %q", invariants(vs), InvRecordsCapacity)
+	}
+
+	ext := observation(t)
+	ext.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
+		{Name: "a", Units: 16, Phase: api.PhaseAllocated}, {Name: "b", Units: 16, Phase: api.PhaseAssigned}}}}}}
+	if vs := Check(ext, Expect{}); has(vs, InvExtenderCapacity) || has(vs, InvExtenderPlans) {
+		t.Errorf("the extender counts a plan over capacity while the run goes on: got %v; want none", invariants(vs))
+	}
+	if vs := Check(ext, Expect{Final: true}); !has(vs, InvExtenderPlans) {
+		t.Errorf("the extender counts a plan over capacity at the end: got %v; want %q", invariants(vs), InvExtenderPlans)
+	}
+	ext.Extender["n"].Cards[0].Pods[1].Phase = api.PhaseAllocated
+	if vs := Check(ext, Expect{}); !has(vs, InvExtenderCapacity) {
+		t.Errorf("the extender counts 32 of 24 in Allocated records: got %v; want %q", invariants(vs), InvExtenderCapacity)
+	}
+}
+
+// The run is not at rest while an unbound pod's Insufficient is older than
+// the room a node has now: kube-scheduler tries it again after a backoff.
+func TestNotSettledWhileAnInsufficientJudgmentIsStale(t *testing.T) {
+	cannotFit := "0/3 nodes are available: 3 Insufficient example.com/gpu-mem. no new claims to deallocate"
+	stale := observation(t, newPod("p", 30).unschedulable(corev1.PodReasonUnschedulable, cannotFit))
+	if why := unsettled(stale); !strings.Contains(why, "has not tried it again") {
+		t.Errorf("unsettled = %q; want the stale judgment", why)
+	}
+	full := observation(t, newPod("a", 24).assigned(t, cardA).running(t, cardA, 0), newPod("b", 30).assigned(t, cardB).running(t, cardB, 0),
+		newPod("p", 30).unschedulable(corev1.PodReasonUnschedulable, cannotFit))
+	if why := unsettled(full); why != "" {
+		t.Errorf("unsettled = %q with the node full; want at rest", why)
+	}
+}

@@ -220,7 +220,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 		exp.Live = r.liveCopy()
 		vs := Check(obs, exp)
 		if r.InspectEvery > 0 && op.Seq%r.InspectEvery == 0 {
-			vs = append(vs, r.checkInspector(ctx, obs)...)
+			vs = append(vs, r.checkInspector(ctx, obs, false)...)
 		}
 		rep.Checks++
 		record(op.Seq, vs, obs)
@@ -247,7 +247,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 		exp.Live, exp.Final = r.liveCopy(), true
 		vs := Check(obs, exp)
 		vs = append(vs, r.checkDeployments(ctx, obs)...)
-		vs = append(vs, r.checkInspector(ctx, obs)...)
+		vs = append(vs, r.checkInspector(ctx, obs, true)...)
 		rep.Checks++
 		r.countRejected(obs, rep)
 		record(-1, vs, obs)
@@ -561,6 +561,32 @@ func unsettled(obs *Observation) string {
 		if !judged {
 			return fmt.Sprintf("pod %s not judged unschedulable yet", p.Name)
 		}
+		if why := staleInsufficient(obs, p); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// staleInsufficient says why an unbound pod's judgment is older than the
+// room a node has now, or "": kube-scheduler judged it with its own
+// Insufficient gpu-mem, yet a node has that much allocatable free now
+// (pods deleted, an isolation lifted since). kube-scheduler tries it again
+// on such events, after a backoff (up to 10 s); until then the state is
+// not at rest. The final check (CheckPending with Final) reports a pod
+// that is still so once the run gives up waiting.
+func staleInsufficient(obs *Observation, p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodScheduled || HasExtenderReason(c.Message) || !strings.Contains(c.Message, insufficientGPUMem) {
+			continue
+		}
+		req, err := api.RequestFromPod(p)
+		if err != nil {
+			return ""
+		}
+		if node, free := freeFor(obs, req.Total()); node != "" {
+			return fmt.Sprintf("pod %s judged %q, but node %s has %d allocatable units free now: kube-scheduler has not tried it again yet", p.Name, insufficientGPUMem, node, free)
+		}
 	}
 	return ""
 }
@@ -627,6 +653,10 @@ type inspectorView struct {
 			UUID      string `json:"uuid"`
 			Allocated int64  `json:"allocated"`
 			Total     int64  `json:"total"`
+			Pods      []struct {
+				Units   int64 `json:"units"`
+				Pending bool  `json:"pending"`
+			} `json:"pods"`
 		} `json:"cards"`
 	} `json:"nodes"`
 }
@@ -644,8 +674,10 @@ func (r *Runner) inspector(ctx context.Context) (*inspectorView, error) {
 }
 
 // checkInspector: the inspector shows no card of the run's nodes over its
-// total.
-func (r *Runner) checkInspector(ctx context.Context, obs *Observation) []Violation {
+// total: in the containers it shows allocated (not pending) while the run
+// goes on, in everything it counts (pending plans too: see
+// CheckRecordsCapacity) once the run has settled (final).
+func (r *Runner) checkInspector(ctx context.Context, obs *Observation, final bool) []Violation {
 	v, err := r.inspector(ctx)
 	if err != nil {
 		return []Violation{violation(InvInspectorCapacity, "inspector", err.Error())}
@@ -656,7 +688,15 @@ func (r *Runner) checkInspector(ctx context.Context, obs *Observation) []Violati
 			continue
 		}
 		for _, c := range n.Cards {
-			if c.Allocated > c.Total {
+			var allocated int64
+			for _, p := range c.Pods {
+				if !p.Pending {
+					allocated += p.Units
+				}
+			}
+			if allocated > c.Total {
+				vs = append(vs, violation(InvInspectorCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d, %d of them allocated", c.Allocated, c.Total, allocated)))
+			} else if final && c.Allocated > c.Total {
 				vs = append(vs, violation(InvInspectorCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d", c.Allocated, c.Total)))
 			}
 		}

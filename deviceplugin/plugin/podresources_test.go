@@ -1,0 +1,236 @@
+package plugin
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+// kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
+// kubelet's account through KubeletPodResources from a fake PodResources
+// server, with pod a Running on card 0 (units 0–3) and pod b, assigned
+// to card 0 too, awaiting admission.
+func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podtest.Card) {
+	t.Helper()
+	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, err := gpus.Cards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := inventory.New(api.UnitGiB, cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card0 := podtest.Card{UUID: sim.UUID(0), Index: 0}
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	mem.pods = append(mem.pods,
+		podtest.Make(nodeName, "a", 0).Container("main", 4).Assign(api.PhaseAllocated, card0).Running().Obj(),
+		podtest.Make(nodeName, "b", 1).Container("main", 4).Assign(api.PhaseAssigned, card0).Obj(),
+	)
+	srv := podrestest.Start(t, string(api.ResourceName))
+	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
+	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.ResourceName)}
+	p := New(Config{PluginDir: t.TempDir()}, store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	return p, srv, mem, card0
+}
+
+// In kubelet v1.34 PodResources List calls the device manager's
+// UpdateAllocatedDevices, which rebuilds the allocated set from committed
+// allocations and so drops the reservation of an Allocate in flight: the
+// next admission can be handed the same units
+// (kubernetes/kubernetes#137534). GetPreferredAllocation, Allocate and
+// PreStartContainer run inside that window, and reconciliation (triggered
+// by every Allocate) may run while the next one is in flight: the plugin
+// reads the kubelet's account with Get, pod by pod, and never with List.
+func TestKubeletAccountIsReadWithGetNeverList(t *testing.T) {
+	ctx := context.Background()
+	p, srv, mem, card0 := kubeletPlugin(t)
+	ids := unitIDs(card0.UUID, 4, 4)
+	if _, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs: unitIDs(card0.UUID, 4, 4), AllocationSize: 4,
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Hold("ns", "b", "main", ids...)
+	if _, err := p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	list, get := srv.Calls()
+	if list != 0 {
+		t.Errorf("the plugin called PodResources List %d times; want never (it drops the kubelet's reservation of an allocation in flight)", list)
+	}
+	if get == 0 {
+		t.Errorf("the plugin never read the kubelet's account (no PodResources Get)")
+	}
+	if a := mem.record(t, "b"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != card0.UUID {
+		t.Errorf("pod b's record: %s on %s; want Allocated on card 0", a.Phase, a.Containers[0].CardUUID)
+	}
+}
+
+// When the kubelet hands a container units its own account shows held by a
+// container of another live pod (the double allocation of
+// kubernetes/kubernetes#137534), Allocate is refused: the pod is rejected at
+// admission, as the kubelet rejects it when a plugin refuses, rather than
+// run two containers on the same memory. No record names the pending pod
+// on those units.
+func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
+	ctx := context.Background()
+	p, _, mem, card0 := kubeletPlugin(t)
+	held := unitIDs(card0.UUID, 0, 4) // pod a's
+	_, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: held}}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Allocate of units pod a holds: %v; want FailedPrecondition", err)
+	}
+	if a := mem.record(t, "b"); a.Phase != api.PhaseAssigned {
+		t.Errorf("pod b's record is %s; want Assigned (the refused call gave it nothing)", a.Phase)
+	}
+	// A partial overlap is refused too.
+	partial := append(unitIDs(card0.UUID, 2, 2), unitIDs(card0.UUID, 4, 2)...)
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: partial}}}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Allocate of units 2–5 (2–3 held by pod a): %v; want FailedPrecondition", err)
+	}
+	// Free units are given as before.
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+		t.Fatalf("Allocate of free units: %v", err)
+	}
+}
+
+// Should the kubelet offer units its own account shows held by a live pod
+// (a forgotten reservation), GetPreferredAllocation does not prefer them.
+func TestPreferredAllocationSkipsUnitsTheKubeletShowsHeld(t *testing.T) {
+	p, _, _, card0 := kubeletPlugin(t)
+	resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs: unitIDs(card0.UUID, 0, 8), AllocationSize: 4,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := resp.ContainerResponses[0].DeviceIDs
+	if idsKey(got) != idsKey(unitIDs(card0.UUID, 4, 4)) {
+		t.Errorf("preferred %v; want units 4–7 of card 0 (0–3 are pod a's)", got)
+	}
+}
+
+// A kubelet that does not serve Get (feature gate KubeletPodResourcesGet
+// off, before 1.34): the plugin decides on its own memory and does not fall
+// back to List.
+func TestGetDisabledDecidesOnMemoryWithoutList(t *testing.T) {
+	ctx := context.Background()
+	p, srv, mem, card0 := kubeletPlugin(t)
+	srv.DisableGet()
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := srv.Calls(); list != 0 {
+		t.Errorf("the plugin called PodResources List %d times with Get disabled; want never", list)
+	}
+	if a := mem.record(t, "b"); a.Phase != api.PhaseAllocated {
+		t.Errorf("pod b's record is %s; want Allocated (decided on the plugin's memory)", a.Phase)
+	}
+}
+
+// frozenCluster is a memCluster whose pod cache stopped at one moment: its
+// Pods() show the pods as they were then, while record writes go on.
+type frozenCluster struct {
+	*memCluster
+	cache []*corev1.Pod
+}
+
+func (c *frozenCluster) freeze() {
+	c.cache, _ = c.memCluster.Pods()
+}
+
+func (c *frozenCluster) Pods() ([]*corev1.Pod, error) {
+	out := make([]*corev1.Pod, len(c.cache))
+	for i, p := range c.cache {
+		out[i] = p.DeepCopy()
+	}
+	return out, nil
+}
+
+// Card 0 (8 GiB) holds x (4, running) and a's plan (4); b (4) is planned on
+// card 1. The kubelet admits b with units of card 0; the plugin guessed a
+// and recorded it Allocated there. Reconciliation reads the kubelet's
+// account before the pod cache shows the guess: the wrongly guessed a must
+// still be written back to Assigned (its record in the API is Allocated),
+// else card 0's Allocated records hold x, a and b: 12 of 8 GiB.
+func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
+	ctx := context.Background()
+	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cards, err := gpus.Cards()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := inventory.New(api.UnitGiB, cards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	mem.pods = append(mem.pods,
+		podtest.Make(nodeName, "x", 0).Container("main", 4).Assign(api.PhaseAllocated, c0).Running().Obj(),
+		podtest.Make(nodeName, "a", 1).Container("main", 4).Assign(api.PhaseAssigned, c0).Obj(),
+		podtest.Make(nodeName, "b", 2).Container("main", 4).Assign(api.PhaseAssigned, c1).Obj(),
+	)
+	cl := &frozenCluster{memCluster: mem}
+	cl.freeze()
+	podres := &fakePodResources{}
+	held := []Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
+	podres.set(held...)
+	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	ids := unitIDs(c0.UUID, 4, 4)
+	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+		t.Fatal(err)
+	}
+	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
+		t.Fatalf("a's record after the guess: %s; want Allocated (the plugin's guess)", a.Phase)
+	}
+	podres.set(append(held, Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allocated := map[string]int64{}
+	for _, name := range []string{"x", "a", "b"} {
+		if a := mem.record(t, name); a.Phase == api.PhaseAllocated {
+			allocated[a.Containers[0].CardUUID] += a.Containers[0].Units
+		}
+	}
+	if allocated[c0.UUID] > 8 {
+		t.Errorf("card 0's Allocated records hold %d of 8 GiB (a's record is %s)", allocated[c0.UUID], mem.record(t, "a").Phase)
+	}
+}
