@@ -79,10 +79,10 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 			respond(c, nil, err)
 			return
 		}
-		fr, err := s.filter(c.Request.Context(), &args)
+		res, err := s.Filter(c.Request.Context(), &args)
 		if err == nil {
 			var b []byte
-			if b, err = encodeFilter(fr); err == nil {
+			if b, err = encodeFilter(res); err == nil {
 				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
 				return
 			}
