@@ -29,7 +29,7 @@ type Options struct {
 	// NodesToScore models kube-scheduler's percentageOfNodesToScore
 	// (Batch.NodesToScore; nil: 100, every node).
 	NodesToScore *int
-	Parallel                int
+	Parallel     int
 	// Output is "table" or "json".
 	Output string
 	PerRun bool
