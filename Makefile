@@ -44,7 +44,7 @@ test: lint unit fuzz-short chart-check playground-check e2e ## the test command 
 # each package is built once into $(FUZZBIN) (`go test -c -fuzz`, not relinked while up to
 # date) and its targets run from it, with the corpus cache `go test -fuzz` uses.
 FUZZ_TARGETS = api:FuzzDecodeAssignment api:FuzzDecodeInventory api:FuzzParseIsolation \
-  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs \
+  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod scheduler/server:FuzzExtenderVerbs scheduler/server:FuzzDecodeArgs \
   deviceplugin/plugin:FuzzAllocate inspector/inspect:FuzzViewOfMalformedAnnotations
 FUZZTIME ?= 30s
 FUZZSHORT ?= 3s

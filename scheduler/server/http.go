@@ -75,7 +75,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r.Use(gin.Recovery())
 	r.POST("/filter", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decode(c, &args); err != nil {
+		if err := s.decodeArgs(c, &args); err != nil {
 			respond(c, nil, err)
 			return
 		}
@@ -91,7 +91,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	})
 	r.POST("/prioritize", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decode(c, &args); err != nil {
+		if err := s.decodeArgs(c, &args); err != nil {
 			respond(c, nil, err)
 			return
 		}
