@@ -44,7 +44,7 @@ test: lint unit fuzz-short chart-check playground-check e2e ## the test command 
 # each package is built once into $(FUZZBIN) (`go test -c -fuzz`, not relinked while up to
 # date) and its targets run from it, with the corpus cache `go test -fuzz` uses.
 FUZZ_TARGETS = api:FuzzDecodeAssignment api:FuzzDecodeInventory api:FuzzParseIsolation \
-  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod api:FuzzCardChoice scheduler/server:FuzzExtenderVerbs \
+  api:FuzzParseIsolationFile api:FuzzParseUnitID api:FuzzRequestFromPod api:FuzzCardChoice scheduler/server:FuzzExtenderVerbs scheduler/server:FuzzDecodeArgs \
   deviceplugin/plugin:FuzzAllocate inspector/inspect:FuzzViewOfMalformedAnnotations
 FUZZTIME ?= 30s
 FUZZSHORT ?= 3s
@@ -126,18 +126,19 @@ chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operation
 # Scheduling throughput (docs/design.md "Scheduling throughput"): a local control plane,
 # N API-object GPU nodes × 8 cards of 80 GiB, P pods of 8 GiB created at once by CLIENTS;
 # (a) kube-scheduler alone, (b) with the extender per policy (POLICIES, comma-separated;
-# default all five). Not part of `make test`.
+# default all five). BASELINE=path/to/another/gpushare-scheduler runs each policy through it
+# first ("POLICY-before"), for a before/after table from one invocation. Not part of `make test`.
 N        ?= 1000
 P        ?= 2000
 CLIENTS  ?= 32
 ALL_POLICIES   := binpack,spread,bestfit,fgd,frag
 BENCH_TIMEOUT  ?= 5m
 .PHONY: bench-scheduling
-bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m)
+bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m BASELINE=)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpushare-scheduler ./scheduler
 	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
-	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT)
+	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) $(if $(BASELINE),-baseline $(BASELINE))
 
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)

@@ -66,6 +66,9 @@ type Options struct {
 	AllowedPolicies []string
 	// FilterMode is "best" or "all" (server.FilterModes).
 	FilterMode string
+	// MaxBestNodes caps the tied best nodes filter keeps in best mode
+	// (server.Config.MaxBestNodes; 0: no cap).
+	MaxBestNodes int
 	// ResyncPeriod is the informers' resync period (0: none).
 	ResyncPeriod time.Duration
 	// KubeAPIQPS and KubeAPIBurst are the extender's API request budget,
@@ -117,6 +120,7 @@ func DefaultOptions() Options {
 		KubeAPIQPS:    200,
 		KubeAPIBurst:  400,
 		BindTimeout:   server.DefaultBindTimeout,
+		MaxBestNodes:  server.DefaultMaxBestNodes,
 
 		MaxRequestBytes: server.DefaultMaxBodyBytes,
 	}
@@ -141,6 +145,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", "))
 	fs.StringSliceVar(&o.AllowedPolicies, "allowed-policies", o.AllowedPolicies, "policies a pod may name in its gpushare.example.com/policy annotation, comma-separated (e.g. binpack,spread); --policy is always allowed; empty: pods run under --policy only")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all")
+	fs.IntVar(&o.MaxBestNodes, "max-best-nodes", o.MaxBestNodes, "with --filter-mode=best, how many of the nodes tied for the best score filter keeps (a random sample); 0: all of them")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "requests per second to the API server")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server")
@@ -209,6 +214,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Parallelism < 0 {
 		errs = append(errs, fmt.Errorf("--parallelism %d is negative (0 means one per CPU)", o.Parallelism))
+	}
+	if o.MaxBestNodes < 0 {
+		errs = append(errs, fmt.Errorf("--max-best-nodes %d is negative (0 keeps every tied node)", o.MaxBestNodes))
 	}
 	if o.AdminListenAddress != "" {
 		if _, _, err := net.SplitHostPort(o.AdminListenAddress); err != nil {
@@ -398,7 +406,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
+	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -72,6 +72,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
 		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "--parallelism -1 is negative"},
+		{"negative best-node cap", func(o *Options) { o.MaxBestNodes = -1 }, "--max-best-nodes -1 is negative"},
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},

@@ -26,7 +26,10 @@ type Options struct {
 	FirstSeed               int64
 	Seeds                   int
 	Inflate                 float64
-	Parallel                int
+	// NodesToScore models kube-scheduler's percentageOfNodesToScore
+	// (Batch.NodesToScore; nil: 100, every node).
+	NodesToScore *int
+	Parallel     int
 	// Output is "table" or "json".
 	Output string
 	PerRun bool
@@ -99,7 +102,7 @@ func Main(ctx context.Context, o Options) error {
 	if len(traces) == 0 {
 		return fmt.Errorf("no workload to replay")
 	}
-	b := Batch{Traces: traces, Policies: policies, Inflate: o.Inflate, Parallel: o.Parallel, Progress: o.Progress}
+	b := Batch{Traces: traces, Policies: policies, Inflate: o.Inflate, NodesToScore: o.NodesToScore, Parallel: o.Parallel, Progress: o.Progress}
 	for s := range o.Seeds {
 		b.Seeds = append(b.Seeds, o.FirstSeed+int64(s))
 	}

@@ -95,10 +95,62 @@ func arrivals(t *Trace, seed int64, inflate float64) []PodSpec {
 	return pods
 }
 
+// ReplaySampled is Replay with kube-scheduler's percentageOfNodesToScore
+// (docs/design.md, "Scheduling throughput"): each pod's candidates are not
+// every node but the first NodesToFind(percent, nodes) nodes that pass
+// kube-scheduler's own fit (CPU, memory and the node's gpu-mem total as an
+// extended resource), searched from where the previous pod's search stopped,
+// round the node list, as kube-scheduler's findNodesThatPassFilters does;
+// the policy's best node among those is chosen. percent 100 is Replay.
+func ReplaySampled(t *Trace, p *allocator.Policy, seed int64, inflate float64, percent int) Run {
+	return replayPodsSampled(t, p, seed, arrivals(t, seed, inflate), percent)
+}
+
+// NodesToFind is kube-scheduler v1.34's numFeasibleNodesToFind: how many
+// feasible nodes a scheduling cycle looks for among all before it stops.
+// percent 0 is its adaptive default (50 − nodes/125 %, at least 5 %); fewer
+// than 100 nodes are all searched, and it never looks for fewer than 100.
+// Worked example: 5,000 nodes, percent 0 → 10 % → 500 nodes.
+func NodesToFind(percent, nodes int) int {
+	const minNodes, minPercent = 100, 5
+	if nodes < minNodes {
+		return nodes
+	}
+	if percent == 0 {
+		percent = max(50-nodes/125, minPercent)
+	}
+	return max(nodes*percent/100, minNodes)
+}
+
 // replayPods places pods in order (see Replay).
 func replayPods(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec) Run {
+	return replayPodsSampled(t, p, seed, pods, 100)
+}
+
+// hostFits is kube-scheduler's own fit for pod on node i: CPU and memory,
+// and the node's gpu-mem total (the sum over its schedulable cards, what
+// the device plugin advertises) as an extended resource.
+func (c *cluster) hostFits(t *Trace, i int, pod PodSpec, req allocator.Request) bool {
+	if !c.host[i].Fits(req.Host) {
+		return false
+	}
+	var free int64
+	for _, card := range c.nodes[i].Cards {
+		if card.Schedulable() {
+			free += card.Free()
+		}
+	}
+	return free >= t.GPURequest(pod)
+}
+
+// replayPodsSampled places pods in order (see ReplaySampled).
+func replayPodsSampled(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec, percent int) Run {
+	return newCluster(t).replay(t, p, seed, pods, percent)
+}
+
+// replay places pods in order on c (see ReplaySampled).
+func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec, percent int) Run {
 	capacity := t.Capacity()
-	c := newCluster(t)
 	run := Run{Trace: t.Name, Policy: p.Name, Seed: seed, Pods: len(pods), Curve: make([]float64, CurveSteps)}
 	w := &allocator.Workload{ModelCapacity: t.ModelCapacity()}
 	var (
@@ -106,20 +158,38 @@ func replayPods(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec) Run {
 		next               = 1 // next curve step to record; Curve[0] = 0
 		decisions          = make([]allocator.Decision, 0, len(c.nodes))
 		positions          = make([]int, 0, len(c.nodes))
+		start              int // where kube-scheduler's next search starts (percent < 100)
 	)
 	for _, pod := range pods {
 		req := Request(pod)
 		w.Observe(Shape(pod))
 		arrived += t.GPURequest(pod)
 		decisions, positions = decisions[:0], positions[:0]
-		for i := range c.nodes {
-			if !c.host[i].Fits(req.Host) || !c.gpuMayFit(i, pod) {
-				continue
+		if percent >= 100 {
+			for i := range c.nodes {
+				if !c.host[i].Fits(req.Host) || !c.gpuMayFit(i, pod) {
+					continue
+				}
+				if d := p.Evaluate(&c.nodes[i], req, w); d.Fits {
+					decisions = append(decisions, d)
+					positions = append(positions, i)
+				}
 			}
-			if d := p.Evaluate(&c.nodes[i], req, w); d.Fits {
-				decisions = append(decisions, d)
-				positions = append(positions, i)
+		} else {
+			want, n, found := NodesToFind(percent, len(c.nodes)), len(c.nodes), 0
+			processed := 0
+			for ; processed < n && found < want; processed++ {
+				i := (start + processed) % n
+				if !c.hostFits(t, i, pod, req) {
+					continue
+				}
+				found++
+				if d := p.Evaluate(&c.nodes[i], req, w); d.Fits {
+					decisions = append(decisions, d)
+					positions = append(positions, i)
+				}
 			}
+			start = (start + processed) % n
 		}
 		if best := allocator.BestNodes(decisions); len(best) > 0 {
 			allocated += c.place(positions[best[0]], p.Decide(&c.nodes[positions[best[0]]], req, w), req)

@@ -3,6 +3,7 @@ package replay
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -240,5 +241,65 @@ func TestMainReplaysATraceDirectory(t *testing.T) {
 	}
 	if err := Main(t.Context(), Options{TracesDir: dir, Workloads: []string{"tiny"}, Policies: []string{"nope"}, Seeds: 1, Output: "table", Stdout: &out}); err == nil || !strings.Contains(err.Error(), "unknown policy") {
 		t.Errorf("unknown policy: err = %v", err)
+	}
+}
+
+func TestNodesToFindIsKubeSchedulers(t *testing.T) {
+	for _, tc := range []struct{ percent, nodes, want int }{
+		{100, 5000, 5000}, // the shipped configuration: every node
+		{0, 5000, 500},    // adaptive: 50 − 5000/125 = 10 %
+		{0, 1000, 420},    // adaptive: 50 − 8 = 42 %
+		{0, 1213, 497},    // openb's cluster: 50 − 9 = 41 %
+		{0, 50000, 2500},  // adaptive floor: 5 %
+		{10, 500, 100},    // never fewer than 100
+		{10, 80, 80},      // fewer than 100 nodes: all
+	} {
+		if got := NodesToFind(tc.percent, tc.nodes); got != tc.want {
+			t.Errorf("NodesToFind(%d, %d) = %d, want %d", tc.percent, tc.nodes, got, tc.want)
+		}
+	}
+}
+
+// A sample of the nodes, searched round the list from where the last
+// search stopped, is what a percentageOfNodesToScore below 100 gives the
+// extender: binpack then packs within each window instead of cluster-wide.
+func TestReplaySampledSearchesWindowsRoundTheNodes(t *testing.T) {
+	tr := &Trace{Name: "windows", WholeCardUnits: OpenbCardUnits}
+	for i := 0; i < 400; i++ {
+		tr.Nodes = append(tr.Nodes, NodeSpec{Name: fmt.Sprintf("n%03d", i), CPUMilli: 64000, MemoryMiB: 1 << 20,
+			Cards: []CardSpec{{Model: "V100", Capacity: 1000}}})
+	}
+	var pods []PodSpec
+	for i := 0; i < 4; i++ {
+		pods = append(pods, PodSpec{Name: fmt.Sprintf("p%d", i), CPUMilli: 1000, MemoryMiB: 1024, Units: 100})
+	}
+	tr.Pods = pods
+	if err := tr.validate(); err != nil {
+		t.Fatal(err)
+	}
+	binpack, _ := allocator.Lookup("binpack")
+	// used replays the pods and returns the nodes that got one.
+	used := func(percent int) []string {
+		t.Helper()
+		c := newCluster(tr)
+		if run := c.replay(tr, binpack, 0, pods, percent); run.Failed != 0 {
+			t.Fatalf("percent %d: %d pods failed", percent, run.Failed)
+		}
+		var out []string
+		for _, n := range c.nodes {
+			if n.Cards[0].Used > 0 {
+				out = append(out, n.Name)
+			}
+		}
+		return out
+	}
+	// Every node: binpack stacks the four pods on one card.
+	if diff := cmp.Diff([]string{"n000"}, used(100)); diff != "" {
+		t.Errorf("percent 100 (-want +got):\n%s", diff)
+	}
+	// 25 % of 400 = 100 nodes a cycle: the first pod sees n000-n099, the
+	// second n100-n199, …: one pod per window.
+	if diff := cmp.Diff([]string{"n000", "n100", "n200", "n300"}, used(25)); diff != "" {
+		t.Errorf("percent 25 (-want +got):\n%s", diff)
 	}
 }

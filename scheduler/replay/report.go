@@ -41,6 +41,9 @@ type Batch struct {
 	Policies []*allocator.Policy
 	Seeds    []int64
 	Inflate  float64
+	// NodesToScore is kube-scheduler's percentageOfNodesToScore to model
+	// (ReplaySampled): 100 (or unset) every node, 0 its adaptive default.
+	NodesToScore *int
 	// Parallel is how many replays run at once (at least 1).
 	Parallel int
 	// Progress, when not nil, gets one line per finished replay.
@@ -84,7 +87,11 @@ func (b Batch) Run(ctx context.Context) (*Report, error) {
 				k := next
 				next++
 				mu.Unlock()
-				r := Replay(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate)
+				percent := 100
+				if b.NodesToScore != nil {
+					percent = *b.NodesToScore
+				}
+				r := ReplaySampled(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate, percent)
 				runs[k] = r
 				if b.Progress != nil {
 					mu.Lock()

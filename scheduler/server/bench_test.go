@@ -81,12 +81,10 @@ func BenchmarkFilter(b *testing.B) {
 			cpu0 := processCPU()
 			defer func() { reportCPU(b, cpu0) }()
 			for i := 0; i < b.N; i++ {
-				// The HTTP handler's path: the answer before JSON encoding
-				// (Filter, for callers in Go, also merges the "better"
-				// nodes into the FailedNodes map).
-				fr, err := e.srv.filter(ctx, args)
-				if err != nil || len(*fr.res.NodeNames) == 0 {
-					b.Fatalf("filter: %v %+v", err, fr.res)
+				// The HTTP handler's path: the answer before JSON encoding.
+				res, err := e.srv.Filter(ctx, args)
+				if err != nil || len(*res.NodeNames) == 0 {
+					b.Fatalf("filter: %v %+v", err, res)
 				}
 			}
 		})
@@ -156,8 +154,8 @@ func BenchmarkFilterPolicies(b *testing.B) {
 				defer func() { reportCPU(b, cpu0) }()
 				for i := 0; i < b.N; i++ {
 					if verb == "filter" {
-						if fr, err := e.srv.filter(ctx, args); err != nil || len(*fr.res.NodeNames) == 0 {
-							b.Fatalf("filter: %v %+v", err, fr.res)
+						if res, err := e.srv.Filter(ctx, args); err != nil || len(*res.NodeNames) == 0 {
+							b.Fatalf("filter: %v %+v", err, res)
 						}
 					} else if res, err := e.srv.Prioritize(ctx, args); err != nil || len(res) != n {
 						b.Fatalf("prioritize: %v", err)

@@ -17,15 +17,13 @@ import (
 // node, unresolvably, with the message.
 var ErrPolicyNotAllowed = errors.New("policy not allowed")
 
-// podPolicy is one policy a pod may run under, with the filter's message
-// for the fitting nodes it ranks below the best.
+// podPolicy is one policy a pod may run under.
 type podPolicy struct {
-	policy   *allocator.Policy
-	betterBy string
+	policy *allocator.Policy
 }
 
 func newPodPolicy(p *allocator.Policy) podPolicy {
-	return podPolicy{policy: p, betterBy: "a better node for this pod exists under policy " + p.Name}
+	return podPolicy{policy: p}
 }
 
 // allowedPolicies are the policies pods may name: the default and the
@@ -49,7 +47,7 @@ func newAllowedPolicies(def *allocator.Policy, allowed []*allocator.Policy) allo
 // api.AnnotationPolicy), or the default (Server.policy) when it names none.
 func (s *Server) policyFor(req api.PodRequest) (podPolicy, error) {
 	if req.Policy == "" {
-		return podPolicy{policy: s.policy, betterBy: s.betterBy}, nil
+		return podPolicy{policy: s.policy}, nil
 	}
 	ps := &s.allowed
 	if p, ok := ps.byName[req.Policy]; ok {

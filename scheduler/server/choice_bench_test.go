@@ -54,7 +54,7 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 			cpu0 := processCPU()
 			defer func() { reportCPU(b, cpu0) }()
 			for i := 0; i < b.N; i++ {
-				if _, err := e.srv.filter(ctx, args); err != nil {
+				if _, err := e.srv.Filter(ctx, args); err != nil {
 					b.Fatal(err)
 				}
 			}

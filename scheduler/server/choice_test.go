@@ -218,14 +218,9 @@ func TestPerPodPolicyDecidesNodeAndCard(t *testing.T) {
 			if diff := cmp.Diff([]string{tc.wantNode}, *res.NodeNames); diff != "" {
 				t.Errorf("filter kept (-want +got):\n%s", diff)
 			}
-			policy := tc.policy
-			if policy == "" {
-				policy = "binpack"
-			}
-			for n, msg := range res.FailedNodes {
-				if want := "a better node for this pod exists under policy " + policy; msg != want {
-					t.Errorf("node %s: %q, want %q", n, msg, want)
-				}
+			// The other node fits but is not best: in neither failed list.
+			if len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != 0 {
+				t.Errorf("failed nodes %v, unresolvable %v; want none (a fitting node that is not best is left out)", res.FailedNodes, res.FailedAndUnresolvableNodes)
 			}
 			scores, err := e.srv.Prioritize(ctx, &extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("busy", "idle")})
 			if err != nil {

@@ -8,20 +8,18 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
-// encodeFilter is json.Marshal of the filter result with the "better" nodes
-// added to FailedNodes, without reflection and without sorting large maps:
-// at 5,000 nodes in best mode the answer holds ~5,000 FailedNodes entries,
-// and encoding/json spent more time sorting and reflecting over them than
-// the filter spent deciding. Node objects (nodeCacheCapable: false) go
-// through encoding/json. The output decodes to what Filter returns
-// (TestEncodeFilter).
-func encodeFilter(fr filterResult) ([]byte, error) {
-	r := fr.res
+// encodeFilter is json.Marshal of the filter result without reflection and
+// without sorting large maps: at 5,000 nodes the answer can hold ~5,000
+// FailedNodes entries (every card too full), and encoding/json spent more
+// time sorting and reflecting over them than the filter spent deciding.
+// Node objects (nodeCacheCapable: false) go through encoding/json. The
+// output decodes to r (TestEncodeFilter).
+func encodeFilter(r *extenderv1.ExtenderFilterResult) ([]byte, error) {
 	size := 128
 	if r.NodeNames != nil {
 		size += 24 * len(*r.NodeNames)
 	}
-	size += 96*(len(r.FailedNodes)+len(r.FailedAndUnresolvableNodes)) + (len(fr.betterMsg)+24)*len(fr.better)
+	size += 96 * (len(r.FailedNodes) + len(r.FailedAndUnresolvableNodes))
 	b := make([]byte, 0, size)
 	b = append(b, `{"Nodes":`...)
 	if r.Nodes == nil {
@@ -47,30 +45,20 @@ func encodeFilter(fr filterResult) ([]byte, error) {
 		b = append(b, ']')
 	}
 	b = append(b, `,"FailedNodes":`...)
-	b = appendFailedNodes(b, r.FailedNodes, fr.better, fr.betterMsg)
+	b = appendFailedNodes(b, r.FailedNodes)
 	b = append(b, `,"FailedAndUnresolvableNodes":`...)
-	b = appendFailedNodes(b, r.FailedAndUnresolvableNodes, nil, "")
+	b = appendFailedNodes(b, r.FailedAndUnresolvableNodes)
 	b = append(b, `,"Error":`...)
 	b = appendJSONString(b, r.Error)
 	return append(b, '}'), nil
 }
 
-// appendFailedNodes writes m plus the extra keys (all with extraMsg) as one
-// object, in no particular order (JSON objects are unordered); small ones
-// are sorted so that small answers read well.
-func appendFailedNodes(b []byte, m extenderv1.FailedNodesMap, extra []string, extraMsg string) []byte {
-	if m == nil && len(extra) == 0 {
+// appendFailedNodes writes m as one object, in no particular order (JSON
+// objects are unordered); small ones are sorted so that small answers read
+// well.
+func appendFailedNodes(b []byte, m extenderv1.FailedNodesMap) []byte {
+	if m == nil {
 		return append(b, "null"...)
-	}
-	if len(extra) > 0 && len(m)+len(extra) <= 64 {
-		merged := make(extenderv1.FailedNodesMap, len(m)+len(extra))
-		for k, v := range m {
-			merged[k] = v
-		}
-		for _, k := range extra {
-			merged[k] = extraMsg
-		}
-		m, extra = merged, nil
 	}
 	b = append(b, '{')
 	first := true
@@ -96,9 +84,6 @@ func appendFailedNodes(b []byte, m extenderv1.FailedNodesMap, extra []string, ex
 		for k, v := range m {
 			add(k, v)
 		}
-	}
-	for _, k := range extra {
-		add(k, extraMsg)
 	}
 	return append(b, '}')
 }

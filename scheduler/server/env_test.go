@@ -64,6 +64,8 @@ type envOpts struct {
 	keys api.RecordKeys
 	// allowed names the policies pods may name (Config.AllowedPolicies).
 	allowed []string
+	// maxBest caps the tied best nodes (Config.MaxBestNodes).
+	maxBest int
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -111,7 +113,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if o.wrap != nil {
 		c = o.wrap(e.cache)
 	}
-	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody,
+	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody, MaxBestNodes: o.maxBest,
 		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -39,7 +41,6 @@ func TestFilter(t *testing.T) {
 		fixture.MakePod("ns", "f2").GPU("main", 24).Assign("full", api.PhaseAllocated, 2).Obj(),
 		fixture.MakePod("ns", "f3").GPU("main", 4).Assign("full", api.PhaseAllocated, 3).Obj(),
 	}
-	better := "a better node for this pod exists under policy binpack"
 	tests := []struct {
 		name  string
 		mode  FilterMode
@@ -48,12 +49,12 @@ func TestFilter(t *testing.T) {
 		want  *extenderv1.ExtenderFilterResult
 	}{
 		{
-			name:  "best mode keeps only the policy's preferred node; other fitting nodes fail resolvably",
+			name:  "best mode keeps only the policy's preferred node; other fitting nodes are in neither failed list",
 			pod:   fixture.MakePod("ns", "p").GPU("main", 10).Obj(),
 			nodes: []string{"half", "empty", "big"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("half"),
-				FailedNodes:                extenderv1.FailedNodesMap{"empty": better, "big": better},
+				FailedNodes:                extenderv1.FailedNodesMap{},
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 			},
 		},
@@ -127,6 +128,70 @@ func TestFilter(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("filter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFilterCapsTiedBestNodes(t *testing.T) {
+	// 40 empty nodes tie for best under binpack; "used" is strictly better
+	// for binpack, "tiny" does not fit.
+	var nodes []*corev1.Node
+	var all []string
+	for i := 0; i < 40; i++ {
+		n := fmt.Sprintf("n%02d", i)
+		nodes = append(nodes, fixture.MakeNode(n).Card(0, 40).Obj())
+		all = append(all, n)
+	}
+	nodes = append(nodes, fixture.MakeNode("tiny").Card(0, 4).Obj())
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	candidates := append(slices.Clone(all), "tiny")
+	tests := []struct {
+		name     string
+		policy   string
+		maxBest  int
+		wantKept int
+	}{
+		{"no cap keeps every tied node", "spread", 0, 40},
+		{"a cap keeps that many of the tied nodes", "spread", 16, 16},
+		{"a cap of one leaves kube-scheduler one node", "spread", 1, 1},
+		{"a cap above the ties keeps them all", "spread", 64, 40},
+		{"a cap never keeps a node that is not best", "binpack", 16, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := nodes
+			var pods []*corev1.Pod
+			if tc.policy == "binpack" {
+				pods = append(pods, fixture.MakePod("ns", "resident").GPU("main", 10).Assign("n07", api.PhaseAllocated, 0).Obj())
+			}
+			e := newEnv(t, envOpts{policy: tc.policy, maxBest: tc.maxBest}, ns, pods...)
+			seen := map[string]bool{}
+			for round := 0; round < 20; round++ {
+				got, err := e.srv.Filter(context.Background(), &extenderv1.ExtenderArgs{Pod: pod, NodeNames: &candidates})
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept := *got.NodeNames
+				if len(kept) != tc.wantKept {
+					t.Fatalf("kept %d nodes %v, want %d", len(kept), kept, tc.wantKept)
+				}
+				if !slices.IsSorted(kept) {
+					t.Errorf("kept nodes %v are not in the candidates' order", kept)
+				}
+				for _, n := range kept {
+					if !slices.Contains(all, n) || (tc.policy == "binpack" && n != "n07") {
+						t.Errorf("kept %q, which is not a best node", n)
+					}
+					seen[n] = true
+				}
+				want := extenderv1.FailedNodesMap{"tiny": `container "main" asks for 10 GiB, more than any card holds (largest is 4 GiB)`}
+				if diff := cmp.Diff(want, got.FailedAndUnresolvableNodes); diff != "" || len(got.FailedNodes) != 0 {
+					t.Errorf("failed lists: unresolvable (-want +got):\n%s\nresolvable: %v", diff, got.FailedNodes)
+				}
+			}
+			if tc.wantKept < 40 && tc.policy == "spread" && len(seen) <= tc.wantKept {
+				t.Errorf("20 calls kept only %d distinct nodes: the sample is not random", len(seen))
 			}
 		})
 	}

@@ -75,14 +75,14 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r.Use(gin.Recovery())
 	r.POST("/filter", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decode(c, &args); err != nil {
+		if err := s.decodeArgs(c, &args); err != nil {
 			respond(c, nil, err)
 			return
 		}
-		fr, err := s.filter(c.Request.Context(), &args)
+		res, err := s.Filter(c.Request.Context(), &args)
 		if err == nil {
 			var b []byte
-			if b, err = encodeFilter(fr); err == nil {
+			if b, err = encodeFilter(res); err == nil {
 				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
 				return
 			}
@@ -91,7 +91,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	})
 	r.POST("/prioritize", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decode(c, &args); err != nil {
+		if err := s.decodeArgs(c, &args); err != nil {
 			respond(c, nil, err)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -112,7 +113,21 @@ type Config struct {
 	// Parallelism is how many goroutines evaluate the nodes of one filter or
 	// prioritize call (allocator.EvaluateParallel); 0 or 1: one.
 	Parallelism int
+	// MaxBestNodes caps, in best mode, how many of the nodes tied for the
+	// policy's best score filter keeps: more are sampled at random down to
+	// this many (0: no cap). See DefaultMaxBestNodes.
+	MaxBestNodes int
 }
+
+// DefaultMaxBestNodes is the cap on tied best nodes the extender's command
+// uses. When many nodes tie for best (spread, fgd and every policy on an
+// empty fleet leave hundreds tied), kube-scheduler scores every one it is
+// given and calls prioritize with all of them: at 1,000 nodes that is a
+// second pass as costly as the filter. The tied nodes are equally good for
+// the policy; a random 16 leaves kube-scheduler's own scores (CPU and
+// memory balance, soft affinities, topology spread) a choice, as its own
+// percentageOfNodesToScore sample does, for a fraction of the cost.
+const DefaultMaxBestNodes = 16
 
 // DefaultBindTimeout bounds a bind verb call: below the 5 s extender
 // httpTimeout the chart gives kube-scheduler (and the 10 s of
@@ -132,9 +147,9 @@ type Server struct {
 	mode        FilterMode
 	maxBody     int64
 	metrics     *metrics
-	betterBy    string
 	recordKeys  api.RecordKeyring
 	workers     int
+	maxBest     int
 	// decisionPool recycles the per-call decision slices.
 	decisionPool sync.Pool
 	// allowed are the policies a pod may name (AllowedPolicies and Policy).
@@ -169,6 +184,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Parallelism < 0 {
 		return nil, fmt.Errorf("server: parallelism %d is negative", cfg.Parallelism)
 	}
+	if cfg.MaxBestNodes < 0 {
+		return nil, fmt.Errorf("server: max best nodes %d is negative (0 means no cap)", cfg.MaxBestNodes)
+	}
 	if cfg.BindTimeout == 0 {
 		cfg.BindTimeout = DefaultBindTimeout
 	}
@@ -187,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 		bindTimeout: cfg.BindTimeout,
 		clock:       cfg.Clock,
 		workers:     cfg.Parallelism,
+		maxBest:     cfg.MaxBestNodes,
 		cache:       cfg.Cache,
 		client:      cfg.Client,
 		pods:        cfg.Pods,
@@ -194,7 +213,6 @@ func New(cfg Config) (*Server, error) {
 		mode:        cfg.FilterMode,
 		maxBody:     cfg.MaxBodyBytes,
 		metrics:     m,
-		betterBy:    "a better node for this pod exists under policy " + cfg.Policy.Name,
 		allowed:     newAllowedPolicies(cfg.Policy, cfg.AllowedPolicies),
 		recordKeys:  cfg.RecordKeys,
 	}, nil
@@ -323,51 +341,36 @@ func (s *Server) putDecisions(d []allocator.Decision) {
 // Filter implements the filter verb. Pods that ask for no gpu-mem pass on
 // every node; a pod whose demand is invalid (e.g. an init container asks for
 // gpu-mem) fails every node, unresolvably, with the reason.
+//
+// In best mode the answer keeps the policy's best nodes and lists only the
+// nodes that do not fit as failed: a fitting node that is not best is in
+// neither list. kube-scheduler reads the failed lists only when no node is
+// left after the extenders (the pod's FailedScheduling reasons, and
+// preemption); a pod with a best node is never in that case, so listing the
+// thousands of other fitting nodes as "failed" only cost both sides
+// encoding, decoding and a status per node (docs/design.md, "Scheduling
+// throughput").
 func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
-	fr, err := s.filter(ctx, args)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range fr.better {
-		fr.res.FailedNodes[n] = fr.betterMsg
-	}
-	return fr.res, nil
-}
-
-// filterResult is a filter answer with the fitting-but-not-best nodes kept
-// apart from FailedNodes: in best mode they are nearly all the candidates,
-// and the HTTP handler writes them straight into the JSON (encodeFilter)
-// instead of hashing thousands of names into a map first.
-type filterResult struct {
-	res *extenderv1.ExtenderFilterResult
-	// better are nodes that belong in FailedNodes with betterMsg.
-	better    []string
-	betterMsg string
-}
-
-func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (filterResult, error) {
 	defer s.metrics.observe("filter", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
-		return filterResult{}, err
+		return nil, err
 	}
 	if !s.cache.Synced() {
-		return filterResult{}, ErrNotReady
+		return nil, ErrNotReady
 	}
-	decisions, pp, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
 	if err != nil {
-		return filterResult{}, err
+		return nil, err
 	}
 	defer s.putDecisions(decisions)
 	if !interested {
-		return filterResult{res: &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}}, nil
+		return &extenderv1.ExtenderFilterResult{Nodes: args.Nodes, NodeNames: args.NodeNames}, nil
 	}
-	fr := filterResult{betterMsg: pp.betterBy}
 	res := &extenderv1.ExtenderFilterResult{
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
-	fr.res = res
 	keep := make([]bool, len(names))
 	if reqErr != nil {
 		msg := reqErr.Error()
@@ -375,26 +378,24 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (fil
 			res.FailedAndUnresolvableNodes[n] = msg
 		}
 	} else {
-		var best []int
+		var kept []int
 		if s.mode == FilterBest {
-			best = allocator.BestNodes(decisions)
+			kept = sample(allocator.BestNodes(decisions), s.maxBest)
 		} else {
 			for i, d := range decisions {
 				if d.Fits {
-					best = append(best, i)
+					kept = append(kept, i)
 				}
 			}
 		}
-		for _, i := range best {
+		for _, i := range kept {
 			keep[i] = true
 		}
-		for i, d := range decisions {
+		for _, d := range decisions {
 			switch {
-			case keep[i]:
 			case d.Fits:
-				// Fits, but not best: resolvable (the pod fits elsewhere, so
-				// kube-scheduler never preempts for it).
-				fr.better = append(fr.better, d.Node)
+				// Kept, or (best mode) fits but is not best: left out of
+				// both lists, see above.
 			case unresolvable(d):
 				res.FailedAndUnresolvableNodes[d.Node] = d.Message()
 			default:
@@ -419,7 +420,22 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs) (fil
 		}
 		res.Nodes = out
 	}
-	return fr, nil
+	return res, nil
+}
+
+// sample returns k of idx chosen at random, in idx's order (idx itself when
+// k is 0 or idx has at most k). It reorders idx.
+func sample(idx []int, k int) []int {
+	if k <= 0 || len(idx) <= k {
+		return idx
+	}
+	for i := 0; i < k; i++ {
+		j := i + rand.IntN(len(idx)-i)
+		idx[i], idx[j] = idx[j], idx[i]
+	}
+	idx = idx[:k]
+	slices.Sort(idx)
+	return idx
 }
 
 // Prioritize implements the prioritize verb: the policy's node scores

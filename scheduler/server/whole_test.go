@@ -56,7 +56,7 @@ func TestFilterWholeCards(t *testing.T) {
 			nodes: []string{"heldwhole", "withshare"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("heldwhole"),
-				FailedNodes:                extenderv1.FailedNodesMap{"withshare": "a better node for this pod exists under policy binpack"},
+				FailedNodes:                extenderv1.FailedNodesMap{}, // withshare fits, not best: in neither list
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 			},
 		},

@@ -30,6 +30,7 @@ func main() {
 	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
 	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
+	nodesToScore := flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node, the shipped configuration; 0: its adaptive default)")
 	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
 	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
@@ -37,6 +38,11 @@ func main() {
 	flag.StringVar(&o.JSONFile, "json", "", "also write the JSON report to this file")
 	flag.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	flag.Parse()
+	if *nodesToScore < 0 || *nodesToScore > 100 {
+		fmt.Fprintf(os.Stderr, "-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100\n", *nodesToScore)
+		os.Exit(2)
+	}
+	o.NodesToScore = nodesToScore
 	o.Workloads = strings.Split(workloads, ",")
 	o.Policies = strings.Split(policies, ",")
 	if !quiet {

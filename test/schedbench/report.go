@@ -26,13 +26,20 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	fmt.Fprintf(w, "(a) kube-scheduler alone (its defaults), pods ask example.com/gpu-mem as an extended resource; (b) kube-scheduler with %s and the gpushare extender, one run per policy\n\n", o.SchedulerConfig)
 
 	var plain float64
+	before := map[string]float64{}
 	for _, r := range results {
-		if r.Policy == "" {
+		switch {
+		case r.Policy == "":
 			plain = r.Throughput.Overall
+		case r.Name != r.Policy:
+			before[r.Policy] = r.Throughput.Overall
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "run\tbound\tcreated in\tlast bind at\toverall pods/s\tsteady pods/s\t÷ plain"
+	if len(before) > 0 {
+		head += "\t÷ before"
+	}
 	for _, m := range ProgressMarks {
 		head += fmt.Sprintf("\tby %v", m)
 	}
@@ -44,6 +51,13 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 		}
 		line := fmt.Sprintf("%s\t%d/%d\t%s\t%s\t%s\t%s\t%s", label(r), r.Throughput.Bound, r.Throughput.Want,
 			dur(r.Created), dur(r.Throughput.Elapsed), rate(r.Throughput.Overall), rate(r.Throughput.Steady), ratio)
+		if len(before) > 0 {
+			if v := before[r.Policy]; v > 0 && r.Name == r.Policy {
+				line += fmt.Sprintf("\t%.2f", r.Throughput.Overall/v)
+			} else {
+				line += "\t-"
+			}
+		}
 		for _, n := range r.Progress {
 			line += fmt.Sprintf("\t%d", n)
 		}

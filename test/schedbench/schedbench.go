@@ -42,6 +42,11 @@ type Options struct {
 	Timeout time.Duration
 	// ExtenderBinary is the built gpushare-scheduler. Required for policies.
 	ExtenderBinary string
+	// BaselineBinary, when set, is another gpushare-scheduler (e.g. built
+	// from the commit before a change): each policy then runs first through
+	// it (reported as "POLICY-before") and then through ExtenderBinary, in
+	// the same invocation, against the same (a) and fleet.
+	BaselineBinary string
 	// ExtenderArgs are more extender flags (default: none, the shipped
 	// defaults besides --policy).
 	ExtenderArgs []string
@@ -215,7 +220,7 @@ func (b *Bench) stop() error {
 func (b *Bench) runAll(ctx context.Context) []Result {
 	var results []Result
 	if b.opts.Plain {
-		results = append(results, b.run(ctx, "", "default-scheduler"))
+		results = append(results, b.run(ctx, "", "default-scheduler", "", ""))
 	}
 	if len(b.opts.Policies) == 0 {
 		return results
@@ -229,23 +234,30 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 	}
 	b.opts.Log("kube-scheduler restarted with %s (profile %q)", b.opts.SchedulerConfig, name)
 	for _, p := range b.opts.Policies {
+		if b.opts.BaselineBinary != "" && ctx.Err() == nil {
+			results = append(results, b.run(ctx, p, name, b.opts.BaselineBinary, p+BaselineSuffix))
+		}
 		if ctx.Err() != nil {
 			break
 		}
-		results = append(results, b.run(ctx, p, name))
+		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p))
 	}
 	return results
 }
 
+// BaselineSuffix marks the runs of Options.BaselineBinary.
+const BaselineSuffix = "-before"
+
 // run is one burst: with policy "" through kube-scheduler alone, else
-// through the extender started with that policy (and stopped afterwards).
-func (b *Bench) run(ctx context.Context, policy, schedulerName string) Result {
+// through the extender binary started with that policy (and stopped
+// afterwards), reported as name.
+func (b *Bench) run(ctx context.Context, policy, schedulerName, binary, name string) Result {
 	r := Result{Name: "kube-scheduler", Policy: policy, CPU: map[string]float64{}}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", b.port)
 	if policy != "" {
-		r.Name = policy
+		r.Name = name
 		args := append([]string{"--policy", policy}, b.opts.ExtenderArgs...)
-		ext, err := b.c.StartExtender(ctx, b.opts.ExtenderBinary, b.port, args...)
+		ext, err := b.c.StartExtender(ctx, binary, b.port, args...)
 		if err != nil {
 			r.Err = err
 			return r

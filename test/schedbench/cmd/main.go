@@ -27,6 +27,7 @@ func main() {
 	flag.BoolVar(&o.Plain, "plain", o.Plain, "run kube-scheduler alone first (the reference for the ratio)")
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run, first creation to last bind; then the run is reported stalled")
 	flag.StringVar(&o.ExtenderBinary, "extender", o.ExtenderBinary, "the built gpushare-scheduler")
+	flag.StringVar(&o.BaselineBinary, "baseline", o.BaselineBinary, "another gpushare-scheduler (e.g. from the commit before a change): each policy runs through it first, reported as POLICY-before, then through -extender")
 	flag.StringVar(&o.SchedulerConfig, "scheduler-config", o.SchedulerConfig, "KubeSchedulerConfiguration for the extender runs (default: the project's)")
 	flag.StringVar(&o.StateDir, "state-dir", o.StateDir, "control-plane state directory (default: a temporary one, removed after a clean run)")
 	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the state directory (logs) after a clean run")

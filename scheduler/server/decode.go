@@ -1,0 +1,278 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/gin-gonic/gin"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// bodyPool recycles request body buffers (a 5,000-node filter body is
+// ~100 kB).
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// decodeArgs reads a filter or prioritize body into args. It is decode's
+// result, faster: kube-scheduler sends every candidate node's name in each
+// call (5,000 at 5,000 nodes with percentageOfNodesToScore: 100), and
+// encoding/json scans the body twice and reflects over each name. The
+// common shape (one object, plain keys, NodeNames of plain ASCII strings)
+// is parsed by hand (fastArgs), the Pod and Nodes values by encoding/json;
+// any other body goes to encoding/json whole, so what is accepted, what it
+// decodes to and every error message are decode's (FuzzDecodeArgs compares
+// the two).
+func (s *Server) decodeArgs(c *gin.Context, args *extenderv1.ExtenderArgs) error {
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= int(s.maxBody) {
+			buf.Reset()
+			bodyPool.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if _, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, c.Request.Body, s.maxBody)); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
+		}
+		return fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
+	}
+	return decodeArgsBytes(buf.Bytes(), args)
+}
+
+// decodeArgsBytes is decodeArgs on a body already read.
+func decodeArgsBytes(b []byte, args *extenderv1.ExtenderArgs) error {
+	var fast extenderv1.ExtenderArgs
+	if fastArgs(b, &fast) {
+		*args = fast
+		return nil
+	}
+	return decodeJSON(bytes.NewReader(b), args)
+}
+
+// decodeJSON is encoding/json's decoding of one JSON value from r into v,
+// with decode's errors.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+		return fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
+	}
+	return nil
+}
+
+// fastArgs parses b into args when b is an object whose keys are plain
+// (no escapes), each at most once, and whose NodeNames, if present, is null
+// or an array of plain printable-ASCII strings; Pod and Nodes are decoded by
+// encoding/json from their own bytes, other keys are checked valid and
+// ignored (as encoding/json ignores unknown fields; it matches field names
+// case-insensitively, and so does this). It returns false, leaving args in
+// any state, for every other body.
+func fastArgs(b []byte, args *extenderv1.ExtenderArgs) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	var seenPod, seenNodes, seenNames bool
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		end := bytes.IndexByte(b[i+1:], '"')
+		if end < 0 {
+			return false
+		}
+		key := b[i+1 : i+1+end]
+		for _, c := range key {
+			if c == '\\' || c < 0x20 || c >= 0x80 {
+				return false
+			}
+		}
+		i = skipSpace(b, i+2+end)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		start := i
+		k := string(key)
+		switch {
+		case strings.EqualFold(k, "NodeNames"):
+			if seenNames {
+				return false
+			}
+			seenNames = true
+			var ok bool
+			if i, ok = parseNames(b, i, &args.NodeNames); !ok {
+				return false
+			}
+		case strings.EqualFold(k, "Pod"), strings.EqualFold(k, "Nodes"):
+			isPod := strings.EqualFold(k, "Pod")
+			if (isPod && seenPod) || (!isPod && seenNodes) {
+				return false
+			}
+			if i = skipValue(b, i); i < 0 {
+				return false
+			}
+			var err error
+			if isPod {
+				seenPod = true
+				err = json.Unmarshal(b[start:i], &args.Pod)
+			} else {
+				seenNodes = true
+				err = json.Unmarshal(b[start:i], &args.Nodes)
+			}
+			if err != nil {
+				return false
+			}
+		default:
+			if i = skipValue(b, i); i < 0 || !json.Valid(b[start:i]) {
+				return false
+			}
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return skipSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+// parseNames parses null or an array of plain printable-ASCII strings at
+// b[i:] into *names and returns the position after it.
+func parseNames(b []byte, i int, names **[]string) (int, bool) {
+	if bytes.HasPrefix(b[i:], []byte("null")) {
+		*names = nil
+		return i + 4, true
+	}
+	if i >= len(b) || b[i] != '[' {
+		return 0, false
+	}
+	out := make([]string, 0, bytes.Count(b[i:], []byte{','})+1)
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		*names = &out
+		return i + 1, true
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return 0, false
+		}
+		j := i + 1
+		for j < len(b) && b[j] != '"' {
+			if c := b[j]; c < 0x20 || c >= 0x7f || c == '\\' {
+				return 0, false
+			}
+			j++
+		}
+		if j >= len(b) {
+			return 0, false
+		}
+		out = append(out, string(b[i+1:j]))
+		i = skipSpace(b, j+1)
+		if i >= len(b) {
+			return 0, false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case ']':
+			*names = &out
+			return i + 1, true
+		default:
+			return 0, false
+		}
+	}
+}
+
+// skipValue returns the position just after the JSON value starting at
+// b[i] (an object or array with its nesting, a string with its escapes, or
+// a literal or number up to the next delimiter), or -1. It does not check
+// the value is valid JSON: its caller does.
+func skipValue(b []byte, i int) int {
+	depth := 0
+	for i < len(b) {
+		switch c := b[i]; c {
+		case '"':
+			i++
+			for i < len(b) && b[i] != '"' {
+				if b[i] == '\\' {
+					i++
+				}
+				i++
+			}
+			if i >= len(b) {
+				return -1
+			}
+			i++
+		case '{', '[':
+			depth++
+			i++
+		case '}', ']':
+			if depth == 0 {
+				return -1
+			}
+			depth--
+			i++
+		default:
+			if depth == 0 {
+				// A literal or number: up to the next delimiter.
+				j := i
+				for j < len(b) && !isDelim(b[j]) {
+					j++
+				}
+				if j == i {
+					return -1
+				}
+				return j
+			}
+			i++
+		}
+		if depth == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+func isDelim(c byte) bool {
+	switch c {
+	case ',', '}', ']', ' ', '\t', '\n', '\r', ':', '"', '{', '[':
+		return true
+	}
+	return false
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) {
+		switch b[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
