@@ -186,7 +186,7 @@ func (k *kubelet) waitCapacity(t *testing.T, want int64) {
 func (k *kubelet) waitResource(t *testing.T, capacity, allocatable int64) {
 	t.Helper()
 	var gotC, gotA int64
-	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		c, a, _ := k.m.GetCapacity()
 		qc, qa := c[api.ResourceName], a[api.ResourceName]
 		gotC, gotA = qc.Value(), qa.Value()
@@ -356,11 +356,14 @@ func startPlugin(t *testing.T, client *fake.Clientset, args ...string) (stop fun
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- app.Run(ctx, o, client, nil) }()
+	var once sync.Once // stop may run twice: where it is called, and deferred after a failure
 	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("plugin: %v", err)
-		}
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("plugin: %v", err)
+			}
+		})
 	}
 }
 

@@ -382,7 +382,9 @@ func TestContainerLane(t *testing.T) {
 	})
 
 	t.Run("the device plugin's own pod, as the chart renders it, sees every card and the kubelet's sockets unprivileged, with no capability", func(t *testing.T) {
-		pod := runProbePod(ctx, t, c, node, chartPluginPod(ctx, t, ns, "plugin-pod", node.Opts.Name))
+		chartPod := chartPluginPod(ctx, t, ns, "plugin-pod", node.Opts.Name)
+		createChartSecrets(ctx, t, c.Client, chartPod)
+		pod := runProbePod(ctx, t, c, node, chartPod)
 		defer deletePods(ctx, t, c, pod)
 		checkPluginPodLeastPrivilege(t, pod, probeSees(ctx, t, node, pod, "device-plugin", time.Time{}))
 

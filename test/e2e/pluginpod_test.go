@@ -3,16 +3,21 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/kubeletnode"
 )
 
@@ -92,5 +97,26 @@ func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, seen kubeletnod
 	}
 	if diff := cmp.Diff(map[string]string{pluginPodSocket: "ok", pluginPodResources: "ok"}, seen.Connects); diff != "" {
 		t.Errorf("kubelet sockets (-want +seen):\n%s", diff)
+	}
+}
+
+// createChartSecrets creates, in the pod's namespace, each Secret the
+// chart's pod mounts (the record key: a random `current` key, as the chart
+// generates it), so that the pod starts as in a real install.
+func createChartSecrets(ctx context.Context, t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	for _, v := range pod.Spec.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		key := make([]byte, 48)
+		if _, err := rand.Read(key); err != nil {
+			t.Fatal(err)
+		}
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v.Secret.SecretName, Namespace: pod.Namespace},
+			Data: map[string][]byte{api.RecordKeyCurrent: []byte(base64.RawURLEncoding.EncodeToString(key))}}
+		if _, err := c.CoreV1().Secrets(pod.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating the chart's Secret %s: %v", v.Secret.SecretName, err)
+		}
 	}
 }
