@@ -236,6 +236,56 @@ type nodeBuild struct {
 	hasInv bool
 	// cardPos maps a card UUID to its position in view.Cards.
 	cardPos map[string]int
+	// healthy is the units of the cards the device plugin reports
+	// schedulable; checkAllocatable says whether the kubelet's allocatable
+	// is to be compared with it once the pods are placed (checkAllocatable).
+	healthy          int64
+	checkAllocatable bool
+}
+
+// checkAllocatableAfterPlacement warns when the kubelet's allocatable
+// differs from the healthy cards' units. A card held whole
+// (example.com/gpu) has its units reported unhealthy to the kubelet on
+// purpose (its memory is not to be shared) from the moment the device plugin
+// gives it out, so those units are not expected in allocatable. A card whose
+// whole-card assignment is still pending (phase Assigned) may or may not be
+// given out yet, so allocatable may count its units or not.
+func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
+	if !b.checkAllocatable || b.view.Allocatable == nil {
+		return
+	}
+	var given, pending int64
+	for _, c := range b.view.Cards {
+		if !c.Whole || c.State != api.CardHealthy {
+			continue
+		}
+		allocated := false
+		for _, p := range c.Pods {
+			if p.Whole && !p.Pending {
+				allocated = true
+			}
+		}
+		if allocated {
+			given += c.Total
+		} else {
+			pending += c.Total
+		}
+	}
+	high, low := b.healthy-given, b.healthy-given-pending
+	got := *b.view.Allocatable
+	if got >= low && got <= high {
+		return
+	}
+	want := fmt.Sprintf("total %d %s", high, b.inv.Unit)
+	if low != high {
+		want = fmt.Sprintf("total %d to %d %s", low, high, b.inv.Unit)
+	}
+	held := ""
+	if given+pending > 0 {
+		held = " (not counting the cards held whole)"
+	}
+	*warnings = append(*warnings, Warning{Node: b.view.Name, Code: WarnAllocatableMismatch,
+		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, api.ResourceName, got, held, want)})
 }
 
 // Build turns nodes and pods into a View. It is a pure function: everything
@@ -267,6 +317,7 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 	}
 
 	for _, b := range order {
+		b.checkAllocatableAfterPlacement(&v.Warnings)
 		v.Nodes = append(v.Nodes, *b.view)
 	}
 	v.finish()
@@ -400,10 +451,7 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
 				n.Name, api.ResourceName, capacity, view.Total, inv.Unit)
 		}
-		if view.Allocatable != nil && *view.Allocatable != healthy {
-			warn(WarnAllocatableMismatch, "node %s: %s allocatable is %d but the inventory's healthy cards total %d %s",
-				n.Name, api.ResourceName, *view.Allocatable, healthy, inv.Unit)
-		}
+		b.healthy, b.checkAllocatable = healthy, true
 	}
 	return b
 }

@@ -90,3 +90,48 @@ func TestBuildDoesNotCount(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocatableLeavesOutCardsHeldWhole: the device plugin reports the units
+// of a card held whole unhealthy, so the kubelet's allocatable leaves them
+// out; a card whose whole-card assignment is still pending may be counted or
+// not. Anything else is a mismatch worth a warning.
+func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
+	cards := func() []api.Card {
+		return []api.Card{gpu("gpu-w", 0, a100, 40), gpu("gpu-w", 1, a100, 40), gpu("gpu-w", 2, a100, 40)}
+	}
+	given := makePod(t, "ml", "given").wholeContainer("main", 1).node("gpu-w").assignWhole(api.PhaseAllocated, "main", []int{1}).obj()
+	pending := makePod(t, "ml", "pending").wholeContainer("main", 1).node("gpu-w").assignWhole(api.PhaseAssigned, "main", []int{2}).phase(corev1.PodPending).obj()
+	cases := []struct {
+		name        string
+		allocatable int64
+		pods        []*corev1.Pod
+		mismatch    bool
+	}{
+		{"no card held whole, all units allocatable", 120, nil, false},
+		{"no card held whole, units missing", 80, nil, true},
+		{"a card given whole is left out", 80, []*corev1.Pod{given}, false},
+		{"a card given whole still counted", 120, []*corev1.Pod{given}, true},
+		{"a pending whole card not yet left out", 80, []*corev1.Pod{given, pending}, false},
+		{"a pending whole card already left out", 40, []*corev1.Pod{given, pending}, false},
+		{"more left out than the cards held whole", 0, []*corev1.Pod{given, pending}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			node := makeNode(t, "gpu-w", "10.0.7.1").inventory(api.UnitGiB, cards()...).capacity(120, tc.allocatable).obj()
+			var pods []corev1.Pod
+			for _, p := range tc.pods {
+				pods = append(pods, *p)
+			}
+			v := Build([]corev1.Node{*node}, pods)
+			var got []string
+			for _, w := range v.Warnings {
+				if w.Code == WarnAllocatableMismatch {
+					got = append(got, w.Message)
+				}
+			}
+			if (len(got) > 0) != tc.mismatch {
+				t.Fatalf("allocatable %d: AllocatableMismatch warnings %q, want mismatch=%v", tc.allocatable, got, tc.mismatch)
+			}
+		})
+	}
+}

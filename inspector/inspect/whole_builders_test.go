@@ -42,10 +42,12 @@ func (b *podBuilder) assignWhole(phase api.AssignmentPhase, whole string, cards 
 
 // wholeCardsScenario: a node of four cards, two given whole to one
 // container of a mixed pod whose other container shares card 0, one pod
-// pending on card 3 whole, and a pod that bypassed the scheduler.
+// pending on card 3 whole, and a pod that bypassed the scheduler. The
+// kubelet's allocatable leaves out the units of cards 1 and 2, which the
+// device plugin reports unhealthy while they are held whole.
 func wholeCardsScenario(t *testing.T) []runtime.Object {
 	return []runtime.Object{
-		makeNode(t, "gpu-w", "10.0.7.1").inventory(api.UnitGiB, gpu("gpu-w", 0, a100, 40), gpu("gpu-w", 1, a100, 40), gpu("gpu-w", 2, a100, 40), gpu("gpu-w", 3, a100, 40)).obj(),
+		makeNode(t, "gpu-w", "10.0.7.1").inventory(api.UnitGiB, gpu("gpu-w", 0, a100, 40), gpu("gpu-w", 1, a100, 40), gpu("gpu-w", 2, a100, 40), gpu("gpu-w", 3, a100, 40)).capacity(160, 80).obj(),
 		makePod(t, "ml", "train").container("infer", 10).wholeContainer("trainer", 2).node("gpu-w").assignWhole(api.PhaseAllocated, "trainer", []int{1, 2}, on{"infer", 0, 10}).obj(),
 		makePod(t, "ml", "next").wholeContainer("main", 1).node("gpu-w").assignWhole(api.PhaseAssigned, "main", []int{3}).phase(corev1.PodPending).obj(),
 		makePod(t, "ml", "bypass").wholeContainer("main", 1).node("gpu-w").obj(),
