@@ -350,6 +350,30 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 	return Decision{}, fmt.Errorf("%w: %d units", ErrNoPending, size)
 }
 
+// Explains reports whether the snapshot has, for each size, a container
+// requesting that many units that Decide could match: one queued, or one
+// recorded (a re-allocation). Each container explains one size. With none,
+// a preference or a decision for that size would be made without the pod it
+// is for.
+func Explains(s Snapshot, sizes []int) bool {
+	all := make([]Entry, 0, len(s.Pending)+len(s.Recorded))
+	all = append(append(all, s.Pending...), s.Recorded...)
+	used := make([]bool, len(all))
+	for _, size := range sizes {
+		found := false
+		for i, e := range all {
+			if !used[i] && e.Units == int64(size) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // Preferred returns the units GetPreferredAllocation offers for a request of
 // size units: size available units of ONE card, never units of two cards.
 //

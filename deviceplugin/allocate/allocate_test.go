@@ -372,3 +372,33 @@ func TestPreferred(t *testing.T) {
 		})
 	}
 }
+
+// TestExplains: GetPreferredAllocation waits until each requested size has a
+// container of its own, queued or recorded.
+func TestExplains(t *testing.T) {
+	s := Snapshot{
+		Pending:  []Entry{{Pod: "a", Container: "c", Units: 2}, {Pod: "b", Container: "c", Units: 4}},
+		Recorded: []Entry{{Pod: "r", Container: "c", Units: 8}},
+	}
+	cases := []struct {
+		sizes []int
+		want  bool
+	}{
+		{nil, true},
+		{[]int{2}, true},
+		{[]int{4, 2}, true},
+		{[]int{8}, true},
+		{[]int{2, 4, 8}, true},
+		{[]int{3}, false},
+		{[]int{2, 2}, false}, // one container explains one request
+		{[]int{8, 8}, false},
+	}
+	for _, tc := range cases {
+		if got := Explains(s, tc.sizes); got != tc.want {
+			t.Errorf("Explains(sizes %v) = %v, want %v", tc.sizes, got, tc.want)
+		}
+	}
+	if Explains(Snapshot{}, []int{1}) {
+		t.Error("an empty snapshot explains a request")
+	}
+}

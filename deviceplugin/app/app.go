@@ -96,7 +96,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as example.com/gpu (one device per card, exclusive with example.com/gpu-mem; its own registration with the kubelet)")
-	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate waits for a pod the kubelet knows to reach the plugin's pod cache")
+	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
 	o.Memory.addFlags(fs)
 	cli.AddKlogFlags(fs)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -198,5 +199,43 @@ func TestMalformedDeviceIDsAreInvalidArgument(t *testing.T) {
 				t.Errorf("%s(%q): message %q does not say what a valid ID looks like", call, ids, msg)
 			}
 		}
+	}
+}
+
+// GetPreferredAllocation waits for the pod on the plugin's clock, like
+// Allocate; when none comes within --allocate-wait it still answers (best
+// fit) rather than failing the kubelet's call.
+func TestGetPreferredAllocationWaitsOnTheInjectedClock(t *testing.T) {
+	store, c := twoCards(t)
+	clk := testingclock.NewFakeClock(time.Now())
+	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 2 * time.Second, Clock: clk}, store, &memCluster{}, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
+	type answer struct {
+		resp *pluginapi.PreferredAllocationResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 4), AllocationSize: 2}}})
+		done <- answer{resp, err}
+	}()
+	for waited := time.Duration(0); waited < 2*time.Second; waited += allocatePoll {
+		waitFor(t, "GetPreferredAllocation to wait on the clock", clk.HasWaiters)
+		select {
+		case a := <-done:
+			t.Fatalf("GetPreferredAllocation returned after %v of a 2 s wait: %v", waited, a.err)
+		default:
+		}
+		clk.Step(allocatePoll)
+	}
+	select {
+	case a := <-done:
+		if a.err != nil {
+			t.Fatalf("err = %v, want a best-fit answer", a.err)
+		}
+		if diff := cmp.Diff(unitIDs(c[0].UUID, 0, 2), a.resp.ContainerResponses[0].DeviceIDs); diff != "" {
+			t.Errorf("preferred (-want +got):\n%s", diff)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("GetPreferredAllocation still waiting after the fake clock passed --allocate-wait")
 	}
 }

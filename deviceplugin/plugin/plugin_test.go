@@ -779,3 +779,31 @@ func TestAllocateWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 		t.Errorf("the pod cache was read %d times: Allocate did not have to wait", late.looked)
 	}
 }
+
+// The kubelet may ask GetPreferredAllocation before the pod reaches the
+// plugin's informer (seen in e2e: the pod that chose card 1 was offered
+// card 0's units, best fit, and Allocate had to correct its record). Like
+// Allocate, GetPreferredAllocation waits for the pod and steers to its card.
+func TestGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
+	var late *lateCluster
+	h := newHarness(t, setup{
+		cfg:  Config{AllocateWait: 5 * time.Second},
+		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
+		pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+		},
+	})
+	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)
+	resp, err := h.dp.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(unitIDs(h.cards[1].UUID, 0, 3), resp.ContainerResponses[0].DeviceIDs); diff != "" {
+		t.Errorf("preferred (-want +got):\n%s", diff)
+	}
+	late.mu.Lock()
+	defer late.mu.Unlock()
+	if late.looked < 2 {
+		t.Errorf("the pod cache was read %d times: GetPreferredAllocation did not have to wait", late.looked)
+	}
+}

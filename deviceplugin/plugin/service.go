@@ -55,20 +55,16 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 			return nil, status.Errorf(codes.InvalidArgument, "allocation size %d is negative", cr.GetAllocationSize())
 		}
 	}
-	acct, account := p.readAccount(ctx)
-	p.allocMu.Lock()
-	v, err := p.view()
+	sizes := make([]int, 0, len(req.GetContainerRequests()))
+	for _, cr := range req.GetContainerRequests() {
+		if len(cr.GetMustIncludeDeviceIDs()) == 0 {
+			sizes = append(sizes, int(cr.GetAllocationSize()))
+		}
+	}
+	snap, held, err := p.preferredSnapshot(ctx, sizes)
 	if err != nil {
-		p.allocMu.Unlock()
 		return nil, toStatus(err)
 	}
-	var held map[string]bool
-	if account {
-		p.merge(acct)
-		held = acct.heldUnits(v)
-	}
-	snap := p.snapshot(v, account)
-	p.allocMu.Unlock()
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		// Units the kubelet's own account shows held by a live pod are not
@@ -82,6 +78,44 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and
+// the units the kubelet's account shows held. Like Allocate
+// (decideWaiting), it waits up to Config.AllocateWait, looking again every
+// allocatePoll, for a container of each requested size to be queued: the
+// kubelet may ask before the pod reaches the plugin's informer, and a
+// preference made without the pod would be a best-fit guess, not the card
+// the extender assigned (Allocate then corrects the record to the card the
+// kubelet gave). After the wait, or when the kubelet gives up, it answers
+// with what it knows. allocMu is taken for each look and released while
+// waiting.
+func (p *Plugin) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Snapshot, map[string]bool, error) {
+	acct, account := p.readAccount(ctx)
+	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
+	for {
+		p.allocMu.Lock()
+		v, err := p.view()
+		if err != nil {
+			p.allocMu.Unlock()
+			return allocate.Snapshot{}, nil, err
+		}
+		var held map[string]bool
+		if account {
+			p.merge(acct)
+			held = acct.heldUnits(v)
+		}
+		snap := p.snapshot(v, account)
+		p.allocMu.Unlock()
+		if allocate.Explains(snap, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
+			return snap, held, nil
+		}
+		select {
+		case <-ctx.Done():
+			return snap, held, nil
+		case <-p.cfg.Clock.After(allocatePoll):
+		}
+	}
 }
 
 // Allocate answers the kubelet for each container request: which container

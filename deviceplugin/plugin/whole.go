@@ -566,17 +566,38 @@ func (p *Plugin) wholePending(v podView, account bool) []wholeEntry {
 // GetPreferredAllocation steers the kubelet to the cards the extender
 // assigned to the first waiting container of that size; else to available
 // cards nothing else uses, lowest index first.
-func (s *wholeServer) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+// Like the units' (preferredSnapshot), it first waits up to
+// Config.AllocateWait for a waiting container of each requested size: the
+// kubelet may ask before the pod reaches the plugin's informer.
+func (s *wholeServer) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	p := s.p
-	p.allocMu.Lock()
-	v, err := p.view()
-	if err != nil {
-		p.allocMu.Unlock()
-		return nil, toStatus(err)
+	var sizes []int
+	for _, cr := range req.GetContainerRequests() {
+		sizes = append(sizes, int(cr.GetAllocationSize()))
 	}
-	pending := p.wholePending(v, p.cfg.WholePodResources != nil)
-	use := p.cardUse(v)
-	p.allocMu.Unlock()
+	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
+	var pending []wholeEntry
+	var use cardUse
+	for {
+		p.allocMu.Lock()
+		v, err := p.view()
+		if err != nil {
+			p.allocMu.Unlock()
+			return nil, toStatus(err)
+		}
+		pending = p.wholePending(v, p.cfg.WholePodResources != nil)
+		use = p.cardUse(v)
+		p.allocMu.Unlock()
+		if wholeExplains(pending, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-p.cfg.Clock.After(allocatePoll):
+			continue
+		}
+		break
+	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		size := int(cr.GetAllocationSize())
@@ -608,6 +629,25 @@ func (s *wholeServer) GetPreferredAllocation(_ context.Context, req *pluginapi.P
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// wholeExplains reports whether each size has a waiting container of its
+// own asking for that many cards.
+func wholeExplains(pending []wholeEntry, sizes []int) bool {
+	used := make([]bool, len(pending))
+	for _, size := range sizes {
+		found := false
+		for i, e := range pending {
+			if !used[i] && e.cards == size {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 func containsAll(set, xs []string) bool {

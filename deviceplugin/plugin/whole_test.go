@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
@@ -229,5 +230,30 @@ func TestKubeletAccountCorrectsTheWholeCardRecord(t *testing.T) {
 	wantCode(t, err, codes.FailedPrecondition, "held whole")
 	if _, err := h.allocate(t, unitIDs(u0, 0, 1)); err != nil {
 		t.Errorf("units of the card the kubelet did not give whole: %v", err)
+	}
+}
+
+// The whole-card GetPreferredAllocation, too, waits for a pod the kubelet saw
+// before the plugin's informer, and steers to the cards it was assigned
+// rather than to the lowest free card.
+func TestWholeGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
+	var late *lateCluster
+	h, whole := wholeHarness(t, setup{
+		cfg:  Config{AllocateWait: 5 * time.Second},
+		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
+		pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Make(nodeName, "w", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[1]}).Obj()}
+		},
+	})
+	late.mu.Lock()
+	late.looked = 0 // what the harness read while starting does not count
+	late.mu.Unlock()
+	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
+	pref, err := whole.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{u0, u1}, AllocationSize: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cmp.Equal(pref.ContainerResponses[0].DeviceIDs, []string{u1}) {
+		t.Errorf("preferred %v, want the assigned card %s", pref.ContainerResponses[0].DeviceIDs, u1)
 	}
 }
