@@ -575,28 +575,9 @@ func (s *wholeServer) GetPreferredAllocation(ctx context.Context, req *pluginapi
 	for _, cr := range req.GetContainerRequests() {
 		sizes = append(sizes, int(cr.GetAllocationSize()))
 	}
-	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	var pending []wholeEntry
-	var use cardUse
-	for {
-		p.allocMu.Lock()
-		v, err := p.view()
-		if err != nil {
-			p.allocMu.Unlock()
-			return nil, toStatus(err)
-		}
-		pending = p.wholePending(v, p.cfg.WholePodResources != nil)
-		use = p.cardUse(v)
-		p.allocMu.Unlock()
-		if wholeExplains(pending, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-		case <-p.cfg.Clock.After(allocatePoll):
-			continue
-		}
-		break
+	pending, use, err := p.wholePreferredState(ctx, sizes)
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	resp := &pluginapi.PreferredAllocationResponse{}
 	for _, cr := range req.GetContainerRequests() {
@@ -629,6 +610,33 @@ func (s *wholeServer) GetPreferredAllocation(ctx context.Context, req *pluginapi
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
 	}
 	return resp, nil
+}
+
+// wholePreferredState is what the whole-card GetPreferredAllocation decides
+// on: the waiting containers and the cards' use, once a waiting container of
+// each size is there, or after Config.AllocateWait, or when the kubelet gives
+// up. allocMu is taken for each look and released while waiting.
+func (p *Plugin) wholePreferredState(ctx context.Context, sizes []int) ([]wholeEntry, cardUse, error) {
+	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
+	for {
+		p.allocMu.Lock()
+		v, err := p.view()
+		if err != nil {
+			p.allocMu.Unlock()
+			return nil, cardUse{}, err
+		}
+		pending := p.wholePending(v, p.cfg.WholePodResources != nil)
+		use := p.cardUse(v)
+		p.allocMu.Unlock()
+		if wholeExplains(pending, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
+			return pending, use, nil
+		}
+		select {
+		case <-ctx.Done():
+			return pending, use, nil
+		case <-p.cfg.Clock.After(allocatePoll):
+		}
+	}
 }
 
 // wholeExplains reports whether each size has a waiting container of its
