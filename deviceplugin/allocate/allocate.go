@@ -14,6 +14,7 @@ package allocate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -356,20 +357,25 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 // a preference or a decision for that size would be made without the pod it
 // is for.
 func Explains(s Snapshot, sizes []int) bool {
-	all := make([]Entry, 0, len(s.Pending)+len(s.Recorded))
-	all = append(append(all, s.Pending...), s.Recorded...)
-	used := make([]bool, len(all))
-	for _, size := range sizes {
-		found := false
-		for i, e := range all {
-			if !used[i] && e.Units == int64(size) {
-				used[i], found = true, true
-				break
-			}
-		}
-		if !found {
+	have := make([]int, 0, len(s.Pending)+len(s.Recorded))
+	for _, e := range append(slices.Clip(s.Pending), s.Recorded...) {
+		have = append(have, int(e.Units))
+	}
+	return EachSizeOnce(have, sizes)
+}
+
+// EachSizeOnce reports whether every size in want can be paired with an
+// equal size in have, each of have used at most once.
+func EachSizeOnce(have, want []int) bool {
+	left := map[int]int{}
+	for _, h := range have {
+		left[h]++
+	}
+	for _, w := range want {
+		if left[w] == 0 {
 			return false
 		}
+		left[w]--
 	}
 	return true
 }

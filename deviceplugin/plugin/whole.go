@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
@@ -642,20 +643,11 @@ func (p *Plugin) wholePreferredState(ctx context.Context, sizes []int) ([]wholeE
 // wholeExplains reports whether each size has a waiting container of its
 // own asking for that many cards.
 func wholeExplains(pending []wholeEntry, sizes []int) bool {
-	used := make([]bool, len(pending))
-	for _, size := range sizes {
-		found := false
-		for i, e := range pending {
-			if !used[i] && e.cards == size {
-				used[i], found = true, true
-				break
-			}
-		}
-		if !found {
-			return false
-		}
+	have := make([]int, len(pending))
+	for i, e := range pending {
+		have[i] = e.cards
 	}
-	return true
+	return allocate.EachSizeOnce(have, sizes)
 }
 
 func containsAll(set, xs []string) bool {
