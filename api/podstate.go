@@ -31,3 +31,10 @@ func HoldsUnits(pod *corev1.Pod) bool {
 func MayStartContainers(pod *corev1.Pod) bool {
 	return HoldsUnits(pod) && pod.DeletionTimestamp == nil
 }
+
+// Admitted reports whether the pod's status shows the kubelet admitted it:
+// Running, or a container status written (the kubelet writes them only
+// after admission). A pod not (yet) shown admitted may still be awaiting it.
+func Admitted(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0
+}

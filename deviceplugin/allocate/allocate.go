@@ -124,7 +124,7 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		if err != nil {
 			continue
 		}
-		admitted := p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
+		admitted := api.Admitted(p)
 		reopened := st.KubeletAccount || (st.Reopened != nil && st.Reopened(p.UID))
 		if !admitted && (a.Phase != api.PhaseAllocated || reopened) {
 			continue

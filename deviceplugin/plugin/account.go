@@ -136,7 +136,7 @@ func (p *Plugin) refuseHeld(v podView, h holding, exact bool) bool {
 		return true
 	}
 	pod := v.byUID[h.UID]
-	if pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0 {
+	if api.Admitted(pod) {
 		return true
 	}
 	return p.ledger.isStarted(h.UID, h.Container)

@@ -144,6 +144,14 @@ func (l *ledger) isReopened(uid types.UID) bool {
 	return l.reopened[uid]
 }
 
+// reopen marks the pod reopened (see ledger): its record drops back to
+// Assigned at its next write.
+func (l *ledger) reopen(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reopened[uid] = true
+}
+
 // isNamed reports whether a guess of the plugin ever named the pod.
 func (l *ledger) isNamed(uid types.UID) bool {
 	l.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -68,7 +69,7 @@ func (p *Plugin) swapDeferred(ctx context.Context) {
 // applyLedger makes a match the ledger, and returns the card moves made.
 func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 	held := p.ledger.forPod(uid)
-	reopened := p.ledger.isReopened(uid)
+	reopened := p.reopened(uid)
 	changed, all := false, true
 	var moves []move
 	for i := range a.Containers {
@@ -91,7 +92,6 @@ func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 	wholeChanged, wholeAll := p.applyWhole(a, uid)
 	changed = changed || wholeChanged
 	all = all && wholeAll
-	reopened = reopened || p.whole.isReopened(uid)
 	if all && a.Phase != api.PhaseAllocated {
 		a.Phase = api.PhaseAllocated
 		changed = true
@@ -138,7 +138,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 	}
 	var cands []cand
 	for _, pod := range v.pods {
-		if pod.UID == m.pod || !api.MayStartContainers(pod) || pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 {
+		if pod.UID == m.pod || !api.MayStartContainers(pod) || api.Admitted(pod) {
 			continue
 		}
 		a, err := p.record(pod)
@@ -224,6 +224,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	}
 	p.ledger.retain(live)
 	p.whole.retain(live)
+	p.reopenUnheld(v, account, waccount)
 	p.allocMu.Unlock()
 	// Cards released or taken since the last pass change the devices'
 	// health (ListAndWatch of both resources).
@@ -249,7 +250,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	// hold more than the card.
 	pods := append([]*corev1.Pod(nil), v.pods...)
 	sort.SliceStable(pods, func(i, j int) bool {
-		return p.ledger.isReopened(pods[i].UID) && !p.ledger.isReopened(pods[j].UID)
+		return p.reopened(pods[i].UID) && !p.reopened(pods[j].UID)
 	})
 	keys := p.keys()
 	for _, pod := range pods {
@@ -260,7 +261,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		// The cached record may predate the plugin's own last write (a guess
 		// recorded Allocated): a reopened pod is written whatever the cache
 		// shows (writeRecord reads the record from the API server).
-		if changed, _ := p.applyLedger(&a, pod.UID); !changed && !p.ledger.isReopened(pod.UID) {
+		if changed, _ := p.applyLedger(&a, pod.UID); !changed && !p.reopened(pod.UID) {
 			if keys.Enabled() && !keys.SignedByCurrent(a) {
 				if err := p.resign(ctx, pod); err != nil {
 					errs = append(errs, fmt.Errorf("pod %s/%s: signing its record with the current key: %w", pod.Namespace, pod.Name, err))
@@ -273,6 +274,45 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reopened reports whether either ledger reopened the pod.
+func (p *Plugin) reopened(uid types.UID) bool {
+	return p.ledger.isReopened(uid) || p.whole.isReopened(uid)
+}
+
+// reopenUnheld reopens each pod whose record is Allocated while the pod
+// awaits admission and the kubelet's account, just merged into the ledger,
+// shows a container of it holding nothing that no guess of this process
+// holds either (callers hold allocMu; units and whole: which accounts were
+// read). Such a record is a guess an earlier process of the plugin wrote at
+// Allocate and could not correct before it stopped — the ledger is in
+// memory — while the kubelet gave those units to another pod, or to none:
+// left Allocated, it would count the same memory twice on that card until
+// the pod's own admission. Reopened, its record drops back to Assigned
+// (applyLedger), written before the records that claim units (Reconcile).
+// A pod shown admitted keeps its record: only its own account can change it.
+func (p *Plugin) reopenUnheld(v podView, units, whole bool) {
+	if !units && !whole {
+		return
+	}
+	for _, pod := range v.pods {
+		if !api.MayStartContainers(pod) || api.Admitted(pod) {
+			continue
+		}
+		a, err := p.record(pod)
+		if err != nil || a.Phase != api.PhaseAllocated {
+			continue
+		}
+		if units && slices.ContainsFunc(a.Containers, func(c api.ContainerAssignment) bool { return !p.ledger.has(pod.UID, c.Name) }) {
+			p.log.Info("Reopening a pod recorded Allocated that the kubelet's account shows holding no units", "pod", klog.KObj(pod))
+			p.ledger.reopen(pod.UID)
+		}
+		if whole && slices.ContainsFunc(a.WholeCards, func(w api.WholeCardAssignment) bool { _, ok := p.whole.get(pod.UID, w.Name); return !ok }) {
+			p.log.Info("Reopening a pod recorded Allocated that the kubelet's account shows holding no whole cards", "pod", klog.KObj(pod))
+			p.whole.reopen(pod.UID)
+		}
+	}
 }
 
 // repair rewrites the record of a pod the kubelet holds units for, which

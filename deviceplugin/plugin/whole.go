@@ -173,6 +173,14 @@ func (l *wholeLedger) isRejected(uid types.UID) bool {
 	return l.rejected[uid]
 }
 
+// reopen marks the pod reopened: its record drops back to Assigned at its
+// next write.
+func (l *wholeLedger) reopen(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reopened[uid] = true
+}
+
 func (l *wholeLedger) isReopened(uid types.UID) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -527,7 +535,7 @@ func (p *Plugin) wholePending(v podView, account bool) []wholeEntry {
 	})
 	var out []wholeEntry
 	for _, pod := range pods {
-		admitted := pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0
+		admitted := api.Admitted(pod)
 		if !api.MayStartContainers(pod) || p.whole.isRejected(pod.UID) || admitted {
 			continue
 		}
@@ -760,7 +768,7 @@ func (p *Plugin) decideWhole(ids []string, acct account, account bool, wacct who
 			}
 			for _, w := range a.WholeCards {
 				if slices.Equal(slices.Sorted(slices.Values(w.CardUUIDs)), sorted) {
-					admitted := pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0
+					admitted := api.Admitted(pod)
 					if a.Phase != api.PhaseAllocated && !admitted {
 						continue
 					}
