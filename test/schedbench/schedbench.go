@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/schedload"
@@ -53,6 +54,11 @@ type Options struct {
 	// SchedulerConfig is the KubeSchedulerConfiguration for (b) (default
 	// the project's scheduler/config/kube-scheduler-config.yaml).
 	SchedulerConfig string
+	// Sample, when set, runs each policy a second time, after the others,
+	// with kube-scheduler's adaptive sample of the nodes: SchedulerConfig
+	// without percentageOfNodesToScore (reported as "POLICY@sample"), so
+	// that both settings are measured against the same (a) and fleet.
+	Sample bool
 	// StateDir is the control plane's state directory (default a new
 	// temporary one, removed after a clean run unless Keep).
 	StateDir string
@@ -242,7 +248,52 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 		}
 		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p))
 	}
+	if !b.opts.Sample || ctx.Err() != nil {
+		return results
+	}
+	sampled := filepath.Join(b.opts.StateDir, "kube-scheduler-config-sample.yaml")
+	err = WithoutNodesToScore(b.opts.SchedulerConfig, sampled)
+	if err == nil {
+		err = b.c.RestartSchedulerWith(ctx, sampled, fmt.Sprintf("http://127.0.0.1:%d", b.port))
+	}
+	if err != nil {
+		return append(results, Result{Name: "extender" + SampleSuffix, Err: err})
+	}
+	b.opts.Log("kube-scheduler restarted with %s (adaptive percentageOfNodesToScore)", sampled)
+	for _, p := range b.opts.Policies {
+		if ctx.Err() != nil {
+			break
+		}
+		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p+SampleSuffix))
+	}
 	return results
+}
+
+// SampleSuffix marks the runs of Options.Sample.
+const SampleSuffix = "@sample"
+
+// WithoutNodesToScore writes the KubeSchedulerConfiguration in src to dst
+// without its top-level percentageOfNodesToScore: kube-scheduler then
+// scores its adaptive sample (50 % − nodes/125, at least 5 %, at least 100
+// nodes).
+func WithoutNodesToScore(src, dst string) error {
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	if _, ok := cfg["percentageOfNodesToScore"]; !ok {
+		return fmt.Errorf("%s sets no percentageOfNodesToScore: it already samples", src)
+	}
+	delete(cfg, "percentageOfNodesToScore")
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, out, 0o644)
 }
 
 // BaselineSuffix marks the runs of Options.BaselineBinary.

@@ -1,0 +1,60 @@
+package schedbench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/test/cluster"
+)
+
+// The sampled configuration is the project's, less percentageOfNodesToScore;
+// a configuration that already samples is refused (it would measure nothing
+// new).
+func TestWithoutNodesToScore(t *testing.T) {
+	src := filepath.Join(cluster.RepoRoot(), cluster.SchedulerConfigFile)
+	dst := filepath.Join(t.TempDir(), "sample.yaml")
+	if err := WithoutNodesToScore(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	var orig, got map[string]any
+	for path, m := range map[string]*map[string]any{src: &orig, dst: &got} {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(raw, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := orig["percentageOfNodesToScore"]; !ok {
+		t.Fatalf("%s sets no percentageOfNodesToScore", src)
+	}
+	if _, ok := got["percentageOfNodesToScore"]; ok {
+		t.Errorf("the sampled configuration still sets percentageOfNodesToScore")
+	}
+	delete(orig, "percentageOfNodesToScore")
+	if !yamlEqual(t, orig, got) {
+		t.Errorf("the sampled configuration changed more than percentageOfNodesToScore:\n%v\nwant\n%v", got, orig)
+	}
+	err := WithoutNodesToScore(dst, filepath.Join(t.TempDir(), "again.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "already samples") {
+		t.Errorf("a configuration without the setting: err = %v, want 'already samples'", err)
+	}
+}
+
+func yamlEqual(t *testing.T, a, b map[string]any) bool {
+	t.Helper()
+	ra, err := yaml.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := yaml.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(ra) == string(rb)
+}
