@@ -19,7 +19,7 @@ import (
 var knownWarnings = map[WarningCode]bool{
 	WarnNoInventory: true, WarnInvalidInventory: true, WarnNoCapacity: true, WarnNoCards: true,
 	WarnCapacityMismatch: true, WarnAllocatableMismatch: true, WarnInvalidIsolation: true,
-	WarnOvercommitted: true, WarnMalformedAssignment: true, WarnNoAssignment: true,
+	WarnOvercommitted: true, WarnTerminatingOverlap: true, WarnMalformedAssignment: true, WarnNoAssignment: true,
 	WarnUnknownCard: true, WarnUnitMismatch: true, WarnNodeUnusable: true,
 }
 

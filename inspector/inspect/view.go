@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -124,6 +126,11 @@ type Pod struct {
 	// Whole marks a container holding the card whole (Units is then the
 	// card's total).
 	Whole bool `json:"whole,omitempty"`
+	// Terminating: the pod is being deleted. It still counts (api.HoldsUnits)
+	// until the object is gone, although the kubelet may already have given
+	// its units to the next pod (WarnTerminatingOverlap). Known from the API
+	// server only; the extender's view does not say.
+	Terminating bool `json:"terminating,omitempty"`
 }
 
 // newPod is one container's share of a card; it is pending while its
@@ -169,6 +176,11 @@ const (
 	WarnInvalidIsolation = WarningCode(api.InventoryErrorIsolation)
 	// WarnOvercommitted: a card holds more than its total.
 	WarnOvercommitted WarningCode = "Overcommitted"
+	// WarnTerminatingOverlap: a card holds more than its total only by
+	// counting pods being deleted: the kubelet hands the units of a pod whose
+	// containers stopped to the next pod before the API server deletes the
+	// pod, and until then both count. It clears when the pod is gone.
+	WarnTerminatingOverlap WarningCode = "TerminatingOverlap"
 	// WarnMalformedAssignment: a pod's assignment does not decode, validate
 	// or match the pod.
 	WarnMalformedAssignment WarningCode = "MalformedAssignment"
@@ -324,6 +336,28 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 	return v
 }
 
+// overcommitted is the warning for a card that holds more than its total:
+// TerminatingOverlap when the pods being deleted account for the excess,
+// Overcommitted otherwise.
+func overcommitted(n *Node, c *Card) Warning {
+	var terminating int64
+	var names []string
+	for _, p := range c.Pods {
+		if p.Terminating {
+			terminating += p.Units
+			if name := p.Namespace + "/" + p.Name; !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	msg := fmt.Sprintf("node %s: card %d holds %d %s but has only %d", n.Name, c.Index, c.Allocated, n.Unit, c.Total)
+	if terminating == 0 || c.Allocated-terminating > c.Total {
+		return Warning{Node: n.Name, Code: WarnOvercommitted, Message: msg}
+	}
+	return Warning{Node: n.Name, Code: WarnTerminatingOverlap, Message: fmt.Sprintf("%s, %d of them of pods being deleted (%s): the kubelet gives the units of a pod whose containers stopped to the next pod before the pod object is gone; this clears once it is deleted (if it stays, see why the pod's deletion does not finish: kubectl describe pod)",
+		msg, terminating, strings.Join(names, ", "))}
+}
+
 // finish completes a View whose nodes have their cards and pods: it sums
 // each node's cards, warns about overcommitted cards, computes the totals
 // and sorts everything.
@@ -340,8 +374,7 @@ func (v *View) finish() {
 			n.Allocated += c.Allocated
 			n.Total += c.Total
 			if c.Allocated > c.Total {
-				v.Warnings = append(v.Warnings, Warning{Node: n.Name, Code: WarnOvercommitted,
-					Message: fmt.Sprintf("node %s: card %d holds %d %s but has only %d", n.Name, c.Index, c.Allocated, n.Unit, c.Total)})
+				v.Warnings = append(v.Warnings, overcommitted(n, c))
 			}
 		}
 		sort.Slice(n.Uncounted, func(i, j int) bool { return uncountedLess(n.Uncounted[i], n.Uncounted[j]) })
@@ -514,7 +547,9 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		}
 		card := &b.view.Cards[pos]
 		card.Allocated += c.Units
-		card.Pods = append(card.Pods, newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase))
+		pod := newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase)
+		pod.Terminating = p.DeletionTimestamp != nil
+		card.Pods = append(card.Pods, pod)
 	}
 	for _, w := range a.WholeCards {
 		for i, uuid := range w.CardUUIDs {
@@ -528,7 +563,7 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 			card.Whole = true
 			card.Allocated += card.Total
 			pod := newPod(p.Namespace, p.Name, w.Name, card.Total, a.Phase)
-			pod.Whole = true
+			pod.Whole, pod.Terminating = true, p.DeletionTimestamp != nil
 			card.Pods = append(card.Pods, pod)
 		}
 	}

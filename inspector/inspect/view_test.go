@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -131,6 +132,60 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 			}
 			if (len(got) > 0) != tc.mismatch {
 				t.Fatalf("allocatable %d: AllocatableMismatch warnings %q, want mismatch=%v", tc.allocatable, got, tc.mismatch)
+			}
+		})
+	}
+}
+
+// TestOvercommitByTerminatingPods: the kubelet gives the units of a pod
+// whose containers stopped to the next pod before the API server deletes
+// the pod object, so for a moment a card's records hold both. When the pods
+// being deleted account for the excess the warning says so
+// (TerminatingOverlap); otherwise the card is Overcommitted.
+func TestOvercommitByTerminatingPods(t *testing.T) {
+	node := makeNode(t, "gpu-g", "10.0.0.1").inventory(api.UnitGiB, gpu("gpu-g", 0, a100, 24)).obj()
+	running := func(name string, units int64) *podBuilder {
+		return makePod(t, "ns", name).container("c", units).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, units})
+	}
+	cases := []struct {
+		name string
+		pods []*corev1.Pod
+		want []WarningCode
+		text string
+	}{
+		{"a pod being deleted and the pod that got its units",
+			[]*corev1.Pod{running("old", 4).deleting().obj(), running("a", 20).obj(), running("next", 3).obj()},
+			[]WarningCode{WarnTerminatingOverlap}, "node gpu-g: card 0 holds 27 GiB but has only 24, 4 of them of pods being deleted (ns/old)"},
+		{"more over than the pods being deleted hold",
+			[]*corev1.Pod{running("old", 2).deleting().obj(), running("a", 20).obj(), running("next", 5).obj()},
+			[]WarningCode{WarnOvercommitted}, "node gpu-g: card 0 holds 27 GiB but has only 24"},
+		{"over with nobody being deleted",
+			[]*corev1.Pod{running("a", 20).obj(), running("next", 5).obj()},
+			[]WarningCode{WarnOvercommitted}, "holds 25 GiB"},
+		{"within the card, a pod being deleted is no problem",
+			[]*corev1.Pod{running("old", 4).deleting().obj(), running("a", 20).obj()}, []WarningCode{}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var pods []corev1.Pod
+			for _, p := range c.pods {
+				pods = append(pods, *p)
+			}
+			v := Build([]corev1.Node{*node}, pods)
+			codes := []WarningCode{}
+			for _, w := range v.Warnings {
+				codes = append(codes, w.Code)
+				if !strings.Contains(w.Message, c.text) {
+					t.Errorf("warning %q does not say %q", w.Message, c.text)
+				}
+			}
+			if diff := cmp.Diff(c.want, codes); diff != "" {
+				t.Errorf("warning codes (-want +got):\n%s", diff)
+			}
+			for _, p := range v.Nodes[0].Cards[0].Pods {
+				if want := p.Name == "old"; p.Terminating != want {
+					t.Errorf("pod %s: terminating %v, want %v", p.Name, p.Terminating, want)
+				}
 			}
 		})
 	}

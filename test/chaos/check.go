@@ -114,10 +114,11 @@ func CheckRecordsCapacity(obs *Observation, final bool) []Violation {
 	used := map[string]map[string]int64{} // node → card UUID → units
 	holders := map[string]map[string][]string{}
 	allocated := map[string]map[string]int64{}
+	released := obs.Released()
 	var vs []Violation
 	for i := range obs.Pods {
 		p := &obs.Pods[i]
-		if p.Spec.NodeName == "" || !api.HoldsUnits(p) {
+		if p.Spec.NodeName == "" || !api.HoldsUnits(p) || released[podKey(p)] {
 			continue
 		}
 		asg, err := api.AssignmentFromPod(p)
@@ -161,7 +162,35 @@ func CheckRecordsCapacity(obs *Observation, final bool) []Violation {
 // admitted reports whether the kubelet admitted the pod: Running, or with
 // container statuses.
 func admitted(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodRunning || len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0
+	return api.Admitted(p)
+}
+
+// Released are the pods ("namespace/name") being deleted whose units the
+// kubelet's account of their node, read at this observation, no longer
+// shows: their containers stopped, and the kubelet may already have handed
+// the units to the next pod (its device manager frees the devices of a pod
+// that is no longer active, before the API server deletes the object).
+// Their records still count for the extender and the inspector until the
+// object is gone (api.HoldsUnits, the conservative rule: nobody but the
+// kubelet knows when the containers stopped), so a card's records may then
+// hold both pods' units; the capacity checks leave released pods out, as the
+// kubelet does. A node whose account was not read releases nothing.
+func (o *Observation) Released() map[string]bool {
+	out := map[string]bool{}
+	for i := range o.Pods {
+		p := &o.Pods[i]
+		if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {
+			continue
+		}
+		acc, ok := o.Kubelet[p.Spec.NodeName]
+		if !ok {
+			continue
+		}
+		if _, holds := acc.Containers[podKey(p)]; !holds {
+			out[podKey(p)] = true
+		}
+	}
+	return out
 }
 
 // planMark marks a holder whose record is a plan (" (plan)"): Assigned, of a
@@ -255,18 +284,22 @@ func CheckRunOptionsCapacity(obs *Observation) []Violation {
 // (InvExtenderPlans; why: CheckRecordsCapacity).
 func CheckExtenderCapacity(obs *Observation, final bool) []Violation {
 	var vs []Violation
+	released := obs.Released()
 	for _, node := range sortedKeys(obs.Extender) {
 		for _, card := range obs.Extender[node].Cards {
-			allocated := card.Used
+			allocated, used := card.Used, card.Used
 			for _, p := range card.Pods {
-				if p.Phase != api.PhaseAllocated {
+				if released[p.Namespace+"/"+p.Name] {
+					allocated -= p.Units
+					used -= p.Units
+				} else if p.Phase != api.PhaseAllocated {
 					allocated -= p.Units
 				}
 			}
 			obj := fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID)
 			if allocated > card.Capacity {
 				vs = append(vs, violation(InvExtenderCapacity, obj, fmt.Sprintf("the extender counts %d of %d units used, %d of them Allocated", card.Used, card.Capacity, allocated)))
-			} else if final && card.Used > card.Capacity {
+			} else if final && used > card.Capacity {
 				vs = append(vs, violation(InvExtenderPlans, obj, fmt.Sprintf("the extender counts %d of %d units used", card.Used, card.Capacity)))
 			}
 		}

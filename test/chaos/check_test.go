@@ -147,6 +147,38 @@ func TestChecksFindEachBrokenInvariantAndPassAHealthyState(t *testing.T) {
 				gone.DeletionTimestamp = &now
 				return observation(t, gone, newPod("b", 16).assigned(t, cardA))
 			}},
+		{name: "a pod being deleted whose units the kubelet released and handed to the next pod",
+			obs: func(t *testing.T) *Observation {
+				// The kubelet frees the devices of a pod whose containers
+				// stopped before the API server deletes the object.
+				gone := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
+				gone.DeletionTimestamp = &now
+				o := observation(t, gone, newPod("b", 16).assigned(t, cardA).running(t, cardA, 0))
+				o.Kubelet["n"] = KubeletAccount{Containers: map[string]map[string][]string{"ns/b": {"c0": ids(cardA, 0, 16)}}}
+				o.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
+					{Namespace: "ns", Name: "a", Container: "c0", Units: 16, Phase: api.PhaseAllocated},
+					{Namespace: "ns", Name: "b", Container: "c0", Units: 16, Phase: api.PhaseAllocated}}}}}}
+				return o
+			}},
+		{name: "a pod being deleted that the kubelet still holds units for", want: InvRecordsCapacity, detail: "records hold 32 of 24",
+			obs: func(t *testing.T) *Observation {
+				gone := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
+				gone.DeletionTimestamp = &now
+				o := observation(t, gone, newPod("b", 16).assigned(t, cardA))
+				o.Kubelet["n"] = KubeletAccount{Containers: map[string]map[string][]string{"ns/a": {"c0": ids(cardA, 0, 16)}}}
+				return o
+			}},
+		{name: "the extender counts a pod being deleted that the kubelet still holds", want: InvExtenderCapacity,
+			obs: func(t *testing.T) *Observation {
+				gone := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
+				gone.DeletionTimestamp = &now
+				o := observation(t, gone)
+				o.Kubelet["n"] = KubeletAccount{Containers: map[string]map[string][]string{"ns/a": {"c0": ids(cardA, 0, 16)}}}
+				o.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
+					{Namespace: "ns", Name: "a", Container: "c0", Units: 16, Phase: api.PhaseAllocated},
+					{Namespace: "ns", Name: "b", Container: "c0", Units: 16, Phase: api.PhaseAllocated}}}}}}
+				return o
+			}},
 		{name: "a failed pod holds nothing",
 			obs: func(t *testing.T) *Observation {
 				failed := newPod("a", 16).assigned(t, cardA)

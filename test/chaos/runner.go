@@ -654,8 +654,10 @@ type inspectorView struct {
 			Allocated int64  `json:"allocated"`
 			Total     int64  `json:"total"`
 			Pods      []struct {
-				Units   int64 `json:"units"`
-				Pending bool  `json:"pending"`
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+				Units     int64  `json:"units"`
+				Pending   bool   `json:"pending"`
 			} `json:"pods"`
 		} `json:"cards"`
 	} `json:"nodes"`
@@ -683,20 +685,27 @@ func (r *Runner) checkInspector(ctx context.Context, obs *Observation, final boo
 		return []Violation{violation(InvInspectorCapacity, "inspector", err.Error())}
 	}
 	var vs []Violation
+	// Pods released at the observation are released at the inspector's
+	// later reading too (Observation.Released).
+	released := obs.Released()
 	for _, n := range v.Nodes {
 		if _, ok := obs.Nodes[n.Name]; !ok {
 			continue
 		}
 		for _, c := range n.Cards {
-			var allocated int64
+			var allocated, all int64
 			for _, p := range c.Pods {
+				if released[p.Namespace+"/"+p.Name] {
+					continue
+				}
+				all += p.Units
 				if !p.Pending {
 					allocated += p.Units
 				}
 			}
 			if allocated > c.Total {
 				vs = append(vs, violation(InvInspectorCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d, %d of them allocated", c.Allocated, c.Total, allocated)))
-			} else if final && c.Allocated > c.Total {
+			} else if final && all > c.Total {
 				vs = append(vs, violation(InvInspectorCapacity, fmt.Sprintf("%s card %d (%s)", n.Name, c.Index, c.UUID), fmt.Sprintf("the inspector shows %d/%d", c.Allocated, c.Total)))
 			}
 		}
