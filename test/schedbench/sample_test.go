@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/test/cluster"
@@ -43,6 +44,16 @@ func TestWithoutNodesToScore(t *testing.T) {
 	err := WithoutNodesToScore(dst, filepath.Join(t.TempDir(), "again.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "already samples") {
 		t.Errorf("a configuration without the setting: err = %v, want 'already samples'", err)
+	}
+}
+
+// The runs' names become namespace names (generateName "bench-NAME-").
+func TestSampleRunNamesAreNamespaceNames(t *testing.T) {
+	for _, p := range []string{"binpack", "spread", "bestfit", "fgd", "frag"} {
+		name := "bench-" + p + SampleSuffix + "-x"
+		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+			t.Errorf("%s: %v", name, errs)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ type Options struct {
 	SchedulerConfig string
 	// Sample, when set, runs each policy a second time, after the others,
 	// with kube-scheduler's adaptive sample of the nodes: SchedulerConfig
-	// without percentageOfNodesToScore (reported as "POLICY@sample"), so
+	// without percentageOfNodesToScore (reported as "POLICY-sample"), so
 	// that both settings are measured against the same (a) and fleet.
 	Sample bool
 	// StateDir is the control plane's state directory (default a new
@@ -270,7 +270,7 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 }
 
 // SampleSuffix marks the runs of Options.Sample.
-const SampleSuffix = "@sample"
+const SampleSuffix = "-sample"
 
 // WithoutNodesToScore writes the KubeSchedulerConfiguration in src to dst
 // without its top-level percentageOfNodesToScore: kube-scheduler then
