@@ -12,6 +12,9 @@ import corev1 "k8s.io/api/core/v1"
 //     holds its units. Its containers may be running their grace period, and
 //     the kubelet keeps a pod's devices until it knows the containers
 //     stopped; counting them as free would hand out memory that is in use.
+//     Once they stopped the kubelet may give the units to the next pod
+//     before the object is gone, so for that moment a card's records hold
+//     both (the inspector's TerminatingOverlap): the safe side to err on.
 //   - Pending, Running or Unknown: the pod holds its units. Unknown means the
 //     node stopped reporting, not that the containers stopped.
 //
