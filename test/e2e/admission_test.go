@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -228,15 +229,30 @@ func waitCardLimit(ctx context.Context, t *testing.T, c *cluster.Cluster, namesp
 	}
 }
 
-// waitAdmissionRefuses waits until the policies refuse, in namespace ns, a pod
-// asking units (a dry run): they take effect a moment after they are created.
-func waitAdmissionRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, units int64) {
+// waitAdmissionRefuses waits until the request-size policy refuses, in
+// namespace ns, a pod asking largest+1 units (a dry run) with a message that
+// names largest: the policies take effect a moment after they are created,
+// and until the API server has read the parameter the policy admits
+// (parameterNotFoundAction Allow). Any other answer — admitted, or refused
+// for another reason — is waited out (see keepConfigMapParams for why a
+// refusal of any kind is not proof enough).
+func waitAdmissionRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string, largest int64) {
 	t.Helper()
+	want := fmt.Sprintf("the largest card in this cluster has %d units", largest)
+	var last error
+	seen := map[string]bool{}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, "admission-probe", units), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil, nil
+		_, last = c.Client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, "admission-probe", largest+1), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if last != nil && strings.Contains(last.Error(), want) {
+			return true, nil
+		}
+		if answer := fmt.Sprint(last); !seen[answer] {
+			seen[answer] = true
+			t.Logf("admission probe (%d units): %s; waiting for the request-size policy", largest+1, answer)
+		}
+		return false, nil
 	}); err != nil {
-		t.Fatalf("the admission policies do not refuse a pod asking %d units in %s: %v", units, ns, err)
+		t.Fatalf("the request-size policy does not refuse a pod asking %d units in %s saying %q; last answer: %v (%v)", largest+1, ns, want, last, err)
 	}
 }
 
@@ -256,4 +272,53 @@ func renderChart(ctx context.Context, t *testing.T, namespace, template string, 
 		t.Fatalf("helm template %s: %v\n%s", template, err, out)
 	}
 	return out
+}
+
+// keepConfigMapParams creates, for the whole suite, a ValidatingAdmissionPolicy
+// with ConfigMap parameters and a binding that match nothing. kube-apiserver
+// v1.34 watches ConfigMaps for policy parameters only while a bound policy
+// has them, and once the last such policy is deleted the informer it stopped
+// is never started again: its shared informer factory hands the stopped
+// informer to the next policy (k8s.io/apiserver
+// pkg/admission/plugin/policy/generic/policy_source.go,
+// ensureParamsForPolicyLocked; kubernetes/kubernetes#133827). Every later
+// binding then finds no parameter, and the chart's request-size policy
+// (parameterNotFoundAction Allow) admits every size. The suite's tests
+// apply and delete the chart's policies one after another; this keeps the
+// watch alive (docs/troubleshooting.md has what that means for a cluster).
+func keepConfigMapParams(ctx context.Context, c *cluster.Cluster) error {
+	const name = "e2e-keep-configmap-params"
+	ignore, allow := admissionv1.Ignore, admissionv1.AllowAction
+	policy := &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &ignore,
+			ParamKind:     &admissionv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: []admissionv1.OperationType{admissionv1.Create},
+					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"limitranges"}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: "true"}},
+		},
+	}
+	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Audit},
+			ParamRef:          &admissionv1.ParamRef{Name: name, Namespace: metav1.NamespaceDefault, ParameterNotFoundAction: &allow},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{name: "never"},
+			}},
+		},
+	}
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("the policy that keeps ConfigMap parameters watched: %w", err)
+	}
+	if _, err := c.Client.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("the binding that keeps ConfigMap parameters watched: %w", err)
+	}
+	return nil
 }

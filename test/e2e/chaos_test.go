@@ -123,7 +123,7 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	waitCardLimit(ctx, t, c, system, strconv.FormatInt(largest, 10))
-	waitAdmissionRefuses(ctx, t, c, ns, largest+1)
+	waitAdmissionRefuses(ctx, t, c, ns, largest)
 
 	hooks := chaos.Hooks{
 		KillExtender: func(ctx context.Context) error {

@@ -108,6 +108,10 @@ func run(m *testing.M) int {
 	}
 	fmt.Fprintf(os.Stderr, "e2e: control plane up in %v (state %s)\n", time.Since(start).Round(time.Millisecond), state)
 	code := 0
+	if err := keepConfigMapParams(ctx, env); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
 	if extenderPort != 0 {
 		start = time.Now()
 		extender, err = env.StartExtender(ctx, extenderBin, extenderPort, extenderArgs...)
