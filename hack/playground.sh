@@ -17,7 +17,7 @@
 #           playground's kubeconfig (found in /proc, paths resolved). The state stays for KEEP=1;
 #           --clean (make playground-down CLEAN=1) deletes it too.
 # Env:   GPUSHARE_PLAYGROUND (state dir, default /tmp/gpushare-playground)
-#        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default binpack),
+#        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default frag, the binary's),
 #        GPUSHARE_ALLOWED_POLICIES (policies pods may name; default binpack,spread, for docs/examples/spread.yaml)
 #        control-plane ports (defaults here): GPUSHARE_ETCD_PORT=24790 GPUSHARE_ETCD_PEER_PORT=24800
 #        GPUSHARE_APISERVER_PORT=17443 GPUSHARE_KCM_PORT=21257 GPUSHARE_SCHEDULER_PORT=21259
@@ -26,7 +26,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 STATE="${GPUSHARE_PLAYGROUND:-/tmp/gpushare-playground}"
 EXTENDER_PORT="${GPUSHARE_EXTENDER_PORT:-32766}"
-POLICY="${GPUSHARE_POLICY:-binpack}"
+POLICY="${GPUSHARE_POLICY:-frag}"
 ALLOWED_POLICIES="${GPUSHARE_ALLOWED_POLICIES-binpack,spread}"
 KEEP="${GPUSHARE_PLAYGROUND_KEEP:-0}"
 # The file that marks a directory as a playground's state (remove_state checks it).

@@ -456,8 +456,10 @@ func Lookup(name string) (*Policy, error) {
 	return p, nil
 }
 
-// DefaultPolicy is the policy used when none is configured.
-const DefaultPolicy = "binpack"
+// DefaultPolicy is the policy used when none is configured: frag, the best
+// packer of the five on the traces (docs/packing.md), within the per-call
+// cost target (docs/design.md, "Scheduling throughput").
+const DefaultPolicy = "frag"
 
 // registry maps a configured name to its policy. A new policy is one entry
 // here plus its two functions.

@@ -27,7 +27,7 @@ func TestFlagWinsOverEnvironmentWinsOverDefault(t *testing.T) {
 		want func(Options) any
 		is   any
 	}{
-		{"default when neither is given", nil, nil, func(o Options) any { return o.Policy }, "binpack"},
+		{"default when neither is given", nil, nil, func(o Options) any { return o.Policy }, "frag"},
 		{"environment over the default", nil, map[string]string{"GPUSHARE_POLICY": "spread"}, func(o Options) any { return o.Policy }, "spread"},
 		{"flag over the environment", []string{"--policy=bestfit"}, map[string]string{"GPUSHARE_POLICY": "spread"}, func(o Options) any { return o.Policy }, "bestfit"},
 		{"flag set to its default still wins", []string{"--kube-api-qps=200"}, map[string]string{"GPUSHARE_KUBE_API_QPS": "50"}, func(o Options) any { return o.KubeAPIQPS }, 200.0},

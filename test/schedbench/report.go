@@ -31,7 +31,7 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 		switch {
 		case r.Policy == "":
 			plain = r.Throughput.Overall
-		case r.Name != r.Policy:
+		case r.Name == r.Policy+BaselineSuffix:
 			before[r.Policy] = r.Throughput.Overall
 		}
 	}

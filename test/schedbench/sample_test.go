@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/schedload"
 )
 
 // The sampled configuration is the project's, less percentageOfNodesToScore;
@@ -68,4 +69,24 @@ func yamlEqual(t *testing.T, a, b map[string]any) bool {
 		t.Fatal(err)
 	}
 	return string(ra) == string(rb)
+}
+
+// "÷ before" compares a policy with its BASELINE run only, never with its
+// -sample run.
+func TestReportComparesWithTheBaselineOnly(t *testing.T) {
+	run := func(name, policy string, pods float64) Result {
+		return Result{Name: name, Policy: policy, Throughput: schedload.Throughput{Overall: pods}}
+	}
+	report := func(results ...Result) string {
+		var b strings.Builder
+		printReport(&b, Options{SchedulerConfig: "cfg"}, &Bench{}, results)
+		return b.String()
+	}
+	if out := report(run("kube-scheduler", "", 50), run("frag", "frag", 100), run("frag"+SampleSuffix, "frag", 200)); strings.Contains(out, "÷ before") {
+		t.Errorf("a -sample run was taken for a baseline:\n%s", out)
+	}
+	out := report(run("kube-scheduler", "", 50), run("frag"+BaselineSuffix, "frag", 100), run("frag", "frag", 150))
+	if !strings.Contains(out, "÷ before") || !strings.Contains(out, "1.50") {
+		t.Errorf("the baseline comparison is missing (want ÷ before 1.50):\n%s", out)
+	}
 }
