@@ -161,48 +161,67 @@ func fastArgs(b []byte, args *extenderv1.ExtenderArgs) bool {
 }
 
 // parseNames parses null or an array of plain printable-ASCII strings at
-// b[i:] into *names and returns the position after it.
+// b[i:] into *names and returns the position after it. The names share one
+// string, a copy of the array's bytes: one allocation however many names
+// (5,000 at 5,000 nodes), not one each. They are read for one call and let
+// go with its answer.
 func parseNames(b []byte, i int, names **[]string) (int, bool) {
 	if bytes.HasPrefix(b[i:], []byte("null")) {
 		*names = nil
 		return i + 4, true
 	}
-	if i >= len(b) || b[i] != '[' {
+	end, n, ok := scanNames(b, i, nil)
+	if !ok {
 		return 0, false
 	}
-	out := make([]string, 0, bytes.Count(b[i:], []byte{','})+1)
+	all := string(b[i:end])
+	out := make([]string, 0, n)
+	scanNames(all, 0, func(s, e int) { out = append(out, all[s:e]) })
+	*names = &out
+	return end, true
+}
+
+// scanNames checks that b[i:] starts with an array of plain printable-ASCII
+// strings, calls emit (if not nil) with each string's bounds (quotes left
+// out), and returns the position after the array and how many strings it
+// holds.
+func scanNames[T string | []byte](b T, i int, emit func(s, e int)) (end, n int, ok bool) {
+	if i >= len(b) || b[i] != '[' {
+		return 0, 0, false
+	}
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
-		*names = &out
-		return i + 1, true
+		return i + 1, 0, true
 	}
 	for {
 		if i >= len(b) || b[i] != '"' {
-			return 0, false
+			return 0, 0, false
 		}
 		j := i + 1
 		for j < len(b) && b[j] != '"' {
 			if c := b[j]; c < 0x20 || c >= 0x7f || c == '\\' {
-				return 0, false
+				return 0, 0, false
 			}
 			j++
 		}
 		if j >= len(b) {
-			return 0, false
+			return 0, 0, false
 		}
-		out = append(out, string(b[i+1:j]))
+		if emit != nil {
+			emit(i+1, j)
+		}
+		n++
 		i = skipSpace(b, j+1)
 		if i >= len(b) {
-			return 0, false
+			return 0, 0, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case ']':
-			*names = &out
-			return i + 1, true
+			return i + 1, n, true
 		default:
-			return 0, false
+			return 0, 0, false
 		}
 	}
 }
@@ -265,7 +284,7 @@ func isDelim(c byte) bool {
 	return false
 }
 
-func skipSpace(b []byte, i int) int {
+func skipSpace[T string | []byte](b T, i int) int {
 	for i < len(b) {
 		switch b[i] {
 		case ' ', '\t', '\n', '\r':
