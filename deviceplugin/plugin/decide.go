@@ -80,15 +80,26 @@ const allocatePoll = 100 * time.Millisecond
 // Config.AllocateWait for a pod the kubelet knows before the informer does.
 // allocMu is taken for each attempt and released while waiting.
 func (p *Plugin) decideWaiting(ctx context.Context, ids []string, acct account, account bool) (decision, error) {
+	var d decision
+	var err error
+	p.waitFor(ctx, func() bool {
+		d, err = p.decideLocked(ids, acct, account)
+		return !errors.Is(err, allocate.ErrNoPending)
+	})
+	return d, err
+}
+
+// waitFor calls look, then again every allocatePoll (on the injected
+// clock), until it reports done, Config.AllocateWait has passed since the
+// first call, or ctx is done: the wait of Allocate and of both
+// GetPreferredAllocations for a pod the kubelet saw before the plugin's
+// informer. look takes allocMu itself; it is not held while waiting.
+func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	for {
-		d, err := p.decideLocked(ids, acct, account)
-		if !errors.Is(err, allocate.ErrNoPending) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
-			return d, err
-		}
+	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return d, err
+			return
 		case <-p.cfg.Clock.After(allocatePoll):
 		}
 	}

@@ -92,30 +92,28 @@ func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pref
 // waiting.
 func (p *Plugin) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Snapshot, map[string]bool, error) {
 	acct, account := p.readAccount(ctx)
-	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	for {
+	var snap allocate.Snapshot
+	var held map[string]bool
+	var err error
+	p.waitFor(ctx, func() bool {
 		p.allocMu.Lock()
-		v, err := p.view()
-		if err != nil {
-			p.allocMu.Unlock()
-			return allocate.Snapshot{}, nil, err
+		defer p.allocMu.Unlock()
+		var v podView
+		if v, err = p.view(); err != nil {
+			return true
 		}
-		var held map[string]bool
+		held = nil
 		if account {
 			p.merge(acct)
 			held = acct.heldUnits(v)
 		}
-		snap := p.snapshot(v, account)
-		p.allocMu.Unlock()
-		if allocate.Explains(snap, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
-			return snap, held, nil
-		}
-		select {
-		case <-ctx.Done():
-			return snap, held, nil
-		case <-p.cfg.Clock.After(allocatePoll):
-		}
+		snap = p.snapshot(v, account)
+		return allocate.Explains(snap, sizes)
+	})
+	if err != nil {
+		return allocate.Snapshot{}, nil, err
 	}
+	return snap, held, nil
 }
 
 // Allocate answers the kubelet for each container request: which container

@@ -626,26 +626,24 @@ func (s *wholeServer) GetPreferredAllocation(ctx context.Context, req *pluginapi
 // each size is there, or after Config.AllocateWait, or when the kubelet gives
 // up. allocMu is taken for each look and released while waiting.
 func (p *Plugin) wholePreferredState(ctx context.Context, sizes []int) ([]wholeEntry, cardUse, error) {
-	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	for {
+	var pending []wholeEntry
+	var use cardUse
+	var err error
+	p.waitFor(ctx, func() bool {
 		p.allocMu.Lock()
-		v, err := p.view()
-		if err != nil {
-			p.allocMu.Unlock()
-			return nil, cardUse{}, err
+		defer p.allocMu.Unlock()
+		var v podView
+		if v, err = p.view(); err != nil {
+			return true
 		}
-		pending := p.wholePending(v, p.cfg.WholePodResources != nil)
-		use := p.cardUse(v)
-		p.allocMu.Unlock()
-		if wholeExplains(pending, sizes) || p.cfg.AllocateWait <= 0 || !p.cfg.Clock.Now().Before(deadline) {
-			return pending, use, nil
-		}
-		select {
-		case <-ctx.Done():
-			return pending, use, nil
-		case <-p.cfg.Clock.After(allocatePoll):
-		}
+		pending = p.wholePending(v, p.cfg.WholePodResources != nil)
+		use = p.cardUse(v)
+		return wholeExplains(pending, sizes)
+	})
+	if err != nil {
+		return nil, cardUse{}, err
 	}
+	return pending, use, nil
 }
 
 // wholeExplains reports whether each size has a waiting container of its
