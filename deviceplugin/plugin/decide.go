@@ -105,6 +105,22 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	}
 }
 
+// waitForView is waitFor for a look at one listing of the pod cache, taken
+// under allocMu; a cache that cannot be listed ends the wait with its error.
+func (p *Plugin) waitForView(ctx context.Context, look func(v podView) (done bool)) error {
+	var err error
+	p.waitFor(ctx, func() bool {
+		p.allocMu.Lock()
+		defer p.allocMu.Unlock()
+		var v podView
+		if v, err = p.view(); err != nil {
+			return true
+		}
+		return look(v)
+	})
+	return err
+}
+
 // decideLocked merges the kubelet's account and decides, under allocMu.
 // The decision's reopened are the pods the merge reopened: their records
 // are written after the lock too.

@@ -94,14 +94,7 @@ func (p *Plugin) preferredSnapshot(ctx context.Context, sizes []int) (allocate.S
 	acct, account := p.readAccount(ctx)
 	var snap allocate.Snapshot
 	var held map[string]bool
-	var err error
-	p.waitFor(ctx, func() bool {
-		p.allocMu.Lock()
-		defer p.allocMu.Unlock()
-		var v podView
-		if v, err = p.view(); err != nil {
-			return true
-		}
+	err := p.waitForView(ctx, func(v podView) bool {
 		held = nil
 		if account {
 			p.merge(acct)

@@ -628,14 +628,7 @@ func (s *wholeServer) GetPreferredAllocation(ctx context.Context, req *pluginapi
 func (p *Plugin) wholePreferredState(ctx context.Context, sizes []int) ([]wholeEntry, cardUse, error) {
 	var pending []wholeEntry
 	var use cardUse
-	var err error
-	p.waitFor(ctx, func() bool {
-		p.allocMu.Lock()
-		defer p.allocMu.Unlock()
-		var v podView
-		if v, err = p.view(); err != nil {
-			return true
-		}
+	err := p.waitForView(ctx, func(v podView) bool {
 		pending = p.wholePending(v, p.cfg.WholePodResources != nil)
 		use = p.cardUse(v)
 		return wholeExplains(pending, sizes)
