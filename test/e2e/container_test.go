@@ -153,7 +153,24 @@ func waitLaneCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, nod
 	if err != nil {
 		t.Fatalf("%v\n%s", err, node.Logs())
 	}
+	checkKubeletSocketsInStateDir(t, node)
 	return inv
+}
+
+// checkKubeletSocketsInStateDir: the kubelet's registration and PodResources
+// sockets are in the node's state directory, which the node binds at the
+// kubelet's paths. A kubelet that finds /var/lib/kubelet private bind-mounts
+// it onto itself, hiding those binds: its sockets then land in the tmpfs
+// below, and a pod's hostPath to pod-resources found the socket on some runs
+// and an empty directory on others.
+func checkKubeletSocketsInStateDir(t *testing.T, node *cluster.KubeletNode) {
+	t.Helper()
+	for _, sock := range []string{"device-plugins/kubelet.sock", "pod-resources/kubelet.sock"} {
+		path := filepath.Join(node.StateDir, sock)
+		if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			t.Errorf("the kubelet's %s is not in the node's state directory (%v): the kubelet's paths no longer lead to the state directory's binds", path, err)
+		}
+	}
 }
 
 // probePod is a pod of probe containers on the host network (the lane has

@@ -72,9 +72,10 @@ func ReexecInMountNamespace() (inChild bool, exitCode int, err error) {
 // SetupKubeletDir prepares this process's private mount namespace: a tmpfs
 // on /var/lib/kubelet (created on the host if missing, empty there), with
 // stateDir/device-plugins and stateDir/pod-resources bind-mounted at the
-// kubelet's paths. The device manager's sockets and checkpoint thus live in
-// stateDir, where a device plugin of this node outside the namespace, or the
-// next agent after a restart, finds them.
+// kubelet's paths, all of it a shared mount as the kubelet requires. The
+// device manager's sockets and checkpoint thus live in stateDir, where a
+// device plugin of this node outside the namespace, or the next agent after
+// a restart, finds them.
 //
 // It refuses to run anywhere but in the new namespace ReexecInMountNamespace
 // made: never in the namespace of the process that started the agent.
@@ -104,6 +105,16 @@ func SetupKubeletDir(stateDir string) error {
 		if err := syscall.Mount(src, dst, "", syscall.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", src, dst, err)
 		}
+	}
+	// A real kubelet wants its root directory on a shared mount. Finding it
+	// private, it bind-mounts the directory onto itself (not recursively)
+	// and makes that shared: the new mount hides the two binds above, and
+	// every socket created afterwards lands in the tmpfs, not in stateDir.
+	// The PodResources socket races that bind (created before or after it),
+	// so a pod's hostPath to it found it on one run and an empty directory
+	// on another. Shared already, the kubelet leaves the mounts alone.
+	if err := syscall.Mount("", KubeletDir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", KubeletDir, err)
 	}
 	return nil
 }
