@@ -549,7 +549,17 @@ func (c *Cache) Workload() *allocator.Workload {
 // Snapshot returns the published views of the named nodes, in order; a nil
 // entry marks a node the cache does not know. The views are immutable.
 func (c *Cache) Snapshot(names []string) []*allocator.Node {
-	out := make([]*allocator.Node, len(names))
+	return c.SnapshotInto(nil, names)
+}
+
+// SnapshotInto is Snapshot into dst's array when it has room (dst's
+// contents are overwritten), else into a new one.
+func (c *Cache) SnapshotInto(dst []*allocator.Node, names []string) []*allocator.Node {
+	out := dst[:0]
+	if cap(out) < len(names) {
+		out = make([]*allocator.Node, 0, len(names))
+	}
+	out = out[:len(names)]
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for i, name := range names {

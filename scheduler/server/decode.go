@@ -175,10 +175,34 @@ func parseNames(b []byte, i int, names **[]string) (int, bool) {
 		return 0, false
 	}
 	all := string(b[i:end])
-	out := make([]string, 0, n)
+	out := getNames(n)
 	scanNames(all, 0, func(s, e int) { out = append(out, all[s:e]) })
 	*names = &out
 	return end, true
+}
+
+// namesPool recycles the decoded node-name slices (80 kB a call at 5,000
+// nodes): a handler hands its request's back with releaseNames once its
+// answer is written.
+var namesPool sync.Pool
+
+func getNames(n int) []string {
+	if p, ok := namesPool.Get().(*[]string); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]string, 0, n)
+}
+
+// releaseNames returns args.NodeNames to the pool. Nothing may use them
+// afterwards: call it only when the answer has been written.
+func releaseNames(args *extenderv1.ExtenderArgs) {
+	if args.NodeNames == nil {
+		return
+	}
+	names := *args.NodeNames
+	clear(names) // the pool keeps no request's strings alive
+	args.NodeNames = nil
+	namesPool.Put(&names)
 }
 
 // scanNames checks that b[i:] starts with an array of plain printable-ASCII

@@ -79,6 +79,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 			respond(c, nil, err)
 			return
 		}
+		defer releaseNames(&args)
 		res, err := s.Filter(c.Request.Context(), &args)
 		if err == nil {
 			var b []byte
@@ -95,6 +96,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 			respond(c, nil, err)
 			return
 		}
+		defer releaseNames(&args)
 		res, err := s.Prioritize(c.Request.Context(), &args)
 		respond(c, res, err)
 	})

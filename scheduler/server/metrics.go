@@ -13,6 +13,7 @@ import (
 type metrics struct {
 	latency *prometheus.HistogramVec
 	binds   *prometheus.CounterVec
+	nodes   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
@@ -26,16 +27,26 @@ func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
 			Name: "gpushare_extender_binds_total",
 			Help: "Bind verb calls by outcome: bound, no_fit, invalid, api_error, assume_error, throttled, cancelled, unknown.",
 		}, []string{"outcome"}),
+		nodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpushare_extender_node_decisions_total",
+			Help: "Node decisions of filter and prioritize calls by source: evaluated (the policy ran), memo (the node's snapshot, the pod's request, the policy and the workload were those of a recent call: its decision was reused).",
+		}, []string{"source"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, col := range []prometheus.Collector{m.latency, m.binds, &cardCollector{cache: c}} {
+	for _, col := range []prometheus.Collector{m.latency, m.binds, m.nodes, &cardCollector{cache: c}} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// evaluations counts a call's node decisions by source.
+func (m *metrics) evaluations(evaluated, memo int) {
+	m.nodes.WithLabelValues("evaluated").Add(float64(evaluated))
+	m.nodes.WithLabelValues("memo").Add(float64(memo))
 }
 
 // observe records a verb call that began at start on clk.

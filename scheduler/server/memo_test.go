@@ -1,0 +1,272 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+// TestMemoGivesTheDecisionsOfAFullEvaluation: through a random run of pod
+// placements and removals, node changes (isolation, inventory) and new pods
+// (the workload), every call's decisions equal those of a server without
+// the memo on the same cache, for every policy and for single, multi-
+// container and whole-card pods; and the memo did serve decisions (the
+// comparison is not vacuous).
+func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
+	const nodes = memoMinNodes + 44
+	rng := rand.New(rand.NewSource(11))
+	var ns []*corev1.Node
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+		ns = append(ns, fixture.MakeNode(names[i]).Cards(1+i%4, 24+8*int64(i%3)).Obj())
+	}
+	e := newEnv(t, envOpts{policy: "frag", allowed: allocator.Names()}, ns)
+	var allowed []*allocator.Policy
+	for _, name := range allocator.Names() {
+		p, err := allocator.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allowed = append(allowed, p)
+	}
+	fresh, err := New(Config{Cache: e.cache, Client: e.client, Policy: e.srv.policy, AllowedPolicies: allowed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.memo = nil
+
+	shapes := []func(p *fixture.PodWrapper) *fixture.PodWrapper{
+		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("main", 8) },
+		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("main", 20) },
+		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("a", 4).GPU("b", 12) },
+		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.Whole("train", 2) },
+		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("big", 33) },
+	}
+	policies := append([]string{""}, allocator.Names()...)
+	var placed []*corev1.Pod
+	ctx := context.Background()
+	counts := func() (memo, evaluated float64) {
+		return testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")), testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("evaluated"))
+	}
+	partial := 0
+	seq := 0
+	for step := 0; step < 250; step++ {
+		switch r := rng.Intn(10); {
+		case r < 4: // a pod placed on a random node and card (a bind)
+			seq++
+			n := names[rng.Intn(nodes)]
+			p := fixture.MakePod("ns", fmt.Sprintf("p%d", seq)).GPU("main", int64(1+rng.Intn(6))).Assign(n, api.PhaseAllocated, 0).Obj()
+			e.cache.SetPod(p)
+			placed = append(placed, p)
+		case r < 6 && len(placed) > 0: // a pod gone
+			i := rng.Intn(len(placed))
+			e.cache.DeletePod(placed[i].UID)
+			placed = append(placed[:i], placed[i+1:]...)
+		case r < 7: // a node's card isolated, or its inventory changed
+			i := rng.Intn(nodes)
+			w := fixture.MakeNode(names[i]).Cards(1+rng.Intn(4), 24+8*int64(rng.Intn(3)))
+			if rng.Intn(2) == 0 {
+				w = w.Annotation(api.AnnotationIsolation, "0")
+			}
+			e.cache.SetNode(w.Obj())
+		case r < 8: // a pending pod seen: the workload changes
+			seq++
+			e.cache.SetPod(shapes[rng.Intn(len(shapes))](fixture.MakePod("ns", fmt.Sprintf("pending%d", seq))).Obj())
+		}
+		// Several calls per step: the later ones find the memo, whole when
+		// nothing changed since, in part when one node did.
+		shape, pol := rng.Intn(len(shapes)), policies[rng.Intn(len(policies))]
+		for k := 0; k < 3; k++ {
+			if rng.Intn(3) == 0 {
+				shape, pol = rng.Intn(len(shapes)), policies[rng.Intn(len(policies))]
+			}
+			if k > 0 && rng.Intn(3) == 0 && len(placed) > 0 { // between two calls, one node changes
+				i := rng.Intn(len(placed))
+				e.cache.DeletePod(placed[i].UID)
+				placed = append(placed[:i], placed[i+1:]...)
+			}
+			w := shapes[shape](fixture.MakePod("ns", "asking"))
+			if pol != "" {
+				w = w.Annotation(api.AnnotationPolicy, pol)
+			}
+			pod := w.Obj()
+			memo0, eval0 := counts()
+			cand := names
+			if rng.Intn(4) == 0 {
+				cand = names[:memoMinNodes-1] // too few: not memoized
+			}
+			got, _, _, gotReq, err1 := e.srv.evaluate(ctx, pod, cand)
+			want, _, _, wantReq, err2 := fresh.evaluate(ctx, pod, cand)
+			if err1 != nil || err2 != nil || (gotReq == nil) != (wantReq == nil) {
+				t.Fatalf("step %d: errors %v %v, request errors %v %v", step, err1, err2, gotReq, wantReq)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("step %d, pod %v: decisions with the memo differ from a full evaluation (-full +memo):\n%s", step, pod.Annotations, diff)
+			}
+			e.srv.putDecisions(got)
+			fresh.putDecisions(want)
+			if memo1, eval1 := counts(); memo1 > memo0 && eval1 > eval0 {
+				partial++
+			}
+		}
+	}
+	if partial == 0 {
+		t.Error("no call took part of its decisions from the memo and evaluated the rest")
+	}
+	reused, evaluated := counts()
+	if reused == 0 || evaluated == 0 {
+		t.Fatalf("memo served %v decisions, the policy made %v: the run did not exercise both", reused, evaluated)
+	}
+	t.Logf("decisions from the memo %v, evaluated %v; calls served in part %d", reused, evaluated, partial)
+}
+
+// TestMemoKeepsRecentEntriesNewestFirst: publishing replaces the entry with
+// the same key, else evicts the oldest.
+func TestMemoKeepsRecentEntriesNewestFirst(t *testing.T) {
+	var m evalMemo
+	key := func(i int) memoKey { return memoKey{demands: fmt.Sprint(i), nodes: memoMinNodes} }
+	for i := 0; i < memoEntries+1; i++ {
+		m.publish(&memoEntry{key: key(i)})
+	}
+	if m.lookup(key(0)) != nil {
+		t.Errorf("the oldest entry is still there after %d more", memoEntries)
+	}
+	for i := 1; i <= memoEntries; i++ {
+		if m.lookup(key(i)) == nil {
+			t.Errorf("entry %d is gone", i)
+		}
+	}
+	again := &memoEntry{key: key(2)}
+	m.publish(again)
+	if m.entries[0] != again || m.lookup(key(1)) == nil {
+		t.Errorf("republishing key 2 did not replace it in front, or evicted another: %+v", m.entries)
+	}
+	n := 0
+	for _, e := range m.entries {
+		if e != nil && e.key == key(2) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("key 2 held %d times", n)
+	}
+}
+
+// TestMemoLeavesOutPodsWithACardChoiceAndSmallCalls: those are evaluated in
+// full every time.
+func TestMemoLeavesOutPodsWithACardChoiceAndSmallCalls(t *testing.T) {
+	p, _ := allocator.Lookup("binpack")
+	plain := api.PodRequest{Containers: []api.ContainerRequest{{Name: "main", Units: 8}}}
+	if _, ok := memoKeyFor(p, nil, plain, memoMinNodes); !ok {
+		t.Error("a plain pod at memoMinNodes nodes is not memoized")
+	}
+	if _, ok := memoKeyFor(p, nil, plain, memoMinNodes-1); ok {
+		t.Error("a call below memoMinNodes nodes is memoized")
+	}
+	chooser := plain
+	chooser.Cards = api.CardChoice{UUIDs: []string{"GPU-1"}}
+	if _, ok := memoKeyFor(p, nil, chooser, memoMinNodes); ok {
+		t.Error("a pod with a card choice is memoized")
+	}
+	a, _ := memoKeyFor(p, nil, api.PodRequest{Containers: []api.ContainerRequest{{Name: "a", Units: 1}, {Name: "b", Units: 12}}}, memoMinNodes)
+	b, _ := memoKeyFor(p, nil, api.PodRequest{Containers: []api.ContainerRequest{{Name: "a", Units: 11}, {Name: "b", Units: 2}}}, memoMinNodes)
+	if a == b {
+		t.Error("two different requests share a key")
+	}
+}
+
+// TestMemoUnderConcurrentCallsAndChanges: filter calls over HTTP from
+// several goroutines while pods come and go (run with -race: the memo's
+// entries, the recycled name and snapshot slices), then one more call
+// agrees with a full evaluation.
+func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
+	const nodes = memoMinNodes + 10
+	var ns []*corev1.Node
+	names := make([]string, nodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+		ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16).Obj())
+	}
+	e := newEnv(t, envOpts{policy: "frag", mode: FilterAll}, ns)
+	srv := httptest.NewServer(e.srv.Handler(nil))
+	defer srv.Close()
+	body := mustJSON(t, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "asking").GPU("main", 6).Obj(), NodeNames: &names})
+	stop := make(chan struct{})
+	var changes sync.WaitGroup
+	changes.Add(1)
+	go func() {
+		defer changes.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := fixture.MakePod("ns", fmt.Sprintf("p%d", i%50)).GPU("main", 4).Assign(names[i%nodes], api.PhaseAllocated, i%2).Obj()
+			if i%3 == 0 {
+				e.cache.DeletePod(p.UID)
+			} else {
+				e.cache.SetPod(p)
+			}
+		}
+	}()
+	var calls sync.WaitGroup
+	for g := 0; g < 6; g++ {
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			for k := 0; k < 30; k++ {
+				resp, err := srv.Client().Post(srv.URL+"/filter", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var res extenderv1.ExtenderFilterResult
+				err = json.NewDecoder(resp.Body).Decode(&res)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || res.NodeNames == nil || len(*res.NodeNames)+len(res.FailedNodes)+len(res.FailedAndUnresolvableNodes) != nodes {
+					t.Errorf("status %d, %v: %d kept, %d failed, %d unresolvable of %d nodes", resp.StatusCode, err, len(ptr.Deref(res.NodeNames, nil)), len(res.FailedNodes), len(res.FailedAndUnresolvableNodes), nodes)
+					return
+				}
+			}
+		}()
+	}
+	calls.Wait()
+	close(stop)
+	changes.Wait()
+
+	fresh, err := New(Config{Cache: e.cache, Client: e.client, Policy: e.srv.policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh.memo = nil
+	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+	got, _, _, _, err1 := e.srv.evaluate(context.Background(), pod, names)
+	want, _, _, _, err2 := fresh.evaluate(context.Background(), pod, names)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("after the concurrent run, decisions with the memo differ from a full evaluation (-full +memo):\n%s", diff)
+	}
+	if testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")) == 0 {
+		t.Error("the memo served no decision")
+	}
+}
