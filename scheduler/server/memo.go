@@ -146,6 +146,13 @@ func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput,
 			decisions[i] = out[j]
 		}
 	}
+	if prev != nil && reused == 0 {
+		// Nothing matched position by position: the caller reorders its
+		// candidates between calls (kube-scheduler's own filter lists the
+		// feasible nodes from a rotating start, in parallel), and keeping
+		// this call would only cost a copy of its decisions.
+		return true, len(miss), 0, false
+	}
 	s.memo.publish(&memoEntry{key: k, snaps: snaps, decisions: slices.Clone(decisions)})
 	return true, len(miss), reused, true
 }

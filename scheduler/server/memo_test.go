@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -268,5 +269,44 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 	}
 	if testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")) == 0 {
 		t.Error("the memo served no decision")
+	}
+}
+
+// TestMemoKeepsItsEntryWhenTheCallerReordersNodes: a call whose candidates
+// come in another order matches nothing position by position; it is
+// answered in full (and right) and does not replace the entry.
+func TestMemoKeepsItsEntryWhenTheCallerReordersNodes(t *testing.T) {
+	var ns []*corev1.Node
+	names := make([]string, memoMinNodes)
+	for i := range names {
+		names[i] = fmt.Sprintf("n%03d", i)
+		ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16+int64(i%3)).Obj())
+	}
+	e := newEnv(t, envOpts{policy: "binpack"}, ns)
+	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+	ctx := context.Background()
+	if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
+		t.Fatal(err)
+	}
+	first := e.srv.memo.entries[0]
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	got, _, _, _, err := e.srv.evaluate(ctx, pod, reversed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range got {
+		if d.Node != reversed[i] {
+			t.Fatalf("decision %d is for %s, want %s", i, d.Node, reversed[i])
+		}
+	}
+	if e.srv.memo.entries[0] != first || e.srv.memo.entries[1] != nil {
+		t.Error("a call matching nothing replaced or added a memo entry")
+	}
+	if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
+		t.Fatal(err)
+	}
+	if reused := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")); reused != float64(len(names)) {
+		t.Errorf("the third call, in the first order, reused %v decisions, want %d", reused, len(names))
 	}
 }
