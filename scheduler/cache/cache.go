@@ -540,7 +540,13 @@ func (c *Cache) Workload() *allocator.Workload {
 			}
 			return x.Host.MemoryMiB < y.Host.MemoryMiB
 		})
-		w.Reindex()
+		if c.workload.Equal(w) {
+			// Nothing that counts changed (a node update, a pod seen again):
+			// the same value, so the extender's memo, keyed by it, holds.
+			w = c.workload
+		} else {
+			w.Reindex()
+		}
 		c.workload, c.workloadDirt = w, false
 	}
 	return c.workload

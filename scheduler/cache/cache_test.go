@@ -440,6 +440,19 @@ func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	if c.Workload() != w {
 		t.Error("an unchanged workload was rebuilt")
 	}
+	// Updates that change no shape and no model's capacity (a node's
+	// annotations, a pod bound) keep the same value: the extender's memo is
+	// keyed by it.
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Annotation("example.com/touched", "yes").Obj())
+	c.SetPod(fixture.MakePod("ns", "p2").GPU("a", 10).Host("2", "4Gi").Assign("n1", api.PhaseAllocated, 0).Obj())
+	if c.Workload() != w {
+		t.Error("a node update and a bind that change nothing the workload counts gave a new workload value")
+	}
+	c.SetPod(fixture.MakePod("ns", "p3").GPU("a", 10).Host("2", "4Gi").Obj())
+	if w3 := c.Workload(); w3 == w || w3.Shapes[1].Weight != 3 {
+		t.Errorf("a new pod did not give a new workload with its shape counted: %+v", w3.Shapes)
+	}
+	w = c.Workload()
 	c.DeleteNode("n2")
 	if diff := cmp.Diff(map[string]allocator.ModelCapacity{"A100": {Cards: 2, Units: 80}}, c.Workload().ModelCapacity); diff != "" {
 		t.Errorf("model capacity after a node is deleted (-want +got):\n%s", diff)

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,27 +10,33 @@ import (
 )
 
 // The evaluation memo: kube-scheduler asks filter (and prioritize) about the
-// same nodes for pod after pod, and between two pods of a burst only the
-// node that took the last pod changed. A node's decision is a pure function
-// of the policy, the pod's request, the workload and the node's snapshot
+// same nodes pod after pod, and between two pods of a burst only the node
+// that took the last pod changed. A node's decision is a pure function of
+// the policy, the pod's request, the workload and the node's snapshot
 // (allocator.Policy.Evaluate), and the cache publishes a fresh snapshot for
 // every change (never edits one): so a node whose snapshot is the same
-// pointer as in an earlier call with the same policy, request and workload
-// gets the same decision, and is not evaluated again.
+// pointer as when a call with the same policy, request and workload
+// evaluated it gets the same decision, and is not evaluated again.
+//
+// Nodes are matched by name, not by position: kube-scheduler lists the
+// feasible nodes from a rotating start, gathered in parallel, so the
+// candidates come in a different order on almost every call.
 //
 // A workload changes whenever the cache sees a new pod (it counts every
 // pod's shape once), not when a pod binds: during a burst created ahead of
 // its scheduling the memo holds from pod to pod; while pods are still being
-// created it misses, and each call costs what it cost without it.
+// created it misses. A key gets a table only the second time it is seen, so
+// calls whose workload is new every time cost no more than without the
+// memo.
 
 // memoMinNodes: calls with fewer candidate nodes are evaluated in full.
-// They are cheap, and they would evict the large entries that pay (in best
-// mode prioritize gets only filter's best nodes, 16 by default).
+// They are cheap, and in best mode prioritize gets only filter's best nodes
+// (16 by default).
 const memoMinNodes = 256
 
-// memoEntries is how many recent calls (distinct requests and candidate
-// counts) the memo keeps. Each holds one decision and one snapshot pointer
-// per candidate node: ~90 bytes a node, 450 kB at 5,000 nodes.
+// memoEntries is how many keys (policy, request, workload) the memo keeps
+// a table for. A table holds one snapshot pointer and decision per node it
+// has seen: ~150 bytes a node, ~750 kB at 5,000 nodes.
 const memoEntries = 4
 
 // memoKey is everything a decision depends on besides the node's snapshot.
@@ -41,9 +46,6 @@ type memoKey struct {
 	host   api.HostResources
 	// demands is the request's containers in order, names and sizes.
 	demands string
-	// nodes is the number of candidate nodes: an entry is matched to a
-	// call position by position.
-	nodes int
 }
 
 // memoKeyFor returns the key of a call, or false when the call is not
@@ -66,93 +68,115 @@ func memoKeyFor(p *allocator.Policy, w *allocator.Workload, preq api.PodRequest,
 		b.WriteString(strconv.Itoa(c.Cards))
 		b.WriteByte(';')
 	}
-	return memoKey{policy: p, w: w, host: preq.Host, demands: b.String(), nodes: nodes}, true
+	return memoKey{policy: p, w: w, host: preq.Host, demands: b.String()}, true
 }
 
-// memoEntry is one call's snapshots and decisions; never changed once
-// published, so readers need no lock.
-type memoEntry struct {
-	key       memoKey
-	snaps     []*allocator.Node
-	decisions []allocator.Decision
+// memoSlot is a node's decision and the snapshot it was made on.
+type memoSlot struct {
+	snap     *allocator.Node
+	decision allocator.Decision
 }
 
-// evalMemo keeps the most recent entries, the newest first.
+// memoTable is one key's decisions by node name (the snapshot's own name
+// string: a table keeps no request's bytes alive). Slots are replaced, never
+// changed: a reader copies the decision out under the read lock.
+type memoTable struct {
+	key    memoKey
+	mu     sync.RWMutex
+	byName map[string]memoSlot
+}
+
+// evalMemo keeps the tables of the most recent keys, the newest first, and
+// the keys seen once (no table yet).
 type evalMemo struct {
-	mu      sync.Mutex
-	entries [memoEntries]*memoEntry
+	mu     sync.Mutex
+	tables [memoEntries]*memoTable
+	seen   [memoEntries]memoKey
+	nseen  int
 }
 
-func (m *evalMemo) lookup(k memoKey) *memoEntry {
+// table returns k's table: the existing one, a new one the second time k is
+// seen, else nil (k is remembered as seen).
+func (m *evalMemo) table(k memoKey) *memoTable {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, e := range m.entries {
-		if e != nil && e.key == k {
-			return e
+	for i, t := range m.tables {
+		if t != nil && t.key == k {
+			copy(m.tables[1:i+1], m.tables[:i]) // newest first
+			m.tables[0] = t
+			return t
 		}
 	}
+	for i := range min(m.nseen, len(m.seen)) {
+		if m.seen[i] == k {
+			t := &memoTable{key: k, byName: map[string]memoSlot{}}
+			copy(m.tables[1:], m.tables[:len(m.tables)-1])
+			m.tables[0] = t
+			m.seen[i] = memoKey{}
+			return t
+		}
+	}
+	m.seen[m.nseen%len(m.seen)] = k
+	m.nseen++
 	return nil
 }
 
-// publish puts e first, dropping the entry with the same key, else the
-// oldest.
-func (m *evalMemo) publish(e *memoEntry) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	i := slices.IndexFunc(m.entries[:], func(x *memoEntry) bool { return x != nil && x.key == e.key })
-	if i < 0 {
-		i = len(m.entries) - 1
+// evaluateMemo fills decisions[i] for every non-nil snaps[i]: from the memo
+// where the node's snapshot is the one a call with the same key evaluated,
+// by the policy for the others. It reports false when done closed first
+// (decisions are then unusable), and how many nodes it evaluated and took
+// from the memo.
+func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput, w *allocator.Workload, snaps []*allocator.Node, decisions []allocator.Decision) (complete bool, evaluated, reused int) {
+	t := s.memo.table(k)
+	if t == nil {
+		if !in.policy.policy.EvaluateParallelUntil(done, snaps, in.req, w, decisions, s.workers) {
+			return false, 0, 0
+		}
+		return true, countNodes(snaps), 0
 	}
-	copy(m.entries[1:i+1], m.entries[:i])
-	m.entries[0] = e
+	var miss []int
+	t.mu.RLock()
+	for i, n := range snaps {
+		if n == nil {
+			continue
+		}
+		if slot, ok := t.byName[n.Name]; ok && slot.snap == n {
+			decisions[i] = slot.decision
+			reused++
+			continue
+		}
+		miss = append(miss, i)
+	}
+	t.mu.RUnlock()
+	if len(miss) == 0 {
+		return true, 0, reused
+	}
+	nodes := make([]*allocator.Node, len(miss))
+	for j, i := range miss {
+		nodes[j] = snaps[i]
+	}
+	out := make([]allocator.Decision, len(miss))
+	if !in.policy.policy.EvaluateParallelUntil(done, nodes, in.req, w, out, s.workers) {
+		return false, 0, 0
+	}
+	t.mu.Lock()
+	for j, i := range miss {
+		decisions[i] = out[j]
+		// A concurrent call may have stored a newer snapshot's decision:
+		// this one then replaces it and is missed once more later. A hit
+		// needs the very snapshot, so no call ever gets a stale decision.
+		t.byName[nodes[j].Name] = memoSlot{snap: nodes[j], decision: out[j]}
+	}
+	t.mu.Unlock()
+	return true, len(miss), reused
 }
 
-// evaluateMemo fills decisions[i] for every non-nil snaps[i]: from the memo
-// where the node's snapshot is the one an earlier call with the same key
-// evaluated, by the policy for the others. It reports false when done
-// closed first (decisions are then unusable), how many nodes it evaluated
-// and took from the memo, and whether the memo kept snaps (which the caller
-// must then leave unchanged).
-func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput, w *allocator.Workload, snaps []*allocator.Node, decisions []allocator.Decision) (complete bool, evaluated, reused int, kept bool) {
-	prev := s.memo.lookup(k)
-	var miss []int
-	for i, n := range snaps {
-		switch {
-		case n == nil:
-		case prev != nil && prev.snaps[i] == n:
-			decisions[i] = prev.decisions[i]
-			reused++
-		default:
-			miss = append(miss, i)
+func countNodes(snaps []*allocator.Node) int {
+	n := 0
+	for _, s := range snaps {
+		if s != nil {
+			n++
 		}
 	}
-	if len(miss) == 0 {
-		return true, 0, reused, false
-	}
-	if prev == nil {
-		if !in.policy.policy.EvaluateParallelUntil(done, snaps, in.req, w, decisions, s.workers) {
-			return false, 0, 0, false
-		}
-	} else {
-		nodes := make([]*allocator.Node, len(miss))
-		for j, i := range miss {
-			nodes[j] = snaps[i]
-		}
-		out := make([]allocator.Decision, len(miss))
-		if !in.policy.policy.EvaluateParallelUntil(done, nodes, in.req, w, out, s.workers) {
-			return false, 0, 0, false
-		}
-		for j, i := range miss {
-			decisions[i] = out[j]
-		}
-	}
-	if prev != nil && reused == 0 {
-		// Nothing matched position by position: the caller reorders its
-		// candidates between calls (kube-scheduler's own filter lists the
-		// feasible nodes from a rotating start, in parallel), and keeping
-		// this call would only cost a copy of its decisions.
-		return true, len(miss), 0, false
-	}
-	s.memo.publish(&memoEntry{key: k, snaps: snaps, decisions: slices.Clone(decisions)})
-	return true, len(miss), reused, true
+	return n
 }

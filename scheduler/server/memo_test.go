@@ -25,10 +25,11 @@ import (
 
 // TestMemoGivesTheDecisionsOfAFullEvaluation: through a random run of pod
 // placements and removals, node changes (isolation, inventory) and new pods
-// (the workload), every call's decisions equal those of a server without
-// the memo on the same cache, for every policy and for single, multi-
-// container and whole-card pods; and the memo did serve decisions (the
-// comparison is not vacuous).
+// (the workload), with the candidates in a new order on every call, every
+// call's decisions equal those of a server without the memo on the same
+// cache, for every policy and for single, multi-container and whole-card
+// pods; and the memo did serve decisions, whole calls and parts of calls
+// (the comparison is not vacuous).
 func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 	const nodes = memoMinNodes + 44
 	rng := rand.New(rand.NewSource(11))
@@ -109,9 +110,11 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 			}
 			pod := w.Obj()
 			memo0, eval0 := counts()
-			cand := names
+			// In a new order on each call, as kube-scheduler sends them.
+			cand := slices.Clone(names)
+			rng.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
 			if rng.Intn(4) == 0 {
-				cand = names[:memoMinNodes-1] // too few: not memoized
+				cand = cand[:memoMinNodes-1] // too few: not memoized
 			}
 			got, _, _, gotReq, err1 := e.srv.evaluate(ctx, pod, cand)
 			want, _, _, wantReq, err2 := fresh.evaluate(ctx, pod, cand)
@@ -138,35 +141,39 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 	t.Logf("decisions from the memo %v, evaluated %v; calls served in part %d", reused, evaluated, partial)
 }
 
-// TestMemoKeepsRecentEntriesNewestFirst: publishing replaces the entry with
-// the same key, else evicts the oldest.
-func TestMemoKeepsRecentEntriesNewestFirst(t *testing.T) {
+// TestMemoMakesATableTheSecondTimeAKeyIsSeenAndKeepsTheNewest: a key seen
+// once gets no table (a workload that changes on every call costs no map),
+// the second time it does; beyond memoEntries tables the least recently
+// used goes.
+func TestMemoMakesATableTheSecondTimeAKeyIsSeenAndKeepsTheNewest(t *testing.T) {
 	var m evalMemo
-	key := func(i int) memoKey { return memoKey{demands: fmt.Sprint(i), nodes: memoMinNodes} }
-	for i := 0; i < memoEntries+1; i++ {
-		m.publish(&memoEntry{key: key(i)})
+	key := func(i int) memoKey { return memoKey{demands: fmt.Sprint(i)} }
+	if m.table(key(0)) != nil {
+		t.Fatal("a key seen once has a table")
 	}
-	if m.lookup(key(0)) != nil {
-		t.Errorf("the oldest entry is still there after %d more", memoEntries)
+	t0 := m.table(key(0))
+	if t0 == nil || m.table(key(0)) != t0 {
+		t.Fatal("a key seen twice has no table, or a new one each time")
 	}
 	for i := 1; i <= memoEntries; i++ {
-		if m.lookup(key(i)) == nil {
-			t.Errorf("entry %d is gone", i)
+		m.table(key(i))
+		if m.table(key(i)) == nil {
+			t.Fatalf("key %d seen twice has no table", i)
 		}
 	}
-	again := &memoEntry{key: key(2)}
-	m.publish(again)
-	if m.entries[0] != again || m.lookup(key(1)) == nil {
-		t.Errorf("republishing key 2 did not replace it in front, or evicted another: %+v", m.entries)
-	}
-	n := 0
-	for _, e := range m.entries {
-		if e != nil && e.key == key(2) {
-			n++
+	for i := 1; i <= memoEntries; i++ {
+		found := false
+		for _, tb := range m.tables {
+			found = found || (tb != nil && tb.key == key(i))
+		}
+		if !found {
+			t.Errorf("table %d is gone", i)
 		}
 	}
-	if n != 1 {
-		t.Errorf("key 2 held %d times", n)
+	for _, tb := range m.tables {
+		if tb == t0 {
+			t.Errorf("the least recently used table is still kept after %d newer ones", memoEntries)
+		}
 	}
 }
 
@@ -272,10 +279,10 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 	}
 }
 
-// TestMemoKeepsItsEntryWhenTheCallerReordersNodes: a call whose candidates
-// come in another order matches nothing position by position; it is
-// answered in full (and right) and does not replace the entry.
-func TestMemoKeepsItsEntryWhenTheCallerReordersNodes(t *testing.T) {
+// TestMemoMatchesNodesByNameWhateverTheirOrder: kube-scheduler sends the
+// candidates in a new order on almost every call; the memo finds each node
+// by name, and its decisions stay those of a full evaluation.
+func TestMemoMatchesNodesByNameWhateverTheirOrder(t *testing.T) {
 	var ns []*corev1.Node
 	names := make([]string, memoMinNodes)
 	for i := range names {
@@ -283,30 +290,31 @@ func TestMemoKeepsItsEntryWhenTheCallerReordersNodes(t *testing.T) {
 		ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16+int64(i%3)).Obj())
 	}
 	e := newEnv(t, envOpts{policy: "binpack"}, ns)
-	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
-	ctx := context.Background()
-	if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
-		t.Fatal(err)
-	}
-	first := e.srv.memo.entries[0]
-	reversed := slices.Clone(names)
-	slices.Reverse(reversed)
-	got, _, _, _, err := e.srv.evaluate(ctx, pod, reversed)
+	fresh, err := New(Config{Cache: e.cache, Client: e.client, Policy: e.srv.policy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, d := range got {
-		if d.Node != reversed[i] {
-			t.Fatalf("decision %d is for %s, want %s", i, d.Node, reversed[i])
+	fresh.memo = nil
+	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+	ctx := context.Background()
+	for k := 0; k < 2; k++ { // seen, then a table filled
+		if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if e.srv.memo.entries[0] != first || e.srv.memo.entries[1] != nil {
-		t.Error("a call matching nothing replaced or added a memo entry")
+	reversed := slices.Clone(names)
+	slices.Reverse(reversed)
+	got, _, _, _, err1 := e.srv.evaluate(ctx, pod, reversed)
+	want, _, _, _, err2 := fresh.evaluate(ctx, pod, reversed)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
 	}
-	if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
-		t.Fatal(err)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("in reverse order, decisions with the memo differ from a full evaluation (-full +memo):\n%s", diff)
 	}
-	if reused := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")); reused != float64(len(names)) {
-		t.Errorf("the third call, in the first order, reused %v decisions, want %d", reused, len(names))
+	reused := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo"))
+	evaluated := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("evaluated"))
+	if reused != float64(len(names)) || evaluated != float64(2*len(names)) {
+		t.Errorf("memo %v, evaluated %v; want the third call, in reverse order, all from the memo (%d) after two full ones", reused, evaluated, len(names))
 	}
 }

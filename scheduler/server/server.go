@@ -313,17 +313,12 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 		return nil, pp, true, err, nil
 	}
 	snaps := s.cache.SnapshotInto(s.getSnaps(), names)
-	kept := false // by the memo: then the next calls read snaps
-	defer func() {
-		if !kept {
-			s.putSnaps(snaps)
-		}
-	}()
+	defer s.putSnaps(snaps)
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {
 		var evaluated, reused int
-		complete, evaluated, reused, kept = s.evaluateMemo(ctx.Done(), k, in, w, snaps, decisions)
+		complete, evaluated, reused = s.evaluateMemo(ctx.Done(), k, in, w, snaps, decisions)
 		s.metrics.evaluations(evaluated, reused)
 	} else {
 		complete = in.policy.policy.EvaluateParallelUntil(ctx.Done(), snaps, in.req, w, decisions, s.workers)
@@ -361,7 +356,7 @@ func (s *Server) putDecisions(d []allocator.Decision) {
 }
 
 // getSnaps and putSnaps recycle the per-call snapshot slices (40 kB a call
-// at 5,000 nodes) that the memo does not keep.
+// at 5,000 nodes).
 func (s *Server) getSnaps() []*allocator.Node {
 	if p, ok := s.snapPool.Get().(*[]*allocator.Node); ok {
 		return *p

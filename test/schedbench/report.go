@@ -68,13 +68,13 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	}
 	_ = tw.Flush()
 
-	fmt.Fprintf(w, "\nextender latency from its /metrics (ms; percentiles interpolated in the histogram's buckets; ≥: beyond its largest bucket), bind outcomes\n\n")
+	fmt.Fprintf(w, "\nextender latency from its /metrics (ms; percentiles interpolated in the histogram's buckets; ≥: beyond its largest bucket), bind outcomes, node decisions (evaluated by the policy, or from the memo)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head = "policy"
 	for _, v := range Verbs {
 		head += fmt.Sprintf("\t%s n\tp50\tp90\tp99", v)
 	}
-	fmt.Fprintln(tw, head+"\tbinds by outcome\t")
+	fmt.Fprintln(tw, head+"\tbinds by outcome\tnode decisions by source\t")
 	for _, r := range results {
 		if r.Policy == "" {
 			continue
@@ -88,7 +88,7 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 			}
 			line += fmt.Sprintf("\t%d\t%s\t%s\t%s", l.Count, msAtMost(l.P50, l.Top), msAtMost(l.P90, l.Top), msAtMost(l.P99, l.Top))
 		}
-		fmt.Fprintln(tw, line+"\t"+outcomes(r.Binds)+"\t")
+		fmt.Fprintln(tw, line+"\t"+outcomes(r.Binds)+"\t"+outcomes(r.Decisions)+"\t")
 	}
 	_ = tw.Flush()
 

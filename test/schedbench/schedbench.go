@@ -100,6 +100,9 @@ type Result struct {
 	// extender's /metrics ((b) only).
 	Latency map[string]schedload.Latency
 	Binds   map[string]float64
+	// Decisions are filter's and prioritize's node decisions by source
+	// (evaluated, memo), from the extender's /metrics ((b) only).
+	Decisions map[string]float64
 	// CPU seconds per component (CPUComponents) during the run.
 	CPU map[string]float64
 	// Check is what the checks afterwards found.
@@ -384,16 +387,8 @@ func (b *Bench) run(ctx context.Context, policy, schedulerName, binary, name str
 					r.Latency[v] = l
 				}
 			}
-			r.Binds = map[string]float64{}
-			if f := m[schedload.MetricBinds]; f != nil {
-				for _, s := range f.GetMetric() {
-					for _, l := range s.GetLabel() {
-						if l.GetName() == "outcome" {
-							r.Binds[l.GetValue()] = s.GetCounter().GetValue()
-						}
-					}
-				}
-			}
+			r.Binds = m.Counters(schedload.MetricBinds, "outcome")
+			r.Decisions = m.Counters(schedload.MetricNodeDecisions, "source")
 		}
 		r.Check, err = schedload.CheckAssignments(ctx, b.client, ns)
 	} else {

@@ -21,12 +21,29 @@ import (
 const (
 	MetricRequestDuration = "gpushare_extender_request_duration_seconds"
 	MetricBinds           = "gpushare_extender_binds_total"
+	MetricNodeDecisions   = "gpushare_extender_node_decisions_total"
 	MetricCardCapacity    = "gpushare_card_capacity_units"
 	MetricProcessCPU      = "process_cpu_seconds_total"
 )
 
 // Metrics is one scrape of a Prometheus text endpoint, by family name.
 type Metrics map[string]*dto.MetricFamily
+
+// Counters returns the counter family name's values by the given label's
+// value (empty when the family is absent).
+func (m Metrics) Counters(name, label string) map[string]float64 {
+	out := map[string]float64{}
+	if f := m[name]; f != nil {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == label {
+					out[l.GetValue()] = s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
+}
 
 // Scrape reads url (e.g. http://127.0.0.1:39999/metrics).
 func Scrape(ctx context.Context, url string) (Metrics, error) {

@@ -2,7 +2,11 @@ package schedload
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -274,5 +278,24 @@ func TestProcessCPUSecondsReadsThisProcess(t *testing.T) {
 	}
 	if s < 0 || s > 1e6 {
 		t.Errorf("CPU seconds %v", s)
+	}
+}
+
+func TestCountersByLabel(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "# TYPE gpushare_extender_node_decisions_total counter\n"+
+			"gpushare_extender_node_decisions_total{source=\"evaluated\"} 12\n"+
+			"gpushare_extender_node_decisions_total{source=\"memo\"} 9988\n")
+	}))
+	defer srv.Close()
+	m, err := Scrape(context.Background(), srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Counters(MetricNodeDecisions, "source"), map[string]float64{"evaluated": 12, "memo": 9988}; !maps.Equal(got, want) {
+		t.Errorf("Counters = %v, want %v", got, want)
+	}
+	if got := m.Counters(MetricBinds, "outcome"); len(got) != 0 {
+		t.Errorf("an absent family gave %v", got)
 	}
 }
