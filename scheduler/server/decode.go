@@ -184,14 +184,9 @@ func parseNames(b []byte, i int, names **[]string) (int, bool) {
 // namesPool recycles the decoded node-name slices (80 kB a call at 5,000
 // nodes): a handler hands its request's back with releaseNames once its
 // answer is written.
-var namesPool sync.Pool
+var namesPool slicePool[string]
 
-func getNames(n int) []string {
-	if p, ok := namesPool.Get().(*[]string); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]string, 0, n)
-}
+func getNames(n int) []string { return namesPool.get(n)[:0] }
 
 // releaseNames returns args.NodeNames to the pool. Nothing may use them
 // afterwards: call it only when the answer has been written.
@@ -199,10 +194,8 @@ func releaseNames(args *extenderv1.ExtenderArgs) {
 	if args.NodeNames == nil {
 		return
 	}
-	names := *args.NodeNames
-	clear(names) // the pool keeps no request's strings alive
+	namesPool.put(*args.NodeNames)
 	args.NodeNames = nil
-	namesPool.Put(&names)
 }
 
 // scanNames checks that b[i:] starts with an array of plain printable-ASCII

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -151,10 +150,10 @@ type Server struct {
 	recordKeys  api.RecordKeyring
 	workers     int
 	maxBest     int
-	// decisionPool recycles the per-call decision slices.
-	decisionPool sync.Pool
-	// snapPool recycles the per-call snapshot slices.
-	snapPool sync.Pool
+	// decisionPool and snapPool recycle the per-call decision and snapshot
+	// slices.
+	decisionPool slicePool[allocator.Decision]
+	snapPool     slicePool[*allocator.Node]
 	// memo keeps recent calls' decisions (memo.go); nil: every node is
 	// evaluated on every call.
 	memo *evalMemo
@@ -312,8 +311,8 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 	if err != nil {
 		return nil, pp, true, err, nil
 	}
-	snaps := s.cache.SnapshotInto(s.getSnaps(), names)
-	defer s.putSnaps(snaps)
+	snaps := s.cache.SnapshotInto(s.snapPool.get(len(names)), names)
+	defer s.snapPool.put(snaps)
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {
@@ -322,7 +321,7 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 		s.metrics.evaluations(evaluated, reused)
 	} else {
 		complete = in.policy.policy.EvaluateParallelUntil(ctx.Done(), snaps, in.req, w, decisions, s.workers)
-		s.metrics.evaluations(len(names), 0)
+		s.metrics.evaluations(countNodes(snaps), 0)
 	}
 	if !complete {
 		s.putDecisions(decisions)
@@ -340,34 +339,9 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 // getDecisions returns a zeroed slice of n decisions, reused between calls
 // (at 5,000 nodes it is 400 kB a call); putDecisions hands it back once the
 // response no longer refers to it.
-func (s *Server) getDecisions(n int) []allocator.Decision {
-	if p, ok := s.decisionPool.Get().(*[]allocator.Decision); ok && cap(*p) >= n {
-		d := (*p)[:n]
-		clear(d)
-		return d
-	}
-	return make([]allocator.Decision, n)
-}
+func (s *Server) getDecisions(n int) []allocator.Decision { return s.decisionPool.get(n) }
 
-func (s *Server) putDecisions(d []allocator.Decision) {
-	if d != nil {
-		s.decisionPool.Put(&d)
-	}
-}
-
-// getSnaps and putSnaps recycle the per-call snapshot slices (40 kB a call
-// at 5,000 nodes).
-func (s *Server) getSnaps() []*allocator.Node {
-	if p, ok := s.snapPool.Get().(*[]*allocator.Node); ok {
-		return *p
-	}
-	return nil
-}
-
-func (s *Server) putSnaps(n []*allocator.Node) {
-	clear(n) // no snapshot kept alive by the pool
-	s.snapPool.Put(&n)
-}
+func (s *Server) putDecisions(d []allocator.Decision) { s.decisionPool.put(d) }
 
 // Filter implements the filter verb. Pods that ask for no gpu-mem pass on
 // every node; a pod whose demand is invalid (e.g. an init container asks for
