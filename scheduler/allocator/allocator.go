@@ -46,6 +46,12 @@ func (c Card) Schedulable() bool { return c.State == api.CardHealthy }
 // Node is one node's cards in a snapshot.
 type Node struct {
 	Name string
+	// ID is a small number the node's owner (the extender's cache) gives
+	// it: unique among the nodes it holds, reused once a node is gone, dense
+	// from 0. The extender's evaluation memo indexes its tables by it
+	// instead of hashing names. Policies never read it; 0 for every node is
+	// valid, the memo is only slower.
+	ID   int32
 	Unit api.MemoryUnit
 	// Cards in index order.
 	Cards []Card

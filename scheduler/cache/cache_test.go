@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -612,4 +613,80 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 			t.Errorf("an unsigned record counted (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// Node IDs (allocator.Node.ID): unique among the nodes the cache holds,
+// kept across updates, given to a new node once their node is gone (and
+// not while a pod still refers to the name), dense from 0.
+func TestNodeIDsAreUniqueKeptAndReused(t *testing.T) {
+	c := cache.New()
+	id := func(name string) int32 {
+		t.Helper()
+		n, err := c.NodeSnapshot(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.ID
+	}
+	for i := 0; i < 4; i++ {
+		c.SetNode(fixture.MakeNode(fmt.Sprintf("n%d", i)).Card(0, 40).Obj())
+	}
+	seen := map[int32]string{}
+	for i := 0; i < 4; i++ {
+		name := fmt.Sprintf("n%d", i)
+		got := id(name)
+		if other, dup := seen[got]; dup || got < 0 || got > 3 {
+			t.Fatalf("%s has ID %d (also %q): want unique IDs 0 to 3", name, got, other)
+		}
+		seen[got] = name
+	}
+	before := id("n1")
+	c.SetNode(fixture.MakeNode("n1").Cards(2, 40).Obj())
+	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n2", api.PhaseAllocated, 0).Obj()
+	c.SetPod(pod)
+	if id("n1") != before {
+		t.Errorf("an update changed n1's ID from %d to %d", before, id("n1"))
+	}
+	goneID, heldID := id("n1"), id("n2")
+	c.DeleteNode("n1")
+	c.DeleteNode("n2") // its pod still counts there: the entry and its ID stay
+	c.SetNode(fixture.MakeNode("new").Card(0, 40).Obj())
+	if got := id("new"); got != goneID {
+		t.Errorf("the new node has ID %d, want the gone n1's %d", got, goneID)
+	}
+	c.SetNode(fixture.MakeNode("n2").Card(0, 40).Obj())
+	if got := id("n2"); got != heldID {
+		t.Errorf("n2, back while its pod held the entry, has ID %d, want its own %d", got, heldID)
+	}
+	c.SetNode(fixture.MakeNode("fresh").Card(0, 40).Obj())
+	if got := id("fresh"); got != 4 {
+		t.Errorf("with no ID free the next node has ID %d, want 4", got)
+	}
+}
+
+// SnapshotsOf gives what SnapshotInto gives for the same names, and a known
+// node's name is the snapshot's own string.
+func TestSnapshotsOfResolvesNamesGivenAsBytes(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("a").Card(0, 40).Obj())
+	c.SetNode(fixture.MakeNode("b").Card(0, 40).Obj())
+	body := []byte(`"b","ghost","a"`)
+	spans := [][2]int{{1, 2}, {5, 10}, {13, 14}}
+	got, names, ids := make([]*allocator.Node, 3), make([]string, 3), make([]int32, 3)
+	c.SnapshotsOf(got, names, ids, func(i int) []byte { return body[spans[i][0]:spans[i][1]] })
+	want := c.SnapshotInto(nil, []string{"b", "ghost", "a"})
+	if got[0] != want[0] || got[1] != nil || got[2] != want[2] || got[0] == nil || got[2] == nil {
+		t.Fatalf("SnapshotsOf = %v, want %v", got, want)
+	}
+	if names[0] != "b" || names[1] != "" || names[2] != "a" {
+		t.Errorf("names %q, want b, none, a", names)
+	}
+	for _, i := range []int{0, 2} {
+		if unsafe.StringData(names[i]) != unsafe.StringData(got[i].Name) {
+			t.Errorf("name %q is not the snapshot's own string", names[i])
+		}
+		if ids[i] != got[i].ID {
+			t.Errorf("%s: ID %d, the snapshot's is %d", names[i], ids[i], got[i].ID)
+		}
+	}
 }

@@ -101,8 +101,8 @@ func (c *Cache) Nodes() []*allocator.Node {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]*allocator.Node, 0, len(c.snaps))
-	for _, n := range c.snaps {
-		out = append(out, n)
+	for _, ref := range c.snaps {
+		out = append(out, ref.snap)
 	}
 	return out
 }

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
 
 	"github.com/gin-gonic/gin"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
 // bodyPool recycles request body buffers (a 5,000-node filter body is
@@ -27,7 +30,14 @@ var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // any other body goes to encoding/json whole, so what is accepted, what it
 // decodes to and every error message are decode's (FuzzDecodeArgs compares
 // the two).
-func (s *Server) decodeArgs(c *gin.Context, args *extenderv1.ExtenderArgs) error {
+//
+// When the body takes the fast path with NodeNames, the names are resolved
+// against the cache as they are parsed (nameResolver): cands.snaps[i] is
+// NodeNames[i]'s snapshot (nil for a node the cache does not know) and
+// cands.ids[i] its ID, and a known node's name is the cache's own string,
+// not a copy of the body's bytes. cands is zero otherwise; hand it back
+// with s.putCandidates once the call is answered.
+func (s *Server) decodeArgs(c *gin.Context, args *extenderv1.ExtenderArgs) (cands candidates, err error) {
 	buf := bodyPool.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= int(s.maxBody) {
@@ -39,19 +49,83 @@ func (s *Server) decodeArgs(c *gin.Context, args *extenderv1.ExtenderArgs) error
 	if _, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, c.Request.Body, s.maxBody)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
+			return candidates{}, fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
 		}
-		return fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
+		return candidates{}, fmt.Errorf("%w: reading the body: %v", ErrBadRequest, err)
 	}
-	return decodeArgsBytes(buf.Bytes(), args)
+	r := nameResolver{cache: s.cache, snapPool: &s.snapPool, idPool: &s.idPool}
+	err = decodeArgsBytes(buf.Bytes(), args, &r)
+	if err != nil || args.NodeNames == nil {
+		s.putCandidates(r.cands)
+		return candidates{}, err
+	}
+	return r.cands, nil
 }
 
-// decodeArgsBytes is decodeArgs on a body already read.
-func decodeArgsBytes(b []byte, args *extenderv1.ExtenderArgs) error {
+// candidates are a call's node names as the decoder resolved them against
+// the cache: snaps[i] is the i-th name's snapshot (nil: unknown), ids[i]
+// its ID. The zero value: not resolved (a body decoded by encoding/json, a
+// call from Go), and evaluate reads the snapshots itself.
+type candidates struct {
+	snaps []*allocator.Node
+	ids   []int32
+}
+
+// putCandidates hands c's slices back to their pools.
+func (s *Server) putCandidates(c candidates) {
+	s.snapPool.put(c.snaps)
+	s.idPool.put(c.ids)
+}
+
+// nameResolver resolves the node names fastArgs parses against the cache
+// in one pass, under one lock (Cache.SnapshotsOf): the snapshots come out
+// with the names, and the names are the snapshots' own strings. At 5,000
+// nodes the names were a 60 kB copy of the body a call, most of the
+// extender's garbage under a burst (docs/design.md, "Garbage per call").
+type nameResolver struct {
+	cache    Cache
+	snapPool *slicePool[*allocator.Node]
+	idPool   *slicePool[int32]
+	// cands is the result: the last NodeNames array parsed, resolved.
+	cands candidates
+}
+
+// spanPool recycles the names' offsets in the body (two a name).
+var spanPool slicePool[uint32]
+
+// resolve returns the n names whose bounds in b are spans (start, end
+// pairs): a known node's is its snapshot's name, an unknown one's a copy.
+func (r *nameResolver) resolve(b []byte, spans []uint32, n int) []string {
+	r.release() // a repeated NodeNames key: fastArgs refuses it, but keep no slice twice
+	r.cands = candidates{snaps: r.snapPool.get(n), ids: r.idPool.get(n)}
+	out := namesPool.get(n)
+	name := func(i int) []byte { return b[spans[2*i]:spans[2*i+1]] }
+	r.cache.SnapshotsOf(r.cands.snaps, out, r.cands.ids, name)
+	for i, sn := range r.cands.snaps {
+		if sn == nil {
+			out[i] = string(name(i))
+		}
+	}
+	return out
+}
+
+// release hands back the slices of the names resolved so far.
+func (r *nameResolver) release() {
+	r.snapPool.put(r.cands.snaps)
+	r.idPool.put(r.cands.ids)
+	r.cands = candidates{}
+}
+
+// decodeArgsBytes is decodeArgs on a body already read. r, if not nil,
+// resolves NodeNames on the fast path.
+func decodeArgsBytes(b []byte, args *extenderv1.ExtenderArgs, r *nameResolver) error {
 	var fast extenderv1.ExtenderArgs
-	if fastArgs(b, &fast) {
+	if fastArgs(b, &fast, r) {
 		*args = fast
 		return nil
+	}
+	if r != nil {
+		r.release()
 	}
 	return decodeJSON(bytes.NewReader(b), args)
 }
@@ -79,8 +153,8 @@ func decodeJSON(r io.Reader, v any) error {
 // encoding/json from their own bytes, other keys are checked valid and
 // ignored (as encoding/json ignores unknown fields; it matches field names
 // case-insensitively, and so does this). It returns false, leaving args in
-// any state, for every other body.
-func fastArgs(b []byte, args *extenderv1.ExtenderArgs) bool {
+// any state, for every other body. r, if not nil, resolves the names.
+func fastArgs(b []byte, args *extenderv1.ExtenderArgs, r *nameResolver) bool {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -118,7 +192,7 @@ func fastArgs(b []byte, args *extenderv1.ExtenderArgs) bool {
 			}
 			seenNames = true
 			var ok bool
-			if i, ok = parseNames(b, i, &args.NodeNames); !ok {
+			if i, ok = parseNames(b, i, &args.NodeNames, r); !ok {
 				return false
 			}
 		case strings.EqualFold(k, "Pod"), strings.EqualFold(k, "Nodes"):
@@ -161,21 +235,37 @@ func fastArgs(b []byte, args *extenderv1.ExtenderArgs) bool {
 }
 
 // parseNames parses null or an array of plain printable-ASCII strings at
-// b[i:] into *names and returns the position after it. The names share one
-// string, a copy of the array's bytes: one allocation however many names
-// (5,000 at 5,000 nodes), not one each. They are read for one call and let
-// go with its answer.
-func parseNames(b []byte, i int, names **[]string) (int, bool) {
+// b[i:] into *names and returns the position after it. With r the names
+// are resolved (nameResolver.resolve); without, they share one string, a
+// copy of the array's bytes: one allocation however many names (5,000 at
+// 5,000 nodes), not one each. They are read for one call and let go with
+// its answer.
+func parseNames(b []byte, i int, names **[]string, r *nameResolver) (int, bool) {
 	if bytes.HasPrefix(b[i:], []byte("null")) {
 		*names = nil
 		return i + 4, true
+	}
+	var out []string
+	if r != nil && len(b) <= math.MaxUint32 {
+		// One pass: the spans slice from the pool has the room of the
+		// calls before.
+		spans := spanPool.get(0)
+		end, n, ok := scanNames(b, i, func(s, e int) { spans = append(spans, uint32(s), uint32(e)) })
+		if !ok {
+			spanPool.put(spans)
+			return 0, false
+		}
+		out = r.resolve(b, spans, n)
+		*names = &out
+		spanPool.put(spans)
+		return end, true
 	}
 	end, n, ok := scanNames(b, i, nil)
 	if !ok {
 		return 0, false
 	}
 	all := string(b[i:end])
-	out := getNames(n)
+	out = getNames(n)
 	scanNames(all, 0, func(s, e int) { out = append(out, all[s:e]) })
 	*names = &out
 	return end, true
@@ -198,6 +288,16 @@ func releaseNames(args *extenderv1.ExtenderArgs) {
 	args.NodeNames = nil
 }
 
+// plainNameByte holds for the bytes a plain name string may hold: printable
+// ASCII but '"' and '\\'. One load a byte: the check runs over every byte of
+// every candidate's name in every call.
+var plainNameByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x7f; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // scanNames checks that b[i:] starts with an array of plain printable-ASCII
 // strings, calls emit (if not nil) with each string's bounds (quotes left
 // out), and returns the position after the array and how many strings it
@@ -215,13 +315,10 @@ func scanNames[T string | []byte](b T, i int, emit func(s, e int)) (end, n int, 
 			return 0, 0, false
 		}
 		j := i + 1
-		for j < len(b) && b[j] != '"' {
-			if c := b[j]; c < 0x20 || c >= 0x7f || c == '\\' {
-				return 0, 0, false
-			}
+		for j < len(b) && plainNameByte[b[j]] {
 			j++
 		}
-		if j >= len(b) {
+		if j >= len(b) || b[j] != '"' {
 			return 0, 0, false
 		}
 		if emit != nil {

@@ -75,12 +75,14 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r.Use(gin.Recovery())
 	r.POST("/filter", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decodeArgs(c, &args); err != nil {
+		cands, err := s.decodeArgs(c, &args)
+		if err != nil {
 			respond(c, nil, err)
 			return
 		}
 		defer releaseNames(&args)
-		res, err := s.Filter(c.Request.Context(), &args)
+		defer s.putCandidates(cands)
+		res, err := s.filter(c.Request.Context(), &args, cands)
 		if err == nil {
 			var b []byte
 			if b, err = encodeFilter(res); err == nil {
@@ -92,12 +94,14 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	})
 	r.POST("/prioritize", func(c *gin.Context) {
 		var args extenderv1.ExtenderArgs
-		if err := s.decodeArgs(c, &args); err != nil {
+		cands, err := s.decodeArgs(c, &args)
+		if err != nil {
 			respond(c, nil, err)
 			return
 		}
 		defer releaseNames(&args)
-		res, err := s.Prioritize(c.Request.Context(), &args)
+		defer s.putCandidates(cands)
+		res, err := s.prioritize(c.Request.Context(), &args, cands)
 		respond(c, res, err)
 	})
 	r.POST("/bind", func(c *gin.Context) {

@@ -18,9 +18,13 @@ import (
 // pointer as when a call with the same policy, request and workload
 // evaluated it gets the same decision, and is not evaluated again.
 //
-// Nodes are matched by name, not by position: kube-scheduler lists the
-// feasible nodes from a rotating start, gathered in parallel, so the
-// candidates come in a different order on almost every call.
+// Nodes are matched by the cache's node ID (allocator.Node.ID), not by
+// position: kube-scheduler lists the feasible nodes from a rotating start,
+// gathered in parallel, so the candidates come in a different order on
+// almost every call. A table is a slice indexed by ID: at 5,000 nodes a
+// lookup by name cost more than the rest of a memoized call (a map of
+// 5,000 entries misses the CPU's caches). IDs are reused after a node is
+// gone; the snapshot pointer a slot holds tells the nodes apart.
 //
 // A workload changes whenever the cache sees a new pod (it counts every
 // pod's shape once), not when a pod binds: during a burst created ahead of
@@ -33,6 +37,10 @@ import (
 // They are cheap, and in best mode prioritize gets only filter's best nodes
 // (16 by default).
 const memoMinNodes = 256
+
+// memoMaxID bounds a table's length: a node with a larger ID (a cluster
+// of over a million nodes, or a caller's own numbering) is not memoized.
+const memoMaxID = 1 << 20
 
 // memoEntries is how many keys (policy, request, workload) the memo keeps
 // a table for. A table holds one snapshot pointer and decision per node it
@@ -77,13 +85,12 @@ type memoSlot struct {
 	decision allocator.Decision
 }
 
-// memoTable is one key's decisions by node name (the snapshot's own name
-// string: a table keeps no request's bytes alive). Slots are replaced, never
+// memoTable is one key's decisions by node ID. Slots are replaced, never
 // changed: a reader copies the decision out under the read lock.
 type memoTable struct {
-	key    memoKey
-	mu     sync.RWMutex
-	byName map[string]memoSlot
+	key  memoKey
+	mu   sync.RWMutex
+	byID []memoSlot
 }
 
 // evalMemo keeps the tables of the most recent keys, the newest first, and
@@ -109,7 +116,7 @@ func (m *evalMemo) table(k memoKey) *memoTable {
 	}
 	for i := range min(m.nseen, len(m.seen)) {
 		if m.seen[i] == k {
-			t := &memoTable{key: k, byName: map[string]memoSlot{}}
+			t := &memoTable{key: k}
 			copy(m.tables[1:], m.tables[:len(m.tables)-1])
 			m.tables[0] = t
 			m.seen[i] = memoKey{}
@@ -121,12 +128,14 @@ func (m *evalMemo) table(k memoKey) *memoTable {
 	return nil
 }
 
-// evaluateMemo fills decisions[i] for every non-nil snaps[i]: from the memo
+// evaluateMemo fills decisions[i] for every non-nil snaps[i]; ids, if not
+// nil, are the snapshots' IDs (read beside them, it spares a cache miss a
+// node): from the memo
 // where the node's snapshot is the one a call with the same key evaluated,
 // by the policy for the others. It reports false when done closed first
 // (decisions are then unusable), and how many nodes it evaluated and took
 // from the memo.
-func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput, w *allocator.Workload, snaps []*allocator.Node, decisions []allocator.Decision) (complete bool, evaluated, reused int) {
+func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput, w *allocator.Workload, snaps []*allocator.Node, ids []int32, decisions []allocator.Decision) (complete bool, evaluated, reused int) {
 	t := s.memo.table(k)
 	if t == nil {
 		if !in.policy.policy.EvaluateParallelUntil(done, snaps, in.req, w, decisions, s.workers) {
@@ -140,8 +149,14 @@ func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput,
 		if n == nil {
 			continue
 		}
-		if slot, ok := t.byName[n.Name]; ok && slot.snap == n {
-			decisions[i] = slot.decision
+		var id int
+		if ids != nil {
+			id = int(ids[i])
+		} else {
+			id = int(n.ID)
+		}
+		if id < len(t.byID) && t.byID[id].snap == n {
+			decisions[i] = t.byID[id].decision
 			reused++
 			continue
 		}
@@ -162,10 +177,17 @@ func (s *Server) evaluateMemo(done <-chan struct{}, k memoKey, in decisionInput,
 	t.mu.Lock()
 	for j, i := range miss {
 		decisions[i] = out[j]
+		id := int(nodes[j].ID)
+		if id < 0 || id > memoMaxID {
+			continue
+		}
+		if id >= len(t.byID) {
+			t.byID = append(t.byID, make([]memoSlot, id+1-len(t.byID))...)
+		}
 		// A concurrent call may have stored a newer snapshot's decision:
 		// this one then replaces it and is missed once more later. A hit
 		// needs the very snapshot, so no call ever gets a stale decision.
-		t.byName[nodes[j].Name] = memoSlot{snap: nodes[j], decision: out[j]}
+		t.byID[id] = memoSlot{snap: nodes[j], decision: out[j]}
 	}
 	t.mu.Unlock()
 	return true, len(miss), reused

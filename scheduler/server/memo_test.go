@@ -88,7 +88,26 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 				w = w.Annotation(api.AnnotationIsolation, "0")
 			}
 			e.cache.SetNode(w.Obj())
-		case r < 8: // a pending pod seen: the workload changes
+		case r < 8: // a node gone, its pods with it, and a new one that takes its ID
+			i := rng.Intn(nodes)
+			gone, err := e.cache.NodeSnapshot(names[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := len(placed) - 1; k >= 0; k-- {
+				if placed[k].Spec.NodeName == names[i] {
+					e.cache.DeletePod(placed[k].UID)
+					placed = append(placed[:k], placed[k+1:]...)
+				}
+			}
+			e.cache.DeleteNode(names[i])
+			seq++
+			names[i] = fmt.Sprintf("new%d", seq)
+			e.cache.SetNode(fixture.MakeNode(names[i]).Cards(1+rng.Intn(4), 24+8*int64(rng.Intn(3))).Obj())
+			if got, err := e.cache.NodeSnapshot(names[i]); err != nil || got.ID != gone.ID {
+				t.Fatalf("step %d: the new node %s has ID %d (%v), want the gone node's %d", step, names[i], got.ID, err, gone.ID)
+			}
+		case r < 9: // a pending pod seen: the workload changes
 			seq++
 			e.cache.SetPod(shapes[rng.Intn(len(shapes))](fixture.MakePod("ns", fmt.Sprintf("pending%d", seq))).Obj())
 		}
@@ -116,8 +135,13 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 			if rng.Intn(4) == 0 {
 				cand = cand[:memoMinNodes-1] // too few: not memoized
 			}
-			got, _, _, gotReq, err1 := e.srv.evaluate(ctx, pod, cand)
-			want, _, _, wantReq, err2 := fresh.evaluate(ctx, pod, cand)
+			var cands candidates // half the calls: resolved by the caller (the decoder)
+			if rng.Intn(2) == 0 {
+				cands.snaps, cands.ids = make([]*allocator.Node, len(cand)), make([]int32, len(cand))
+				e.cache.SnapshotsOf(cands.snaps, make([]string, len(cand)), cands.ids, func(i int) []byte { return []byte(cand[i]) })
+			}
+			got, _, _, gotReq, err1 := e.srv.evaluate(ctx, pod, cand, cands)
+			want, _, _, wantReq, err2 := fresh.evaluate(ctx, pod, cand, candidates{})
 			if err1 != nil || err2 != nil || (gotReq == nil) != (wantReq == nil) {
 				t.Fatalf("step %d: errors %v %v, request errors %v %v", step, err1, err2, gotReq, wantReq)
 			}
@@ -266,8 +290,8 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 	}
 	fresh.memo = nil
 	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
-	got, _, _, _, err1 := e.srv.evaluate(context.Background(), pod, names)
-	want, _, _, _, err2 := fresh.evaluate(context.Background(), pod, names)
+	got, _, _, _, err1 := e.srv.evaluate(context.Background(), pod, names, candidates{})
+	want, _, _, _, err2 := fresh.evaluate(context.Background(), pod, names, candidates{})
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
@@ -298,14 +322,14 @@ func TestMemoMatchesNodesByNameWhateverTheirOrder(t *testing.T) {
 	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
 	ctx := context.Background()
 	for k := 0; k < 2; k++ { // seen, then a table filled
-		if _, _, _, _, err := e.srv.evaluate(ctx, pod, names); err != nil {
+		if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	reversed := slices.Clone(names)
 	slices.Reverse(reversed)
-	got, _, _, _, err1 := e.srv.evaluate(ctx, pod, reversed)
-	want, _, _, _, err2 := fresh.evaluate(ctx, pod, reversed)
+	got, _, _, _, err1 := e.srv.evaluate(ctx, pod, reversed, candidates{})
+	want, _, _, _, err2 := fresh.evaluate(ctx, pod, reversed, candidates{})
 	if err1 != nil || err2 != nil {
 		t.Fatal(err1, err2)
 	}
@@ -316,5 +340,61 @@ func TestMemoMatchesNodesByNameWhateverTheirOrder(t *testing.T) {
 	evaluated := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("evaluated"))
 	if reused != float64(len(names)) || evaluated != float64(2*len(names)) {
 		t.Errorf("memo %v, evaluated %v; want the third call, in reverse order, all from the memo (%d) after two full ones", reused, evaluated, len(names))
+	}
+}
+
+// TestMemoTellsApartANodeThatTookAGoneNodesID: the memo indexes its tables
+// by node ID, and a node created after another is gone takes its ID. The
+// slot still holds the gone node's decision; the new node must be
+// evaluated, not given it.
+func TestMemoTellsApartANodeThatTookAGoneNodesID(t *testing.T) {
+	for _, resolved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("resolved=%v", resolved), func(t *testing.T) {
+			var ns []*corev1.Node
+			names := make([]string, memoMinNodes)
+			for i := range names {
+				names[i] = fmt.Sprintf("n%03d", i)
+				ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16).Obj())
+			}
+			e := newEnv(t, envOpts{policy: "binpack"}, ns)
+			pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+			ctx := context.Background()
+			for k := 0; k < 2; k++ { // seen, then a table filled
+				if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gone, err := e.cache.NodeSnapshot(names[7])
+			if err != nil {
+				t.Fatal(err)
+			}
+			w0 := e.cache.Workload()
+			e.cache.DeleteNode(names[7])
+			names[7] = "newcomer"
+			e.cache.SetNode(fixture.MakeNode(names[7]).Cards(2, 16).Obj())
+			if n, err := e.cache.NodeSnapshot(names[7]); err != nil || n.ID != gone.ID {
+				t.Fatalf("the new node has ID %d (%v), want the gone node's %d", n.ID, err, gone.ID)
+			}
+			if e.cache.Workload() != w0 {
+				t.Fatal("the workload changed: the call would use a new table, and this test would prove nothing")
+			}
+			memo0 := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo"))
+			var cands candidates
+			if resolved {
+				cands.snaps, cands.ids = make([]*allocator.Node, len(names)), make([]int32, len(names))
+				e.cache.SnapshotsOf(cands.snaps, make([]string, len(names)), cands.ids, func(i int) []byte { return []byte(names[i]) })
+			}
+			got, _, _, _, err := e.srv.evaluate(ctx, pod, names, cands)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := got[7]; d.Node != "newcomer" || !d.Fits {
+				t.Errorf("the new node's decision is %+v, want the newcomer's own, fitting", d)
+			}
+			if reused := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")) - memo0; reused != float64(len(names)-1) {
+				t.Errorf("the memo served %v decisions, want every node's but the newcomer's (%d)", reused, len(names)-1)
+			}
+
+		})
 	}
 }

@@ -63,6 +63,9 @@ func ParseFilterMode(s string) (FilterMode, error) {
 type Cache interface {
 	// SnapshotInto is Snapshot into dst's array when it has room.
 	SnapshotInto(dst []*allocator.Node, names []string) []*allocator.Node
+	// SnapshotsOf is SnapshotInto for names as bytes (name(i)), with the
+	// known nodes' names and IDs.
+	SnapshotsOf(snaps []*allocator.Node, names []string, ids []int32, name func(i int) []byte)
 	NodeSnapshot(name string) (*allocator.Node, error)
 	Workload() *allocator.Workload
 	Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error
@@ -150,10 +153,11 @@ type Server struct {
 	recordKeys  api.RecordKeyring
 	workers     int
 	maxBest     int
-	// decisionPool and snapPool recycle the per-call decision and snapshot
-	// slices.
+	// decisionPool, snapPool and idPool recycle the per-call decision,
+	// snapshot and node ID slices.
 	decisionPool slicePool[allocator.Decision]
 	snapPool     slicePool[*allocator.Node]
+	idPool       slicePool[int32]
 	// memo keeps recent calls' decisions (memo.go); nil: every node is
 	// evaluated on every call.
 	memo *evalMemo
@@ -294,8 +298,10 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 // gpu-mem; reqErr is set when its demand is invalid (or over
 // MaxGPUContainers), or its card choice or policy cannot be used. err is
 // set, and decisions are nil, when ctx ended before every node was
-// evaluated: kube-scheduler no longer waits for the answer.
-func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) (decisions []allocator.Decision, pp podPolicy, ok bool, reqErr, err error) {
+// evaluated: kube-scheduler no longer waits for the answer. cands, if not
+// zero, are the names resolved by the decoder in this call; the caller
+// keeps them.
+func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, cands candidates) (decisions []allocator.Decision, pp podPolicy, ok bool, reqErr, err error) {
 	preq, err := api.RequestFromPod(pod)
 	if err == nil {
 		err = errTooManyContainers(preq)
@@ -311,13 +317,16 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string) 
 	if err != nil {
 		return nil, pp, true, err, nil
 	}
-	snaps := s.cache.SnapshotInto(s.snapPool.get(len(names)), names)
-	defer s.snapPool.put(snaps)
+	snaps, ids := cands.snaps, cands.ids
+	if len(snaps) != len(names) || len(ids) != len(names) {
+		snaps, ids = s.cache.SnapshotInto(s.snapPool.get(len(names)), names), nil
+		defer s.snapPool.put(snaps)
+	}
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {
 		var evaluated, reused int
-		complete, evaluated, reused = s.evaluateMemo(ctx.Done(), k, in, w, snaps, decisions)
+		complete, evaluated, reused = s.evaluateMemo(ctx.Done(), k, in, w, snaps, ids, decisions)
 		s.metrics.evaluations(evaluated, reused)
 	} else {
 		complete = in.policy.policy.EvaluateParallelUntil(ctx.Done(), snaps, in.req, w, decisions, s.workers)
@@ -356,6 +365,12 @@ func (s *Server) putDecisions(d []allocator.Decision) { s.decisionPool.put(d) }
 // encoding, decoding and a status per node (docs/design.md, "Scheduling
 // throughput").
 func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	return s.filter(ctx, args, candidates{})
+}
+
+// filter is Filter with the candidates as the decoder resolved them
+// (decodeArgs), if it did.
+func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (*extenderv1.ExtenderFilterResult, error) {
 	defer s.metrics.observe("filter", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
@@ -364,7 +379,7 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*ex
 	if !s.cache.Synced() {
 		return nil, ErrNotReady
 	}
-	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
 		return nil, err
 	}
@@ -450,6 +465,12 @@ func sample(idx []int, k int) []int {
 // do not fit, and every node for a pod that asks for no (or an invalid)
 // gpu-mem demand, score 0.
 func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	return s.prioritize(ctx, args, candidates{})
+}
+
+// prioritize is Prioritize with the candidates as the decoder resolved
+// them, if it did.
+func (s *Server) prioritize(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (extenderv1.HostPriorityList, error) {
 	defer s.metrics.observe("prioritize", s.clock, s.clock.Now())
 	names, err := checkArgs(args)
 	if err != nil {
@@ -462,7 +483,7 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 	for i, n := range names {
 		out[i].Host = n
 	}
-	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names)
+	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
 		return nil, err
 	}
