@@ -217,6 +217,16 @@ expect privileged-plugin 'privileged: true'
 expect privileged-plugin 'value: all$'
 expect privileged-plugin 'nvidia-container-devices/all' absent
 
+# The extender's GC target: GOGC from scheduler.extender.gcPercent (400 by default).
+# gogc NAME WANT : the rendering of NAME gives the extender GOGC=WANT.
+gogc() {
+  if grep -A1 -E 'name: GOGC$' "$out/$1.yaml" | grep -qE "value: \"$2\"$"; then pass "$1 GOGC=$2"; else fail "$1" "no GOGC=$2 in the extender's env"; fi
+}
+gogc dedicated 400
+render gc-percent --set scheduler.extender.gcPercent=150
+gogc gc-percent 150
+refuse gc-percent-low 'gcPercent' --set scheduler.extender.gcPercent=5
+
 render allowed-policies --set 'scheduler.allowedPolicies={spread,frag}'
 expect allowed-policies 'value: "spread,frag"'
 expect dedicated 'name: GPUSHARE_ALLOWED_POLICIES'

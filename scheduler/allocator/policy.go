@@ -29,6 +29,11 @@ type Policy struct {
 	// Score rates the node with the pod placed: free is what each card has
 	// left afterwards (Unusable, TakenWhole when negative). Higher is preferred.
 	Score func(node *Node, free []int64, req Request, w *Workload) float64
+	// IgnoresWorkload says ChooseCard and Score never read the workload:
+	// a decision is the same under any. The extender's memo then keeps the
+	// policy's decisions while new pods arrive (each changes the workload).
+	// TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny holds it.
+	IgnoresWorkload bool
 	// evaluate, when set, is a fast path of Evaluate that gives exactly
 	// what decide gives with ChooseCard and Score, for the requests and
 	// nodes it takes; ok is false for the others (see frag_fast.go).
@@ -470,18 +475,24 @@ func registry() map[string]*Policy {
 			Description: "fill the fullest card that fits (best fit) on the most allocated node, keeping whole cards and nodes free for large pods",
 			ChooseCard:  bestFit,
 			Score:       allocatedShare,
+
+			IgnoresWorkload: true,
 		},
 		"spread": {
 			Name:        "spread",
 			Description: "use the emptiest card on the least allocated node, spreading load (and the blast radius of a card failure)",
 			ChooseCard:  worstFit,
 			Score:       func(n *Node, free []int64, r Request, w *Workload) float64 { return 1 - allocatedShare(n, free, r, w) },
+
+			IgnoresWorkload: true,
 		},
 		"bestfit": {
 			Name:        "bestfit",
 			Description: "the FGD paper's BestFit baseline: least CPU and GPU left on the node after placement (0.5·cores/128 + 0.5·cards/8), best-fit card",
 			ChooseCard:  bestFit,
 			Score:       bestFitScore,
+
+			IgnoresWorkload: true,
 		},
 		"frag": NewFragPolicy(FragOptions{
 			Name:           "frag",

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
+	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/internal/recordkey"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
@@ -93,6 +95,12 @@ type Options struct {
 	ClientCAFile      string
 	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
 	MaxRequestBytes int64
+	// GoMemoryLimitFraction, when above 0 and GOMEMLIMIT is not set, makes
+	// the Go runtime's soft memory limit this fraction of the container's
+	// cgroup memory limit (internal/memlimit): with GOGC above 100 (the
+	// chart's, docs/operations.md) the extender collects less often, and
+	// still collects before the container's limit rather than at it.
+	GoMemoryLimitFraction float64
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
 	// key the extender signs every record with (api.LoadRecordKeys), read
 	// again every RecordKeyInterval (a rotated Secret takes effect without a
@@ -122,7 +130,8 @@ func DefaultOptions() Options {
 		BindTimeout:   server.DefaultBindTimeout,
 		MaxBestNodes:  server.DefaultMaxBestNodes,
 
-		MaxRequestBytes: server.DefaultMaxBodyBytes,
+		MaxRequestBytes:       server.DefaultMaxBodyBytes,
+		GoMemoryLimitFraction: 0.9,
 	}
 }
 
@@ -157,6 +166,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart (0: every 5s)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
+	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -253,6 +263,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--record-key-dir: %w", err))
 		}
 	}
+	if o.GoMemoryLimitFraction < 0 || o.GoMemoryLimitFraction > 1 {
+		errs = append(errs, fmt.Errorf("--go-memory-limit-fraction %v is not between 0 (no limit) and 1; the default is 0.9", o.GoMemoryLimitFraction))
+	}
 	if o.MaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
@@ -302,12 +315,34 @@ func (o *Options) RestConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// setMemoryLimit sets the Go runtime's soft memory limit to fraction of the
+// cgroup's (GoMemoryLimitFraction) unless GOMEMLIMIT set one, says so, and
+// returns the limit it set (0: none).
+func setMemoryLimit(fraction float64, lookupEnv func(string) (string, bool), read memlimit.ReadFile) int64 {
+	if v, ok := lookupEnv("GOMEMLIMIT"); ok {
+		klog.InfoS("Go memory limit from GOMEMLIMIT", "GOMEMLIMIT", v)
+		return 0
+	}
+	limit, err := memlimit.CgroupLimit(read)
+	if err != nil {
+		klog.ErrorS(err, "Reading the cgroup memory limit; no Go memory limit set (set GOMEMLIMIT to give one)")
+		return 0
+	}
+	soft := memlimit.SoftLimit(limit, fraction)
+	if soft > 0 {
+		debug.SetMemoryLimit(soft)
+		klog.InfoS("Go memory limit set", "bytes", soft, "cgroupLimit", limit, "fraction", fraction)
+	}
+	return soft
+}
+
 // Run validates the options, connects to the cluster and serves until ctx
 // ends.
 func Run(ctx context.Context, o Options) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	setMemoryLimit(o.GoMemoryLimitFraction, os.LookupEnv, os.ReadFile)
 	cfg, err := o.RestConfig()
 	if err != nil {
 		return err

@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 	"github.com/gpushare/gpushare/scheduler/server"
 )
@@ -43,11 +46,12 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	o, err := parse(t, []string{"--policy=spread", "--bind-timeout=8s"}, map[string]string{
 		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080", "GPUSHARE_BIND_TIMEOUT": "3s",
+		"GPUSHARE_GO_MEMORY_LIMIT_FRACTION": "0.75",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -81,6 +85,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"a certificate without its key", func(o *Options) { o.TLSCertFile = "/etc/tls/tls.crt" }, "--tls-cert-file and --tls-private-key-file go together"},
 		{"a client CA without HTTPS", func(o *Options) { o.ClientCAFile = "/etc/tls/ca.crt" }, "--client-ca-file needs --tls-cert-file and --tls-private-key-file"},
 		{"a body limit too small for a pod", func(o *Options) { o.MaxRequestBytes = 1024 }, "--max-request-bytes 1024 is below 64 KiB"},
+		{"a memory limit over the container's", func(o *Options) { o.GoMemoryLimitFraction = 1.5 }, "--go-memory-limit-fraction 1.5 is not between 0 (no limit) and 1"},
 		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 	}
 	for _, tc := range tests {
@@ -282,5 +287,40 @@ func TestRunFailsOnBadOptions(t *testing.T) {
 	err = Run(context.Background(), o) // no kubeconfig, not in a cluster
 	if err == nil || !strings.Contains(err.Error(), "set --kubeconfig") {
 		t.Errorf("Run outside a cluster: %v", err)
+	}
+}
+
+// The extender sets Go's soft memory limit to a fraction of its cgroup's
+// limit, unless GOMEMLIMIT is set (the runtime read it) or there is none.
+func TestSetMemoryLimitFromTheCgroup(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	cgroup := func(limit string) memlimit.ReadFile {
+		return func(name string) ([]byte, error) {
+			switch name {
+			case "/proc/self/cgroup":
+				return []byte("0::/\n"), nil
+			case "/sys/fs/cgroup/memory.max":
+				return []byte(limit + "\n"), nil
+			}
+			return nil, fs.ErrNotExist
+		}
+	}
+	noEnv := func(string) (string, bool) { return "", false }
+	if got := setMemoryLimit(0.9, noEnv, cgroup("1073741824")); got != 966367641 || debug.SetMemoryLimit(-1) != 966367641 {
+		t.Errorf("1 GiB cgroup: set %d, runtime limit %d; want 90%% of it, 966367641", got, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(before)
+	for name, tc := range map[string]struct {
+		env    func(string) (string, bool)
+		cgroup memlimit.ReadFile
+	}{
+		"GOMEMLIMIT set": {func(k string) (string, bool) { return "700MiB", k == "GOMEMLIMIT" }, cgroup("1073741824")},
+		"no limit":       {noEnv, cgroup("max")},
+		"unreadable":     {noEnv, cgroup("lots")},
+	} {
+		if got := setMemoryLimit(0.9, tc.env, tc.cgroup); got != 0 || debug.SetMemoryLimit(-1) != before {
+			t.Errorf("%s: set %d, runtime limit %d; want none set", name, got, debug.SetMemoryLimit(-1))
+		}
 	}
 }

@@ -63,6 +63,9 @@ func memoKeyFor(p *allocator.Policy, w *allocator.Workload, preq api.PodRequest,
 	if nodes < memoMinNodes || !preq.Cards.Empty() || preq.ChoiceErr != nil {
 		return memoKey{}, false
 	}
+	if p.IgnoresWorkload {
+		w = nil // any workload gives the same decisions: new pods keep the table
+	}
 	var b strings.Builder
 	for _, c := range preq.Containers {
 		b.WriteString(strconv.Quote(c.Name))

@@ -398,3 +398,57 @@ func TestMemoTellsApartANodeThatTookAGoneNodesID(t *testing.T) {
 		})
 	}
 }
+
+// TestMemoKeepsDecisionsAcrossNewPodsForPoliciesThatIgnoreTheWorkload: a
+// new pod changes the workload. binpack ignores it (IgnoresWorkload), so its
+// table holds and the next call takes every decision from the memo; frag
+// reads it, so the next call evaluates every node again.
+func TestMemoKeepsDecisionsAcrossNewPodsForPoliciesThatIgnoreTheWorkload(t *testing.T) {
+	for _, tc := range []struct {
+		policy   string
+		wantMemo bool
+	}{{"binpack", true}, {"frag", false}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			var ns []*corev1.Node
+			names := make([]string, memoMinNodes)
+			for i := range names {
+				names[i] = fmt.Sprintf("n%03d", i)
+				ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16+int64(i%3)).Obj())
+			}
+			e := newEnv(t, envOpts{policy: tc.policy}, ns)
+			pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+			ctx := context.Background()
+			for k := 0; k < 2; k++ { // seen, then a table filled
+				if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w0 := e.cache.Workload()
+			e.cache.SetPod(fixture.MakePod("ns", "newcomer").GPU("main", 3).Obj())
+			if e.cache.Workload() == w0 {
+				t.Fatal("a new pod left the workload as it was: the test proves nothing")
+			}
+			memo0 := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo"))
+			got, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := New(Config{Cache: e.cache, Client: e.client, Policy: e.srv.policy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh.memo = nil
+			want, _, _, _, err := fresh.evaluate(ctx, pod, names, candidates{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("after a new pod, decisions with the memo differ from a full evaluation (-full +memo):\n%s", diff)
+			}
+			reused := testutil.ToFloat64(e.srv.metrics.nodes.WithLabelValues("memo")) - memo0
+			if want := map[bool]float64{true: float64(len(names)), false: 0}[tc.wantMemo]; reused != want {
+				t.Errorf("after a new pod the memo served %v decisions, want %v", reused, want)
+			}
+		})
+	}
+}
