@@ -506,6 +506,49 @@ func modelPressure(shapes []Shape, capacity map[string]ModelCapacity, models []s
 	return out
 }
 
+// WorkloadTolerance is how far the extender lets the workload its policies
+// read lag the pods it has seen (Near): each shape's share of the pods may
+// be off by up to this much, as a fraction of all pods (0.01: one pod in a
+// hundred), before a new value is handed out. A new shape or a change of
+// model capacity always gives a new value. gpushare-simulate replays with
+// the same rule (-workload-tolerance); docs/design.md, "The workload a
+// policy reads", has what it costs in packing.
+const WorkloadTolerance = 0.01
+
+// Near reports whether w and o hold the same shapes in the same order
+// (weights aside) and the same model capacity, and each shape's share of
+// the total weight differs by at most tol between them. Policies read
+// weights only as shares, so Near workloads with tol 0 decide alike (up to
+// rounding).
+func (w *Workload) Near(o *Workload, tol float64) bool {
+	if w == nil || o == nil {
+		return w == o
+	}
+	if len(w.Shapes) != len(o.Shapes) || !maps.Equal(w.ModelCapacity, o.ModelCapacity) {
+		return false
+	}
+	var tw, to float64
+	for i, a := range w.Shapes {
+		if !sameShape(a, o.Shapes[i]) {
+			return false
+		}
+		tw += max(a.Weight, 0)
+		to += max(o.Shapes[i].Weight, 0)
+	}
+	share := func(x, total float64) float64 {
+		if total <= 0 {
+			return 0
+		}
+		return max(x, 0) / total
+	}
+	for i, a := range w.Shapes {
+		if math.Abs(share(a.Weight, tw)-share(o.Shapes[i].Weight, to)) > tol {
+			return false
+		}
+	}
+	return true
+}
+
 // Equal reports whether w and o hold the same shapes, in the same order,
 // with the same weights, and the same model capacity (nil and empty alike).
 func (w *Workload) Equal(o *Workload) bool {

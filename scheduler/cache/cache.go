@@ -560,9 +560,11 @@ func (c *Cache) Workload() *allocator.Workload {
 			}
 			return x.Host.MemoryMiB < y.Host.MemoryMiB
 		})
-		if c.workload.Equal(w) {
-			// Nothing that counts changed (a node update, a pod seen again):
-			// the same value, so the extender's memo, keyed by it, holds.
+		if c.workload.Near(w, allocator.WorkloadTolerance) {
+			// Nothing that counts changed (a node update, a pod seen again),
+			// or the shapes' shares moved less than the tolerance since the
+			// value handed out (a burst of pods of known shapes): the same
+			// value, so the extender's memo, keyed by it, holds.
 			w = c.workload
 		} else {
 			w.Reindex()

@@ -690,3 +690,53 @@ func TestSnapshotsOfResolvesNamesGivenAsBytes(t *testing.T) {
 		}
 	}
 }
+
+// The workload handed out lags the pods seen by at most
+// allocator.WorkloadTolerance of each shape's share: a burst of pods of a
+// known shape keeps the value (the extender's memo holds) until the share
+// has moved by more than that; a new shape gives a new value at once.
+func TestWorkloadLagsWithinTheTolerance(t *testing.T) {
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("n1").Card(0, 80).Obj())
+	seq := 0
+	add := func(units int64, n int) {
+		for i := 0; i < n; i++ {
+			seq++
+			c.SetPod(fixture.MakePod("ns", fmt.Sprintf("p%d", seq)).GPU("main", units).Obj())
+		}
+	}
+	add(10, 500)
+	add(20, 500)
+	w := c.Workload()
+	share := func(w *allocator.Workload, units int64) float64 {
+		var total, mine float64
+		for _, s := range w.Shapes {
+			total += s.Weight
+			if s.Units == units {
+				mine += s.Weight
+			}
+		}
+		return mine / total
+	}
+	// One more 10-unit pod moves its share by 0.0005: far within 0.01.
+	changes := 0
+	for i := 0; i < 60; i++ {
+		add(10, 1)
+		if got := c.Workload(); got != w {
+			changes++
+			// Handed out again: the lag had just passed the tolerance.
+			if lag := share(got, 10) - share(w, 10); lag <= allocator.WorkloadTolerance {
+				t.Errorf("a new workload after a share moved by only %.4f", lag)
+			}
+			w = got
+		}
+	}
+	// 60 pods move the 10-unit share from 0.500 to ~0.528: 2 new values.
+	if changes != 2 {
+		t.Errorf("%d new workloads in 60 pods of a known shape, want 2 (a share moving 0.028 in steps of ~0.0005, tolerance %.2f)", changes, allocator.WorkloadTolerance)
+	}
+	add(33, 1)
+	if got := c.Workload(); got == w || len(got.Shapes) != 3 {
+		t.Errorf("a new shape did not give a new workload at once: %+v", got.Shapes)
+	}
+}

@@ -29,7 +29,9 @@ type Options struct {
 	// NodesToScore models kube-scheduler's percentageOfNodesToScore
 	// (Batch.NodesToScore; nil: 100, every node).
 	NodesToScore *int
-	Parallel     int
+	// WorkloadTolerance is Batch.WorkloadTolerance (nil: the extender's).
+	WorkloadTolerance *float64
+	Parallel          int
 	// Output is "table" or "json".
 	Output string
 	PerRun bool
@@ -102,7 +104,7 @@ func Main(ctx context.Context, o Options) error {
 	if len(traces) == 0 {
 		return fmt.Errorf("no workload to replay")
 	}
-	b := Batch{Traces: traces, Policies: policies, Inflate: o.Inflate, NodesToScore: o.NodesToScore, Parallel: o.Parallel, Progress: o.Progress}
+	b := Batch{Traces: traces, Policies: policies, Inflate: o.Inflate, NodesToScore: o.NodesToScore, WorkloadTolerance: o.WorkloadTolerance, Parallel: o.Parallel, Progress: o.Progress}
 	for s := range o.Seeds {
 		b.Seeds = append(b.Seeds, o.FirstSeed+int64(s))
 	}

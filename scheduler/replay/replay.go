@@ -2,6 +2,7 @@ package replay
 
 import (
 	"math/rand"
+	"slices"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
@@ -32,6 +33,9 @@ type Run struct {
 	// Curve[k] is the allocated GPU share (% of capacity) when the arrived
 	// request first reached k% of capacity, k = 0..130.
 	Curve []float64 `json:"curve"`
+	// Workloads is how many workload values the policy was handed (at most
+	// one per pod; fewer the more the workload lags, WorkloadTolerance).
+	Workloads int `json:"workloads"`
 }
 
 // AllocatedAt is the allocated share (% of capacity) at arrival pct.
@@ -106,6 +110,15 @@ func ReplaySampled(t *Trace, p *allocator.Policy, seed int64, inflate float64, p
 	return replayPodsSampled(t, p, seed, arrivals(t, seed, inflate), percent)
 }
 
+// ReplayModel is ReplaySampled with the workload the policy reads lagging
+// the pods seen as the extender's cache lets it (allocator.Workload.Near):
+// a new value only when a shape's share has moved by more than tol since
+// the last one, or a new shape arrived. ReplaySampled uses
+// allocator.WorkloadTolerance; tol 0 gives every pod the exact workload.
+func ReplayModel(t *Trace, p *allocator.Policy, seed int64, inflate float64, percent int, tol float64) Run {
+	return newCluster(t).replay(t, p, seed, arrivals(t, seed, inflate), percent, tol)
+}
+
 // NodesToFind is kube-scheduler v1.34's numFeasibleNodesToFind: how many
 // feasible nodes a scheduling cycle looks for among all before it stops.
 // percent 0 is its adaptive default (50 − nodes/125 %, at least 5 %); fewer
@@ -145,14 +158,17 @@ func (c *cluster) hostFits(t *Trace, i int, pod PodSpec, req allocator.Request) 
 
 // replayPodsSampled places pods in order (see ReplaySampled).
 func replayPodsSampled(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec, percent int) Run {
-	return newCluster(t).replay(t, p, seed, pods, percent)
+	return newCluster(t).replay(t, p, seed, pods, percent, allocator.WorkloadTolerance)
 }
 
 // replay places pods in order on c (see ReplaySampled).
-func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec, percent int) Run {
+func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec, percent int, tol float64) Run {
 	capacity := t.Capacity()
 	run := Run{Trace: t.Name, Policy: p.Name, Seed: seed, Pods: len(pods), Curve: make([]float64, CurveSteps)}
-	w := &allocator.Workload{ModelCapacity: t.ModelCapacity()}
+	// seen is every pod's shape so far; w is what the policy reads, handed
+	// out again only when seen is no longer Near it, as the cache does.
+	seen := &allocator.Workload{ModelCapacity: t.ModelCapacity()}
+	var w *allocator.Workload
 	var (
 		arrived, allocated int64
 		next               = 1 // next curve step to record; Curve[0] = 0
@@ -162,7 +178,12 @@ func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSp
 	)
 	for _, pod := range pods {
 		req := Request(pod)
-		w.Observe(Shape(pod))
+		seen.Observe(Shape(pod))
+		if w == nil || !w.Near(seen, tol) {
+			w = &allocator.Workload{Shapes: slices.Clone(seen.Shapes), ModelCapacity: seen.ModelCapacity}
+			w.Reindex()
+			run.Workloads++
+		}
 		arrived += t.GPURequest(pod)
 		decisions, positions = decisions[:0], positions[:0]
 		if percent >= 100 {

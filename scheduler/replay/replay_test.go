@@ -282,7 +282,7 @@ func TestReplaySampledSearchesWindowsRoundTheNodes(t *testing.T) {
 	used := func(percent int) []string {
 		t.Helper()
 		c := newCluster(tr)
-		if run := c.replay(tr, binpack, 0, pods, percent); run.Failed != 0 {
+		if run := c.replay(tr, binpack, 0, pods, percent, allocator.WorkloadTolerance); run.Failed != 0 {
 			t.Fatalf("percent %d: %d pods failed", percent, run.Failed)
 		}
 		var out []string
@@ -301,5 +301,33 @@ func TestReplaySampledSearchesWindowsRoundTheNodes(t *testing.T) {
 	// second n100-n199, …: one pod per window.
 	if diff := cmp.Diff([]string{"n000", "n100", "n200", "n300"}, used(25)); diff != "" {
 		t.Errorf("percent 25 (-want +got):\n%s", diff)
+	}
+}
+
+// The workload the policy reads lags the pods seen as the extender's cache
+// lets it: with tolerance 0 a new value whenever a shape's share moves, with
+// more tolerance fewer, never fewer than one per shape (a new shape always
+// gives one). ReplaySampled replays with the extender's tolerance.
+func TestReplayModelHandsOutFewerWorkloadsTheMoreTheyLag(t *testing.T) {
+	tr := tinyTrace(t)
+	frag, err := allocator.Lookup("frag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := ReplayModel(tr, frag, 42, 40, 100, 0)
+	lagging := ReplayModel(tr, frag, 42, 40, 100, 0.01)
+	loose := ReplayModel(tr, frag, 42, 40, 100, 0.5)
+	t.Logf("%d pods: %d workloads exact, %d at 0.01, %d at 0.5", exact.Pods, exact.Workloads, lagging.Workloads, loose.Workloads)
+	if exact.Pods < 50 {
+		t.Fatalf("only %d pods: inflate more", exact.Pods)
+	}
+	if !(exact.Workloads > lagging.Workloads && lagging.Workloads >= loose.Workloads && loose.Workloads >= 4) {
+		t.Errorf("workloads handed out: exact %d, 0.01 %d, 0.5 %d; want exact > 0.01 ≥ 0.5 ≥ 4 (one per shape)", exact.Workloads, lagging.Workloads, loose.Workloads)
+	}
+	if exact.Workloads < exact.Pods/2 {
+		t.Errorf("exact: %d workloads for %d pods; a share moves with almost every pod", exact.Workloads, exact.Pods)
+	}
+	if diff := cmp.Diff(ReplayModel(tr, frag, 42, 40, 100, allocator.WorkloadTolerance), ReplaySampled(tr, frag, 42, 40, 100)); diff != "" {
+		t.Errorf("ReplaySampled is not ReplayModel with the extender's tolerance:\n%s", diff)
 	}
 }

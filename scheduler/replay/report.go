@@ -44,6 +44,9 @@ type Batch struct {
 	// NodesToScore is kube-scheduler's percentageOfNodesToScore to model
 	// (ReplaySampled): 100 (or unset) every node, 0 its adaptive default.
 	NodesToScore *int
+	// WorkloadTolerance is how far the workload the policies read may lag
+	// (ReplayModel; nil: allocator.WorkloadTolerance, the extender's).
+	WorkloadTolerance *float64
 	// Parallel is how many replays run at once (at least 1).
 	Parallel int
 	// Progress, when not nil, gets one line per finished replay.
@@ -91,7 +94,11 @@ func (b Batch) Run(ctx context.Context) (*Report, error) {
 				if b.NodesToScore != nil {
 					percent = *b.NodesToScore
 				}
-				r := ReplaySampled(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate, percent)
+				tol := allocator.WorkloadTolerance
+				if b.WorkloadTolerance != nil {
+					tol = *b.WorkloadTolerance
+				}
+				r := ReplayModel(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate, percent, tol)
 				runs[k] = r
 				if b.Progress != nil {
 					mu.Lock()

@@ -31,6 +31,7 @@ func main() {
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
 	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
 	nodesToScore := flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node, the shipped configuration; 0: its adaptive default)")
+	tolerance := flag.Float64("workload-tolerance", allocator.WorkloadTolerance, "how far the workload the policies read may lag the pods seen: a new value once a shape's share of the pods has moved by more than this (the extender's rule); 0: exact after every pod")
 	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
 	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
@@ -43,6 +44,11 @@ func main() {
 		os.Exit(2)
 	}
 	o.NodesToScore = nodesToScore
+	if *tolerance < 0 || *tolerance >= 1 {
+		fmt.Fprintf(os.Stderr, "-workload-tolerance %v: want 0 (exact) to below 1\n", *tolerance)
+		os.Exit(2)
+	}
+	o.WorkloadTolerance = tolerance
 	o.Workloads = strings.Split(workloads, ",")
 	o.Policies = strings.Split(policies, ",")
 	if !quiet {
