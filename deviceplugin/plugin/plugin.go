@@ -58,6 +58,10 @@ type Config struct {
 	// (default 10 s; negative: never). A kubelet opens it at once; one that
 	// does not has dropped the registration (see Run).
 	ListAndWatchGrace time.Duration
+	// RegisterTimeout bounds one registration with the kubelet (default
+	// DefaultRegisterTimeout). Keep it above the kubelet's own 10 s dial of
+	// the plugin's socket (see DefaultRegisterTimeout).
+	RegisterTimeout time.Duration
 	// MPS adds NVIDIA MPS's per-client memory limit to every response (mps.go).
 	MPS MPS
 	// Clock times the wait for a late pod and the reconciler (default: the
@@ -76,6 +80,23 @@ type Config struct {
 	// at each decision (a rotating Secret: internal/recordkey.Ring).
 	RecordKeys api.RecordKeyring
 }
+
+// DefaultRegisterTimeout is Config.RegisterTimeout's default: longer than
+// the kubelet's dial of the plugin's socket (kubeletDialTimeout), so that
+// the plugin always gets the kubelet's own answer. The kubelet (v1.34,
+// devicemanager/plugin/v1beta1 server.connectClient) registers a client
+// under the resource name, dials the plugin's socket for up to 10 s, and on
+// failure deregisters whatever client that name then has. A plugin that gave
+// up first and registered again within those seconds (the kubelet's
+// directory wipe at a restart removes a socket the plugin has just made)
+// saw its new registration succeed and then dropped by the old one's clean-
+// up: the node kept offering gpu-mem that no plugin served, and never marked
+// it unhealthy. Waiting for the answer orders the two.
+const DefaultRegisterTimeout = 20 * time.Second
+
+// kubeletDialTimeout is the kubelet's dial timeout of a plugin's socket
+// (v1.34, devicemanager/plugin/v1beta1 client.go dial).
+const kubeletDialTimeout = 10 * time.Second
 
 // DefaultListAndWatchGrace is Config.ListAndWatchGrace's default.
 const DefaultListAndWatchGrace = 10 * time.Second
@@ -143,6 +164,9 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	if cfg.ListAndWatchGrace == 0 {
 		cfg.ListAndWatchGrace = DefaultListAndWatchGrace
+	}
+	if cfg.RegisterTimeout == 0 {
+		cfg.RegisterTimeout = DefaultRegisterTimeout
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,11 +40,28 @@ type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	reqs chan *pluginapi.RegisterRequest
 	srv  *grpc.Server
+	// hook, when set, runs first in every Register; its error is the answer.
+	hookMu sync.Mutex
+	hook   func(*pluginapi.RegisterRequest) error
 }
 
 func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.hookMu.Lock()
+	hook := k.hook
+	k.hookMu.Unlock()
+	if hook != nil {
+		if err := hook(r); err != nil {
+			return nil, err
+		}
+	}
 	k.reqs <- r
 	return &pluginapi.Empty{}, nil
+}
+
+func (k *fakeKubelet) setHook(h func(*pluginapi.RegisterRequest) error) {
+	k.hookMu.Lock()
+	defer k.hookMu.Unlock()
+	k.hook = h
 }
 
 func startFakeKubelet(t testing.TB, dir string) *fakeKubelet {
@@ -299,6 +317,60 @@ func TestReRegistersWhenKubeletRestarts(t *testing.T) {
 		_, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{}, grpc.WaitForReady(true))
 		return err == nil
 	})
+}
+
+// A restarting kubelet wipes the device-plugin directory. When the wipe
+// removes a socket the plugin has just made, the kubelet's dial of it
+// fails after 10 s, and the kubelet then deregisters whatever client the
+// resource has, a newer registration included (server.connectClient). So
+// the plugin must wait for the kubelet's answer before it registers again:
+// here the fake kubelet answers the first registration after 1.5 s (its
+// failed dial), and the plugin, whose own timeout is longer, registers
+// again only after that. With a timeout shorter than the kubelet's answer
+// (as the 10 s one was against the kubelet's 10 s dial) the second
+// registration comes first and the test fails.
+func TestRegistersAgainOnlyAfterTheKubeletAnswered(t *testing.T) {
+	if DefaultRegisterTimeout <= kubeletDialTimeout+5*time.Second {
+		t.Fatalf("DefaultRegisterTimeout %v does not outlast the kubelet's %v dial with room to spare", DefaultRegisterTimeout, kubeletDialTimeout)
+	}
+	const kubeletAnswersAfter = 1500 * time.Millisecond
+	h := newHarness(t, setup{cfg: Config{RegisterTimeout: 3 * time.Second}})
+	var (
+		mu       sync.Mutex
+		calls    int
+		answered time.Time
+	)
+	again := make(chan time.Time, 1)
+	h.kubelet.setHook(func(*pluginapi.RegisterRequest) error {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		switch n {
+		case 1: // the wipe removed the socket: the kubelet's dial fails late
+			_ = os.Remove(h.plugin.SocketPath())
+			time.Sleep(kubeletAnswersAfter)
+			mu.Lock()
+			answered = time.Now()
+			mu.Unlock()
+			return errors.New("failed to dial device plugin: context deadline exceeded")
+		case 2:
+			again <- time.Now()
+		}
+		return nil
+	})
+	h.hup <- syscall.SIGHUP // serve and register again
+	select {
+	case at := <-again:
+		mu.Lock()
+		a := answered
+		mu.Unlock()
+		if a.IsZero() || at.Before(a) {
+			t.Fatalf("registered again at %v, before the kubelet answered the registration before (%v): the kubelet's clean-up of that one would drop the new client", at.Format(time.StampMicro), a.Format(time.StampMicro))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the plugin did not register again after the failed registration")
+	}
 }
 
 // The kubelet (v1.34) can disconnect a plugin that just registered: when a

@@ -273,7 +273,7 @@ func (p *Plugin) register(ctx context.Context, ep *endpoint) error {
 		return fmt.Errorf("kubelet socket %s: %w", p.KubeletSocketPath(), err)
 	}
 	defer func() { _ = conn.Close() }()
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, p.cfg.RegisterTimeout)
 	defer cancel()
 	_, err = pluginapi.NewRegistrationClient(conn).Register(rctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
