@@ -204,16 +204,16 @@ func BenchmarkFilterPolicies(b *testing.B) {
 // the process's (Go's default 100 unless GOGC says otherwise).
 func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 	const callers = 16
-	for _, memo := range []bool{false, true} {
+	for _, memo := range []string{"", "burst", "mixed"} {
 		for _, n := range []int{1000, 5000} {
 			for _, client := range []string{"go", "lean"} {
 				for _, gogc := range []int{0, 400} {
-					if gogc != 0 && n < 5000 {
+					if gogc != 0 && n < 5000 || memo == "mixed" && (n < 5000 || client == "go") {
 						continue
 					}
 					name := fmt.Sprintf("callers=%d/nodes=%d", callers, n)
-					if memo {
-						name += "/memo=burst"
+					if memo != "" {
+						name += "/memo=" + memo
 					}
 					name += "/client=" + client
 					if gogc != 0 {
@@ -231,29 +231,44 @@ func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 	}
 }
 
-func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, lean bool) {
+// memo=mixed is memo=burst with pods of 16 sizes (1 to 16 GiB) in turn, as
+// in a burst of mixed pods: each size is its own memo key.
+func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo string, lean bool) {
 	var (
 		e     *env
 		names []string
 		burst []*fixture.PodWrapper
 	)
-	if memo {
+	sizes := 1
+	if memo == "mixed" {
+		sizes = 16
+	}
+	size := func(i int) int64 {
+		if sizes == 1 {
+			return 10
+		}
+		return int64(1 + i%sizes)
+	}
+	if memo != "" {
 		e, names = benchEnvMemo(b, n, "binpack")
 		rng := rand.New(rand.NewSource(2))
 		for i := 0; i < b.N; i++ {
-			p := fixture.MakePod("burst", fmt.Sprintf("b%06d", i)).GPU("main", 10)
+			p := fixture.MakePod("burst", fmt.Sprintf("b%06d", i)).GPU("main", size(i))
 			e.cache.SetPod(p.Obj()) // pending: counted in the workload
 			burst = append(burst, p.Assign(names[rng.Intn(n)], api.PhaseAllocated, rng.Intn(benchCardsPerNode)))
 		}
 	} else {
 		e, names = benchEnv(b, n)
 	}
-	body := mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names})
+	bodies := make([]string, sizes)
+	for k := range bodies {
+		bodies[k] = mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", size(k)).Obj(), NodeNames: &names})
+	}
 	srv := httptest.NewServer(e.srv.Handler(nil))
 	defer srv.Close()
-	newCaller := goCaller(b, srv, body, callers)
+	newCaller := goCaller(b, srv, bodies, callers)
 	if lean {
-		newCaller = leanCaller(b, srv, body)
+		newCaller = leanCaller(b, srv, bodies)
 	}
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
@@ -273,7 +288,7 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, lean bool) {
 					e.cache.SetPod(burst[i].Obj()) // the bind before this call
 				}
 				start := time.Now()
-				if err := post(); err != nil {
+				if err := post(int(i) % sizes); err != nil {
 					b.Error(err)
 					return
 				}
@@ -288,14 +303,14 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, lean bool) {
 	b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
 }
 
-// goCaller returns callers that post body to srv's /filter with net/http's
-// client and check the status.
-func goCaller(b *testing.B, srv *httptest.Server, body string, callers int) func() func() error {
+// goCaller returns callers that post bodies[k] to srv's /filter with
+// net/http's client and check the status.
+func goCaller(b *testing.B, srv *httptest.Server, bodies []string, callers int) func() func(k int) error {
 	client := srv.Client()
 	client.Transport.(*http.Transport).MaxIdleConnsPerHost = callers
-	return func() func() error {
-		return func() error {
-			resp, err := client.Post(srv.URL+"/filter", "application/json", strings.NewReader(body))
+	return func() func(k int) error {
+		return func(k int) error {
+			resp, err := client.Post(srv.URL+"/filter", "application/json", strings.NewReader(bodies[k]))
 			if err != nil {
 				return err
 			}
@@ -310,20 +325,24 @@ func goCaller(b *testing.B, srv *httptest.Server, body string, callers int) func
 }
 
 // leanCaller returns callers that each keep one connection to srv, write
-// the same request bytes on it (built once) and read the answer by hand:
-// status line, headers, Content-Length bytes of body, into reused buffers.
-func leanCaller(b *testing.B, srv *httptest.Server, body string) func() func() error {
-	req := []byte(fmt.Sprintf("POST /filter HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		srv.Listener.Addr(), len(body), body))
-	return func() func() error {
+// the request bytes of bodies[k] on it (built once) and read the answer by
+// hand: status line, headers, Content-Length bytes of body, into reused
+// buffers.
+func leanCaller(b *testing.B, srv *httptest.Server, bodies []string) func() func(k int) error {
+	reqs := make([][]byte, len(bodies))
+	for k, body := range bodies {
+		reqs[k] = []byte(fmt.Sprintf("POST /filter HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+			srv.Listener.Addr(), len(body), body))
+	}
+	return func() func(k int) error {
 		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { conn.Close() })
 		r := bufio.NewReaderSize(conn, 64<<10)
-		return func() error {
-			if _, err := conn.Write(req); err != nil {
+		return func(k int) error {
+			if _, err := conn.Write(reqs[k]); err != nil {
 				return err
 			}
 			status, err := r.ReadSlice('\n')

@@ -43,9 +43,12 @@ const memoMinNodes = 256
 const memoMaxID = 1 << 20
 
 // memoEntries is how many keys (policy, request, workload) the memo keeps
-// a table for. A table holds one snapshot pointer and decision per node it
-// has seen: ~150 bytes a node, ~750 kB at 5,000 nodes.
-const memoEntries = 4
+// a table for. A table holds one snapshot pointer and decision per node
+// ID: 88 bytes a node, ~440 kB at 5,000 nodes, ~7 MB for all 16. A burst
+// of pods of more sizes than this at once evicts every table before its
+// next use (4 tables: p99 28-32 ms with 16 sizes at 5,000 nodes against
+// 9 ms with 16; docs/design.md).
+const memoEntries = 16
 
 // memoKey is everything a decision depends on besides the node's snapshot.
 type memoKey struct {
