@@ -81,7 +81,8 @@ func (s *Server) putCandidates(c candidates) {
 // in one pass, under one lock (Cache.SnapshotsOf): the snapshots come out
 // with the names, and the names are the snapshots' own strings. At 5,000
 // nodes the names were a 60 kB copy of the body a call, most of the
-// extender's garbage under a burst (docs/design.md, "Garbage per call").
+// extender's garbage under a burst (docs/design.md, "Garbage collection and
+// the 5,000-node p99").
 type nameResolver struct {
 	cache    Cache
 	snapPool *slicePool[*allocator.Node]
