@@ -548,14 +548,3 @@ func (w *Workload) Near(o *Workload, tol float64) bool {
 	}
 	return true
 }
-
-// Equal reports whether w and o hold the same shapes, in the same order,
-// with the same weights, and the same model capacity (nil and empty alike).
-func (w *Workload) Equal(o *Workload) bool {
-	if w == nil || o == nil {
-		return w == o
-	}
-	return slices.EqualFunc(w.Shapes, o.Shapes, func(a, b Shape) bool {
-		return a.Units == b.Units && a.WholeCards == b.WholeCards && a.Weight == b.Weight && a.Host == b.Host && slices.Equal(a.Models, b.Models)
-	}) && maps.Equal(w.ModelCapacity, o.ModelCapacity)
-}

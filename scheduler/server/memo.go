@@ -26,12 +26,13 @@ import (
 // 5,000 entries misses the CPU's caches). IDs are reused after a node is
 // gone; the snapshot pointer a slot holds tells the nodes apart.
 //
-// A workload changes whenever the cache sees a new pod (it counts every
-// pod's shape once), not when a pod binds: during a burst created ahead of
-// its scheduling the memo holds from pod to pod; while pods are still being
-// created it misses. A key gets a table only the second time it is seen, so
-// calls whose workload is new every time cost no more than without the
-// memo.
+// The cache hands out a new workload when a pod of a new shape arrives or
+// the shapes' shares have moved by more than allocator.WorkloadTolerance,
+// not when a pod binds: a burst of pods of known shapes keeps the memo
+// whether or not they were created ahead of their scheduling; policies
+// that ignore the workload leave it out of the key. A key gets a table only
+// the second time it is seen, so calls whose workload is new every time
+// cost no more than without the memo.
 
 // memoMinNodes: calls with fewer candidate nodes are evaluated in full.
 // They are cheap, and in best mode prioritize gets only filter's best nodes
