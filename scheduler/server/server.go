@@ -391,8 +391,8 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 		FailedNodes:                extenderv1.FailedNodesMap{},
 		FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{},
 	}
-	keep := make([]bool, len(names))
-	kept := 0
+	// kept are the positions of the nodes the answer keeps, ascending.
+	var kept []int
 	if reqErr != nil {
 		msg := reqErr.Error()
 		for _, n := range names {
@@ -409,10 +409,7 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 				}
 			}
 		}
-		for _, i := range best {
-			keep[i] = true
-		}
-		kept = len(best)
+		kept = best
 		for _, d := range decisions {
 			switch {
 			case d.Fits:
@@ -426,19 +423,15 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 		}
 	}
 	if args.NodeNames != nil {
-		out := make([]string, 0, kept)
-		for i, n := range names {
-			if keep[i] {
-				out = append(out, n)
-			}
+		out := make([]string, 0, len(kept))
+		for _, i := range kept {
+			out = append(out, names[i])
 		}
 		res.NodeNames = &out
 	} else {
-		out := &corev1.NodeList{Items: make([]corev1.Node, 0, kept)}
-		for i := range args.Nodes.Items {
-			if keep[i] {
-				out.Items = append(out.Items, args.Nodes.Items[i])
-			}
+		out := &corev1.NodeList{Items: make([]corev1.Node, 0, len(kept))}
+		for _, i := range kept {
+			out.Items = append(out.Items, args.Nodes.Items[i])
 		}
 		res.Nodes = out
 	}
