@@ -65,6 +65,8 @@ type Node struct {
 	// Decide never filters on it (kube-scheduler does); fragmentation-aware
 	// policies use it to see GPUs that CPU or memory leave unusable.
 	HostFree *HostResources
+	// sum is the totals of the schedulable cards (Summarize).
+	sum summary
 }
 
 // HostResources is CPU and memory as kube-scheduler counts requests:

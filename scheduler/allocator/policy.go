@@ -36,7 +36,9 @@ type Policy struct {
 	IgnoresWorkload bool
 	// evaluate, when set, is a fast path of Evaluate that gives exactly
 	// what decide gives with ChooseCard and Score, for the requests and
-	// nodes it takes; ok is false for the others (see frag_fast.go).
+	// nodes it takes; ok is false for the others (see frag_fast.go,
+	// summary.go). A copy of a Policy keeps it: a caller that replaces
+	// ChooseCard or Score builds a new Policy value instead.
 	evaluate func(node *Node, req Request, w *Workload) (d Decision, ok bool)
 }
 
@@ -475,6 +477,7 @@ func registry() map[string]*Policy {
 			Description: "fill the fullest card that fits (best fit) on the most allocated node, keeping whole cards and nodes free for large pods",
 			ChooseCard:  bestFit,
 			Score:       allocatedShare,
+			evaluate:    totalsFastPath(shareOf),
 
 			IgnoresWorkload: true,
 		},
@@ -483,6 +486,7 @@ func registry() map[string]*Policy {
 			Description: "use the emptiest card on the least allocated node, spreading load (and the blast radius of a card failure)",
 			ChooseCard:  worstFit,
 			Score:       func(n *Node, free []int64, r Request, w *Workload) float64 { return 1 - allocatedShare(n, free, r, w) },
+			evaluate:    totalsFastPath(func(capacity, left int64) float64 { return 1 - shareOf(capacity, left) }),
 
 			IgnoresWorkload: true,
 		},
@@ -562,10 +566,7 @@ func allocatedShare(node *Node, free []int64, _ Request, _ *Workload) float64 {
 			left += c.Free()
 		}
 	}
-	if capacity == 0 {
-		return 0
-	}
-	return float64(capacity-left) / float64(capacity)
+	return shareOf(capacity, left)
 }
 
 // bestFitScore is the FGD paper's BestFit baseline: prefer the node with the

@@ -319,6 +319,8 @@ func (n *nodeState) rebuild() {
 		sort.Slice(cards, func(a, b int) bool { return cards[a].Index < cards[b].Index })
 		snap.Cards = cards
 	}
+	// The snapshot is final from here on: never changed once published.
+	snap.Summarize()
 	n.snap = snap
 }
 

@@ -740,3 +740,54 @@ func TestWorkloadLagsWithinTheTolerance(t *testing.T) {
 		t.Errorf("a new shape did not give a new workload at once: %+v", got.Shapes)
 	}
 }
+
+// TestEverySnapshotIsSummarizedFromItsFinalCards: the cache summarizes
+// every snapshot it publishes (allocator.Node.Summarize), after its cards,
+// their use, isolation and whole-card holds are set, so the policies' totals
+// fast path answers as a decision from the cards would. Each snapshot is
+// evaluated twice, as published and as a copy without the summary, for
+// every share size, after pods arrive, are assumed, forgotten and deleted.
+// It fails if a snapshot is summarized before its cards are final, or not
+// at all.
+func TestEverySnapshotIsSummarizedFromItsFinalCards(t *testing.T) {
+	binpack, err := allocator.Lookup("binpack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cache.New()
+	c.SetNode(fixture.MakeNode("mixed").Card(0, 40).Card(1, 80).CardOf(2, 80, "H100", api.CardUnhealthy).Obj())
+	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.AnnotationIsolation, "1").Obj())
+	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
+	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Allocatable("8", "32Gi").Obj())
+	names := []string{"mixed", "isolated", "broken", "cpu-only"}
+	check := func(step string) {
+		t.Helper()
+		for _, snap := range c.Snapshot(names) {
+			if snap.Summarized() != (snap.InventoryErr == nil) {
+				t.Fatalf("%s: node %s summarized %v with inventory error %v", step, snap.Name, snap.Summarized(), snap.InventoryErr)
+			}
+			plain := &allocator.Node{Name: snap.Name, Unit: snap.Unit, Cards: snap.Cards, InventoryErr: snap.InventoryErr, HostFree: snap.HostFree}
+			for u := int64(1); u <= 81; u++ {
+				req := allocator.Request{Demands: []allocator.Demand{{Container: "main", Units: u}}}
+				got, want := binpack.Evaluate(snap, req, nil), binpack.Evaluate(plain, req, nil)
+				if got.Fits != want.Fits || got.Score != want.Score || got.Message() != want.Message() {
+					t.Fatalf("%s: node %s, %d units: the snapshot decides %+v, its cards %+v", step, snap.Name, u, got, want)
+				}
+			}
+		}
+	}
+	check("empty")
+	c.SetPod(fixture.MakePod("ns", "a").GPU("main", 30).Assign("mixed", api.PhaseAllocated, 1).Obj())
+	c.SetPod(fixture.MakePod("ns", "b").GPU("main", 25).Assign("isolated", api.PhaseAllocated, 0).Obj())
+	whole := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("mixed", api.PhaseAllocated, nil, []int{0}).Obj()
+	c.SetPod(whole)
+	check("bound pods and a whole card")
+	pod := fixture.MakePod("ns", "p").GPU("main", 50).Obj()
+	if _, err := decideAndAssume(t, c, pod, "mixed"); err != nil {
+		t.Fatal(err)
+	}
+	check("assumed")
+	c.Forget(pod.UID)
+	c.DeletePod(whole.UID)
+	check("forgotten and deleted")
+}

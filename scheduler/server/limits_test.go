@@ -24,15 +24,16 @@ func countingPolicy(t testing.TB, calls *atomic.Int64, onChoose func()) *allocat
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := *bp
-	p.ChooseCard = func(n *allocator.Node, free []int64, d allocator.Demand, w *allocator.Workload) int {
-		calls.Add(1)
-		if onChoose != nil {
-			onChoose()
-		}
-		return bp.ChooseCard(n, free, d, w)
-	}
-	return &p
+	// A new Policy, not a copy of binpack's: a copy would keep binpack's
+	// fast path, which never calls ChooseCard.
+	return &allocator.Policy{Name: bp.Name, Score: bp.Score, IgnoresWorkload: bp.IgnoresWorkload,
+		ChooseCard: func(n *allocator.Node, free []int64, d allocator.Demand, w *allocator.Workload) int {
+			calls.Add(1)
+			if onChoose != nil {
+				onChoose()
+			}
+			return bp.ChooseCard(n, free, d, w)
+		}}
 }
 
 // podOfContainers is a pod of n containers asking for 1 unit each.

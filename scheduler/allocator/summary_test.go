@@ -1,0 +1,142 @@
+package allocator
+
+import (
+	"errors"
+	"math/rand"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// randomSummaryCase is a node, summarized or not, and a request, drawn to
+// reach every branch decide and the totals fast path take: cards unhealthy,
+// isolated, given whole, used past their capacity or of no capacity, nodes
+// without inventory or cards, and requests with several containers, whole
+// cards, a model or card choice, or a non-positive share.
+func randomSummaryCase(rng *rand.Rand, a100 api.ModelPattern) (*Node, Request, bool) {
+	node := &Node{Name: "n", Unit: api.UnitGiB}
+	for i := 0; i < rng.Intn(11); i++ {
+		c := Card{Index: i, UUID: "GPU-" + string(rune('a'+i)), Model: []string{"A100", "H100"}[rng.Intn(2)], State: api.CardHealthy}
+		c.Capacity = []int64{0, 16, 40, 80, 80, 80}[rng.Intn(6)]
+		switch rng.Intn(6) {
+		case 0: // unused
+		case 1:
+			c.Whole = true
+		case 2: // past its capacity (an informer showing a conflict)
+			c.Used = c.Capacity + int64(rng.Intn(10))
+		default:
+			c.Used = int64(rng.Intn(int(c.Capacity) + 1))
+		}
+		switch rng.Intn(10) {
+		case 0:
+			c.State = api.CardUnhealthy
+		case 1:
+			c.State = api.CardIsolated
+		}
+		node.Cards = append(node.Cards, c)
+	}
+	if rng.Intn(30) == 0 {
+		node.InventoryErr = errors.New("annotation malformed")
+	}
+	summarized := rng.Intn(5) != 0
+	if summarized {
+		node.Summarize()
+	}
+	var req Request
+	switch rng.Intn(10) {
+	case 0:
+		req.Demands = []Demand{{Container: "a", WholeCards: 1 + rng.Intn(2)}}
+	case 1:
+		req.Demands = []Demand{{Container: "a", Units: int64(1 + rng.Intn(40))}, {Container: "b", Units: int64(1 + rng.Intn(40))}}
+	case 2:
+		req.Demands = []Demand{{Container: "a", Units: int64(-rng.Intn(2))}}
+	default:
+		req.Demands = []Demand{{Container: "a", Units: int64(1 + rng.Intn(85))}}
+	}
+	switch rng.Intn(8) {
+	case 0:
+		req.Models = []string{"H100"}
+	case 1:
+		req.Cards = NewCardFilter(api.CardChoice{ExcludeModels: []api.ModelPattern{a100}}, nil)
+	}
+	return node, req, summarized
+}
+
+// TestTotalsFastPathEqualsDecide: binpack's and spread's fast path gives
+// exactly decide's decision (verdict, score to the bit) wherever it is
+// taken, and it is taken for every summarized node and common request
+// that fits. It fails if the summary counts a card decide does not (an
+// unhealthy one, a whole one, one used past its capacity), or if the
+// fast path answers for a request or node decide treats otherwise.
+func TestTotalsFastPathEqualsDecide(t *testing.T) {
+	rng := rand.New(rand.NewSource(41))
+	a100, err := api.ParseModelPattern("A100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"binpack", "spread"} {
+		p, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken := 0
+		for iter := 0; iter < 20000; iter++ {
+			node, req, summarized := randomSummaryCase(rng, a100)
+			want := p.decide(node, req, nil, false, nil)
+			got, ok := p.evaluate(node, req, nil)
+			common := summarized && node.InventoryErr == nil && len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 &&
+				len(req.Models) == 0 && req.Cards == nil && want.Fits
+			if ok != common {
+				t.Fatalf("%s, iteration %d: fast path taken %v, want %v for %+v on %+v (fits %v)", name, iter, ok, common, req, node.Cards, want.Fits)
+			}
+			if !ok {
+				continue
+			}
+			taken++
+			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmpopts.EquateErrors()); diff != "" {
+				t.Fatalf("%s, iteration %d: fast path differs from decide (-want +got):\n%s\nnode %+v\nreq %+v", name, iter, diff, node.Cards, req)
+			}
+			if got.Score != want.Score {
+				t.Fatalf("%s, iteration %d: score %v, decide %v", name, iter, got.Score, want.Score)
+			}
+			// Evaluate, the path callers take, gives the same.
+			if e := p.Evaluate(node, req, nil); e.Score != want.Score || !e.Fits {
+				t.Fatalf("%s, iteration %d: Evaluate %+v, decide %+v", name, iter, e, want)
+			}
+		}
+		if taken < 2500 {
+			t.Fatalf("%s: fast path taken only %d times of 20000", name, taken)
+		}
+		t.Logf("%s: fast path taken %d times of 20000", name, taken)
+	}
+}
+
+// TestSummarizeCountsOnlySchedulableCards pins the totals on a worked
+// example: an unhealthy card, an isolated one, a whole one and one used
+// past its capacity.
+func TestSummarizeCountsOnlySchedulableCards(t *testing.T) {
+	n := &Node{Name: "n", Cards: []Card{
+		{Index: 0, Capacity: 80, Used: 30, State: api.CardHealthy},
+		{Index: 1, Capacity: 80, Used: 0, State: api.CardUnhealthy},
+		{Index: 2, Capacity: 40, Used: 0, State: api.CardIsolated},
+		{Index: 3, Capacity: 40, Used: 40, Whole: true, State: api.CardHealthy},
+		{Index: 4, Capacity: 16, Used: 20, State: api.CardHealthy},
+		{Index: 5, Capacity: 16, Used: 4, State: api.CardHealthy},
+	}}
+	if n.Summarized() {
+		t.Fatal("a node is summarized before Summarize")
+	}
+	n.Summarize()
+	want := summary{ok: true, capacity: 80 + 40 + 16 + 16, free: 50 + 0 + 0 + 12, maxFree: 50}
+	if n.sum != want || !n.Summarized() {
+		t.Fatalf("summary %+v, want %+v", n.sum, want)
+	}
+	n.InventoryErr = errors.New("unreadable")
+	n.Summarize()
+	if n.Summarized() {
+		t.Fatal("a node without inventory is summarized: the fast path would answer for it")
+	}
+}
