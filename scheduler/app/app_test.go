@@ -46,12 +46,12 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	o, err := parse(t, []string{"--policy=spread", "--bind-timeout=8s"}, map[string]string{
 		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080", "GPUSHARE_BIND_TIMEOUT": "3s",
-		"GPUSHARE_GO_MEMORY_LIMIT_FRACTION": "0.75",
+		"GPUSHARE_GO_MEMORY_LIMIT_FRACTION": "0.75", "GPUSHARE_GC_PERCENT": "200",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75, GCPercent: 200}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -77,6 +77,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
 		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "--parallelism -1 is negative"},
 		{"negative best-node cap", func(o *Options) { o.MaxBestNodes = -1 }, "--max-best-nodes -1 is negative"},
+		{"GC target out of range", func(o *Options) { o.GCPercent = 20000 }, "--gc-percent 20000 is not between 0 (Go's default) and 10000; the default is 400"},
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
 		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
@@ -292,6 +293,24 @@ func TestRunFailsOnBadOptions(t *testing.T) {
 
 // The extender sets Go's soft memory limit to a fraction of its cgroup's
 // limit, unless GOMEMLIMIT is set (the runtime read it) or there is none.
+// TestSetGCPercentUnlessGOGCIsSet: the binary collects at the chart's
+// target (400) without the chart, and GOGC, when set, wins.
+func TestSetGCPercentUnlessGOGCIsSet(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	noEnv := func(string) (string, bool) { return "", false }
+	if got := setGCPercent(DefaultOptions().GCPercent, noEnv); got != 400 || debug.SetGCPercent(100) != 400 {
+		t.Errorf("default: set %d; want the runtime's target at 400", got)
+	}
+	gogc := func(k string) (string, bool) { return "150", k == "GOGC" }
+	if got := setGCPercent(400, gogc); got != 0 || debug.SetGCPercent(100) != 100 {
+		t.Errorf("GOGC set: set %d; want the runtime's target left as GOGC made it", got)
+	}
+	if got := setGCPercent(0, noEnv); got != 0 || debug.SetGCPercent(100) != 100 {
+		t.Errorf("--gc-percent 0: set %d; want Go's default left", got)
+	}
+}
+
 func TestSetMemoryLimitFromTheCgroup(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(before) })
