@@ -208,23 +208,33 @@ func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 		for _, n := range []int{1000, 5000} {
 			for _, client := range []string{"go", "lean"} {
 				for _, gogc := range []int{0, 400} {
-					if gogc != 0 && n < 5000 || memo == "mixed" && (n < 5000 || client == "go") {
-						continue
-					}
-					name := fmt.Sprintf("callers=%d/nodes=%d", callers, n)
-					if memo != "" {
-						name += "/memo=" + memo
-					}
-					name += "/client=" + client
-					if gogc != 0 {
-						name += fmt.Sprintf("/gogc=%d", gogc)
-					}
-					b.Run(name, func(b *testing.B) {
-						if gogc != 0 {
-							defer debug.SetGCPercent(debug.SetGCPercent(gogc))
+					for _, policy := range []string{"binpack", allocator.DefaultPolicy} {
+						if gogc != 0 && n < 5000 || memo == "mixed" && (n < 5000 || client == "go") {
+							continue
 						}
-						benchFilterHTTPConcurrent(b, callers, n, memo, client == "lean")
-					})
+						// The default policy (frag) at 5,000 nodes, under the
+						// shipped settings only.
+						if policy != "binpack" && (policy == "binpack" || n < 5000 || client != "lean" || gogc == 0 || memo == "mixed") {
+							continue
+						}
+						name := fmt.Sprintf("callers=%d/nodes=%d", callers, n)
+						if memo != "" {
+							name += "/memo=" + memo
+						}
+						name += "/client=" + client
+						if gogc != 0 {
+							name += fmt.Sprintf("/gogc=%d", gogc)
+						}
+						if policy != "binpack" {
+							name += "/policy=" + policy
+						}
+						b.Run(name, func(b *testing.B) {
+							if gogc != 0 {
+								defer debug.SetGCPercent(debug.SetGCPercent(gogc))
+							}
+							benchFilterHTTPConcurrent(b, callers, n, memo, policy, client == "lean")
+						})
+					}
 				}
 			}
 		}
@@ -233,7 +243,7 @@ func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 
 // memo=mixed is memo=burst with pods of 16 sizes (1 to 16 GiB) in turn, as
 // in a burst of mixed pods: each size is its own memo key.
-func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo string, lean bool) {
+func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, policy string, lean bool) {
 	var (
 		e     *env
 		names []string
@@ -250,7 +260,7 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo string, lean b
 		return int64(1 + i%sizes)
 	}
 	if memo != "" {
-		e, names = benchEnvMemo(b, n, "binpack")
+		e, names = benchEnvMemo(b, n, policy)
 		rng := rand.New(rand.NewSource(2))
 		for i := 0; i < b.N; i++ {
 			p := fixture.MakePod("burst", fmt.Sprintf("b%06d", i)).GPU("main", size(i))
@@ -258,7 +268,7 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo string, lean b
 			burst = append(burst, p.Assign(names[rng.Intn(n)], api.PhaseAllocated, rng.Intn(benchCardsPerNode)))
 		}
 	} else {
-		e, names = benchEnv(b, n)
+		e, names = benchEnvPolicy(b, n, policy)
 	}
 	bodies := make([]string, sizes)
 	for k := range bodies {
