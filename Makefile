@@ -4,6 +4,7 @@ BIN     ?= bin
 PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
+.PHONY: gpu-proof gpu-proof-build
 .PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
 
 help: ## list targets
@@ -145,3 +146,16 @@ bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alon
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)
 	cd test && $(GO) test -race -count=1 -v -run . ./devicemanager/
+
+# The proof on a real GPU (docs/hardware.md): bin/gpu-proof is built here (cgo) and carried to a
+# machine with the NVIDIA driver and nothing else (no toolkit, Kubernetes or network); there
+# `make gpu-proof` runs the carried binary (where Go is, it rebuilds first). NVML=spec:2x80GiB:NVIDIA-H100 dry-runs it on the simulated NVML.
+NVML ?= real
+gpu-proof-build: ## build bin/gpu-proof, the real-GPU proof (always rebuilds)
+	@mkdir -p $(BIN)
+	cd test && $(GO) build -ldflags "-s -w" -o ../$(BIN)/gpu-proof ./gpuproof
+
+gpu-proof: ## run the real-GPU proof: discovery, per-process memory, kill enforcement, XID events, MPS limit, versions (root; NVML=spec:... dry-runs it)
+	@if command -v $(GO) >/dev/null; then $(MAKE) --no-print-directory gpu-proof-build; \
+	  else echo "no Go toolchain: running the carried $(BIN)/gpu-proof"; fi
+	$(BIN)/gpu-proof --nvml $(NVML)

@@ -6,6 +6,7 @@ module github.com/gpushare/gpushare/test
 go 1.26.8
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.3-1
 	github.com/google/go-cmp v0.7.0
 	github.com/gpushare/gpushare v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_model v0.6.1
@@ -28,7 +29,6 @@ require (
 require (
 	cel.dev/expr v0.24.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
-	github.com/NVIDIA/go-nvml v0.13.3-1 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

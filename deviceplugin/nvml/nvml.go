@@ -156,11 +156,30 @@ func describe(d gonvml.Device, i int) (Card, error) {
 	if ret != gonvml.SUCCESS {
 		name = ""
 	}
-	mem, ret := d.GetMemoryInfo()
-	if ret != gonvml.SUCCESS {
-		return Card{}, fmt.Errorf("nvml: device %d (%s): memory info: %v", i, uuid, ret)
+	mib, err := usableMiB(d)
+	if err != nil {
+		return Card{}, fmt.Errorf("nvml: device %d (%s): %w", i, uuid, err)
 	}
-	return Card{Index: idx, UUID: uuid, Model: name, MemoryMiB: int64(mem.Total >> 20)}, nil
+	return Card{Index: idx, UUID: uuid, Model: name, MemoryMiB: mib}, nil
+}
+
+// usableMiB is the card memory CUDA can allocate: NVML's total less what the
+// driver and firmware reserve (nvmlDeviceGetMemoryInfo_v2's Reserved), the
+// figure cuDeviceTotalMem and nvidia-smi report. The older
+// nvmlDeviceGetMemoryInfo counts the reservation in its total (and as
+// "used" on an idle card): on an H100 80GB HBM3 with driver 580.159.04 it
+// answers 81559 MiB where CUDA can have 81079 MiB (docs/hardware.md), so a
+// node advertising it in MiB units would offer 480 MiB nobody can allocate.
+// A driver without the v2 call (before R510) falls back to the v1 total.
+func usableMiB(d gonvml.Device) (int64, error) {
+	if m, ret := d.GetMemoryInfo_v2(); ret == gonvml.SUCCESS && m.Total > 0 && m.Reserved < m.Total {
+		return int64((m.Total - m.Reserved) >> 20), nil
+	}
+	m, ret := d.GetMemoryInfo()
+	if ret != gonvml.SUCCESS {
+		return 0, fmt.Errorf("memory info: %v", ret)
+	}
+	return int64(m.Total >> 20), nil
 }
 
 func (l *lib) Check(uuid string) error {

@@ -17,8 +17,15 @@ import (
 )
 
 func TestDiscoveryOverGoNVMLMockServer(t *testing.T) {
-	// go-nvml's own dgxa100 mock server, as is: 8 A100 40GB.
-	n, err := Open(dgxa100.New(), Options{})
+	// go-nvml's own dgxa100 mock server: 8 A100 40GB. It does not answer
+	// nvmlDeviceGetMemoryInfo_v2; a driver before R510 does not either.
+	srv := dgxa100.New()
+	for _, d := range srv.Devices {
+		d.(*server.Device).GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+			return gonvml.Memory_v2{}, gonvml.ERROR_FUNCTION_NOT_FOUND
+		}
+	}
+	n, err := Open(srv, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

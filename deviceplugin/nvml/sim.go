@@ -59,6 +59,14 @@ func NewSimulator(seed string, configs ...gpus.Config) *Simulator {
 			}
 			return dev.MemoryInfo, gonvml.SUCCESS
 		}
+		dev.GetMemoryInfo_v2Func = func() (gonvml.Memory_v2, gonvml.Return) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.lost[index] {
+				return gonvml.Memory_v2{}, gonvml.ERROR_GPU_IS_LOST
+			}
+			return gonvml.Memory_v2{Total: dev.MemoryInfo.Total, Free: dev.MemoryInfo.Free, Used: dev.MemoryInfo.Used}, gonvml.SUCCESS
+		}
 		dev.GetComputeRunningProcessesFunc = func() ([]gonvml.ProcessInfo, gonvml.Return) {
 			return s.processes(index, false)
 		}
