@@ -35,7 +35,7 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit fuzz-short chart-check playground-check e2e ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, end-to-end (root)
+test: lint unit fuzz-short chart-check playground-check e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, end-to-end on the current Kubernetes and the smoke + container lanes on the oldest (root)
 
 # Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus
 # (f.Add seeds and testdata/fuzz/TARGET/); `make fuzz` mutates beyond it for FUZZTIME per
@@ -88,6 +88,13 @@ image: ## container image (needs a Docker engine; without one, builds the binari
 # End-to-end: a real control plane on 127.0.0.1 (hack/cluster.sh) and simulated GPU
 # nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
 E2E_TIMEOUT ?= 30m
+# The Kubernetes version of the control plane, kubelet and kube-proxy the e2e suite builds and runs
+# (`make e2e K8S_VERSION=v1.36.3` runs any served version); the oldest supported minor gets the
+# smoke and container lanes in `make test` (docs/compatibility.md).
+K8S_VERSION        ?= $(shell cat hack/k8s-version)
+OLDEST_K8S_VERSION ?= v1.35.4
+export K8S_VERSION
+OLDEST_TESTS = TestSmokeNodeReadyPodScheduledAndRunning|TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount|TestNodeAgentWithRealDeviceManager|TestContainerLane
 
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
 	hack/build-k8s.sh
@@ -97,6 +104,11 @@ container-lane: ## the e2e container lane's programs: containerd+runc (apt, root
 
 e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./...
+
+.PHONY: e2e-oldest
+e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes (OLDEST_K8S_VERSION, default v1.35.4; root)
+	$(MAKE) --no-print-directory cluster-binaries container-lane K8S_VERSION=$(OLDEST_K8S_VERSION)
+	cd test && K8S_VERSION=$(OLDEST_K8S_VERSION) GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -run '^($(OLDEST_TESTS))$$' ./e2e/
 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0

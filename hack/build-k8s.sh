@@ -2,20 +2,20 @@
 # Builds the local control plane's binaries from the Go module proxy into a
 # cache outside the repository, keyed by version:
 #   etcd (v3.6.16), kube-apiserver, kube-scheduler, kube-controller-manager and
-#   kubectl (k8s.io/kubernetes v1.34.4); on request also the kubelet (for the
+#   kubectl (k8s.io/kubernetes, the version in hack/k8s-version); on request also the kubelet and kube-proxy (for the
 #   e2e container lane: hack/container-lane.sh runs `hack/build-k8s.sh kubelet`)
-# into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-v1.34.4/bin.
+# into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-VERSION/bin.
 # A binary already present is skipped, so running it again costs nothing.
 # A cold build takes ~7 minutes on 2 cores (kube-apiserver alone ~3 minutes).
 #
 # Usage: hack/build-k8s.sh [binary...]   (default: all of them)
 # Env:   GPUSHARE_CACHE   cache root (default $HOME/.cache/gpushare)
-#        K8S_VERSION      k8s.io/kubernetes tag (default v1.34.4)
+#        K8S_VERSION      k8s.io/kubernetes tag (default: hack/k8s-version)
 #        ETCD_VERSION     etcd tag (default v3.6.16)
 #        GO               go command (default go)
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.34.4}"
+K8S_VERSION="${K8S_VERSION:-$(cat "$(dirname "${BASH_SOURCE[0]}")/k8s-version")}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 GO="${GO:-go}"
 CACHE="${GPUSHARE_CACHE:-$HOME/.cache/gpushare}"
@@ -36,9 +36,9 @@ mkdir -p "$BIN"
 missing=()
 for b in "${WANT[@]}"; do
 	case "$b" in
-	etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kubectl | kubelet) ;;
+	etcd | kube-apiserver | kube-scheduler | kube-controller-manager | kubectl | kubelet | kube-proxy) ;;
 	*)
-		log "unknown binary '$b' (known: ${ALL[*]} kubelet)"
+		log "unknown binary '$b' (known: ${ALL[*]} kubelet kube-proxy)"
 		exit 2
 		;;
 	esac
@@ -106,10 +106,10 @@ k8s_wrapper() {
 build_k8s() {
 	local name="$1"
 	k8s_wrapper
-	if [[ "$name" == kubelet ]]; then
+	if [[ "$name" == kubelet || "$name" == kube-proxy ]]; then
 		# Not in the wrapper's first `go get` (wrappers made before the
 		# kubelet was needed): add its dependencies, pinned.
-		(cd "$WORK/kubernetes" && "$GO" get "k8s.io/kubernetes/cmd/kubelet@${K8S_VERSION}")
+		(cd "$WORK/kubernetes" && "$GO" get "k8s.io/kubernetes/cmd/${name}@${K8S_VERSION}")
 	fi
 	local minor="${K8S_VERSION#v1.}"
 	minor="${minor%%.*}"

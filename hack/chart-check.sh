@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 chart=charts/gpushare
 # The Kubernetes version the chart is rendered for (the version the e2e control plane runs).
-kube_version="${KUBE_VERSION:-v1.34.4}"
+kube_version="${KUBE_VERSION:-$(cat hack/k8s-version)}"
 helm="$(hack/tools.sh helm)"
 kubectl="${KUBECTL:-kubectl}"
 out="$(mktemp -d)"
@@ -69,7 +69,7 @@ expect dedicated 'nodeCacheCapable: true'
 expect dedicated 'percentageOfNodesToScore: 100$'
 expect dedicated 'name: GPUSHARE_MAX_BEST_NODES'
 expect dedicated 'name: example.com/gpu-mem'
-expect dedicated 'image: "registry.k8s.io/kube-scheduler:v1.34.4"'
+expect dedicated "image: \"registry.k8s.io/kube-scheduler:${kube_version}\""
 expect dedicated 'kind: DaemonSet'
 expect dedicated 'priorityClassName: system-node-critical'
 expect dedicated 'fieldPath: spec.nodeName'
@@ -95,6 +95,30 @@ expect dedicated 'extender-tls' absent
 expect dedicated 'privileged: false'
 expect dedicated 'capabilities: {drop: \[ALL\]}'
 expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
+
+# The second kube-scheduler follows the cluster's version; the chart refuses versions outside the
+# supported range (Chart.yaml kubeVersion, docs/compatibility.md).
+kver() { # kver NAME KUBE_VERSION WANT_IMAGE_TAG ARGS...
+  local name=$1 kv=$2 want=$3; shift 3
+  if "$helm" template gpushare "$chart" --kube-version "$kv" --namespace gpushare-system "$@" >"$out/$name.yaml" 2>"$out/$name.err" &&
+    grep -qF "image: \"registry.k8s.io/kube-scheduler:$want\"" "$out/$name.yaml"; then
+    pass "$name: kube-scheduler $want on a $kv cluster"
+  else
+    fail "$name" "want kube-scheduler:$want on a $kv cluster: $(grep -F 'kube-scheduler:' "$out/$name.yaml" 2>/dev/null; cat "$out/$name.err")"
+  fi
+}
+kver kube-oldest v1.35.4 v1.35.4
+kver kube-vendor-suffix v1.36.3-eks-113cf36 v1.36.3
+kver kube-pinned v1.37.2 v1.37.0 --set scheduler.kubeScheduler.image.tag=v1.37.0
+for kv in v1.34.4 v1.38.0; do
+  if "$helm" template gpushare "$chart" --kube-version "$kv" >/dev/null 2>"$out/kube-$kv.err"; then
+    fail "refuse kube $kv" "rendered on an unsupported version"
+  elif grep -qF '>=1.35.0-0 <1.38.0-0' "$out/kube-$kv.err"; then
+    pass "refuse kube $kv (names the supported range)"
+  else
+    fail "refuse kube $kv" "failed without naming the range: $(cat "$out/kube-$kv.err")"
+  fi
+done
 
 # Memory sampling and enforcement (defaults: sampling every 5s, report).
 expect dedicated 'hostPID: true'

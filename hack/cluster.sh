@@ -31,7 +31,7 @@
 #   GPUSHARE_READY_TIMEOUT (seconds per component, default 60).
 set -euo pipefail
 
-K8S_VERSION="${K8S_VERSION:-v1.34.4}"
+K8S_VERSION="${K8S_VERSION:-$(cat "$(dirname "${BASH_SOURCE[0]}")/k8s-version")}"
 CACHE="${GPUSHARE_CACHE:-$HOME/.cache/gpushare}"
 BIN="${GPUSHARE_K8S_BIN:-${CACHE}/k8s-${K8S_VERSION}/bin}"
 STATE="${GPUSHARE_STATE:-/tmp/gpushare-cluster}"

@@ -35,7 +35,7 @@ BIN="$ROOT/bin"
 PIDS="$STATE/pids"
 LOGS="$STATE/logs"
 KUBECONFIG_FILE="$STATE/kubeconfig"
-K8S_BIN="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-v1.34.4/bin}"
+K8S_BIN="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-$(cat "$ROOT/hack/k8s-version")}/bin}"
 export GPUSHARE_STATE="$STATE"
 # Its own ports, so that it does not collide with a plain hack/cluster.sh.
 export GPUSHARE_ETCD_PORT="${GPUSHARE_ETCD_PORT:-24790}" GPUSHARE_ETCD_PEER_PORT="${GPUSHARE_ETCD_PEER_PORT:-24800}"

@@ -16,7 +16,7 @@ export GPUSHARE_STATE="${GPUSHARE_STATE:-/tmp/gpushare-inspector-smoke}"
 export GPUSHARE_ETCD_PORT=33790 GPUSHARE_ETCD_PEER_PORT=33800 GPUSHARE_APISERVER_PORT=26443
 export GPUSHARE_KCM_PORT=30257 GPUSHARE_SCHEDULER_PORT=30259 GPUSHARE_SCHEDULER=0
 export GPUSHARE_KCM_CONTROLLERS='*,-node-lifecycle-controller'   # no kubelets: keep pods where they are
-K="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-v1.34.4}/bin}/kubectl"
+K="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-$(cat "$(dirname "$0")/../../hack/k8s-version")}/bin}/kubectl"
 TMP="$(mktemp -d)"
 BIN="$TMP/kubectl-inspect-gpushare"
 

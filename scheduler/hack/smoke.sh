@@ -19,7 +19,7 @@ export GPUSHARE_ETCD_PORT=25790 GPUSHARE_ETCD_PEER_PORT=25800 GPUSHARE_APISERVER
 export GPUSHARE_KCM_PORT=22257 GPUSHARE_SCHEDULER_PORT=22259
 export GPUSHARE_KCM_CONTROLLERS='*,-node-lifecycle-controller' # no kubelets: keep nodes untainted
 EXT=127.0.0.1:29997  # ports below the ephemeral range (32768+)
-K="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-v1.34.4}/bin}/kubectl"
+K="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-$(cat "$(dirname "$0")/../../hack/k8s-version")}/bin}/kubectl"
 TMP="$(mktemp -d)"
 EXT_PID=""
 

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpushare/gpushare/test/k8sversion"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,9 +28,8 @@ import (
 // Components are the control plane's binaries, as hack/build-k8s.sh names them.
 var Components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
 
-// K8sVersion is the Kubernetes version the harness runs (and the test
-// module's k8s.io/kubernetes).
-const K8sVersion = "v1.34.4"
+// K8sVersion is the Kubernetes version this run uses (k8sversion.Current).
+func K8sVersion() string { return k8sversion.Current() }
 
 // Options configure a control plane.
 type Options struct {
@@ -65,7 +65,7 @@ type Cluster struct {
 }
 
 // BinDir is where hack/build-k8s.sh puts the binaries:
-// $GPUSHARE_K8S_BIN, else ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-v1.34.4/bin.
+// $GPUSHARE_K8S_BIN, else ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-<K8sVersion()>/bin.
 func BinDir() string {
 	if d := os.Getenv("GPUSHARE_K8S_BIN"); d != "" {
 		return d
@@ -75,7 +75,7 @@ func BinDir() string {
 		home, _ := os.UserHomeDir()
 		cache = filepath.Join(home, ".cache", "gpushare")
 	}
-	return filepath.Join(cache, "k8s-"+K8sVersion, "bin")
+	return filepath.Join(cache, "k8s-"+K8sVersion(), "bin")
 }
 
 // MissingBinaries lists the components missing from dir.

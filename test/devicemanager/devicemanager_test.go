@@ -17,10 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
+	"k8s.io/kubernetes/pkg/kubelet/lifecycle"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/app"
@@ -113,12 +115,12 @@ func (k *kubelet) activePods() []*corev1.Pod {
 
 func startKubelet(t *testing.T, pods []*corev1.Pod) *kubelet {
 	t.Helper()
-	m, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
+	m, err := devicemanager.NewManagerImpl(klog.Background(), nil, topologymanager.NewFakeManager(klog.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := &kubelet{m: m, pods: pods}
-	if err := m.Start(k.activePods, sourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
+	if err := m.Start(klog.Background(), k.activePods, sourcesReady{}, containermap.NewContainerMap(), sets.New[string]()); err != nil {
 		t.Fatal(err)
 	}
 	return k
@@ -130,7 +132,7 @@ func (k *kubelet) admit(pod *corev1.Pod) error {
 	k.pods = append(k.pods, pod)
 	k.mu.Unlock()
 	for i := range pod.Spec.Containers {
-		if err := k.m.Allocate(pod, &pod.Spec.Containers[i]); err != nil {
+		if err := k.m.Allocate(context.Background(), pod, &pod.Spec.Containers[i], lifecycle.AddOperation); err != nil {
 			return err
 		}
 	}
@@ -144,7 +146,7 @@ func (k *kubelet) mountedCard(t *testing.T, pod *corev1.Pod, container string) s
 		if pod.Spec.Containers[i].Name != container {
 			continue
 		}
-		opts, err := k.m.GetDeviceRunContainerOptions(pod, &pod.Spec.Containers[i])
+		opts, err := k.m.GetDeviceRunContainerOptions(context.Background(), pod, &pod.Spec.Containers[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +189,7 @@ func (k *kubelet) waitResource(t *testing.T, capacity, allocatable int64) {
 	t.Helper()
 	var gotC, gotA int64
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		c, a, _ := k.m.GetCapacity()
+		c, a, _ := k.m.GetCapacity(klog.Background())
 		qc, qa := c[api.ResourceName], a[api.ResourceName]
 		gotC, gotA = qc.Value(), qa.Value()
 		return gotC == capacity && gotA == allocatable, nil
@@ -247,7 +249,7 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, single, multi, bypass, afterRestart, afterPluginRestart)
 
 	k := startKubelet(t, nil)
-	defer func() { _ = k.m.Stop() }()
+	defer func() { _ = k.m.Stop(klog.Background()) }()
 
 	stop := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=5s")
 	defer func() { stop() }()
@@ -282,7 +284,7 @@ func TestPluginWithRealKubeletDeviceManager(t *testing.T) {
 
 	// The kubelet restarts: a new device manager wipes the directory and
 	// re-creates kubelet.sock; the plugin must register again.
-	if err := k.m.Stop(); err != nil {
+	if err := k.m.Stop(klog.Background()); err != nil {
 		t.Fatal(err)
 	}
 	k = startKubelet(t, k.activePods()[:2]) // single and multi are still running

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -59,12 +60,12 @@ func (p podsProvider) GetPodByName(namespace, name string) (*corev1.Pod, bool) {
 
 type devicesProvider struct{ m *devicemanager.ManagerImpl }
 
-func (d devicesProvider) UpdateAllocatedDevices() { d.m.UpdateAllocatedDevices() }
+func (d devicesProvider) UpdateAllocatedDevices(l klog.Logger) { d.m.UpdateAllocatedDevices(l) }
 func (d devicesProvider) GetDevices(podUID, container string) []*podresourcesv1.ContainerDevices {
 	return containerDevices(d.m.GetDevices(podUID, container))
 }
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
-	return containerDevices(d.m.GetAllocatableDevices())
+func (d devicesProvider) GetAllocatableDevices(l klog.Logger) []*podresourcesv1.ContainerDevices {
+	return containerDevices(d.m.GetAllocatableDevices(l))
 }
 
 // containerDevices converts as the kubelet's container manager does: one entry per device.
@@ -80,11 +81,15 @@ func containerDevices(devs devicemanager.ResourceDeviceInstances) []*podresource
 
 type none struct{}
 
-func (none) GetCPUs(string, string) []int64                             { return nil }
-func (none) GetAllocatableCPUs() []int64                                { return nil }
-func (none) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
-func (none) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
-func (none) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesv1.DynamicResource {
+func (none) GetCPUs(*corev1.Pod, *corev1.Container) []int64 { return nil }
+func (none) GetPodCPUs(string) []int64                      { return nil }
+func (none) GetAllocatableCPUs() []int64                    { return nil }
+func (none) GetMemory(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesv1.ContainerMemory {
+	return nil
+}
+func (none) GetPodMemory(klog.Logger, string) []*podresourcesv1.ContainerMemory { return nil }
+func (none) GetAllocatableMemory(klog.Logger) []*podresourcesv1.ContainerMemory { return nil }
+func (none) GetDynamicResources(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesv1.DynamicResource {
 	return nil
 }
 
@@ -109,7 +114,7 @@ func TestRecordsFollowTheKubeletWhenSameSizePodsAreAdmittedOutOfOrder(t *testing
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, older, younger)
 
 	k := startKubelet(t, nil)
-	defer func() { _ = k.m.Stop() }()
+	defer func() { _ = k.m.Stop(klog.Background()) }()
 	k.servePodResources(t)
 	stop := startPlugin(t, client, "--pod-resources-socket="+podResourcesSocket, "--reconcile-interval=100ms", "--allocate-wait=5s")
 	defer stop()

@@ -60,7 +60,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 }
 
 // kubeletConfig is the KubeletConfiguration: cgroup v1 allowed
-// (failCgroupV1: false, kubelet 1.34 refuses v1 otherwise), cgroupfs driver
+// (failCgroupV1: false: from 1.35 the kubelet refuses v1 otherwise), cgroupfs driver
 // under the node's own cgroup root, containerd's socket, 127.0.0.1 ports,
 // pod logs in the state directory, no image GC, only token eviction
 // thresholds (the test machine's disk is not the subject), status posted

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpushare/gpushare/test/k8sversion"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,7 +79,7 @@ func (a *Agent) nodeStatus(now time.Time, capacity, allocatable corev1.ResourceL
 			{Type: corev1.NodeHostName, Address: a.cfg.NodeName},
 		},
 		NodeInfo: corev1.NodeSystemInfo{
-			KubeletVersion:          KubeletVersion,
+			KubeletVersion:          k8sversion.Current(),
 			OperatingSystem:         "linux",
 			Architecture:            "amd64",
 			ContainerRuntimeVersion: "gpushare-sim://1",
@@ -103,9 +104,6 @@ func (a *Agent) nodeStatus(now time.Time, capacity, allocatable corev1.ResourceL
 func (a *Agent) readyMessage() string {
 	return fmt.Sprintf("gpushare simulated node agent is posting ready status (pid %d, started %s)", os.Getpid(), a.readySince.UTC().Format(time.RFC3339Nano))
 }
-
-// KubeletVersion is the version the agent reports for its node.
-const KubeletVersion = "v1.34.4"
 
 // patchNodeStatus writes the status with a strategic merge patch on the
 // status subresource, so conditions other agents or controllers own stay.

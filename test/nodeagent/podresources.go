@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/kubernetes/pkg/kubelet/apis/podresources"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
@@ -75,13 +76,13 @@ func (p podsProvider) GetPodByName(namespace, name string) (*corev1.Pod, bool) {
 
 type devicesProvider struct{ dm DeviceManager }
 
-func (d devicesProvider) UpdateAllocatedDevices() { d.dm.UpdateAllocatedDevices() }
+func (d devicesProvider) UpdateAllocatedDevices(klog.Logger) { d.dm.UpdateAllocatedDevices() }
 
 func (d devicesProvider) GetDevices(podUID, containerName string) []*podresourcesv1.ContainerDevices {
 	return containerDevices(d.dm.GetDevices(podUID, containerName))
 }
 
-func (d devicesProvider) GetAllocatableDevices() []*podresourcesv1.ContainerDevices {
+func (d devicesProvider) GetAllocatableDevices(klog.Logger) []*podresourcesv1.ContainerDevices {
 	return containerDevices(d.dm.GetAllocatableDevices())
 }
 
@@ -109,16 +110,20 @@ func containerDevices(devs devicemanager.ResourceDeviceInstances) []*podresource
 
 type noCPUs struct{}
 
-func (noCPUs) GetCPUs(string, string) []int64 { return nil }
-func (noCPUs) GetAllocatableCPUs() []int64    { return nil }
+func (noCPUs) GetCPUs(*corev1.Pod, *corev1.Container) []int64 { return nil }
+func (noCPUs) GetPodCPUs(string) []int64                      { return nil }
+func (noCPUs) GetAllocatableCPUs() []int64                    { return nil }
 
 type noMemory struct{}
 
-func (noMemory) GetMemory(string, string) []*podresourcesv1.ContainerMemory { return nil }
-func (noMemory) GetAllocatableMemory() []*podresourcesv1.ContainerMemory    { return nil }
+func (noMemory) GetMemory(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesv1.ContainerMemory {
+	return nil
+}
+func (noMemory) GetPodMemory(klog.Logger, string) []*podresourcesv1.ContainerMemory { return nil }
+func (noMemory) GetAllocatableMemory(klog.Logger) []*podresourcesv1.ContainerMemory { return nil }
 
 type noDynamicResources struct{}
 
-func (noDynamicResources) GetDynamicResources(*corev1.Pod, *corev1.Container) []*podresourcesv1.DynamicResource {
+func (noDynamicResources) GetDynamicResources(klog.Logger, *corev1.Pod, *corev1.Container) []*podresourcesv1.DynamicResource {
 	return nil
 }

@@ -22,7 +22,7 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	fmt.Fprintf(w, "\ngpushare scheduling benchmark: %d nodes × %d cards × %d GiB (API objects), %d pods × %d GiB created by %d clients, timeout %v per run\n",
 		o.Nodes, o.Cards, o.CardGiB, o.Pods, o.PodGiB, o.Clients, o.Timeout)
 	fmt.Fprintf(w, "control plane %s on 127.0.0.1 (up in %v), nodes created in %v; %d CPUs, load average %s\n",
-		cluster.K8sVersion, b.ClusterIn.Round(time.Millisecond), b.NodesIn.Round(time.Millisecond), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+		cluster.K8sVersion(), b.ClusterIn.Round(time.Millisecond), b.NodesIn.Round(time.Millisecond), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
 	fmt.Fprintf(w, "(a) kube-scheduler alone (its defaults), pods ask example.com/gpu-mem as an extended resource; (b) kube-scheduler with %s and the gpushare extender, one run per policy\n\n", o.SchedulerConfig)
 
 	var plain float64

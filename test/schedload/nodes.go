@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/k8sversion"
 )
 
 // Fleet is a set of identical GPU nodes that exist only as API objects.
@@ -100,7 +101,7 @@ func (f Fleet) Node(name string) (*corev1.Node, error) {
 				Message:           "gpushare schedload: an API-object node, no kubelet",
 				LastHeartbeatTime: now, LastTransitionTime: now,
 			}},
-			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: "v1.34.4"},
+			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: "amd64", KubeletVersion: k8sversion.Current()},
 		},
 	}, nil
 }

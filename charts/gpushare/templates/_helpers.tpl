@@ -155,3 +155,20 @@ programs follow the update (docs/security.md). */}}
 {{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The second kube-scheduler's image tag: the value, else the cluster's version without a vendor
+suffix (v1.37.2-eks-113cf36 -> v1.37.2). Chart.yaml's kubeVersion refuses clusters outside the
+supported range (docs/compatibility.md) before this renders.
+*/}}
+{{- define "gpushare.kubeSchedulerTag" -}}
+{{- if .Values.scheduler.kubeScheduler.image.tag -}}
+{{- .Values.scheduler.kubeScheduler.image.tag -}}
+{{- else -}}
+{{- $v := regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- if not $v -}}
+{{- fail (printf "cannot derive the kube-scheduler image tag from the cluster version %q: set scheduler.kubeScheduler.image.tag (e.g. v1.37.2)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+{{- end -}}
