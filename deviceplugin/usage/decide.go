@@ -52,11 +52,22 @@ func (t Tolerance) Allowed(grantedBytes int64) int64 {
 // Policy is when a container counts as over its grant long enough to act.
 type Policy struct {
 	Tolerance Tolerance
-	// Grace is how long a container must stay over before it is acted on:
-	// a sample over by more than the tolerance starts the clock, a sample
-	// within it stops it.
+	// Grace is how much time over its grant a container may run up before
+	// it is acted on. Time over the grant adds up; time within it pays the
+	// account back at a PaybackDivisor-th of its length, so dipping under
+	// the grant for a sample does not reset anything.
 	Grace time.Duration
 }
+
+// PaybackDivisor is how much slower time within the grant pays back time
+// over it: a sample within the grant after 20 s pays back 5 s. A container
+// over its grant for more than 1/(1+PaybackDivisor) of the time (20 %)
+// runs up its account without end and is acted on; with the default grace
+// of 30 s and a 5 s sample interval, one that goes over for 25 s, dips for
+// one sample and goes over again is acted on 10 s into its second run. A
+// single spike shorter than the grace period, or spikes rarer than that
+// share, never is.
+const PaybackDivisor = 4
 
 // Key names one container's use of one card.
 type Key struct {
@@ -65,15 +76,25 @@ type Key struct {
 	Card      string
 }
 
-// Over is a container over its grant: since when, and whether it has been
-// acted on in this episode (an episode ends with a sample within the
-// grant).
+// Over is a container's account of time over its grant.
 type Over struct {
+	// Since is when its current run over the grant began.
 	Since time.Time
+	// Debt is the time it ran over its grant, less what time within the
+	// grant paid back (PaybackDivisor). Each sample counts the interval since
+	// the previous one as over or within, as the sample itself is.
+	Debt time.Duration
+	// Last is the sample that last updated the account; IsOver whether it
+	// was over the grant.
+	Last   time.Time
+	IsOver bool
+	// Acted is set once it has been acted on in its current run over the
+	// grant (a sample within the grant ends the run).
 	Acted bool
 }
 
-// State is the containers over their grant; the zero State is empty.
+// State is the containers with time over their grant not yet paid back; the
+// zero State is empty.
 type State map[Key]Over
 
 // Verdict is a container over its grant for at least the grace period.
@@ -81,13 +102,17 @@ type Verdict struct {
 	Usage Usage
 	// AllowedBytes is what the container may use (grant plus tolerance).
 	AllowedBytes int64
-	Since        time.Time
+	// Since is when its current run over the grant began; OverFor is its
+	// account (Over.Debt): at least the grace period.
+	Since   time.Time
+	OverFor time.Duration
 }
 
-// Decide is the enforcement decision, a pure function: given what was over
-// before (prev) and a new sample, it returns what is over now and the
-// containers due for action, those over for at least p.Grace and not
-// acted on yet in this episode.
+// Decide is the enforcement decision, a pure function: given the accounts
+// of time over the grant before (prev) and a new sample, it returns the
+// accounts now and the containers due for action: over their grant in this
+// sample, with at least p.Grace of time over the grant not paid back, and
+// not acted on yet in their current run over it.
 //
 // Who can be due: a container with a grant on the card, using more than the
 // grant plus tolerance; and any container of a pod using a card it holds no
@@ -127,17 +152,31 @@ func Decide(prev State, s Sample, p Policy) (State, []Verdict) {
 			continue
 		}
 		allowed := p.Tolerance.Allowed(u.GrantedBytes)
-		if u.UsedBytes <= allowed {
-			continue
-		}
 		k := Key{UID: u.Ref.UID, Container: u.Ref.Container, Card: u.Card}
 		o, was := prev[k]
-		if !was {
-			o = Over{Since: s.Time}
+		var elapsed time.Duration
+		if was && s.Time.After(o.Last) {
+			elapsed = s.Time.Sub(o.Last)
 		}
+		if u.UsedBytes <= allowed {
+			if !was {
+				continue
+			}
+			o.Debt -= elapsed / PaybackDivisor
+			o.Last, o.IsOver, o.Acted = s.Time, false, false
+			if o.Debt > 0 {
+				next[k] = o
+			}
+			continue
+		}
+		if !was || !o.IsOver {
+			o.Since = s.Time // a new run over the grant
+		}
+		o.Debt += elapsed
+		o.Last, o.IsOver = s.Time, true
 		next[k] = o
-		if !o.Acted && s.Time.Sub(o.Since) >= p.Grace {
-			due = append(due, Verdict{Usage: u, AllowedBytes: allowed, Since: o.Since})
+		if !o.Acted && o.Debt >= p.Grace {
+			due = append(due, Verdict{Usage: u, AllowedBytes: allowed, Since: o.Since, OverFor: o.Debt})
 		}
 	}
 	return next, due

@@ -27,12 +27,7 @@ func key(r Ref, card string) Key { return Key{UID: r.UID, Container: r.Container
 
 func TestDecide(t *testing.T) {
 	tol5 := Policy{Tolerance: Tolerance{Percent: 5}, Grace: 30 * time.Second}
-	type step struct {
-		at      time.Duration // since t0
-		usages  []Usage
-		failed  string // a card NVML could not list
-		wantDue []Key
-	}
+	type step = decideStep
 	tests := []struct {
 		name   string
 		policy Policy
@@ -66,6 +61,26 @@ func TestDecide(t *testing.T) {
 				{at: 65 * time.Second, usages: []Usage{granted(podA, "GPU-0", 10*gib, 12*gib)}},
 				{at: 70 * time.Second, usages: []Usage{granted(podA, "GPU-0", 10*gib, 12*gib)}, wantDue: []Key{key(podA, "GPU-0")}},
 			},
+		},
+		{
+			// Over for 25 s, within the grant for one sample, over again: the
+			// dip pays back 1.25 s of the 25 s, so the second run reaches the
+			// 30 s grace after 10 s. Resetting at the dip would never act.
+			name:   "an over-user that dips for one sample every grace period is caught in its second run",
+			policy: tol5,
+			steps:  periodic(podA, 5*time.Second, 25*time.Second, 5*time.Second, 2, key(podA, "GPU-0"), 40*time.Second),
+		},
+		{
+			name:   "one spike shorter than the grace period is never due",
+			policy: tol5,
+			steps:  periodic(podA, 5*time.Second, 25*time.Second, 10*time.Minute, 1, Key{}, 0),
+		},
+		{
+			// Over 10 s of every 60 s (17 %): each minute pays back 12.5 s of
+			// the 10 s run up, so the account never grows.
+			name:   "short spikes rarer than a fifth of the time are never due",
+			policy: tol5,
+			steps:  periodic(podA, 5*time.Second, 10*time.Second, 50*time.Second, 20, Key{}, 0),
 		},
 		{
 			name:   "a new episode after dropping back is acted on again",
@@ -188,4 +203,34 @@ func TestParseTolerance(t *testing.T) {
 	if got := (Tolerance{Percent: 5}).Allowed(10 * gib); got != 10*gib+512<<20 {
 		t.Errorf("Allowed = %d, want 10 GiB + 512 MiB", got)
 	}
+}
+
+// periodic is a container sampled every interval that runs over its grant
+// for over, then within it for under, repeated runs times; the step at
+// dueAt (since t0, if any) wants due.
+func periodic(r Ref, interval, over, under time.Duration, runs int, due Key, dueAt time.Duration) []decideStep {
+	type step = decideStep
+	var steps []step
+	at := time.Duration(0)
+	for run := 0; run < runs; run++ {
+		for end := at + over; at <= end; at += interval {
+			st := step{at: at, usages: []Usage{granted(r, "GPU-0", 10*gib, 12*gib)}}
+			if due != (Key{}) && at == dueAt {
+				st.wantDue = []Key{due}
+			}
+			steps = append(steps, st)
+		}
+		for end := at + under - interval; at <= end; at += interval {
+			steps = append(steps, step{at: at, usages: []Usage{granted(r, "GPU-0", 10*gib, 9*gib)}})
+		}
+	}
+	return steps
+}
+
+// decideStep is one sample of a TestDecide case.
+type decideStep struct {
+	at      time.Duration // since t0
+	usages  []Usage
+	failed  string // a card NVML could not list
+	wantDue []Key
 }

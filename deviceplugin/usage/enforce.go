@@ -84,7 +84,7 @@ func (e *Enforcer) Observe(ctx context.Context, s Sample) []Verdict {
 	for _, v := range due {
 		k := Key{UID: v.Usage.Ref.UID, Container: v.Usage.Ref.Container, Card: v.Usage.Card}
 		log := e.Log.WithValues("pod", klog.KRef(v.Usage.Ref.Namespace, v.Usage.Ref.Pod), "container", v.Usage.Ref.Container,
-			"card", v.Usage.Card, "usedBytes", v.Usage.UsedBytes, "allowedBytes", v.AllowedBytes, "grantedBytes", v.Usage.GrantedBytes, "overFor", s.Time.Sub(v.Since).Round(time.Second))
+			"card", v.Usage.Card, "usedBytes", v.Usage.UsedBytes, "allowedBytes", v.AllowedBytes, "grantedBytes", v.Usage.GrantedBytes, "overFor", v.OverFor.Round(time.Second))
 		var err error
 		action := string(e.Mode)
 		switch e.Mode {
