@@ -232,11 +232,40 @@ func parsePatterns(key, value string) ([]ModelPattern, error) {
 	return out, nil
 }
 
+// MaxCardChoiceBytes and MaxCardChoiceEntries bound each card-choice
+// annotation (models, excluded models, card UUIDs). A node has at most a few
+// dozen cards; a longer list is refused rather than carried into every
+// node's filter reason and the pod's condition (a 228 kB UUID list became a
+// 741 kB filter answer for three nodes). Refused values are not echoed.
+const (
+	MaxCardChoiceBytes   = 4096
+	MaxCardChoiceEntries = 64
+)
+
+// checkChoiceSize refuses an oversized card-choice annotation, saying what
+// to do instead.
+func checkChoiceSize(key, value string) error {
+	if len(value) > MaxCardChoiceBytes {
+		return fmt.Errorf("%w: %s is %d bytes, over the limit of %d: name fewer cards or models (a node's cards fit easily), or pin by model instead of UUID", ErrInvalidPodAnnotation, key, len(value), MaxCardChoiceBytes)
+	}
+	if n := strings.Count(value, "|") + strings.Count(value, ",") + 1; n > MaxCardChoiceEntries {
+		return fmt.Errorf("%w: %s lists %d entries, over the limit of %d: name fewer cards or models, or pin by model instead of UUID", ErrInvalidPodAnnotation, key, n, MaxCardChoiceEntries)
+	}
+	return nil
+}
+
 // cardChoiceFromPod reads the pod's card-choice and policy annotations (see
 // AnnotationCardModels and the keys beside it).
 func cardChoiceFromPod(pod *corev1.Pod) (CardChoice, string, error) {
 	var c CardChoice
 	var err error
+	for _, key := range []string{AnnotationCardModels, AnnotationExcludeCardModels, AnnotationCardUUIDs} {
+		if v, ok := pod.Annotations[key]; ok {
+			if err := checkChoiceSize(key, v); err != nil {
+				return CardChoice{}, "", err
+			}
+		}
+	}
 	if v, ok := pod.Annotations[AnnotationCardModels]; ok {
 		if c.Models, err = parsePatterns(AnnotationCardModels, v); err != nil {
 			return CardChoice{}, "", err

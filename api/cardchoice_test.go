@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -146,6 +147,10 @@ func TestRequestFromPodReadsTheCardChoice(t *testing.T) {
 		{name: "an empty UUID list", ann: map[string]string{AnnotationCardUUIDs: ""}, errText: "card-uuids is empty"},
 		{name: "UUIDs separated by spaces", ann: map[string]string{AnnotationCardUUIDs: "GPU-a GPU-b"}, errText: `"GPU-a GPU-b" is not a card UUID (it contains a space)`},
 		{name: "an empty policy", ann: map[string]string{AnnotationPolicy: ""}, errText: `policy is empty: name a policy (e.g. "spread")`},
+		{name: "64 UUIDs are accepted", ann: map[string]string{AnnotationCardUUIDs: uuidList(64)}, want: view{UUIDs: strings.Split(uuidList(64), ",")}},
+		{name: "a 65th UUID is refused", ann: map[string]string{AnnotationCardUUIDs: uuidList(65)}, errText: "card-uuids lists 65 entries, over the limit of 64: name fewer cards"},
+		{name: "a 228 kB UUID list is refused by size, not echoed", ann: map[string]string{AnnotationCardUUIDs: strings.Repeat("GPU-"+strings.Repeat("f", 36)+",", 5700)}, errText: "card-uuids is 233700 bytes, over the limit of 4096"},
+		{name: "an oversized model list is refused", ann: map[string]string{AnnotationExcludeCardModels: strings.Repeat("H", 5000)}, errText: "exclude-card-models is 5000 bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,7 +163,10 @@ func TestRequestFromPodReadsTheCardChoice(t *testing.T) {
 			}
 			if tc.errText != "" {
 				if !errors.Is(got.ChoiceErr, ErrInvalidPodAnnotation) || !strings.Contains(got.ChoiceErr.Error(), tc.errText) {
-					t.Fatalf("ChoiceErr = %v, want ErrInvalidPodAnnotation containing %q", got.ChoiceErr, tc.errText)
+					t.Fatalf("ChoiceErr = %.300v, want ErrInvalidPodAnnotation containing %q", got.ChoiceErr, tc.errText)
+				}
+				if n := len(got.ChoiceErr.Error()); n > MaxCardChoiceBytes+512 {
+					t.Errorf("the error is %d bytes: it lands in every node's filter reason, keep it short", n)
 				}
 				if !got.Cards.Empty() || got.Policy != "" {
 					t.Errorf("with ChoiceErr the choice is %+v / %q, want empty", got.Cards, got.Policy)
@@ -210,4 +218,13 @@ func BenchmarkModelPatternMatches(b *testing.B) {
 			b.Fatal("match")
 		}
 	}
+}
+
+// uuidList is n distinct card UUIDs joined by ",".
+func uuidList(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)
+	}
+	return strings.Join(out, ",")
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 	"unicode/utf8"
 
@@ -139,4 +140,22 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// MaxReasonBytes bounds one node's reason in a filter answer: kube-scheduler
+// keeps one per node for the pod's condition and events, so a long reason
+// costs its length times the number of nodes on every retry.
+const MaxReasonBytes = 512
+
+// clipReason cuts a reason to MaxReasonBytes (at a rune boundary), saying
+// how much was left out.
+func clipReason(msg string) string {
+	if len(msg) <= MaxReasonBytes {
+		return msg
+	}
+	cut := MaxReasonBytes - 40
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", msg[:cut], len(msg)-cut)
 }

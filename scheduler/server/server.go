@@ -394,7 +394,7 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 	// kept are the positions of the nodes the answer keeps, ascending.
 	var kept []int
 	if reqErr != nil {
-		msg := reqErr.Error()
+		msg := clipReason(reqErr.Error())
 		for _, n := range names {
 			res.FailedAndUnresolvableNodes[n] = msg
 		}
@@ -416,9 +416,9 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 				// Kept, or (best mode) fits but is not best: left out of
 				// both lists, see above.
 			case unresolvable(d):
-				res.FailedAndUnresolvableNodes[d.Node] = d.Message()
+				res.FailedAndUnresolvableNodes[d.Node] = clipReason(d.Message())
 			default:
-				res.FailedNodes[d.Node] = d.Message()
+				res.FailedNodes[d.Node] = clipReason(d.Message())
 			}
 		}
 	}
