@@ -20,6 +20,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
+	"github.com/gpushare/gpushare/internal/httpserve"
 )
 
 // MemoryOptions are the memory sampling, enforcement, metrics and MPS
@@ -136,7 +137,7 @@ func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log k
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserve.New(ctx, mux)
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

@@ -37,6 +37,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
+	"github.com/gpushare/gpushare/internal/httpserve"
 	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/internal/recordkey"
 	"github.com/gpushare/gpushare/scheduler/allocator"
@@ -485,7 +486,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
-	httpSrv := newHTTPServer(ctx, srv.Handler(reg))
+	httpSrv := httpserve.New(ctx, srv.Handler(reg))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -521,7 +522,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
 	if admin != nil {
-		servers = append(servers, newHTTPServer(ctx, srv.ReadOnlyHandler(reg)))
+		servers = append(servers, httpserve.New(ctx, srv.ReadOnlyHandler(reg)))
 		listeners = append(listeners, admin)
 	}
 	errc := make(chan error, len(servers))
@@ -576,21 +577,6 @@ func cardLimitsPublisher(o Options, clients Clients, factory informers.SharedInf
 		return nil, nil, fmt.Errorf("node informer: %w", err)
 	}
 	return &cardlimits.Publisher{Nodes: nodes.Lister(), Client: clients.Read, Namespace: namespace, Name: name}, changed, nil
-}
-
-// newHTTPServer is an HTTP server with the extender's timeouts: a client
-// gets 10 s to send its headers and its whole request (kube-scheduler sends
-// a filter call in milliseconds and gives up after its httpTimeout, 5 s in
-// the chart), so a slow or stalled sender cannot hold a connection and its
-// buffer; idle keep-alive connections close after 2 minutes.
-func newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
-	}
 }
 
 // serverTLS is the verbs' TLS configuration, nil for plain HTTP: the
