@@ -75,6 +75,8 @@ expect dedicated 'priorityClassName: system-node-critical'
 expect dedicated 'fieldPath: spec.nodeName'
 expect dedicated 'name: "system:kube-scheduler"'
 expect dedicated 'resources: \[pods/binding\]'
+expect dedicated 'resources: \[pods/binding, bindings\]'
+expect dedicated 'resources: \[pods, pods/status, pods/ephemeralcontainers, pods/resize\]'
 expect dedicated 'kind: ServiceMonitor' absent
 expect dedicated 'value: "127.0.0.1:39999"'
 expect dedicated 'name: GPUSHARE_ADMIN_LISTEN'

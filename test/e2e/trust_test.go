@@ -191,6 +191,63 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 	})
 
+	t.Run("binding with a record through the legacy bindings resource is refused", func(t *testing.T) {
+		// POST /api/v1/namespaces/NS/bindings copies the Binding's
+		// annotations onto the pod like pods/binding does.
+		eve := impersonate(t, c, "eve")
+		legacy := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "legacy-binder", Namespace: users},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"bindings"}, Verbs: []string{"create"}}},
+		}
+		if _, err := c.Client.RbacV1().Roles(users).Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		grant(ctx, t, c, users, "eve", "Role", "legacy-binder")
+		idle := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "idle-legacy", Namespace: users}, Spec: corev1.PodSpec{
+			SchedulerName: "nobody", Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		if _, err := c.Client.CoreV1().Pods(users).Create(ctx, idle, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
+		b := &corev1.Binding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"},
+			ObjectMeta: metav1.ObjectMeta{Name: "idle-legacy", Namespace: users, Annotations: map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: "trust-a"},
+		}
+		post := func(b *corev1.Binding) error {
+			return eve.CoreV1().RESTClient().Post().Namespace(users).Resource("bindings").
+				Param("dryRun", metav1.DryRunAll).Body(b).Do(ctx).Error()
+		}
+		wantError(t, "", post(b), "only the gpushare extender may bind a pod with gpushare.example.com/ annotations", "eve may not")
+		b.Annotations = nil
+		if err := post(b); err != nil {
+			t.Errorf("eve binding without a record through bindings: %v, want allowed (RBAC gave her the right)", err)
+		}
+	})
+
+	t.Run("removing or rewriting a record through pods/status is refused", func(t *testing.T) {
+		// An identity that may update pod status (a controller's, a second
+		// scheduler's): the API server keeps metadata changes made there.
+		trent := impersonate(t, c, "trent")
+		status := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "status-writer", Namespace: users},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"patch", "update"}}},
+		}
+		if _, err := c.Client.RbacV1().Roles(users).Create(ctx, status, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		grant(ctx, t, c, users, "trent", "Role", "status-writer")
+		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err := trent.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, removeRecord, dry, "status")
+		wantError(t, "", err, "removing the annotation gpushare.example.com/assignment is refused", "trent may not write it")
+		_, err = trent.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), dry, "status")
+		wantError(t, "", err, "changing the annotation gpushare.example.com/assignment is refused")
+		// Status itself is still hers to write.
+		if _, err := trent.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, []byte(`{"status":{"conditions":[{"type":"Example","status":"True"}]}}`), dry, "status"); err != nil {
+			t.Errorf("trent patching status: %v, want allowed", err)
+		}
+	})
+
 	t.Run("the device plugin's identity writes only its own node", func(t *testing.T) {
 		plugin := pluginIdentityOn(ctx, t, c, system, "trust-a")
 
