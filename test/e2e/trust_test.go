@@ -248,6 +248,38 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 	})
 
+	t.Run("a pod that asks for no GPU cannot reach the cards through the runtime", func(t *testing.T) {
+		sneak := func(name string, edit func(*corev1.Pod)) *corev1.Pod {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: users}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+			edit(p)
+			return p
+		}
+		deviceList := func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/nvidia-container-devices/all"}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}
+		}
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err := alice.CoreV1().Pods(users).Create(ctx, sneak("device-list", deviceList), dry)
+		wantError(t, "", err, "mounts the host path /var/run/nvidia-container-devices/all, which would hand it NVIDIA GPUs outside gpushare", "ask for example.com/gpu-mem")
+		_, err = alice.CoreV1().Pods(users).Create(ctx, sneak("device-list-pinned", func(p *corev1.Pod) { deviceList(p); p.Spec.NodeName = "trust-a" }), dry)
+		wantError(t, "", err, "mounts the host path /var/run/nvidia-container-devices/all")
+		_, err = alice.CoreV1().Pods(users).Create(ctx, sneak("visible-all", func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+		}), dry)
+		wantError(t, "", err, "container c sets NVIDIA_VISIBLE_DEVICES or an MPS variable", "Remove them from the pod spec")
+		_, err = alice.CoreV1().Pods(users).Create(ctx, sneak("mps-unlimited", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "registry.k8s.io/pause:3.10", Env: []corev1.EnvVar{{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=80G"}}}}
+		}), dry)
+		wantError(t, "", err, "container init sets NVIDIA_VISIBLE_DEVICES or an MPS variable")
+		// The release's own namespace (the plugin's pod) is not matched, even
+		// with the policies bound to it.
+		enforceAdmission(ctx, t, c, system, system)
+		if _, err := c.Client.CoreV1().Pods(system).Create(ctx, sneak("plugin-like", func(p *corev1.Pod) { p.Namespace = system; deviceList(p) }), dry); err != nil {
+			t.Errorf("a device-list mount in the release namespace: %v, want allowed", err)
+		}
+	})
+
 	t.Run("the device plugin's identity writes only its own node", func(t *testing.T) {
 		plugin := pluginIdentityOn(ctx, t, c, system, "trust-a")
 
