@@ -167,9 +167,11 @@ func (v *View) finish() {
 		t.Allocated += n.Allocated
 		t.Total += n.Total
 	}
+	v.summarize(totals)
 	v.Totals = make([]Total, 0, len(totals))
 	for _, t := range totals {
 		t.Percent = Percent(t.Allocated, t.Total)
+		t.InServicePercent = Percent(t.InServiceAllocated, t.InService)
 		v.Totals = append(v.Totals, *t)
 	}
 	sort.Slice(v.Totals, func(i, j int) bool { return v.Totals[i].Unit < v.Totals[j].Unit })

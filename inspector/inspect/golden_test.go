@@ -124,6 +124,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		}
 	},
 	"whole-cards": wholeCardsScenario,
+	"eight-cards": eightCardsScenario,
 	"reporting-health": func(t *testing.T) []runtime.Object {
 		// Every way a node's GPU reporting can be off.
 		return []runtime.Object{
@@ -187,6 +188,7 @@ var goldenCases = []struct {
 	{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
 	{"whole-cards-details.txt", "whole-cards", []string{"-d"}},
 	{"whole-cards.json", "whole-cards", []string{"-o", "json"}},
+	{"eight-cards.txt", "eight-cards", nil},
 }
 
 func TestGolden(t *testing.T) {

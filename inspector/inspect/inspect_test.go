@@ -55,7 +55,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 			},
 			{
 				Name: "gpu-2", Address: "10.0.0.2", Cordoned: true, Unit: api.UnitGiB,
-				Allocated: 8, Total: 80, Capacity: ptr(80), Allocatable: ptr(40),
+				Allocated: 8, Total: 80, InServiceAllocated: 8, InService: 40, Capacity: ptr(80), Allocatable: ptr(40),
 				Cards: []Card{
 					{Index: 0, UUID: "GPU-gpu-2-0", Model: a100, State: api.CardHealthy, Allocated: 8, Total: 40, Pods: []Pod{
 						{Namespace: "ml", Name: "a", Container: "c", Units: 3, Phase: api.PhaseAllocated},
@@ -66,7 +66,9 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 				Uncounted: []Uncounted{{Namespace: "ml", Name: "x", Code: WarnMalformedAssignment, Message: malformed}},
 			},
 		},
-		Totals: []Total{{Unit: api.UnitGiB, Allocated: 8, Total: 80, Percent: 10}},
+		// gpu-2 is cordoned: its free memory is no one's.
+		Totals: []Total{{Unit: api.UnitGiB, Allocated: 8, Total: 80, Percent: 10, InServiceAllocated: 8, InService: 40, InServicePercent: 20}},
+		Models: []ModelSummary{{Model: a100, Unit: api.UnitGiB, Nodes: 1, Cards: 2, InServiceCards: 1, InServiceAllocated: 8, InService: 40}},
 		Warnings: []Warning{
 			{Node: "gpu-1", Code: WarnNoInventory, Message: noInventory},
 			{Node: "gpu-2", Pod: "ml/x", Code: WarnMalformedAssignment, Message: malformed},

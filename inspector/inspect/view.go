@@ -28,6 +28,9 @@ type View struct {
 	// Warnings are problems with the nodes' GPU reporting and with pods the
 	// inspector could not count, sorted by node, then pod, then code.
 	Warnings []Warning `json:"warnings"`
+	// Models sums the cards per model and unit (see ModelSummary), sorted by
+	// model, then unit.
+	Models []ModelSummary `json:"models"`
 }
 
 // ViewVersion is the version of View this program prints.
@@ -51,6 +54,17 @@ type Total struct {
 	// Percent is Allocated/Total in percent, rounded half up to a whole
 	// number (see Percent).
 	Percent int64 `json:"percent"`
+	// InServiceAllocated and InService are Allocated and Total over the
+	// cards in service only (healthy, not isolated): the utilisation of the
+	// cards that can take pods. InServicePercent is their Percent.
+	InServiceAllocated int64 `json:"inServiceAllocated"`
+	InService          int64 `json:"inService"`
+	InServicePercent   int64 `json:"inServicePercent"`
+	// Free and LargestFree sum and bound the nodes' Free and LargestFree.
+	Free        int64 `json:"free"`
+	LargestFree int64 `json:"largestFree"`
+	// FreeCards is how many cards could be given whole now (Node.FreeCards).
+	FreeCards int `json:"freeCards"`
 }
 
 // Node is one GPU node: a node with example.com/gpu-mem capacity, a gpushare
@@ -69,6 +83,24 @@ type Node struct {
 	// card's Total, whatever its state.
 	Allocated int64 `json:"allocated"`
 	Total     int64 `json:"total"`
+	// InServiceAllocated and InService are Allocated and Total over the
+	// node's cards in service (healthy, not isolated).
+	InServiceAllocated int64 `json:"inServiceAllocated"`
+	InService          int64 `json:"inService"`
+	// Free is the memory a new pod can still get on this node: the free
+	// units of its cards in service that are not held whole, 0 when the
+	// node takes no new pods (cordoned, or its isolation annotation does not
+	// parse). LargestFree is the most of it on one card: the largest share a
+	// new container can be given. Worked example: cards of 40 GiB with 38
+	// and 24 allocated: Free 2+16 = 18, LargestFree 16.
+	Free        int64 `json:"free"`
+	LargestFree int64 `json:"largestFree"`
+	// FreeCards is how many of those cards hold nothing: what can be given
+	// whole (example.com/gpu) now.
+	FreeCards int `json:"freeCards"`
+	// UsedMiB is the memory in use summed over the cards that report it
+	// (Card.UsedMiB), in MiB; absent when none does.
+	UsedMiB *int64 `json:"usedMiB,omitempty"`
 	// Capacity and Allocatable are the node's example.com/gpu-mem as the
 	// kubelet reports it in the node status; nil when not reported.
 	Capacity    *int64 `json:"capacity,omitempty"`
