@@ -136,26 +136,39 @@ func overcommitted(n *Node, c *Card) Warning {
 		msg, terminating, strings.Join(names, ", "))}
 }
 
-// finish completes a View whose nodes have their cards and pods: it sums
-// each node's cards, warns about overcommitted cards, computes the totals
-// and sorts everything.
+// finish completes a View whose nodes have their cards and pods: it sorts
+// everything, warns about overcommitted cards, and tallies the nodes and the
+// totals.
 func (v *View) finish() {
 	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
-	totals := map[api.MemoryUnit]*Total{}
 	for ni := range v.Nodes {
 		n := &v.Nodes[ni]
-		n.Allocated, n.Total = 0, 0
 		sort.Slice(n.Cards, func(i, j int) bool { return n.Cards[i].Index < n.Cards[j].Index })
 		for ci := range n.Cards {
 			c := &n.Cards[ci]
 			sort.Slice(c.Pods, func(i, j int) bool { return podLess(c.Pods[i], c.Pods[j]) })
-			n.Allocated += c.Allocated
-			n.Total += c.Total
 			if c.Allocated > c.Total {
 				v.Warnings = append(v.Warnings, overcommitted(n, c))
 			}
 		}
 		sort.Slice(n.Uncounted, func(i, j int) bool { return uncountedLess(n.Uncounted[i], n.Uncounted[j]) })
+	}
+	sort.SliceStable(v.Warnings, func(i, j int) bool { return warningLess(v.Warnings[i], v.Warnings[j]) })
+	v.tally()
+}
+
+// tally sums each node's cards, then the totals per unit and the model
+// summary. It is idempotent: a filter that drops nodes or cards calls it
+// again.
+func (v *View) tally() {
+	totals := map[api.MemoryUnit]*Total{}
+	for ni := range v.Nodes {
+		n := &v.Nodes[ni]
+		n.Allocated, n.Total = 0, 0
+		for _, c := range n.Cards {
+			n.Allocated += c.Allocated
+			n.Total += c.Total
+		}
 		if n.Unit == "" {
 			continue // no readable inventory: unit unknown, left out of the totals
 		}
@@ -175,7 +188,6 @@ func (v *View) finish() {
 		v.Totals = append(v.Totals, *t)
 	}
 	sort.Slice(v.Totals, func(i, j int) bool { return v.Totals[i].Unit < v.Totals[j].Unit })
-	sort.SliceStable(v.Warnings, func(i, j int) bool { return warningLess(v.Warnings[i], v.Warnings[j]) })
 }
 
 // buildNode reads one GPU node's inventory and status and checks that they

@@ -128,6 +128,12 @@ func TestBadInputExits(t *testing.T) {
 		{"unknown output", []string{"-o", "wide"}, ErrUsage, ExitUsage, `unknown output format "wide"`},
 		{"details with json", []string{"-d", "-o", "json"}, ErrUsage, ExitUsage, "-d/--details is a table view"},
 		{"unknown flag", []string{"--color"}, ErrUsage, ExitUsage, "unknown flag: --color"},
+		{"pending with details", []string{"pending", "-d"}, ErrUsage, ExitUsage, "unknown shorthand flag"},
+		{"pending with a node", []string{"pending", "gpu-a"}, ErrUsage, ExitUsage, "pending takes no NODE argument"},
+		{"bad selector", []string{"-l", "a=(b"}, ErrUsage, ExitUsage, `-l "a=(b"`},
+		{"selector on the extender", []string{"-l", "a=b", "--from-extender", "http://x"}, ErrUsage, ExitUsage, "leave out --from-extender"},
+		{"model without letters", []string{"--model", "--"}, ErrUsage, ExitUsage, "--model"},
+		{"zero interval", []string{"-w", "--interval", "0s"}, ErrUsage, ExitUsage, "--interval 0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

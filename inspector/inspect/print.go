@@ -20,7 +20,13 @@ node's device plugin has not yet given the card to the container (the kubelet ha
 it). The memory already counts as allocated; it becomes "allocated" once the container gets it.`
 
 // PrintJSON writes v as indented JSON.
-func PrintJSON(w io.Writer, v View) error {
+func PrintJSON(w io.Writer, v View) error { return printJSON(w, v) }
+
+// PrintYAML writes v as YAML, with the same field names as PrintJSON.
+func PrintYAML(w io.Writer, v View) error { return printYAML(w, v) }
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding JSON: %w", err)
@@ -29,8 +35,8 @@ func PrintJSON(w io.Writer, v View) error {
 	return err
 }
 
-// PrintYAML writes v as YAML, with the same field names as PrintJSON.
-func PrintYAML(w io.Writer, v View) error {
+// printYAML writes v as YAML, with the field names of its JSON.
+func printYAML(w io.Writer, v any) error {
 	b, err := yaml.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding YAML: %w", err)
@@ -228,9 +234,12 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		for _, c := range n.Cards {
 			pods += len(c.Pods)
 		}
-		if pods == 0 {
+		switch {
+		case pods == 0 && n.Allocated > 0:
+			fmt.Fprintln(w, "  No pod of the namespace asked for on this node's GPUs (the memory allocated is other namespaces').")
+		case pods == 0:
 			fmt.Fprintln(w, "  No pods on this node's GPUs.")
-		} else {
+		default:
 			tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "  GPU\tPOD\tCONTAINER\t%s\tSTATUS\n", n.Unit)
 			for _, c := range n.Cards {
