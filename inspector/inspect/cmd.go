@@ -42,7 +42,7 @@ environment variable changes what the plugin does.`,
 	cmd.SetFlagErrorFunc(cli.FlagError)
 	f := cmd.PersistentFlags()
 	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
-	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:12345) instead of the API server")
+	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:39998) instead of the API server")
 	f.StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
 	f.StringVarP(&o.Namespace, "namespace", "n", "", "list only this namespace's pods (the figures still count every pod)")
 	f.StringVarP(&o.Selector, "selector", "l", "", "label selector: on nodes in the node views, on pods in pending (e.g. pool=train)")

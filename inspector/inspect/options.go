@@ -233,7 +233,7 @@ func (o *Options) Validate() error {
 	if o.FromExtender != "" {
 		u, err := url.Parse(o.FromExtender)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usagef("--from-extender %q: want the extender's base URL, e.g. http://localhost:12345", o.FromExtender)
+			return usagef("--from-extender %q: want the extender's base URL, e.g. http://localhost:39998", o.FromExtender)
 		}
 		if o.HTTPClient == nil {
 			return errors.New("no HTTP client (Complete was not called)")
