@@ -5,7 +5,7 @@ PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
+.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,10 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit fuzz-short chart-check playground-check e2e ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, end-to-end (root)
+test: lint unit fuzz-short chart-check playground-check docs-check e2e ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, end-to-end (root)
+
+docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists (and the check catches a doc that names missing ones)
+	hack/docs-check.sh
 
 # Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus
 # (f.Add seeds and testdata/fuzz/TARGET/); `make fuzz` mutates beyond it for FUZZTIME per
