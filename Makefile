@@ -92,7 +92,7 @@ image: ## container image (needs a Docker engine; without one, builds the binari
 # nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
 E2E_TIMEOUT ?= 30m
 
-cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
+cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min on 2 idle cores, then skipped)
 	hack/build-k8s.sh
 
 container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), kubelet, NVIDIA runtime + nvidia-ctk (cached)
@@ -104,7 +104,7 @@ e2e: cluster-binaries container-lane ## end-to-end tests against a local control
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0
 CLEAN ?= 0
-playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7-10 min)
+playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
 	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) hack/playground.sh up
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
