@@ -72,9 +72,10 @@ bench: ## Go benchmarks: filter/prioritize at 100-5,000 nodes, policies, Allocat
 	$(GO) test -run '^$$' -bench . -benchmem -cpu $(BENCHCPU) $(PKGS)
 
 # Packing quality: replay Alibaba's openb traces (docs/packing.md).
-# TRACES: the traces folder; VARIANTS=all replays the anchor's 17 workloads
-# (default: the default trace only); POLICIES: comma-separated (default: all).
-TRACES   ?= ../shared/traces
+# TRACES: the traces folder (default: the subset shipped in the repository, the default workload);
+# VARIANTS=all replays the anchor's 17 workloads (needs the full openb/ folder in TRACES)
+# POLICIES: comma-separated (default: all).
+TRACES   ?= scheduler/simulate/traces
 VARIANTS ?= default
 POLICIES ?=
 bench-packing: ## replay the openb traces for every policy, table beside the FGD anchor (VARIANTS=all for 17)
