@@ -5,7 +5,7 @@ PKGS    ?= ./...
 export CGO_ENABLED ?= 1
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
+.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,7 +35,10 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit fuzz-short chart-check playground-check e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, end-to-end on the current Kubernetes and the smoke + container lanes on the oldest (root)
+test: lint unit fuzz-short chart-check playground-check docs-check e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, end-to-end on the current Kubernetes and the smoke + container lanes on the oldest (root)
+
+docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists (and the check catches a doc that names missing ones)
+	hack/docs-check.sh
 
 # Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus
 # (f.Add seeds and testdata/fuzz/TARGET/); `make fuzz` mutates beyond it for FUZZTIME per
@@ -69,9 +72,10 @@ bench: ## Go benchmarks: filter/prioritize at 100-5,000 nodes, policies, Allocat
 	$(GO) test -run '^$$' -bench . -benchmem -cpu $(BENCHCPU) $(PKGS)
 
 # Packing quality: replay Alibaba's openb traces (docs/packing.md).
-# TRACES: the traces folder; VARIANTS=all replays the anchor's 17 workloads
-# (default: the default trace only); POLICIES: comma-separated (default: all).
-TRACES   ?= ../shared/traces
+# TRACES: the traces folder (default: the subset shipped in the repository, the default workload);
+# VARIANTS=all replays the anchor's 17 workloads (needs the full openb/ folder in TRACES)
+# POLICIES: comma-separated (default: all).
+TRACES   ?= scheduler/simulate/traces
 VARIANTS ?= default
 POLICIES ?=
 bench-packing: ## replay the openb traces for every policy, table beside the FGD anchor (VARIANTS=all for 17)
@@ -96,7 +100,7 @@ OLDEST_K8S_VERSION ?= v1.35.4
 export K8S_VERSION
 OLDEST_TESTS = TestSmokeNodeReadyPodScheduledAndRunning|TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount|TestNodeAgentWithRealDeviceManager|TestContainerLane
 
-cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min, then skipped)
+cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min on 2 idle cores, then skipped)
 	hack/build-k8s.sh
 
 container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), kubelet, NVIDIA runtime + nvidia-ctk (cached)
@@ -113,7 +117,7 @@ e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0
 CLEAN ?= 0
-playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7-10 min)
+playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
 	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) hack/playground.sh up
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)

@@ -6,7 +6,8 @@
 #   e2e container lane: hack/container-lane.sh runs `hack/build-k8s.sh kubelet`)
 # into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-VERSION/bin.
 # A binary already present is skipped, so running it again costs nothing.
-# A cold build takes ~7 minutes on 2 cores (kube-apiserver alone ~3 minutes).
+# A cold build takes ~7 minutes on 2 idle cores (kube-apiserver alone ~3 minutes), several times
+# that on a loaded machine; it prints a line per binary and every 30 s while one builds.
 #
 # Usage: hack/build-k8s.sh [binary...]   (default: all of them)
 # Env:   GPUSHARE_CACHE   cache root (default $HOME/.cache/gpushare)
@@ -126,14 +127,36 @@ build_k8s() {
 	mv "$BIN/${name}.tmp" "$BIN/${name}"
 }
 
+# Progress: one line per binary as it starts and ends ("[2/5] kube-apiserver"), and every 30 s
+# while it builds, with the time so far (go build itself prints nothing for minutes).
+total=${#missing[@]}
+t0=$(date +%s)
+i=0
+ticker=
+trap '[[ -n $ticker ]] && kill "$ticker" 2>/dev/null; true' EXIT
 for b in "${missing[@]}"; do
+	i=$((i + 1))
 	start=$(date +%s)
-	log "$b: building"
+	log "[$i/$total] $b: building"
+	(
+		trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+		while :; do
+			sleep 30 &
+			nap=$!
+			wait "$nap"
+			now=$(date +%s)
+			log "[$i/$total] $b: still building, $((now - start)) s so far ($((now - t0)) s since the first binary)"
+		done
+	) &
+	ticker=$!
 	if [[ "$b" == etcd ]]; then
 		build_etcd
 	else
 		build_k8s "$b"
 	fi
-	log "$b: built in $(($(date +%s) - start)) s -> $BIN/$b"
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	ticker=
+	log "[$i/$total] $b: built in $(($(date +%s) - start)) s -> $BIN/$b"
 done
-log "done: $BIN"
+log "done: $total built in $(($(date +%s) - t0)) s, in $BIN"

@@ -4,7 +4,7 @@
 # the real kubelet device manager + gpushare's device plugin on simulated
 # NVML), with the example pods of docs/examples applied. Needs root (each node
 # agent runs in its own mount namespace). The first run builds Kubernetes
-# (hack/build-k8s.sh, ~7-10 min); later runs reuse the binaries.
+# (hack/build-k8s.sh, ~7 min on 2 idle cores); later runs reuse the binaries.
 #
 # Usage: hack/playground.sh up | down [--clean] | status
 #   up      a fresh playground (default): whatever runs of the last one is stopped and its state
@@ -201,7 +201,7 @@ cmd_up() {
 	trap 'if [[ $UP_DONE == 0 ]]; then log "up did not finish: stopping everything"; cmd_down; fi' EXIT
 	trap 'exit 130' INT TERM
 
-	log "building the control plane binaries (first run: ~7-10 min; then cached in $K8S_BIN)"
+	log "building the control plane binaries (first run: 5 binaries, ~7 min on 2 idle cores, longer on a busy machine; progress below; then cached in $K8S_BIN)"
 	"$ROOT/hack/build-k8s.sh"
 	log "building gpushare's programs into $BIN"
 	(cd "$ROOT" && make --no-print-directory build >/dev/null)

@@ -28,6 +28,12 @@ func TestDocsSamplesAreTheGoldenFiles(t *testing.T) {
 	}
 	for _, m := range samples {
 		name, command, body := m[1], m[2], m[3]
+		if strings.Contains(body, "```") {
+			// An empty sample makes the pattern run on into the next block,
+			// hiding the text between them from this test.
+			t.Errorf("docs sample %s (%s) has no output in its block: paste the golden file there", name, command)
+			continue
+		}
 		found := false
 		for _, c := range goldenCases {
 			if c.golden != name {

@@ -17,7 +17,7 @@ import (
 const maxExtenderBody = 64 << 20
 
 // FromExtender asks the scheduler extender at base (e.g.
-// "http://gpushare-scheduler.kube-system:12345") for its view: GET
+// "http://10.0.0.5:39998", the admin port of an extender pod) for its view: GET
 // base/inspect, or base/inspect/NODE when node is set. This is what the
 // extender decides with, assumed binds included; it knows nothing of node
 // addresses, cordons or kubelet figures, so those stay empty and the node

@@ -69,7 +69,7 @@ func TestFromExtender(t *testing.T) {
 		Version: ViewVersion, Source: SourceExtender,
 		Nodes: []Node{
 			{Name: "gpu-a", InventoryError: "node gpu-a: " + api.ErrNoInventory.Error(), Cards: []Card{}, Uncounted: []Uncounted{}},
-			{Name: "gpu-b", Unit: api.UnitGiB, Allocated: 30, Total: 80, Cards: []Card{
+			{Name: "gpu-b", Unit: api.UnitGiB, Allocated: 30, Total: 80, InServiceAllocated: 30, InService: 40, Free: 10, LargestFree: 10, Cards: []Card{
 				{Index: 0, UUID: "GPU-b0", Model: a100, State: api.CardHealthy, Allocated: 30, Total: 40, Pods: []Pod{
 					{Namespace: "ml", Name: "new", Container: "c", Units: 10, Phase: api.PhaseAssigned, Pending: true},
 					{Namespace: "ml", Name: "train", Container: "c", Units: 20, Phase: api.PhaseAllocated},
@@ -77,7 +77,8 @@ func TestFromExtender(t *testing.T) {
 				{Index: 1, UUID: "GPU-b1", Model: a100, State: api.CardUnhealthy, Total: 40, Pods: []Pod{}},
 			}, Uncounted: []Uncounted{{Namespace: "ml", Name: "lost", Container: "c", Code: WarnUnknownCard, Message: lost}}},
 		},
-		Totals: []Total{{Unit: api.UnitGiB, Allocated: 30, Total: 80, Percent: 38}},
+		Totals: []Total{{Unit: api.UnitGiB, Allocated: 30, Total: 80, Percent: 38, InServiceAllocated: 30, InService: 40, InServicePercent: 75, Free: 10, LargestFree: 10}},
+		Models: []ModelSummary{{Model: a100, Unit: api.UnitGiB, Nodes: 1, Cards: 2, InServiceCards: 1, InServiceAllocated: 30, InService: 40, Free: 10, LargestFree: 10}},
 		Warnings: []Warning{
 			{Node: "gpu-a", Code: WarnNoInventory, Message: "node gpu-a: " + api.ErrNoInventory.Error() + " (as the extender sees it)"},
 			{Node: "gpu-b", Pod: "ml/lost", Code: WarnUnknownCard, Message: lost},
@@ -93,8 +94,10 @@ func TestFromExtender(t *testing.T) {
 	}
 	wantTable := `Source: the gpushare scheduler extender's cache (binds in flight included; no addresses, cordons or kubelet figures).
 
-NAME   IPADDRESS  GPU0(Allocated/Total)  GPU1(Allocated/Total)  GPU Memory(GiB)
-gpu-b             30/40                  0/40 (unhealthy)       30/80
+NAME   GPU0   GPU1    NODE(GiB)  FREE  MAX FREE
+gpu-b  30/40  0/40 U  30/80      10    10
+GPUn: allocated/total on card n (U unhealthy); NODE: on the node.
+FREE: what new pods can still get on the node; MAX FREE: the most of it on one card.
 
 Warnings (1):
   UnknownCard: ` + lost + "\n"

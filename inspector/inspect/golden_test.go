@@ -124,6 +124,8 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		}
 	},
 	"whole-cards": wholeCardsScenario,
+	"eight-cards": eightCardsScenario,
+	"waiting":     waitingScenario,
 	"reporting-health": func(t *testing.T) []runtime.Object {
 		// Every way a node's GPU reporting can be off.
 		return []runtime.Object{
@@ -187,6 +189,13 @@ var goldenCases = []struct {
 	{"reporting-health-details.txt", "reporting-health", []string{"-d"}},
 	{"whole-cards-details.txt", "whole-cards", []string{"-d"}},
 	{"whole-cards.json", "whole-cards", []string{"-o", "json"}},
+	{"eight-cards.txt", "eight-cards", nil},
+	{"waiting-pending.txt", "waiting", []string{"pending"}},
+	{"waiting-pending.json", "waiting", []string{"pending", "-o", "json"}},
+	{"waiting-pending-selector.txt", "waiting", []string{"pending", "-n", "ml", "-l", "team=a"}},
+	{"waiting-pool.txt", "waiting", []string{"-l", "pool=train"}},
+	{"mixed-sizes-model.txt", "mixed-sizes", []string{"--model", "A100"}},
+	{"mixed-sizes-namespace-details.txt", "mixed-sizes", []string{"-d", "-n", "research"}},
 }
 
 func TestGolden(t *testing.T) {

@@ -55,7 +55,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 			},
 			{
 				Name: "gpu-2", Address: "10.0.0.2", Cordoned: true, Unit: api.UnitGiB,
-				Allocated: 8, Total: 80, Capacity: ptr(80), Allocatable: ptr(40),
+				Allocated: 8, Total: 80, InServiceAllocated: 8, InService: 40, Capacity: ptr(80), Allocatable: ptr(40),
 				Cards: []Card{
 					{Index: 0, UUID: "GPU-gpu-2-0", Model: a100, State: api.CardHealthy, Allocated: 8, Total: 40, Pods: []Pod{
 						{Namespace: "ml", Name: "a", Container: "c", Units: 3, Phase: api.PhaseAllocated},
@@ -66,7 +66,9 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 				Uncounted: []Uncounted{{Namespace: "ml", Name: "x", Code: WarnMalformedAssignment, Message: malformed}},
 			},
 		},
-		Totals: []Total{{Unit: api.UnitGiB, Allocated: 8, Total: 80, Percent: 10}},
+		// gpu-2 is cordoned: its free memory is no one's.
+		Totals: []Total{{Unit: api.UnitGiB, Allocated: 8, Total: 80, Percent: 10, InServiceAllocated: 8, InService: 40, InServicePercent: 20}},
+		Models: []ModelSummary{{Model: a100, Unit: api.UnitGiB, Nodes: 1, Cards: 2, InServiceCards: 1, InServiceAllocated: 8, InService: 40}},
 		Warnings: []Warning{
 			{Node: "gpu-1", Code: WarnNoInventory, Message: noInventory},
 			{Node: "gpu-2", Pod: "ml/x", Code: WarnMalformedAssignment, Message: malformed},
@@ -126,6 +128,12 @@ func TestBadInputExits(t *testing.T) {
 		{"unknown output", []string{"-o", "wide"}, ErrUsage, ExitUsage, `unknown output format "wide"`},
 		{"details with json", []string{"-d", "-o", "json"}, ErrUsage, ExitUsage, "-d/--details is a table view"},
 		{"unknown flag", []string{"--color"}, ErrUsage, ExitUsage, "unknown flag: --color"},
+		{"pending with details", []string{"pending", "-d"}, ErrUsage, ExitUsage, "unknown shorthand flag"},
+		{"pending with a node", []string{"pending", "gpu-a"}, ErrUsage, ExitUsage, "pending takes no NODE argument"},
+		{"bad selector", []string{"-l", "a=(b"}, ErrUsage, ExitUsage, `-l "a=(b"`},
+		{"selector on the extender", []string{"-l", "a=b", "--from-extender", "http://x"}, ErrUsage, ExitUsage, "leave out --from-extender"},
+		{"model without letters", []string{"--model", "--"}, ErrUsage, ExitUsage, "--model"},
+		{"zero interval", []string{"-w", "--interval", "0s"}, ErrUsage, ExitUsage, "--interval 0s"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package inspect
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,12 +10,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
 )
 
@@ -26,6 +27,9 @@ const (
 	OutputJSON  = "json"
 	OutputYAML  = "yaml"
 )
+
+// defaultInterval is how often --watch prints the view again.
+const defaultInterval = 2 * time.Second
 
 // defaultRequestTimeout bounds each API request when --request-timeout is not
 // given, so that an unreachable API server fails in seconds instead of
@@ -69,6 +73,26 @@ type Options struct {
 	// extender: the view is its GET /inspect instead of the API server's
 	// nodes and pods (--from-extender).
 	FromExtender string
+	// Pending selects the view of GPU pods waiting for a node
+	// (`kubectl inspect gpushare pending`).
+	Pending bool
+	// Namespace, when set, lists only that namespace's pods (-n).
+	Namespace string
+	// Selector is a label selector (-l): on nodes in the node views, on pods
+	// in the pending view.
+	Selector string
+	// Model keeps only the cards of a matching model (--model; the matching
+	// of the card-models pod annotation).
+	Model string
+	// Watch prints the view again every Interval until interrupted (-w).
+	Watch    bool
+	Interval time.Duration
+	// Clock paces --watch; NewOptions sets the real one.
+	Clock clock.WithTicker
+
+	// selector and model are Selector and Model parsed by Validate.
+	selector labels.Selector
+	model    *api.ModelPattern
 
 	// Client is the API client. Run builds it from ConfigFlags unless it is
 	// already set (tests inject a fake clientset).
@@ -87,47 +111,7 @@ type Options struct {
 func NewOptions(streams genericiooptions.IOStreams) *Options {
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.Namespace = nil // the view spans every namespace: no -n flag
-	return &Options{ConfigFlags: flags, IOStreams: streams}
-}
-
-// NewCmd returns the `kubectl inspect gpushare` command run with o.
-func NewCmd(o *Options) *cobra.Command {
-	cmd := &cobra.Command{
-		Use: "kubectl-inspect-gpushare [NODE] [-d] [-o json|yaml]",
-		// kubectl runs the plugin for `kubectl inspect gpushare`; help says so.
-		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
-		Short:       "Show GPU-memory allocation per node and per card",
-		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
-as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.
-
-The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it); no other
-environment variable changes what the plugin does.`,
-		Example: `  # one row per GPU node, one column per card
-  kubectl inspect gpushare
-
-  # every card of node gpu-node-1 and every pod on it
-  kubectl inspect gpushare gpu-node-1 -d
-
-  # the same data for scripts
-  kubectl inspect gpushare -o json`,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := o.Complete(cmd, args); err != nil {
-				return err
-			}
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return o.Run(cmd.Context())
-		},
-	}
-	cmd.SetFlagErrorFunc(cli.FlagError)
-	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
-	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
-	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:12345) instead of the API server")
-	o.ConfigFlags.AddFlags(cmd.Flags())
-	return cmd
+	return &Options{ConfigFlags: flags, IOStreams: streams, Interval: defaultInterval, Clock: clock.RealClock{}}
 }
 
 // Complete takes the node argument and, for --from-extender, makes the HTTP
@@ -223,56 +207,37 @@ func (o *Options) Validate() error {
 	if o.Details && o.Output != OutputTable {
 		return usagef("-d/--details is a table view; -o %s already contains every detail", o.Output)
 	}
+	if o.Pending && (o.Details || o.FromExtender != "") {
+		return usagef("pending reads the waiting pods from the API server: it takes no -d and no --from-extender")
+	}
+	if o.Watch && o.Interval <= 0 {
+		return usagef("--interval %s: want a positive duration such as 2s", o.Interval)
+	}
+	if o.Selector != "" {
+		if o.FromExtender != "" {
+			return usagef("-l/--selector matches labels, which the extender does not send: leave out --from-extender")
+		}
+		sel, err := labels.Parse(o.Selector)
+		if err != nil {
+			return usagef("-l %q: %v", o.Selector, err)
+		}
+		o.selector = sel
+	}
+	if o.Model != "" {
+		m, err := api.ParseModelPattern(o.Model)
+		if err != nil {
+			return usagef("--model: %v", err)
+		}
+		o.model = &m
+	}
 	if o.FromExtender != "" {
 		u, err := url.Parse(o.FromExtender)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return usagef("--from-extender %q: want the extender's base URL, e.g. http://localhost:12345", o.FromExtender)
+			return usagef("--from-extender %q: want the extender's base URL, e.g. http://localhost:39998", o.FromExtender)
 		}
 		if o.HTTPClient == nil {
 			return errors.New("no HTTP client (Complete was not called)")
 		}
 	}
 	return nil
-}
-
-// view reads the data from the extender or from the API server.
-func (o *Options) view(ctx context.Context) (View, error) {
-	if o.FromExtender != "" {
-		return FromExtender(ctx, o.HTTPClient, o.FromExtender, o.NodeName)
-	}
-	client, err := o.kubeClient()
-	if err != nil {
-		return View{}, err
-	}
-	nodes, pods, err := Gather(ctx, client, o.NodeName)
-	if err != nil {
-		var status apierrors.APIStatus
-		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
-			return View{}, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
-		}
-		return View{}, err
-	}
-	return Build(nodes, pods), nil
-}
-
-// Run gathers the nodes and pods, builds the view and prints it.
-func (o *Options) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	v, err := o.view(ctx)
-	if err != nil {
-		return err
-	}
-	oneNode := o.NodeName != ""
-	switch {
-	case o.Output == OutputJSON:
-		return PrintJSON(o.Out, v)
-	case o.Output == OutputYAML:
-		return PrintYAML(o.Out, v)
-	case o.Details:
-		return PrintDetails(o.Out, v, oneNode)
-	default:
-		return PrintTable(o.Out, v, oneNode)
-	}
 }

@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
@@ -22,7 +20,13 @@ node's device plugin has not yet given the card to the container (the kubelet ha
 it). The memory already counts as allocated; it becomes "allocated" once the container gets it.`
 
 // PrintJSON writes v as indented JSON.
-func PrintJSON(w io.Writer, v View) error {
+func PrintJSON(w io.Writer, v View) error { return printJSON(w, v) }
+
+// PrintYAML writes v as YAML, with the same field names as PrintJSON.
+func PrintYAML(w io.Writer, v View) error { return printYAML(w, v) }
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding JSON: %w", err)
@@ -31,8 +35,8 @@ func PrintJSON(w io.Writer, v View) error {
 	return err
 }
 
-// PrintYAML writes v as YAML, with the same field names as PrintJSON.
-func PrintYAML(w io.Writer, v View) error {
+// printYAML writes v as YAML, with the field names of its JSON.
+func printYAML(w io.Writer, v any) error {
 	b, err := yaml.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encoding YAML: %w", err)
@@ -63,13 +67,13 @@ func newUnitStyle(v View) unitStyle {
 	return unitStyle{}
 }
 
-// header is the memory column's title: "GPU Memory(GiB)", or "GPU Memory"
-// when the figures carry their units.
+// header is the node column's title: "NODE(GiB)", or "NODE" when the
+// figures carry their units.
 func (s unitStyle) header() string {
 	if s.common != "" {
-		return "GPU Memory(" + string(s.common) + ")"
+		return "NODE(" + string(s.common) + ")"
 	}
-	return "GPU Memory"
+	return "NODE"
 }
 
 // amount writes allocated/total for a node whose unit is u.
@@ -91,66 +95,6 @@ func nodeName(n Node) string {
 	return n.Name
 }
 
-// PrintTable writes the default view: one row per GPU node with a column per
-// card index, then the totals and the warnings. oneNode leaves out the
-// cluster line, for a view restricted to one node.
-func PrintTable(w io.Writer, v View, oneNode bool) error {
-	printSource(w, v)
-	if len(v.Nodes) == 0 {
-		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
-			api.ResourceName, api.AnnotationInventory, api.LabelEnabled, api.LabelEnabledValue)
-		return printWarnings(w, v)
-	}
-	style := newUnitStyle(v)
-	indexSet := map[int]bool{}
-	for _, n := range v.Nodes {
-		for _, c := range n.Cards {
-			indexSet[c.Index] = true
-		}
-	}
-	indexes := make([]int, 0, len(indexSet))
-	for i := range indexSet {
-		indexes = append(indexes, i)
-	}
-	sort.Ints(indexes)
-
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	head := []string{"NAME", "IPADDRESS"}
-	for _, i := range indexes {
-		head = append(head, fmt.Sprintf("GPU%d(Allocated/Total)", i))
-	}
-	head = append(head, style.header())
-	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	for _, n := range v.Nodes {
-		row := []string{nodeName(n), n.Address}
-		byIndex := map[int]Card{}
-		for _, c := range n.Cards {
-			byIndex[c.Index] = c
-		}
-		for _, i := range indexes {
-			c, ok := byIndex[i]
-			if !ok {
-				row = append(row, "")
-				continue
-			}
-			cell := style.amount(c.Allocated, c.Total, n.Unit)
-			if c.State != api.CardHealthy {
-				cell += " (" + string(c.State) + ")"
-			}
-			row = append(row, cell)
-		}
-		row = append(row, style.amount(n.Allocated, n.Total, n.Unit))
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if !oneNode {
-		printTotals(w, v)
-	}
-	return printWarnings(w, v)
-}
-
 // printSource names the source when it is not the API server, whose view is
 // the default and needs no introduction.
 func printSource(w io.Writer, v View) {
@@ -168,6 +112,10 @@ func printTotals(w io.Writer, v View) {
 	}
 	for _, t := range v.Totals {
 		fmt.Fprintf(w, "Allocated/Total GPU Memory In Cluster: %d/%d %s (%d%%)\n", t.Allocated, t.Total, t.Unit, t.Percent)
+	}
+	for _, t := range v.Totals {
+		fmt.Fprintf(w, "Cards in service (healthy, not isolated): %d/%d %s (%d%%); free for new pods: %d %s, at most %d %s on one card; %s free whole\n",
+			t.InServiceAllocated, t.InService, t.Unit, t.InServicePercent, t.Free, t.Unit, t.LargestFree, t.Unit, plural(t.FreeCards, "card"))
 	}
 }
 
@@ -286,9 +234,12 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		for _, c := range n.Cards {
 			pods += len(c.Pods)
 		}
-		if pods == 0 {
+		switch {
+		case pods == 0 && n.Allocated > 0:
+			fmt.Fprintln(w, "  No pod of the namespace asked for on this node's GPUs (the memory allocated is other namespaces').")
+		case pods == 0:
 			fmt.Fprintln(w, "  No pods on this node's GPUs.")
-		} else {
+		default:
 			tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "  GPU\tPOD\tCONTAINER\t%s\tSTATUS\n", n.Unit)
 			for _, c := range n.Cards {

@@ -1,12 +1,7 @@
 package inspect
 
 import (
-	"errors"
-	"fmt"
 	"math/big"
-	"slices"
-	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,6 +28,9 @@ type View struct {
 	// Warnings are problems with the nodes' GPU reporting and with pods the
 	// inspector could not count, sorted by node, then pod, then code.
 	Warnings []Warning `json:"warnings"`
+	// Models sums the cards per model and unit (see ModelSummary), sorted by
+	// model, then unit.
+	Models []ModelSummary `json:"models"`
 }
 
 // ViewVersion is the version of View this program prints.
@@ -56,6 +54,17 @@ type Total struct {
 	// Percent is Allocated/Total in percent, rounded half up to a whole
 	// number (see Percent).
 	Percent int64 `json:"percent"`
+	// InServiceAllocated and InService are Allocated and Total over the
+	// cards in service only (healthy, not isolated): the utilisation of the
+	// cards that can take pods. InServicePercent is their Percent.
+	InServiceAllocated int64 `json:"inServiceAllocated"`
+	InService          int64 `json:"inService"`
+	InServicePercent   int64 `json:"inServicePercent"`
+	// Free and LargestFree sum and bound the nodes' Free and LargestFree.
+	Free        int64 `json:"free"`
+	LargestFree int64 `json:"largestFree"`
+	// FreeCards is how many cards could be given whole now (Node.FreeCards).
+	FreeCards int `json:"freeCards"`
 }
 
 // Node is one GPU node: a node with example.com/gpu-mem capacity, a gpushare
@@ -74,6 +83,24 @@ type Node struct {
 	// card's Total, whatever its state.
 	Allocated int64 `json:"allocated"`
 	Total     int64 `json:"total"`
+	// InServiceAllocated and InService are Allocated and Total over the
+	// node's cards in service (healthy, not isolated).
+	InServiceAllocated int64 `json:"inServiceAllocated"`
+	InService          int64 `json:"inService"`
+	// Free is the memory a new pod can still get on this node: the free
+	// units of its cards in service that are not held whole, 0 when the
+	// node takes no new pods (cordoned, or its isolation annotation does not
+	// parse). LargestFree is the most of it on one card: the largest share a
+	// new container can be given. Worked example: cards of 40 GiB with 38
+	// and 24 allocated: Free 2+16 = 18, LargestFree 16.
+	Free        int64 `json:"free"`
+	LargestFree int64 `json:"largestFree"`
+	// FreeCards is how many of those cards hold nothing: what can be given
+	// whole (example.com/gpu) now.
+	FreeCards int `json:"freeCards"`
+	// UsedMiB is the memory in use summed over the cards that report it
+	// (Card.UsedMiB), in MiB; absent when none does.
+	UsedMiB *int64 `json:"usedMiB,omitempty"`
 	// Capacity and Allocatable are the node's example.com/gpu-mem as the
 	// kubelet reports it in the node status; nil when not reported.
 	Capacity    *int64 `json:"capacity,omitempty"`
@@ -232,389 +259,4 @@ func IsGPUNode(n *corev1.Node) bool {
 		return true
 	}
 	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue
-}
-
-// counts reports whether a pod holds GPU memory on a node now: it is bound
-// and still holds its units (api.HoldsUnits: a terminating pod does, a
-// finished one does not). The extender's cache counts the same pods.
-func counts(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && api.HoldsUnits(p)
-}
-
-// nodeBuild is a Node under construction.
-type nodeBuild struct {
-	view   *Node
-	inv    api.Inventory
-	hasInv bool
-	// cardPos maps a card UUID to its position in view.Cards.
-	cardPos map[string]int
-	// healthy is the units of the cards the device plugin reports
-	// schedulable; checkAllocatable says whether the kubelet's allocatable
-	// is to be compared with it once the pods are placed (checkAllocatable).
-	healthy          int64
-	checkAllocatable bool
-}
-
-// checkAllocatableAfterPlacement warns when the kubelet's allocatable
-// differs from the healthy cards' units. A card held whole
-// (example.com/gpu) has its units reported unhealthy to the kubelet on
-// purpose (its memory is not to be shared) from the moment the device plugin
-// gives it out, so those units are not expected in allocatable. A card whose
-// whole-card assignment is still pending (phase Assigned) may or may not be
-// given out yet, so allocatable may count its units or not.
-func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
-	if !b.checkAllocatable || b.view.Allocatable == nil {
-		return
-	}
-	var given, pending int64
-	for _, c := range b.view.Cards {
-		if !c.Whole || c.State != api.CardHealthy {
-			continue
-		}
-		allocated := false
-		for _, p := range c.Pods {
-			if p.Whole && !p.Pending {
-				allocated = true
-			}
-		}
-		if allocated {
-			given += c.Total
-		} else {
-			pending += c.Total
-		}
-	}
-	high, low := b.healthy-given, b.healthy-given-pending
-	got := *b.view.Allocatable
-	if got >= low && got <= high {
-		return
-	}
-	want := fmt.Sprintf("total %d %s", high, b.inv.Unit)
-	if low != high {
-		want = fmt.Sprintf("total %d to %d %s", low, high, b.inv.Unit)
-	}
-	held := ""
-	if given+pending > 0 {
-		held = " (not counting the cards held whole)"
-	}
-	*warnings = append(*warnings, Warning{Node: b.view.Name, Code: WarnAllocatableMismatch,
-		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, api.ResourceName, got, held, want)})
-}
-
-// Build turns nodes and pods into a View. It is a pure function: everything
-// is decoded with the api package, nothing is fetched. Nodes that are not GPU
-// nodes (IsGPUNode) are ignored; pods are counted when bound and holding
-// their units (api.HoldsUnits).
-func Build(nodes []corev1.Node, pods []corev1.Pod) View {
-	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
-	builds := map[string]*nodeBuild{}
-	known := map[string]bool{}
-	var order []*nodeBuild
-	for i := range nodes {
-		n := &nodes[i]
-		known[n.Name] = true
-		if !IsGPUNode(n) {
-			continue
-		}
-		b := buildNode(n, &v.Warnings)
-		builds[n.Name] = b
-		order = append(order, b)
-	}
-
-	for i := range pods {
-		p := &pods[i]
-		if !counts(p) {
-			continue
-		}
-		placePod(p, builds[p.Spec.NodeName], known[p.Spec.NodeName], &v.Warnings)
-	}
-
-	for _, b := range order {
-		b.checkAllocatableAfterPlacement(&v.Warnings)
-		v.Nodes = append(v.Nodes, *b.view)
-	}
-	v.finish()
-	return v
-}
-
-// overcommitted is the warning for a card that holds more than its total:
-// TerminatingOverlap when the pods being deleted account for the excess,
-// Overcommitted otherwise.
-func overcommitted(n *Node, c *Card) Warning {
-	var terminating int64
-	var names []string
-	for _, p := range c.Pods {
-		if p.Terminating {
-			terminating += p.Units
-			if name := p.Namespace + "/" + p.Name; !slices.Contains(names, name) {
-				names = append(names, name)
-			}
-		}
-	}
-	msg := fmt.Sprintf("node %s: card %d holds %d %s but has only %d", n.Name, c.Index, c.Allocated, n.Unit, c.Total)
-	if terminating == 0 || c.Allocated-terminating > c.Total {
-		return Warning{Node: n.Name, Code: WarnOvercommitted, Message: msg}
-	}
-	return Warning{Node: n.Name, Code: WarnTerminatingOverlap, Message: fmt.Sprintf("%s, %d of them of pods being deleted (%s): the kubelet gives the units of a pod whose containers stopped to the next pod before the pod object is gone; this clears once it is deleted (if it stays, see why the pod's deletion does not finish: kubectl describe pod)",
-		msg, terminating, strings.Join(names, ", "))}
-}
-
-// finish completes a View whose nodes have their cards and pods: it sums
-// each node's cards, warns about overcommitted cards, computes the totals
-// and sorts everything.
-func (v *View) finish() {
-	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Name < v.Nodes[j].Name })
-	totals := map[api.MemoryUnit]*Total{}
-	for ni := range v.Nodes {
-		n := &v.Nodes[ni]
-		n.Allocated, n.Total = 0, 0
-		sort.Slice(n.Cards, func(i, j int) bool { return n.Cards[i].Index < n.Cards[j].Index })
-		for ci := range n.Cards {
-			c := &n.Cards[ci]
-			sort.Slice(c.Pods, func(i, j int) bool { return podLess(c.Pods[i], c.Pods[j]) })
-			n.Allocated += c.Allocated
-			n.Total += c.Total
-			if c.Allocated > c.Total {
-				v.Warnings = append(v.Warnings, overcommitted(n, c))
-			}
-		}
-		sort.Slice(n.Uncounted, func(i, j int) bool { return uncountedLess(n.Uncounted[i], n.Uncounted[j]) })
-		if n.Unit == "" {
-			continue // no readable inventory: unit unknown, left out of the totals
-		}
-		t := totals[n.Unit]
-		if t == nil {
-			t = &Total{Unit: n.Unit}
-			totals[n.Unit] = t
-		}
-		t.Allocated += n.Allocated
-		t.Total += n.Total
-	}
-	v.Totals = make([]Total, 0, len(totals))
-	for _, t := range totals {
-		t.Percent = Percent(t.Allocated, t.Total)
-		v.Totals = append(v.Totals, *t)
-	}
-	sort.Slice(v.Totals, func(i, j int) bool { return v.Totals[i].Unit < v.Totals[j].Unit })
-	sort.SliceStable(v.Warnings, func(i, j int) bool { return warningLess(v.Warnings[i], v.Warnings[j]) })
-}
-
-// buildNode reads one GPU node's inventory and status and checks that they
-// agree, appending a warning for each disagreement.
-func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
-	view := &Node{
-		Name:      n.Name,
-		Address:   internalIP(n),
-		Cordoned:  n.Spec.Unschedulable,
-		Cards:     []Card{},
-		Uncounted: []Uncounted{},
-	}
-	if q, ok := n.Status.Capacity[api.ResourceName]; ok {
-		c := q.Value()
-		view.Capacity = &c
-	}
-	if q, ok := n.Status.Allocatable[api.ResourceName]; ok {
-		a := q.Value()
-		view.Allocatable = &a
-	}
-	b := &nodeBuild{view: view, cardPos: map[string]int{}}
-	warn := func(code WarningCode, format string, args ...any) {
-		*warnings = append(*warnings, Warning{Node: n.Name, Code: code, Message: fmt.Sprintf(format, args...)})
-	}
-
-	inv, err := api.InventoryFromNode(n)
-	switch {
-	case errors.Is(err, api.ErrNoInventory):
-		view.InventoryError = err.Error()
-		switch {
-		case view.Capacity != nil && *view.Capacity > 0:
-			warn(WarnNoInventory, "node %s: %s capacity is %d but the node has no %s annotation (is the gpushare device plugin running on it?); its cards and unit are unknown and it is left out of the totals",
-				n.Name, api.ResourceName, *view.Capacity, api.AnnotationInventory)
-		default:
-			warn(WarnNoInventory, "node %s: no %s capacity and no %s annotation: the gpushare device plugin has reported nothing (is it running on the node?)",
-				n.Name, api.ResourceName, api.AnnotationInventory)
-		}
-		return b
-	case err != nil:
-		view.InventoryError = err.Error()
-		warn(WarnInvalidInventory, "%v; the node's cards are unknown and it is left out of the totals", err)
-		return b
-	}
-
-	b.inv, b.hasInv = inv, true
-	view.Unit = inv.Unit
-	// The operator's isolation annotation takes effect in the extender at
-	// once, before the device plugin reports the card isolated; show it the
-	// same way. A malformed one makes the extender refuse the node.
-	var iso api.Isolation
-	if s, ok := n.Annotations[api.AnnotationIsolation]; ok {
-		var err error
-		if iso, err = api.ParseIsolation(s); err != nil {
-			warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
-				n.Name, api.AnnotationIsolation, err)
-		}
-	}
-	cards := append([]api.Card(nil), inv.Cards...)
-	sort.Slice(cards, func(i, j int) bool { return cards[i].Index < cards[j].Index })
-	var healthy int64
-	for _, c := range cards {
-		b.cardPos[c.UUID] = len(view.Cards)
-		shown := iso.Apply(c)
-		view.Cards = append(view.Cards, Card{
-			Index: c.Index, UUID: c.UUID, Model: c.Model, State: shown.State, Reason: shown.Reason,
-			Total: c.Units, UsedMiB: c.UsedMiB, Pods: []Pod{},
-		})
-		view.Total += c.Units
-		if c.Schedulable() { // as the device plugin reported it to the kubelet
-			healthy += c.Units
-		}
-	}
-
-	capacity := int64(0)
-	if view.Capacity != nil {
-		capacity = *view.Capacity
-	}
-	switch {
-	case len(cards) == 0:
-		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
-	case capacity == 0:
-		warn(WarnNoCapacity, "node %s: the inventory lists %s (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
-			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, api.ResourceName)
-	default:
-		if capacity != view.Total {
-			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
-				n.Name, api.ResourceName, capacity, view.Total, inv.Unit)
-		}
-		b.healthy, b.checkAllocatable = healthy, true
-	}
-	return b
-}
-
-// placePod puts a counted pod's containers on the cards of its node, or
-// records why it cannot. b is nil when the pod's node is not a GPU node;
-// nodeExists says whether the node exists at all.
-func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning) {
-	podName := p.Namespace + "/" + p.Name
-	uncounted := func(container string, code WarningCode, msg string) {
-		*warnings = append(*warnings, Warning{Node: p.Spec.NodeName, Pod: podName, Code: code, Message: msg})
-		if b != nil {
-			b.view.Uncounted = append(b.view.Uncounted, Uncounted{Namespace: p.Namespace, Name: p.Name, Container: container, Code: code, Message: msg})
-		}
-	}
-
-	a, err := api.AssignmentFromPod(p)
-	switch {
-	case errors.Is(err, api.ErrNoAssignment):
-		if b == nil {
-			return // not a GPU node: a pod without an assignment is nothing to us
-		}
-		req, rerr := api.RequestFromPod(p)
-		switch {
-		case rerr != nil:
-			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s: no gpushare assignment and an invalid request: %v", podName, p.Spec.NodeName, rerr))
-		case len(req.Containers) == 0 && len(req.WholeCards) > 0:
-			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s (whole cards) but has no %s annotation: it was not placed by the gpushare extender, so its cards are unknown and it is not counted",
-				podName, p.Spec.NodeName, req.WholeCardTotal(), api.WholeResourceName, api.AnnotationAssignment))
-		case !req.Empty():
-			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s but has no %s annotation: it was not placed by the gpushare extender, so its card is unknown and it is not counted",
-				podName, p.Spec.NodeName, req.Total(), api.ResourceName, api.AnnotationAssignment))
-		}
-		return
-	case err != nil:
-		uncounted("", WarnMalformedAssignment, err.Error()+"; not counted")
-		return
-	}
-
-	switch {
-	case !nodeExists:
-		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s is bound to node %s, which does not exist; not counted", podName, p.Spec.NodeName))
-		return
-	case b == nil:
-		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s has a gpushare assignment on node %s, which is not a GPU node; not counted", podName, p.Spec.NodeName))
-		return
-	case !b.hasInv:
-		uncounted("", WarnNodeUnusable, fmt.Sprintf("pod %s has a gpushare assignment on node %s, whose inventory is unreadable; not counted", podName, p.Spec.NodeName))
-		return
-	case a.Unit != b.inv.Unit:
-		uncounted("", WarnUnitMismatch, fmt.Sprintf("pod %s: its assignment is in %s but node %s's inventory is in %s; not counted", podName, a.Unit, p.Spec.NodeName, b.inv.Unit))
-		return
-	}
-	for _, c := range a.Containers {
-		pos, ok := b.cardPos[c.CardUUID]
-		if !ok {
-			uncounted(c.Name, WarnUnknownCard, fmt.Sprintf("pod %s container %s: assigned card %d (%s), which node %s's inventory does not list; %d %s not counted",
-				podName, c.Name, c.CardIndex, c.CardUUID, p.Spec.NodeName, c.Units, a.Unit))
-			continue
-		}
-		card := &b.view.Cards[pos]
-		card.Allocated += c.Units
-		pod := newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase)
-		pod.Terminating = p.DeletionTimestamp != nil
-		card.Pods = append(card.Pods, pod)
-	}
-	for _, w := range a.WholeCards {
-		for i, uuid := range w.CardUUIDs {
-			pos, ok := b.cardPos[uuid]
-			if !ok {
-				uncounted(w.Name, WarnUnknownCard, fmt.Sprintf("pod %s container %s: card %d (%s) given whole, which node %s's inventory does not list; not counted",
-					podName, w.Name, w.CardIndexes[i], uuid, p.Spec.NodeName))
-				continue
-			}
-			card := &b.view.Cards[pos]
-			card.Whole = true
-			card.Allocated += card.Total
-			pod := newPod(p.Namespace, p.Name, w.Name, card.Total, a.Phase)
-			pod.Whole, pod.Terminating = true, p.DeletionTimestamp != nil
-			card.Pods = append(card.Pods, pod)
-		}
-	}
-}
-
-// plural writes "1 card", "2 cards".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-func internalIP(n *corev1.Node) string {
-	for _, a := range n.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			return a.Address
-		}
-	}
-	return ""
-}
-
-func podLess(a, b Pod) bool {
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	if a.Name != b.Name {
-		return a.Name < b.Name
-	}
-	return a.Container < b.Container
-}
-
-func uncountedLess(a, b Uncounted) bool {
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	if a.Name != b.Name {
-		return a.Name < b.Name
-	}
-	return a.Container < b.Container
-}
-
-func warningLess(a, b Warning) bool {
-	if a.Node != b.Node {
-		return a.Node < b.Node
-	}
-	if a.Pod != b.Pod {
-		return a.Pod < b.Pod
-	}
-	if a.Code != b.Code {
-		return a.Code < b.Code
-	}
-	return a.Message < b.Message
 }

@@ -22,7 +22,7 @@ func main() {
 	o := replay.Options{Stdout: os.Stdout}
 	var workloads, policies string
 	var quiet bool
-	flag.StringVar(&o.TracesDir, "traces", envOr("GPUSHARE_TRACES", "../shared/traces"), "directory with openb/ and fgd_anchor_unallocated.csv (env GPUSHARE_TRACES)")
+	flag.StringVar(&o.TracesDir, "traces", envOr("GPUSHARE_TRACES", "scheduler/simulate/traces"), "directory with openb/ and fgd_anchor_unallocated.csv (env GPUSHARE_TRACES)")
 	flag.StringVar(&workloads, "workloads", "default", `comma-separated openb workloads ("default", "gpushare40", …) or "all" for the anchor's 17`)
 	flag.StringVar(&o.MemoryNodes, "memory-nodes", "", "node file of a memory-format trace (replaces -workloads)")
 	flag.StringVar(&o.MemoryPods, "memory-pods", "", "pod file of a memory-format trace")

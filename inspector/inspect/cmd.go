@@ -1,0 +1,88 @@
+package inspect
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/gpushare/gpushare/internal/cli"
+)
+
+// NewCmd returns the `kubectl inspect gpushare` command run with o, with its
+// `pending` subcommand.
+func NewCmd(o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use: "kubectl-inspect-gpushare [NODE] [-d] [-o json|yaml] [-w]",
+		// kubectl runs the plugin for `kubectl inspect gpushare`; help says so.
+		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
+		Short:       "Show GPU-memory allocation per node and per card",
+		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
+as the gpushare scheduler extender counts it, what new pods can still get, and warn about
+nodes whose GPU reporting is broken. "pending" lists the GPU pods waiting for a node.
+
+The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it); no other
+environment variable changes what the plugin does.`,
+		Example: `  # one row per GPU node, one column per card
+  kubectl inspect gpushare
+
+  # every card of node gpu-node-1 and every pod on it
+  kubectl inspect gpushare gpu-node-1 -d
+
+  # why are my GPU pods waiting, and what would place them
+  kubectl inspect gpushare pending -n ml
+
+  # only the H100 cards of the nodes labelled pool=train, every 5 seconds
+  kubectl inspect gpushare -l pool=train --model H100 -w --interval 5s
+
+  # the same data for scripts
+  kubectl inspect gpushare -o json`,
+		Args:          cobra.ArbitraryArgs, // NODE; Complete checks the count
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE:          func(cmd *cobra.Command, args []string) error { return o.execute(cmd, args) },
+	}
+	cmd.SetFlagErrorFunc(cli.FlagError)
+	f := cmd.PersistentFlags()
+	cmd.Flags().BoolVarP(&o.Details, "details", "d", false, "show every card with its model, UUID, state and pods")
+	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:39998) instead of the API server")
+	f.StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
+	f.StringVarP(&o.Namespace, "namespace", "n", "", "list only this namespace's pods (the figures still count every pod)")
+	f.StringVarP(&o.Selector, "selector", "l", "", "label selector: on nodes in the node views, on pods in pending (e.g. pool=train)")
+	f.StringVar(&o.Model, "model", "", "keep only the cards of this model, matched like the card-models pod annotation (e.g. H100, A100-80GB)")
+	f.BoolVarP(&o.Watch, "watch", "w", false, "print the view again every --interval until interrupted")
+	f.DurationVar(&o.Interval, "interval", defaultInterval, "how often --watch prints the view")
+	o.ConfigFlags.AddFlags(f)
+
+	pending := &cobra.Command{
+		Use:   "pending",
+		Short: "List the GPU pods waiting for a node, why, and what would place them",
+		Long: `List the GPU pods no node has been chosen for: what each asks for, the scheduler's reason
+(the message of its PodScheduled condition, where the gpushare extender says why each node
+was refused), and the smallest change found that would place it: the node that would take
+it if some memory were freed (and the pods holding it), or that no card is of that size.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("pending takes no NODE argument, got %d", len(args))
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Pending = true
+			return o.execute(cmd, args)
+		},
+	}
+	pending.SetFlagErrorFunc(cli.FlagError)
+	cmd.AddCommand(pending)
+	return cmd
+}
+
+// execute is one run of the command: Complete, Validate, Run.
+func (o *Options) execute(cmd *cobra.Command, args []string) error {
+	if err := o.Complete(cmd, args); err != nil {
+		return err
+	}
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	return o.Run(cmd.Context())
+}
