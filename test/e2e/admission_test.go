@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/k8sversion"
 )
 
 // A user creating a GPU pod that could never run is refused at creation, by
@@ -266,7 +267,7 @@ func renderChart(ctx context.Context, t *testing.T, namespace, template string, 
 		t.Fatalf("hack/tools.sh helm: %v", err)
 	}
 	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", "1.34.0", "--namespace", namespace, "--show-only", template}, set...)
+		"--kube-version", k8sversion.Current(), "--namespace", namespace, "--show-only", template}, set...)
 	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template %s: %v\n%s", template, err, out)
