@@ -129,7 +129,7 @@ expect dedicated 'value: "report"'
 expect dedicated 'value: ":9402"'
 expect dedicated 'Warning Event when a container stays over its GPU memory grant'
 expect dedicated 'resources: \[pods/eviction\]' absent
-expect dedicated 'CUDA_MPS|GPUSHARE_MPS' absent
+expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
 
 # Record signing (default on): the chart's generated key Secret, mounted read-only (no subPath, so
 # that a rotation reaches the running programs) into the extender and the device plugin, both told
