@@ -103,7 +103,7 @@ func memoDecode(keys api.RecordKeys) decodeFunc {
 		if r, ok := seen[p]; ok {
 			return r.a, r.err
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := api.DefaultNames().AssignmentFromPod(p)
 		if err == nil {
 			err = keys.Verify(a)
 		}
@@ -156,7 +156,7 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // Order: creation time, then arrival (st.Arrival), then UID; within a pod
 // init containers, then app containers, in spec order.
 func Queue(pods []*corev1.Pod, st State) []Entry {
-	return queue(pods, st, api.AssignmentFromPod)
+	return queue(pods, st, api.DefaultNames().AssignmentFromPod)
 }
 
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
@@ -223,7 +223,7 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 }
 
 // demand is what the kubelet will ask the plugin for, container by container
-// in its order. A pod that keeps the contract: api.RequestFromPod, the one
+// in its order. A pod that keeps the contract: api.DefaultNames().RequestFromPod, the one
 // reader of a pod's demand (err nil). A pod that breaks it (an init
 // container asking for gpu-mem, zero, too much; err says how) never got an
 // assignment from the extender, yet the kubelet still calls Allocate for
@@ -232,16 +232,16 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // must find the pod and be refused with the contract's reason
 // (ErrPodRequest) rather than be taken for another pod's container.
 func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
-	req, err := api.RequestFromPod(p)
+	req, err := api.DefaultNames().RequestFromPod(p)
 	if err == nil {
 		return req.Containers, nil
 	}
 	var out []api.ContainerRequest
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {
-			q, ok := c.Resources.Limits[api.ResourceName]
+			q, ok := c.Resources.Limits[api.DefaultNames().ResourceName()]
 			if !ok {
-				q, ok = c.Resources.Requests[api.ResourceName]
+				q, ok = c.Resources.Requests[api.DefaultNames().ResourceName()]
 			}
 			if ok && q.Value() > 0 {
 				out = append(out, api.ContainerRequest{Name: c.Name, Units: q.Value()})
@@ -252,17 +252,17 @@ func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
 }
 
 // ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
-// refuses (api.RequestFromPod); the extender never places such a pod.
-var ErrPodRequest = errors.New("the pod's " + string(api.ResourceName) + " request breaks the gpushare contract")
+// refuses (api.DefaultNames().RequestFromPod); the extender never places such a pod.
+var ErrPodRequest = errors.New("the pod's " + string(api.DefaultNames().ResourceName()) + " request breaks the gpushare contract")
 
 // ErrSpansCards: the kubelet offered units of more than one card.
-var ErrSpansCards = errors.New("device IDs span more than one card; a container's " + string(api.ResourceName) + " must come from one card")
+var ErrSpansCards = errors.New("device IDs span more than one card; a container's " + string(api.DefaultNames().ResourceName()) + " must come from one card")
 
 // ErrNoPending: no queued container requests that many units (yet).
 var ErrNoPending = errors.New("no pending container on this node requests this many units")
 
 // ErrNotScheduled: the container's pod has no valid assignment.
-var ErrNotScheduled = errors.New("pods requesting " + string(api.ResourceName) + " must be scheduled by gpushare-scheduler")
+var ErrNotScheduled = errors.New("pods requesting " + string(api.DefaultNames().ResourceName()) + " must be scheduled by gpushare-scheduler")
 
 // Decision is the container an Allocate call is for, and its card.
 type Decision struct {

@@ -55,7 +55,7 @@ type Options struct {
 	RecordKeyInterval  time.Duration
 	DevicePluginDir    string
 	PodResourcesSocket string
-	// WholeCards registers the whole-card resource (api.WholeResourceName)
+	// WholeCards registers the whole-card resource (api.DefaultNames().WholeResourceName())
 	// beside gpu-mem.
 	WholeCards        bool
 	AllocateWait      time.Duration
@@ -267,7 +267,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	cl.OnIsolation(func(iso api.Isolation, err error) {
 		if err != nil {
-			log.Error(err, "Malformed isolation annotation: every card of the node is isolated until it is fixed (the scheduler extender filters the node meanwhile)", "annotation", api.AnnotationIsolation)
+			log.Error(err, "Malformed isolation annotation: every card of the node is isolated until it is fixed (the scheduler extender filters the node meanwhile)", "annotation", api.DefaultNames().AnnotationIsolation())
 		}
 		iso = isolation.InForce(iso, err, uuids)
 		if store.SetIsolation(inventory.SourceAnnotation, iso) {
@@ -303,8 +303,8 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 
 	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
-		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
-		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.WholeResourceName)}
+		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.DefaultNames().ResourceName())}
+		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.DefaultNames().WholeResourceName())}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

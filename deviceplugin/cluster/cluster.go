@@ -135,7 +135,7 @@ func (c *Cluster) OnIsolation(fn func(api.Isolation, error)) {
 		if !ok || n.Name != c.node {
 			return
 		}
-		fn(api.ParseIsolation(n.Annotations[api.AnnotationIsolation]))
+		fn(api.ParseIsolation(n.Annotations[api.DefaultNames().AnnotationIsolation()]))
 	}
 	_, _ = c.nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
@@ -185,7 +185,7 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 		if pod.UID != uid {
 			return nil
 		}
-		a, err := api.AssignmentFromPod(pod)
+		a, err := api.DefaultNames().AssignmentFromPod(pod)
 		if err != nil {
 			return err
 		}
@@ -231,7 +231,7 @@ func (c *Cluster) patchRecord(ctx context.Context, pod *corev1.Pod, a api.Assign
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pod.ResourceVersion,
-		"annotations":     map[string]string{api.AnnotationAssignment: s},
+		"annotations":     map[string]string{api.DefaultNames().AnnotationAssignment(): s},
 	}})
 	if err != nil {
 		return err
@@ -249,7 +249,7 @@ func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
 		return err
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{api.AnnotationInventory: s},
+		"annotations": map[string]string{api.DefaultNames().AnnotationInventory(): s},
 		"labels":      Labels(inv),
 	}})
 	if err != nil {
@@ -267,7 +267,7 @@ func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
 // "40GiB". Model and memory are nil (removed) on a node without cards.
 func Labels(inv api.Inventory) map[string]*string {
 	str := func(s string) *string { return &s }
-	out := map[string]*string{api.LabelGPUCount: str(strconv.Itoa(len(inv.Cards))), api.LabelGPUModel: nil, api.LabelGPUMemory: nil}
+	out := map[string]*string{api.DefaultNames().LabelGPUCount(): str(strconv.Itoa(len(inv.Cards))), api.DefaultNames().LabelGPUModel(): nil, api.DefaultNames().LabelGPUMemory(): nil}
 	if len(inv.Cards) == 0 {
 		return out
 	}
@@ -281,7 +281,7 @@ func Labels(inv api.Inventory) map[string]*string {
 			largest = card.Units
 		}
 	}
-	out[api.LabelGPUModel] = str(api.SanitizeLabelValue(model))
-	out[api.LabelGPUMemory] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
+	out[api.DefaultNames().LabelGPUModel()] = str(api.SanitizeLabelValue(model))
+	out[api.DefaultNames().LabelGPUMemory()] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
 	return out
 }

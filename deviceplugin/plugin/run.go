@@ -64,11 +64,11 @@ func (p *Plugin) KubeletSocketPath() string {
 // restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	go p.RunReconciler(ctx)
-	units := &endpoint{socketName: p.cfg.SocketName, resource: string(api.ResourceName), server: p, options: options(), tried: make(chan struct{})}
+	units := &endpoint{socketName: p.cfg.SocketName, resource: string(api.DefaultNames().ResourceName()), server: p, options: options(), tried: make(chan struct{})}
 	if !p.cfg.WholeCards {
 		return p.runEndpoint(ctx, restart, units)
 	}
-	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(api.WholeResourceName), server: &wholeServer{p: p}, options: wholeOptions()}
+	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(api.DefaultNames().WholeResourceName()), server: &wholeServer{p: p}, options: wholeOptions()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r1, r2 := make(chan os.Signal, 1), make(chan os.Signal, 1)

@@ -146,7 +146,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
-	// A container given cards whole (api.WholeResourceName) is granted all
+	// A container given cards whole (api.DefaultNames().WholeResourceName()) is granted all
 	// of each card's memory.
 	if whole := wholeFromRecords(pods); len(whole) > 0 {
 		mem := map[string]int64{}
@@ -313,7 +313,7 @@ func wholeFromRecords(pods []*corev1.Pod) map[grantKey]bool {
 		if !api.HoldsUnits(p) {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
@@ -332,7 +332,7 @@ func fromRecords(pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil || a.Phase != api.PhaseAllocated {
 			continue
 		}

@@ -45,7 +45,7 @@ func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) (
 			return nil, nil, fmt.Errorf("cannot read node %q: %w", nodeName, err)
 		}
 		if !IsGPUNode(n) {
-			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no %s=%s label", nodeName, ErrNotGPUNode, api.ResourceName, api.LabelEnabled, api.LabelEnabledValue)
+			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no %s=%s label", nodeName, ErrNotGPUNode, api.DefaultNames().ResourceName(), api.LabelEnabled, api.LabelEnabledValue)
 		}
 		nodes = []corev1.Node{*n}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", nodeName))

@@ -32,7 +32,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		makeNode(t, "gpu-1", "10.0.0.1").capacity(16, 16).obj(),
 		makePod(t, "ml", "b").container("c", 5).node("gpu-2").assign(api.PhaseAssigned, on{"c", 0, 5}).obj(),
 		makePod(t, "ml", "a").container("c", 3).node("gpu-2").assign(api.PhaseAllocated, on{"c", 0, 3}).obj(),
-		makePod(t, "ml", "x").container("c", 1).node("gpu-2").annotate(api.AnnotationAssignment, "[]").obj(),
+		makePod(t, "ml", "x").container("c", 1).node("gpu-2").annotate(api.DefaultNames().AnnotationAssignment(), "[]").obj(),
 	}
 	out, _, err := runCmd(t, objs, "-o", "json")
 	if err != nil {

@@ -98,7 +98,7 @@ func PrintTable(w io.Writer, v View, oneNode bool) error {
 	printSource(w, v)
 	if len(v.Nodes) == 0 {
 		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
-			api.ResourceName, api.AnnotationInventory, api.LabelEnabled, api.LabelEnabledValue)
+			api.DefaultNames().ResourceName(), api.DefaultNames().AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue)
 		return printWarnings(w, v)
 	}
 	style := newUnitStyle(v)
@@ -245,7 +245,7 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
 	}
 	if !fromExtender {
-		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.ResourceName, optInt(n.Capacity), optInt(n.Allocatable))
+		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.DefaultNames().ResourceName(), optInt(n.Capacity), optInt(n.Allocatable))
 	}
 	if n.InventoryError != "" {
 		fmt.Fprintf(kv, "Inventory:\t%s\n", n.InventoryError)

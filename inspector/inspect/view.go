@@ -102,7 +102,7 @@ type Card struct {
 	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
 	// once a minute); absent when the plugin does not sample memory.
 	UsedMiB *int64 `json:"usedMiB,omitempty"`
-	// Whole is true while the card is given whole (api.WholeResourceName)
+	// Whole is true while the card is given whole (api.DefaultNames().WholeResourceName())
 	// to the one container in Pods; it then counts as fully allocated.
 	Whole bool `json:"whole,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name
@@ -225,10 +225,10 @@ func Percent(allocated, total int64) int64 {
 // example.com/gpu-mem capacity (even 0), a gpushare inventory annotation, or
 // the gpushare=true label that asks for the device plugin.
 func IsGPUNode(n *corev1.Node) bool {
-	if _, ok := n.Status.Capacity[api.ResourceName]; ok {
+	if _, ok := n.Status.Capacity[api.DefaultNames().ResourceName()]; ok {
 		return true
 	}
-	if _, ok := n.Annotations[api.AnnotationInventory]; ok {
+	if _, ok := n.Annotations[api.DefaultNames().AnnotationInventory()]; ok {
 		return true
 	}
 	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue
@@ -297,7 +297,7 @@ func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
 		held = " (not counting the cards held whole)"
 	}
 	*warnings = append(*warnings, Warning{Node: b.view.Name, Code: WarnAllocatableMismatch,
-		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, api.ResourceName, got, held, want)})
+		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, api.DefaultNames().ResourceName(), got, held, want)})
 }
 
 // Build turns nodes and pods into a View. It is a pure function: everything
@@ -408,11 +408,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		Cards:     []Card{},
 		Uncounted: []Uncounted{},
 	}
-	if q, ok := n.Status.Capacity[api.ResourceName]; ok {
+	if q, ok := n.Status.Capacity[api.DefaultNames().ResourceName()]; ok {
 		c := q.Value()
 		view.Capacity = &c
 	}
-	if q, ok := n.Status.Allocatable[api.ResourceName]; ok {
+	if q, ok := n.Status.Allocatable[api.DefaultNames().ResourceName()]; ok {
 		a := q.Value()
 		view.Allocatable = &a
 	}
@@ -421,17 +421,17 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		*warnings = append(*warnings, Warning{Node: n.Name, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
 
-	inv, err := api.InventoryFromNode(n)
+	inv, err := api.DefaultNames().InventoryFromNode(n)
 	switch {
 	case errors.Is(err, api.ErrNoInventory):
 		view.InventoryError = err.Error()
 		switch {
 		case view.Capacity != nil && *view.Capacity > 0:
 			warn(WarnNoInventory, "node %s: %s capacity is %d but the node has no %s annotation (is the gpushare device plugin running on it?); its cards and unit are unknown and it is left out of the totals",
-				n.Name, api.ResourceName, *view.Capacity, api.AnnotationInventory)
+				n.Name, api.DefaultNames().ResourceName(), *view.Capacity, api.DefaultNames().AnnotationInventory())
 		default:
 			warn(WarnNoInventory, "node %s: no %s capacity and no %s annotation: the gpushare device plugin has reported nothing (is it running on the node?)",
-				n.Name, api.ResourceName, api.AnnotationInventory)
+				n.Name, api.DefaultNames().ResourceName(), api.DefaultNames().AnnotationInventory())
 		}
 		return b
 	case err != nil:
@@ -446,11 +446,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	// once, before the device plugin reports the card isolated; show it the
 	// same way. A malformed one makes the extender refuse the node.
 	var iso api.Isolation
-	if s, ok := n.Annotations[api.AnnotationIsolation]; ok {
+	if s, ok := n.Annotations[api.DefaultNames().AnnotationIsolation()]; ok {
 		var err error
 		if iso, err = api.ParseIsolation(s); err != nil {
 			warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
-				n.Name, api.AnnotationIsolation, err)
+				n.Name, api.DefaultNames().AnnotationIsolation(), err)
 		}
 	}
 	cards := append([]api.Card(nil), inv.Cards...)
@@ -478,11 +478,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
 	case capacity == 0:
 		warn(WarnNoCapacity, "node %s: the inventory lists %s (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
-			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, api.ResourceName)
+			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, api.DefaultNames().ResourceName())
 	default:
 		if capacity != view.Total {
 			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
-				n.Name, api.ResourceName, capacity, view.Total, inv.Unit)
+				n.Name, api.DefaultNames().ResourceName(), capacity, view.Total, inv.Unit)
 		}
 		b.healthy, b.checkAllocatable = healthy, true
 	}
@@ -501,22 +501,22 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		}
 	}
 
-	a, err := api.AssignmentFromPod(p)
+	a, err := api.DefaultNames().AssignmentFromPod(p)
 	switch {
 	case errors.Is(err, api.ErrNoAssignment):
 		if b == nil {
 			return // not a GPU node: a pod without an assignment is nothing to us
 		}
-		req, rerr := api.RequestFromPod(p)
+		req, rerr := api.DefaultNames().RequestFromPod(p)
 		switch {
 		case rerr != nil:
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s: no gpushare assignment and an invalid request: %v", podName, p.Spec.NodeName, rerr))
 		case len(req.Containers) == 0 && len(req.WholeCards) > 0:
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s (whole cards) but has no %s annotation: it was not placed by the gpushare extender, so its cards are unknown and it is not counted",
-				podName, p.Spec.NodeName, req.WholeCardTotal(), api.WholeResourceName, api.AnnotationAssignment))
+				podName, p.Spec.NodeName, req.WholeCardTotal(), api.DefaultNames().WholeResourceName(), api.DefaultNames().AnnotationAssignment()))
 		case !req.Empty():
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s but has no %s annotation: it was not placed by the gpushare extender, so its card is unknown and it is not counted",
-				podName, p.Spec.NodeName, req.Total(), api.ResourceName, api.AnnotationAssignment))
+				podName, p.Spec.NodeName, req.Total(), api.DefaultNames().ResourceName(), api.DefaultNames().AnnotationAssignment()))
 		}
 		return
 	case err != nil:

@@ -55,7 +55,7 @@ func TestBuildDoesNotCount(t *testing.T) {
 		{"an init container asking for gpu-mem without a record",
 			func() *corev1.Pod {
 				p := makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj()
-				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("4")}}}}
+				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("4")}}}}
 				return p
 			}(),
 			[]WarningCode{WarnNoAssignment}},

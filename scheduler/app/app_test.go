@@ -194,7 +194,7 @@ func TestServeOnRandomPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, err := api.AssignmentFromPod(got); err != nil || a.Node != "n2" {
+	if a, err := api.DefaultNames().AssignmentFromPod(got); err != nil || a.Node != "n2" {
 		t.Fatalf("assignment after bind: %+v, %v", a, err)
 	}
 	// The informer sees the bound pod: /inspect shows it confirmed.

@@ -212,15 +212,15 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	if node == nil {
 		return
 	}
-	inv, invErr := api.InventoryFromNode(node)
-	_, gpuCap := node.Status.Capacity[api.ResourceName]
-	_, gpuAlloc := node.Status.Allocatable[api.ResourceName]
-	if _, ok := node.Status.Capacity[api.WholeResourceName]; ok {
+	inv, invErr := api.DefaultNames().InventoryFromNode(node)
+	_, gpuCap := node.Status.Capacity[api.DefaultNames().ResourceName()]
+	_, gpuAlloc := node.Status.Allocatable[api.DefaultNames().ResourceName()]
+	if _, ok := node.Status.Capacity[api.DefaultNames().WholeResourceName()]; ok {
 		gpuCap = true
 	}
 	var iso api.Isolation
 	isoErr := error(nil)
-	if s, ok := node.Annotations[api.AnnotationIsolation]; ok {
+	if s, ok := node.Annotations[api.DefaultNames().AnnotationIsolation()]; ok {
 		iso, isoErr = api.ParseIsolation(s)
 	}
 
@@ -340,7 +340,7 @@ func internState(s api.CardState) api.CardState {
 }
 
 // SetPod records a pod added or updated by the informer. The pod counts on
-// its node's cards when it carries a valid assignment (api.AssignmentFromPod),
+// its node's cards when it carries a valid assignment (api.DefaultNames().AssignmentFromPod),
 // is bound to the assignment's node and still holds its units
 // (api.HoldsUnits: not Succeeded or Failed; a terminating pod still counts,
 // its containers may still hold the memory).
@@ -362,7 +362,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	// Host is set even when the gpu-mem demand is invalid.
-	req, reqErr := api.RequestFromPod(pod)
+	req, reqErr := api.DefaultNames().RequestFromPod(pod)
 	host := allocator.HostResources(req.Host)
 	holds := api.HoldsUnits(pod)
 	bound := holds && pod.Spec.NodeName != ""
@@ -370,7 +370,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
 		var err error
-		a, err = api.AssignmentFromPod(pod)
+		a, err = api.DefaultNames().AssignmentFromPod(pod)
 		if err == nil {
 			err = api.KeysOf(c.keys).Verify(a)
 		}
@@ -635,7 +635,7 @@ func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
 }
 
 // Assume records a's units for the pod before bind writes to the API; req is
-// the pod's request as bind read it (api.RequestFromPod), whose CPU and
+// the pod's request as bind read it (api.DefaultNames().RequestFromPod), whose CPU and
 // memory the node's HostFree loses. basis is the snapshot the assignment was
 // decided on: if the node changed since (another bind assumed a pod there, a
 // pod finished, the inventory changed), Assume fails with ErrStale and

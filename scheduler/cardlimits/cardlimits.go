@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// Publisher writes api.CardLimitsFromNodes over the nodes it lists into one
+// Publisher writes api.DefaultNames().CardLimitsFromNodes over the nodes it lists into one
 // ConfigMap. It only updates a ConfigMap that exists (the chart creates it, so
 // the extender needs no right to create ConfigMaps), and only when the data
 // changes; several extender replicas publishing at once agree.
@@ -38,7 +38,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("listing nodes: %w", err)
 	}
-	want := api.CardLimitsFromNodes(nodes).Data()
+	want := api.DefaultNames().CardLimitsFromNodes(nodes).Data()
 	changed := false
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})

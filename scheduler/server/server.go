@@ -106,7 +106,7 @@ type Config struct {
 	Policy     *allocator.Policy
 	FilterMode FilterMode
 	// AllowedPolicies are the policies a pod may name in its
-	// api.AnnotationPolicy annotation; Policy is always allowed, and a pod
+	// api.DefaultNames().AnnotationPolicy() annotation; Policy is always allowed, and a pod
 	// that names none runs under it.
 	AllowedPolicies []*allocator.Policy
 	// Registry receives the server's metrics; nil registers none.
@@ -293,7 +293,7 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 	return candidateNames(args)
 }
 
-// evaluate runs the pod's policy (its api.AnnotationPolicy, else the
+// evaluate runs the pod's policy (its api.DefaultNames().AnnotationPolicy(), else the
 // default) on every candidate node. ok is false when the pod asks for no
 // gpu-mem; reqErr is set when its demand is invalid (or over
 // MaxGPUContainers), or its card choice or policy cannot be used. err is
@@ -302,7 +302,7 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 // zero, are the names resolved by the decoder in this call; the caller
 // keeps them.
 func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, cands candidates) (decisions []allocator.Decision, pp podPolicy, ok bool, reqErr, err error) {
-	preq, err := api.RequestFromPod(pod)
+	preq, err := api.DefaultNames().RequestFromPod(pod)
 	if err == nil {
 		err = errTooManyContainers(preq)
 	}

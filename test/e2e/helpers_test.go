@@ -78,8 +78,8 @@ func waitInventoryAfter(ctx context.Context, t *testing.T, c *cluster.Cluster, n
 	t.Helper()
 	var inv api.Inventory
 	if _, err := cluster.WaitNodeAgentReplaced(ctx, c.Client, node.Opts.Name, before, 2*time.Minute, "Ready with inventory and capacity", func(n *corev1.Node) bool {
-		got, err := api.InventoryFromNode(n)
-		q := n.Status.Allocatable[api.ResourceName]
+		got, err := api.DefaultNames().InventoryFromNode(n)
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		inv = got
 		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
 	}); err != nil {
@@ -114,7 +114,7 @@ func gpuPod(ns, name string, units ...int64) *corev1.Pod {
 	for i, u := range units {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 			Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}},
 		})
 	}
 	return pod
@@ -183,7 +183,7 @@ func checkCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *core
 // disagree.
 func cardProblems(t *testing.T, pod *corev1.Pod) (api.Assignment, []string) {
 	t.Helper()
-	asg, err := api.AssignmentFromPod(pod)
+	asg, err := api.DefaultNames().AssignmentFromPod(pod)
 	if err != nil {
 		return asg, []string{err.Error()}
 	}
@@ -205,7 +205,7 @@ func cardProblems(t *testing.T, pod *corev1.Pod) (api.Assignment, []string) {
 		if len(mounts) != 1 || mounts[0] != ca.CardUUID {
 			problems = append(problems, fmt.Sprintf("container %s: card mounts %v, assignment says [%s]", ca.Name, mounts, ca.CardUUID))
 		}
-		ids := rec.DeviceIDs[string(api.ResourceName)]
+		ids := rec.DeviceIDs[string(api.DefaultNames().ResourceName())]
 		if int64(len(ids)) != ca.Units {
 			problems = append(problems, fmt.Sprintf("container %s: %d units allocated by the kubelet, assignment says %d", ca.Name, len(ids), ca.Units))
 		}
@@ -238,7 +238,7 @@ func checkCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, node s
 		asg := checkCards(ctx, t, c, p)
 		for _, ca := range asg.Containers {
 			used[ca.CardUUID] += ca.Units
-			for _, id := range containerRecord(t, p, ca.Name).DeviceIDs[string(api.ResourceName)] {
+			for _, id := range containerRecord(t, p, ca.Name).DeviceIDs[string(api.DefaultNames().ResourceName())] {
 				if other, ok := holder[id]; ok {
 					t.Errorf("unit %s held by %s and %s/%s", id, other, p.Name, ca.Name)
 				}

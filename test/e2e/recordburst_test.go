@@ -89,7 +89,7 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 		}
 		allocated := map[string]int64{}
 		for _, p := range latest {
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err != nil || a.Phase != api.PhaseAllocated {
 				continue
 			}

@@ -82,7 +82,7 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 		}
 		t.Cleanup(resume)
 
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationAssignment: damage.value}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.DefaultNames().AnnotationAssignment(): damage.value}}})
 		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, "full", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatalf("record %s: %v", damage.what, err)
 		}
