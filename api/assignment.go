@@ -220,8 +220,9 @@ func (n Names) AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
 	return a, nil
 }
 
-// missingKeyError is a sentinel (ErrNoAssignment, ErrNoInventory) said with
-// the configured key it is about.
+// missingKeyError is a sentinel (ErrNoAssignment, ErrInvalidRequest, ...)
+// said with the configured names it is about: errors.Is finds the sentinel,
+// people read the names.
 type missingKeyError struct {
 	sentinel error
 	msg      string

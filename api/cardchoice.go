@@ -30,6 +30,23 @@ type CardChoice struct {
 	Models        []ModelPattern
 	ExcludeModels []ModelPattern
 	UUIDs         []string
+	// Domain is the domain of the annotations the choice was read from
+	// (Names.RequestFromPod sets it), for reasons that name them; empty:
+	// DefaultDomain.
+	Domain string
+}
+
+// ModelsKey is the annotation the choice's Models were read from.
+func (c CardChoice) ModelsKey() string { return c.names().AnnotationCardModels() }
+
+// UUIDsKey is the annotation the choice's UUIDs were read from.
+func (c CardChoice) UUIDsKey() string { return c.names().AnnotationCardUUIDs() }
+
+func (c CardChoice) names() Names {
+	if c.Domain == "" {
+		return DefaultNames()
+	}
+	return Names{domain: c.Domain}
 }
 
 // Empty reports whether the choice allows every card.
@@ -219,7 +236,7 @@ func parsePatterns(key, value string) ([]ModelPattern, error) {
 // cardChoiceFromPod reads the pod's card-choice and policy annotations (see
 // Names.AnnotationCardModels and the keys beside it).
 func (n Names) cardChoiceFromPod(pod *corev1.Pod) (CardChoice, string, error) {
-	var c CardChoice
+	c := CardChoice{Domain: n.domain}
 	var err error
 	if v, ok := pod.Annotations[n.AnnotationCardModels()]; ok {
 		if c.Models, err = parsePatterns(n.AnnotationCardModels(), v); err != nil {

@@ -112,3 +112,38 @@ func TestRequestAndRecordAreReadUnderTheConfiguredNames(t *testing.T) {
 		t.Fatalf("under another domain: err = %v, want ErrNoAssignment naming that domain's key", err)
 	}
 }
+
+func TestMismatchesNameTheObjectsAndTheFlagToChange(t *testing.T) {
+	n := DefaultNames()
+	rec := `{"version":1,"unit":"GiB","cards":[]}`
+	node := func(name string, ann map[string]string, capacity ...corev1.ResourceName) *corev1.Node {
+		nd := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann}, Status: corev1.NodeStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}}}
+		for _, c := range capacity {
+			nd.Status.Capacity[c] = resource.MustParse("80")
+		}
+		return nd
+	}
+	nodes := []*corev1.Node{
+		node("ours", map[string]string{n.AnnotationInventory(): rec}, n.ResourceName()),
+		node("theirs-1", map[string]string{"gpushare.acme.io/inventory": rec}, AlibabaResourceName),
+		node("theirs-2", map[string]string{"gpushare.acme.io/inventory": rec}),
+		node("plain", map[string]string{"other.io/inventory": "not a record"}),
+		node("renamed", map[string]string{n.AnnotationInventory(): rec}, AlibabaResourceName),
+	}
+	got := n.NodeMismatches(nodes)
+	if len(got) != 2 || !strings.Contains(got[0], `a gpushare inventory under the domain "gpushare.acme.io" (gpushare.acme.io/inventory), not under this program's "gpushare.example.com", is on nodes theirs-1, theirs-2`) || !strings.Contains(got[0], "--domain") ||
+		!strings.Contains(got[1], "this program's inventory (gpushare.example.com/inventory) is on node renamed") || !strings.Contains(got[1], "--resource-name") {
+		t.Fatalf("NodeMismatches = %q", got)
+	}
+	if got := n.NodeMismatches(nodes[:1]); len(got) != 0 {
+		t.Fatalf("a node that agrees: NodeMismatches = %q, want none", got)
+	}
+
+	pod := func(name string, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: ann}}
+	}
+	pods := []*corev1.Pod{pod("ours", map[string]string{n.AnnotationAssignment(): `{"version":1}`}), pod("theirs", map[string]string{"gpushare.acme.io/assignment": `{"version":1}`}), pod("none", nil)}
+	if got := n.PodMismatches(pods); len(got) != 1 || !strings.Contains(got[0], `a gpushare assignment under the domain "gpushare.acme.io" (gpushare.acme.io/assignment), not under this program's "gpushare.example.com", is on pod ns/theirs`) {
+		t.Fatalf("PodMismatches = %q", got)
+	}
+}

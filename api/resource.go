@@ -68,6 +68,16 @@ func (u MemoryUnit) Validate() error {
 // the kubelet rather than on the assignment. docs/protocol.md explains.
 var ErrInitContainerRequest = errors.New("init containers may not request GPU memory or whole cards")
 
+// errInitContainer is ErrInitContainerRequest said with n's resource name.
+func (n Names) errInitContainer() error {
+	return missingKey(ErrInitContainerRequest, "init containers may not request "+string(n.resource))
+}
+
+// errInvalid is ErrInvalidRequest said with n's resource name.
+func (n Names) errInvalid() error {
+	return missingKey(ErrInvalidRequest, "invalid "+string(n.resource)+" request")
+}
+
 // ErrInvalidRequest is returned (wrapped) by RequestFromPod for a request
 // that is not a positive whole number of units within MaxUnits.
 var ErrInvalidRequest = errors.New("invalid GPU request")
@@ -188,7 +198,7 @@ func (n Names) gpuRequest(pod *corev1.Pod) ([]ContainerRequest, error) {
 			return nil, err
 		}
 		if units > 0 {
-			return nil, fmt.Errorf("%w: init container %q asks for %d %s", ErrInitContainerRequest, c.Name, units, n.resource)
+			return nil, fmt.Errorf("%w: init container %q asks for %d", n.errInitContainer(), c.Name, units)
 		}
 	}
 	var out []ContainerRequest
@@ -236,17 +246,17 @@ func (n Names) containerUnits(c corev1.Container) (int64, error) {
 		return 0, nil
 	}
 	if q.Sign() < 0 {
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative", ErrInvalidRequest, c.Name, q.String(), n.resource)
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is negative", n.errInvalid(), c.Name, q.String())
 	}
 	if q.IsZero() {
-		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1, or leave %s out to ask for no GPU", ErrInvalidRequest, c.Name, n.resource, n.resource)
+		return 0, fmt.Errorf("%w: container %q asks for 0; ask for at least 1, or leave %s out to ask for no GPU", n.errInvalid(), c.Name, n.resource)
 	}
 	if q.MilliValue()%1000 != 0 {
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of units", ErrInvalidRequest, c.Name, q.String(), n.resource)
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is not a whole number of units", n.errInvalid(), c.Name, q.String())
 	}
 	v, ok := q.AsInt64()
 	if !ok || v > MaxUnits {
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d units", ErrInvalidRequest, c.Name, q.String(), n.resource, MaxUnits)
+		return 0, fmt.Errorf("%w: container %q asks for %s, more than the maximum %d units", n.errInvalid(), c.Name, q.String(), MaxUnits)
 	}
 	return v, nil
 }

@@ -54,7 +54,7 @@ func (n Names) wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
 			return nil, err
 		}
 		if cards > 0 {
-			return nil, fmt.Errorf("%w: init container %q asks for %d whole cards (%s)", ErrInitContainerRequest, c.Name, cards, n.whole)
+			return nil, fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", n.errInitContainer(), n.whole, c.Name, cards)
 		}
 	}
 	var out []WholeCardRequest
@@ -67,7 +67,7 @@ func (n Names) wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
 			continue
 		}
 		if _, share := containerQuantity(c, n.resource); share {
-			return nil, fmt.Errorf("%w: container %q asks for both %s and %s; put the whole cards and the shared memory in separate containers", ErrMixedRequest, c.Name, n.whole, n.resource)
+			return nil, fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", missingKey(ErrMixedRequest, "a container may ask for "+string(n.whole)+" (whole cards) or "+string(n.resource)+" (memory on one card), not both"), c.Name)
 		}
 		out = append(out, WholeCardRequest{Name: c.Name, Cards: cards})
 	}
@@ -94,15 +94,15 @@ func (n Names) containerCards(c corev1.Container) (int, error) {
 	}
 	switch {
 	case q.Sign() < 0:
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative; ask for a whole number of cards from 1 to %d", ErrInvalidRequest, c.Name, q.String(), n.whole, MaxWholeCards)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative; ask for a whole number of cards from 1 to %d", n.errInvalid(), c.Name, q.String(), n.whole, MaxWholeCards)
 	case q.IsZero():
-		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1 card, or leave %s out to ask for no whole card", ErrInvalidRequest, c.Name, n.whole, n.whole)
+		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1 card, or leave %s out to ask for no whole card", n.errInvalid(), c.Name, n.whole, n.whole)
 	case q.MilliValue()%1000 != 0:
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of cards; for part of a card ask for %s (memory) instead", ErrInvalidRequest, c.Name, q.String(), n.whole, n.resource)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of cards; for part of a card ask for %s (memory) instead", n.errInvalid(), c.Name, q.String(), n.whole, n.resource)
 	}
 	v, ok := q.AsInt64()
 	if !ok || v > MaxWholeCards {
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d cards", ErrInvalidRequest, c.Name, q.String(), n.whole, MaxWholeCards)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d cards", n.errInvalid(), c.Name, q.String(), n.whole, MaxWholeCards)
 	}
 	return int(v), nil
 }

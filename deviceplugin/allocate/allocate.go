@@ -223,7 +223,7 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 }
 
 // demand is what the kubelet will ask the plugin for, container by container
-// in its order. A pod that keeps the contract: api.DefaultNames().RequestFromPod, the one
+// in its order. A pod that keeps the contract: api.Names.RequestFromPod, the one
 // reader of a pod's demand (err nil). A pod that breaks it (an init
 // container asking for gpu-mem, zero, too much; err says how) never got an
 // assignment from the extender, yet the kubelet still calls Allocate for
@@ -252,7 +252,7 @@ func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
 }
 
 // ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
-// refuses (api.DefaultNames().RequestFromPod); the extender never places such a pod.
+// refuses (api.Names.RequestFromPod); the extender never places such a pod.
 var ErrPodRequest = errors.New("the pod's " + string(api.DefaultNames().ResourceName()) + " request breaks the gpushare contract")
 
 // ErrSpansCards: the kubelet offered units of more than one card.

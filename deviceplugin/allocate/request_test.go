@@ -12,7 +12,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// A pod's demand is read by the contract's one reader (api.DefaultNames().RequestFromPod).
+// A pod's demand is read by the contract's one reader (api.Names.RequestFromPod).
 // A pod that breaks the contract (here a copied assignment, and an init
 // container asking for gpu-mem) is still in the queue the way the kubelet
 // will ask, so its Allocate finds it, and is refused with the contract's

@@ -55,7 +55,7 @@ type Options struct {
 	RecordKeyInterval  time.Duration
 	DevicePluginDir    string
 	PodResourcesSocket string
-	// WholeCards registers the whole-card resource (api.DefaultNames().WholeResourceName())
+	// WholeCards registers the whole-card resource (api.Names.WholeResourceName)
 	// beside gpu-mem.
 	WholeCards        bool
 	AllocateWait      time.Duration

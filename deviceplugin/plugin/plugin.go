@@ -67,7 +67,7 @@ type Config struct {
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
-	// WholeCards serves the whole-card resource (api.DefaultNames().WholeResourceName()) from
+	// WholeCards serves the whole-card resource (api.Names.WholeResourceName) from
 	// the same cards, on its own socket WholeSocketName (default
 	// gpushare-whole.sock), with WholePodResources (may be nil) its kubelet
 	// account; see whole.go.

@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
-// Whole cards: the second resource (api.DefaultNames().WholeResourceName()) from the same
+// Whole cards: the second resource (api.Names.WholeResourceName) from the same
 // cards, on its own socket and registration (Config.WholeCards, Run). One
 // kubelet device per card, its ID the card's UUID.
 //

@@ -146,7 +146,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
-	// A container given cards whole (api.DefaultNames().WholeResourceName()) is granted all
+	// A container given cards whole (api.Names.WholeResourceName) is granted all
 	// of each card's memory.
 	if whole := wholeFromRecords(pods); len(whole) > 0 {
 		mem := map[string]int64{}

@@ -102,7 +102,7 @@ type Card struct {
 	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
 	// once a minute); absent when the plugin does not sample memory.
 	UsedMiB *int64 `json:"usedMiB,omitempty"`
-	// Whole is true while the card is given whole (api.DefaultNames().WholeResourceName())
+	// Whole is true while the card is given whole (api.Names.WholeResourceName)
 	// to the one container in Pods; it then counts as fully allocated.
 	Whole bool `json:"whole,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name

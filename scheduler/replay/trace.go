@@ -112,8 +112,8 @@ func (t *Trace) GPURequest(p PodSpec) int64 {
 
 // Request is the allocator request for pod p, read the way the extender
 // reads a real pod: p as a corev1.Pod (PodObject) through the contract's
-// api.DefaultNames().RequestFromPod and allocator.NewRequest, so a multi-GPU task is a
-// demand of N whole cards (api.DefaultNames().WholeResourceName()) exactly as in production;
+// api.Names.RequestFromPod and allocator.NewRequest, so a multi-GPU task is a
+// demand of N whole cards (api.Names.WholeResourceName) exactly as in production;
 // the model constraint is added after. Trace.validate has checked that the
 // contract accepts every pod.
 func Request(p PodSpec) allocator.Request {
@@ -127,8 +127,8 @@ func Request(p PodSpec) allocator.Request {
 }
 
 // PodObject is pod p as a Kubernetes pod: one container, named as the pod,
-// asking for p.WholeCards of api.DefaultNames().WholeResourceName() or p.Units of
-// api.DefaultNames().ResourceName() (neither for a CPU-only pod), with p's CPU and memory.
+// asking for p.WholeCards of api.Names.WholeResourceName or p.Units of
+// api.Names.ResourceName (neither for a CPU-only pod), with p's CPU and memory.
 func PodObject(p PodSpec) *corev1.Pod {
 	c := corev1.Container{Name: p.Name, Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{},

@@ -401,7 +401,7 @@ func cardsOf(ids []string) []string {
 
 // extenderPhrases are the extender's reasons for a node that does not fit
 // (scheduler/allocator/policy.go, scheduler/server/server.go,
-// api.DefaultNames().RequestFromPod's errors): kube-scheduler puts them in the pod's
+// api.Names.RequestFromPod's errors): kube-scheduler puts them in the pod's
 // PodScheduled condition and FailedScheduling event.
 var extenderPhrases = []string{
 	"GPU inventory unusable", "no schedulable GPU", "more than any card holds", "no single card has",

@@ -26,7 +26,7 @@ import (
 )
 
 // gpuProcs plays the GPU processes of the node's containers: for every
-// container a pod's api.DefaultNames().AnnotationSimulatedGPUUse() names, one real process
+// container a pod's api.Names.AnnotationSimulatedGPUUse names, one real process
 // (sleep) inside a cgroup named like the kubelet's cgroupfs driver makes it,
 // <root>/kubepods/burstable/pod<uid>/<container ID>, so that the device
 // plugin's /proc/<pid>/cgroup mapping is the real one; and the simulated

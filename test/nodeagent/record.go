@@ -15,7 +15,7 @@ import (
 const RecordVersion = 1
 
 // ContainerRecords is what the agent writes on an admitted pod in
-// api.DefaultNames().AnnotationSimulatedContainers(): per container, what the real kubelet
+// api.Names.AnnotationSimulatedContainers: per container, what the real kubelet
 // device manager handed to it. A container runtime would turn exactly this
 // into the container's environment and bind mounts.
 type ContainerRecords struct {
@@ -72,7 +72,7 @@ func (r ContainerRecords) Encode() (string, error) {
 	return string(b), nil
 }
 
-// RecordsFromPod decodes the pod's api.DefaultNames().AnnotationSimulatedContainers().
+// RecordsFromPod decodes the pod's api.Names.AnnotationSimulatedContainers.
 func RecordsFromPod(pod *corev1.Pod) (ContainerRecords, error) {
 	v, ok := pod.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]
 	if !ok {

@@ -56,7 +56,7 @@ func (p *problems) list() []string {
 
 // CheckAssignments checks a burst scheduled by the gpushare extender: every
 // pod of the namespace is bound and carries a valid assignment record
-// (api.DefaultNames().AssignmentFromPod: it decodes, validates, names the pod's UID, the node
+// (api.Names.AssignmentFromPod: it decodes, validates, names the pod's UID, the node
 // it is bound to and the units each container asks), every card it names is
 // in that node's inventory under that index, and per card the units of all
 // records (of every namespace: other pods may share the cards) are at most the

@@ -91,7 +91,7 @@ func (b *Builder) Sign(keys api.RecordKeys, edit func(*api.Assignment)) *Builder
 	return b
 }
 
-// Whole adds an app container limiting n whole cards (api.DefaultNames().WholeResourceName()).
+// Whole adds an app container limiting n whole cards (api.Names.WholeResourceName).
 func (b *Builder) Whole(name string, n int64) *Builder {
 	c := corev1.Container{Name: name}
 	c.Resources.Limits = corev1.ResourceList{api.DefaultNames().WholeResourceName(): *resource.NewQuantity(n, resource.DecimalSI)}
