@@ -220,15 +220,18 @@ func (n Names) AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
 	return a, nil
 }
 
-// missingKeyError is a sentinel (ErrNoAssignment, ErrInvalidRequest, ...)
-// said with the configured names it is about: errors.Is finds the sentinel,
-// people read the names.
-type missingKeyError struct {
+// Phrase returns an error that reads text and is sentinel (errors.Is): a
+// sentinel (ErrNoAssignment, ErrInvalidRequest, ...) said with the
+// configured names it is about, e.g. Phrase(ErrInvalidRequest, "invalid
+// example.com/gpu-mem request").
+func Phrase(sentinel error, text string) error { return phrased{sentinel, text} }
+
+type phrased struct {
 	sentinel error
-	msg      string
+	text     string
 }
 
-func missingKey(sentinel error, msg string) error { return missingKeyError{sentinel, msg} }
+func missingKey(sentinel error, text string) error { return Phrase(sentinel, text) }
 
-func (e missingKeyError) Error() string { return e.msg }
-func (e missingKeyError) Unwrap() error { return e.sentinel }
+func (e phrased) Error() string { return e.text }
+func (e phrased) Unwrap() error { return e.sentinel }

@@ -41,6 +41,9 @@ import (
 
 // Config is the plugin's configuration.
 type Config struct {
+	// Names are the resources the plugin serves and the keys it reads and
+	// writes (zero: api.DefaultNames).
+	Names api.Names
 	// PluginDir is the kubelet's device-plugin directory.
 	PluginDir string
 	// SocketName is the plugin's socket file in PluginDir.
@@ -168,6 +171,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.RegisterTimeout == 0 {
 		cfg.RegisterTimeout = DefaultRegisterTimeout
 	}
+	cfg.Names = cfg.Names.OrDefault()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}

@@ -38,8 +38,19 @@ func (f *NameFlags) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Names checks the flags' values (api.NewNames); the error is a usage error
-// naming the flags to change.
+// naming the flags to change. An empty value is the default's (so is the
+// zero NameFlags).
 func (f NameFlags) Names() (api.Names, error) {
+	d := DefaultNameFlags()
+	if f.Domain == "" {
+		f.Domain = d.Domain
+	}
+	if f.ResourceName == "" {
+		f.ResourceName = d.ResourceName
+	}
+	if f.WholeResourceName == "" {
+		f.WholeResourceName = d.WholeResourceName
+	}
 	n, err := api.NewNames(f.Domain, corev1.ResourceName(f.ResourceName), corev1.ResourceName(f.WholeResourceName))
 	if err != nil {
 		return api.Names{}, Usage(fmt.Errorf("--%s, --%s, --%s: %w", FlagDomain, FlagResourceName, FlagWholeResourceName, err))
