@@ -105,12 +105,12 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 		}
 		pod := pb.obj()
 
-		v := Build([]corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
+		v := Build(api.DefaultNames(), []corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
 
 		for name, print := range map[string]func(*bytes.Buffer) error{
-			"table":          func(b *bytes.Buffer) error { return PrintTable(b, v, false) },
-			"table one node": func(b *bytes.Buffer) error { return PrintTable(b, v, true) },
-			"details":        func(b *bytes.Buffer) error { return PrintDetails(b, v, false) },
+			"table":          func(b *bytes.Buffer) error { return PrintTable(b, api.DefaultNames(), v, false) },
+			"table one node": func(b *bytes.Buffer) error { return PrintTable(b, api.DefaultNames(), v, true) },
+			"details":        func(b *bytes.Buffer) error { return PrintDetails(b, api.DefaultNames(), v, false) },
 			"yaml":           func(b *bytes.Buffer) error { return PrintYAML(b, v) },
 		} {
 			if err := print(&bytes.Buffer{}); err != nil {

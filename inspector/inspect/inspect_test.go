@@ -50,7 +50,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		Nodes: []Node{
 			{
 				Name: "gpu-1", Address: "10.0.0.1", Capacity: ptr(16), Allocatable: ptr(16),
-				InventoryError: "node gpu-1: " + api.ErrNoInventory.Error(),
+				InventoryError: "node gpu-1: node has no " + api.DefaultNames().AnnotationInventory() + " annotation (is the gpushare device plugin running on it?)",
 				Cards:          []Card{}, Uncounted: []Uncounted{},
 			},
 			{

@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
 )
 
@@ -78,6 +80,10 @@ type Options struct {
 	// one with the request timeout unless it is already set.
 	HTTPClient *http.Client
 
+	// Names are the resource names and the annotation domain the cluster's
+	// gpushare runs with (--domain, --resource-name, --whole-resource-name).
+	Names cli.NameFlags
+
 	// server is the API server's address, for error messages.
 	server string
 }
@@ -87,7 +93,7 @@ type Options struct {
 func NewOptions(streams genericiooptions.IOStreams) *Options {
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.Namespace = nil // the view spans every namespace: no -n flag
-	return &Options{ConfigFlags: flags, IOStreams: streams}
+	return &Options{ConfigFlags: flags, IOStreams: streams, Names: cli.DefaultNameFlags()}
 }
 
 // NewCmd returns the `kubectl inspect gpushare` command run with o.
@@ -97,11 +103,14 @@ func NewCmd(o *Options) *cobra.Command {
 		// kubectl runs the plugin for `kubectl inspect gpushare`; help says so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show GPU-memory allocation per node and per card",
-		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
-as the gpushare scheduler extender counts it, and warn about nodes whose GPU reporting is broken.
+		Long: `Show how much GPU memory (--resource-name, default ` + string(api.DefaultResourceName) + `) is allocated on each card of
+each GPU node, as the gpushare scheduler extender counts it, and warn about nodes whose GPU
+reporting is broken.
 
-The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it); no other
-environment variable changes what the plugin does.`,
+The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it). --domain,
+--resource-name and --whole-resource-name must be the names the cluster's gpushare runs with (the
+chart's names.*); they are also read from GPUSHARE_DOMAIN, GPUSHARE_RESOURCE_NAME and
+GPUSHARE_WHOLE_RESOURCE_NAME. No other environment variable changes what the plugin does.`,
 		Example: `  # one row per GPU node, one column per card
   kubectl inspect gpushare
 
@@ -113,6 +122,9 @@ environment variable changes what the plugin does.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := cli.ApplyEnv(cmd.Flags(), os.LookupEnv); err != nil {
+				return err
+			}
 			if err := o.Complete(cmd, args); err != nil {
 				return err
 			}
@@ -127,6 +139,10 @@ environment variable changes what the plugin does.`,
 	cmd.Flags().StringVarP(&o.Output, "output", "o", "", "output format: json or yaml (default: a table)")
 	cmd.Flags().StringVar(&o.FromExtender, "from-extender", "", "read the gpushare scheduler extender's GET /inspect at this base URL (e.g. http://localhost:12345) instead of the API server")
 	o.ConfigFlags.AddFlags(cmd.Flags())
+	names := pflag.NewFlagSet("names", pflag.ContinueOnError)
+	o.Names.AddFlags(names)
+	cli.BindEnv(names, func(flag string) string { return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) })
+	cmd.Flags().AddFlagSet(names)
 	return cmd
 }
 
@@ -223,6 +239,9 @@ func (o *Options) Validate() error {
 	if o.Details && o.Output != OutputTable {
 		return usagef("-d/--details is a table view; -o %s already contains every detail", o.Output)
 	}
+	if _, err := o.Names.Names(); err != nil {
+		return err
+	}
 	if o.FromExtender != "" {
 		u, err := url.Parse(o.FromExtender)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -244,7 +263,11 @@ func (o *Options) view(ctx context.Context) (View, error) {
 	if err != nil {
 		return View{}, err
 	}
-	nodes, pods, err := Gather(ctx, client, o.NodeName)
+	names, err := o.Names.Names()
+	if err != nil {
+		return View{}, err
+	}
+	nodes, pods, err := Gather(ctx, client, names, o.NodeName)
 	if err != nil {
 		var status apierrors.APIStatus
 		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
@@ -252,7 +275,7 @@ func (o *Options) view(ctx context.Context) (View, error) {
 		}
 		return View{}, err
 	}
-	return Build(nodes, pods), nil
+	return Build(names, nodes, pods), nil
 }
 
 // Run gathers the nodes and pods, builds the view and prints it.
@@ -264,6 +287,10 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	names, err := o.Names.Names()
+	if err != nil {
+		return err
+	}
 	oneNode := o.NodeName != ""
 	switch {
 	case o.Output == OutputJSON:
@@ -271,8 +298,8 @@ func (o *Options) Run(ctx context.Context) error {
 	case o.Output == OutputYAML:
 		return PrintYAML(o.Out, v)
 	case o.Details:
-		return PrintDetails(o.Out, v, oneNode)
+		return PrintDetails(o.Out, names, v, oneNode)
 	default:
-		return PrintTable(o.Out, v, oneNode)
+		return PrintTable(o.Out, names, v, oneNode)
 	}
 }

@@ -94,11 +94,12 @@ func nodeName(n Node) string {
 // PrintTable writes the default view: one row per GPU node with a column per
 // card index, then the totals and the warnings. oneNode leaves out the
 // cluster line, for a view restricted to one node.
-func PrintTable(w io.Writer, v View, oneNode bool) error {
+func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 	printSource(w, v)
+	names = names.OrDefault()
 	if len(v.Nodes) == 0 {
 		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
-			api.DefaultNames().ResourceName(), api.DefaultNames().AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue)
+			names.ResourceName(), names.AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue)
 		return printWarnings(w, v)
 	}
 	style := newUnitStyle(v)
@@ -186,9 +187,9 @@ func printWarnings(w io.Writer, v View) error {
 // allocated/total) and every container on each card, then the pods that
 // could not be counted, the totals, the warnings and, when a container is
 // pending, what "pending" means.
-func PrintDetails(w io.Writer, v View, oneNode bool) error {
+func PrintDetails(w io.Writer, names api.Names, v View, oneNode bool) error {
 	if len(v.Nodes) == 0 {
-		return PrintTable(w, v, oneNode)
+		return PrintTable(w, names, v, oneNode)
 	}
 	printSource(w, v)
 	style := unitStyle{} // figures always carry their unit here
@@ -196,7 +197,7 @@ func PrintDetails(w io.Writer, v View, oneNode bool) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := printNodeDetails(w, n, style, v.Source == SourceExtender); err != nil {
+		if err := printNodeDetails(w, names.OrDefault(), n, style, v.Source == SourceExtender); err != nil {
 			return err
 		}
 	}
@@ -228,7 +229,7 @@ func anyPending(v View) bool {
 
 // printNodeDetails writes one node; fromExtender leaves out what the
 // extender does not know (address, cordon, kubelet figures).
-func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) error {
+func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fromExtender bool) error {
 	kv := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 	fmt.Fprintf(kv, "Node:\t%s\n", n.Name)
 	if !fromExtender {
@@ -245,7 +246,7 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
 	}
 	if !fromExtender {
-		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.DefaultNames().ResourceName(), optInt(n.Capacity), optInt(n.Allocatable))
+		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", names.ResourceName(), optInt(n.Capacity), optInt(n.Allocatable))
 	}
 	if n.InventoryError != "" {
 		fmt.Fprintf(kv, "Inventory:\t%s\n", n.InventoryError)

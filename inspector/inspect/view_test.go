@@ -62,7 +62,7 @@ func TestBuildDoesNotCount(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := Build(nodes, []corev1.Pod{*c.pod})
+			v := Build(api.DefaultNames(), nodes, []corev1.Pod{*c.pod})
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)
@@ -123,7 +123,7 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			v := Build([]corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
 			var got []string
 			for _, w := range v.Warnings {
 				if w.Code == WarnAllocatableMismatch {
@@ -171,7 +171,7 @@ func TestOvercommitByTerminatingPods(t *testing.T) {
 			for _, p := range c.pods {
 				pods = append(pods, *p)
 			}
-			v := Build([]corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)
