@@ -275,6 +275,9 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.CheckNode(ctx); err != nil {
 		return err
 	}
+	if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
+		return err
+	}
 	var uuids []string
 	for _, c := range cards {
 		uuids = append(uuids, c.UUID)
@@ -291,6 +294,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.Start(ctx); err != nil {
 		return err
 	}
+	logNameMismatches(ctx, client, cl, names, log)
 	if o.IsolationFile != "" {
 		if _, err := isolation.Read(o.IsolationFile); err != nil {
 			return fmt.Errorf("--isolation-file %s: %w", o.IsolationFile, err)
