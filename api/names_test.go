@@ -147,3 +147,17 @@ func TestMismatchesNameTheObjectsAndTheFlagToChange(t *testing.T) {
 		t.Fatalf("PodMismatches = %q", got)
 	}
 }
+
+func TestCompatEnvOnlyUnderAlibabasResourceName(t *testing.T) {
+	alibaba, err := NewNames(DefaultDomain, AlibabaResourceName, DefaultWholeResourceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_CONTAINER": "8", "ALIYUN_COM_GPU_MEM_DEV": "79"}
+	if diff := cmp.Diff(want, alibaba.CompatEnv(1, 8, 79)); diff != "" {
+		t.Errorf("Alibaba names (-want +got):\n%s", diff)
+	}
+	if got := DefaultNames().CompatEnv(1, 8, 79); got != nil {
+		t.Errorf("default names: %v, want none", got)
+	}
+}
