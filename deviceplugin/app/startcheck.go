@@ -71,7 +71,7 @@ func nodeEvent(ctx context.Context, client kubernetes.Interface, node *corev1.No
 		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID},
 		Reason:         reason, Message: msg, Type: typ, Count: 1,
 		FirstTimestamp: now, LastTimestamp: now,
-		Source:         corev1.EventSource{Component: "gpushare-device-plugin", Host: node.Name},
+		Source: corev1.EventSource{Component: "gpushare-device-plugin", Host: node.Name},
 	}
 	_, err := client.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err
