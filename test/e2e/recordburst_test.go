@@ -83,7 +83,7 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 			running[pod.Name] = true
 			if _, err := nodeagent.RecordsFromPod(pod); err != nil {
 				report("pod %s Running without the agent's container records: %v", pod.Name, err)
-			} else if _, problems := cardProblems(t, pod); len(problems) > 0 {
+			} else if _, problems := cardProblems(t, api.DefaultNames(), pod); len(problems) > 0 {
 				report("observation %d, pod %s Running (resourceVersion %s): %v", observations, pod.Name, pod.ResourceVersion, problems)
 			}
 		}

@@ -122,10 +122,10 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 			if err != nil {
 				return false, nil
 			}
-			_, problems := cardProblems(t, got)
+			_, problems := cardProblems(t, api.DefaultNames(), got)
 			return len(problems) == 0, nil
 		}); err != nil {
-			_, problems := cardProblems(t, got)
+			_, problems := cardProblems(t, api.DefaultNames(), got)
 			t.Fatalf("record %s: not repaired from the kubelet's account within 30 s: %v\nplugin log: %s", damage.what, problems, filepath.Join(node.Opts.StateDir, "plugin.log"))
 		}
 		repaired := checkCards(ctx, t, c, got)
