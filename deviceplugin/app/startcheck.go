@@ -19,10 +19,6 @@ import (
 // on its node looks again.
 const otherPluginPoll = 30 * time.Second
 
-// ReasonOtherGPUDevicePlugin is the reason of the Event on the Node when the
-// plugin does not register because another GPU device plugin is there.
-const ReasonOtherGPUDevicePlugin = "OtherGPUDevicePlugin"
-
 // waitForNoOtherPlugin returns once the node advertises no other GPU device
 // plugin's resources (conflict.Check), or when ctx ends (false). Until then
 // the plugin does not register: it says why in its log and, once per
@@ -48,7 +44,7 @@ func waitForNoOtherPlugin(ctx context.Context, client kubernetes.Interface, node
 		if msg := conflict.Message(nodeName, found); msg != said {
 			said = msg
 			log.Error(nil, msg)
-			if err := nodeEvent(ctx, client, node, corev1.EventTypeWarning, ReasonOtherGPUDevicePlugin, msg); err != nil {
+			if err := nodeEvent(ctx, client, node, corev1.EventTypeWarning, conflict.Reason, msg); err != nil {
 				log.Error(err, "Recording the Event on the Node failed")
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/conflict"
 )
 
 // The plugin does not register while NVIDIA's device plugin advertises the
@@ -44,7 +45,7 @@ func TestNoRegistrationWhileAnotherGPUPluginIsOnTheNode(t *testing.T) {
 		t.Fatalf("no Event on the Node: %v", err)
 	}
 	ev := events[0]
-	if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "gpu-1" || ev.Reason != ReasonOtherGPUDevicePlugin || ev.Type != corev1.EventTypeWarning ||
+	if ev.InvolvedObject.Kind != "Node" || ev.InvolvedObject.Name != "gpu-1" || ev.Reason != conflict.Reason || ev.Type != corev1.EventTypeWarning ||
 		!strings.Contains(ev.Message, "nvidia.com/gpu=8") || !strings.Contains(ev.Message, "does not register") {
 		t.Fatalf("Event = %+v", ev)
 	}

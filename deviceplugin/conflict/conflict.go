@@ -16,6 +16,10 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
+// Reason is the reason of the Warning Event on the Node when the plugin does
+// not register because another GPU device plugin is there.
+const Reason = "OtherGPUDevicePlugin"
+
 // OtherPlugin is a resource another GPU device plugin advertises, and which
 // plugin that is.
 type OtherPlugin struct {
@@ -73,6 +77,6 @@ func Message(node string, found []Finding) string {
 			plugins = append(plugins, f.Plugin)
 		}
 	}
-	return fmt.Sprintf("gpushare's device plugin does not register on node %s: another GPU device plugin already advertises its GPUs (%s: %s), and two plugins would hand out the same cards. Remove that plugin from the node (docs/migration.md), or keep gpushare off it (remove the node's gpushare=true label); gpushare registers once the node no longer advertises those resources",
+	return fmt.Sprintf("gpushare's device plugin does not register on node %s: another GPU device plugin already advertises its GPUs (%s: %s), and two plugins would hand out the same cards. Remove that plugin from the node (docs/install.md; from Alibaba's gpushare: docs/migration.md), or keep gpushare off it (remove the node's gpushare=true label); gpushare registers once the node no longer advertises those resources",
 		node, strings.Join(plugins, ", "), strings.Join(parts, ", "))
 }
