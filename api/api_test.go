@@ -11,14 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// container builds a container whose limits (and, with req, requests) hold q of ResourceName.
+// container builds a container whose limits (and, with req, requests) hold q of DefaultNames().ResourceName().
 func container(name, limit, request string) corev1.Container {
 	c := corev1.Container{Name: name}
 	if limit != "" {
-		c.Resources.Limits = corev1.ResourceList{ResourceName: resource.MustParse(limit)}
+		c.Resources.Limits = corev1.ResourceList{DefaultNames().ResourceName(): resource.MustParse(limit)}
 	}
 	if request != "" {
-		c.Resources.Requests = corev1.ResourceList{ResourceName: resource.MustParse(request)}
+		c.Resources.Requests = corev1.ResourceList{DefaultNames().ResourceName(): resource.MustParse(request)}
 	}
 	return c
 }
@@ -51,7 +51,7 @@ func TestRequestFromPod(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.app}}
-			got, err := RequestFromPod(pod)
+			got, err := DefaultNames().RequestFromPod(pod)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errText) {
 					t.Fatalf("err = %v, want %v containing %q", err, tc.wantErr, tc.errText)
@@ -66,7 +66,7 @@ func TestRequestFromPod(t *testing.T) {
 			}
 		})
 	}
-	if _, err := RequestFromPod(nil); !errors.Is(err, ErrInvalidRequest) {
+	if _, err := DefaultNames().RequestFromPod(nil); !errors.Is(err, ErrInvalidRequest) {
 		t.Errorf("nil pod: err = %v, want ErrInvalidRequest", err)
 	}
 }
@@ -155,13 +155,13 @@ func TestInventoryFromNode(t *testing.T) {
 	node := func(ann map[string]string) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Annotations: ann}}
 	}
-	if _, err := InventoryFromNode(node(nil)); !errors.Is(err, ErrNoInventory) || !strings.Contains(err.Error(), "n1") {
+	if _, err := DefaultNames().InventoryFromNode(node(nil)); !errors.Is(err, ErrNoInventory) || !strings.Contains(err.Error(), "n1") {
 		t.Errorf("no annotation: err = %v, want ErrNoInventory naming the node", err)
 	}
-	if _, err := InventoryFromNode(node(map[string]string{AnnotationInventory: `{"version":1}`})); !errors.Is(err, ErrInvalidInventory) {
+	if _, err := DefaultNames().InventoryFromNode(node(map[string]string{DefaultNames().AnnotationInventory(): `{"version":1}`})); !errors.Is(err, ErrInvalidInventory) {
 		t.Errorf("invalid annotation: err = %v, want ErrInvalidInventory", err)
 	}
-	if inv, err := InventoryFromNode(node(map[string]string{AnnotationInventory: s})); err != nil || len(inv.Cards) != 2 {
+	if inv, err := DefaultNames().InventoryFromNode(node(map[string]string{DefaultNames().AnnotationInventory(): s})); err != nil || len(inv.Cards) != 2 {
 		t.Errorf("good annotation: %v, %v", inv, err)
 	}
 }
@@ -209,8 +209,8 @@ func TestAssignmentTrust(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod.Annotations = map[string]string{AnnotationAssignment: raw}
-			got, err := AssignmentFromPod(pod)
+			pod.Annotations = map[string]string{DefaultNames().AnnotationAssignment(): raw}
+			got, err := DefaultNames().AssignmentFromPod(pod)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.text) {
 					t.Fatalf("err = %v, want %v containing %q", err, tc.wantErr, tc.text)
@@ -229,7 +229,7 @@ func TestAssignmentTrust(t *testing.T) {
 		})
 	}
 	pod, _ := assignedPod()
-	if _, err := AssignmentFromPod(pod); !errors.Is(err, ErrNoAssignment) {
+	if _, err := DefaultNames().AssignmentFromPod(pod); !errors.Is(err, ErrNoAssignment) {
 		t.Errorf("no annotation: err = %v, want ErrNoAssignment", err)
 	}
 	if _, err := EncodeAssignment(Assignment{}); !errors.Is(err, ErrInvalidAssignment) {

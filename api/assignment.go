@@ -66,7 +66,7 @@ type Assignment struct {
 }
 
 // ErrNoAssignment is returned (wrapped) when a pod carries no assignment.
-var ErrNoAssignment = errors.New("pod has no " + AnnotationAssignment + " annotation (was it scheduled by the gpushare extender?)")
+var ErrNoAssignment = errors.New("pod has no assignment annotation (was it scheduled by the gpushare extender?)")
 
 // ErrInvalidAssignment is returned (wrapped) for an assignment that does not
 // decode, validate, or belong to the pod that carries it.
@@ -132,12 +132,12 @@ func (a Assignment) Total() int64 {
 	return t
 }
 
-// Matches checks that the record belongs to this pod: same UID, same node as
+// matches checks that the record belongs to this pod: same UID, same node as
 // the pod is bound to (when it is bound), one entry for exactly each app
-// container that requests ResourceName, with the units it requests, and one
-// whole-card entry for exactly each that requests WholeResourceName, with
-// as many cards as it requests.
-func (a Assignment) Matches(pod *corev1.Pod) error {
+// container that requests n.ResourceName, with the units it requests, and
+// one whole-card entry for exactly each that requests n.WholeResourceName,
+// with as many cards as it requests.
+func (a Assignment) matches(n Names, pod *corev1.Pod) error {
 	if pod == nil {
 		return fmt.Errorf("%w: no pod", ErrInvalidAssignment)
 	}
@@ -148,24 +148,24 @@ func (a Assignment) Matches(pod *corev1.Pod) error {
 		return fmt.Errorf("%w: written for node %q, pod is bound to %q", ErrInvalidAssignment, a.Node, pod.Spec.NodeName)
 	}
 	// The record is checked against the GPU part of RequestFromPod only.
-	req, err := gpuRequest(pod)
+	req, err := n.gpuRequest(pod)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
 	}
-	whole, err := wholeRequest(pod)
+	whole, err := n.wholeRequest(pod)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
 	}
-	if err := a.matchesWhole(whole); err != nil {
+	if err := a.matchesWhole(n, whole); err != nil {
 		return err
 	}
 	if len(req) != len(a.Containers) {
-		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), ResourceName, len(a.Containers))
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), n.resource, len(a.Containers))
 	}
 	for _, c := range req {
 		got, ok := a.Container(c.Name)
 		if !ok {
-			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, ResourceName)
+			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, n.resource)
 		}
 		if got.Units != c.Units {
 			return fmt.Errorf("%w: container %q requests %d units, the record grants %d", ErrInvalidAssignment, c.Name, c.Units, got.Units)
@@ -198,23 +198,40 @@ func DecodeAssignment(s string) (Assignment, error) {
 	return a, nil
 }
 
-// AssignmentFromPod decodes the pod's assignment and checks that it belongs
-// to the pod (Matches). A pod without one gives ErrNoAssignment; anything
-// else wrong gives ErrInvalidAssignment.
-func AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
+// AssignmentFromPod decodes the pod's assignment (n.AnnotationAssignment)
+// and checks that it belongs to the pod (same UID and node, one entry for
+// exactly each container asking for n's resources). A pod without one gives
+// ErrNoAssignment; anything else wrong gives ErrInvalidAssignment.
+func (n Names) AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
 	if pod == nil {
 		return Assignment{}, ErrNoAssignment
 	}
-	s, ok := pod.Annotations[AnnotationAssignment]
+	s, ok := pod.Annotations[n.AnnotationAssignment()]
 	if !ok {
-		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, ErrNoAssignment)
+		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, missingKey(ErrNoAssignment, "pod has no "+n.AnnotationAssignment()+" annotation (was it scheduled by the gpushare extender?)"))
 	}
 	a, err := DecodeAssignment(s)
 	if err != nil {
 		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	if err := a.Matches(pod); err != nil {
+	if err := a.matches(n, pod); err != nil {
 		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return a, nil
 }
+
+// Phrase returns an error that reads text and is sentinel (errors.Is): a
+// sentinel (ErrNoAssignment, ErrInvalidRequest, ...) said with the
+// configured names it is about, e.g. Phrase(ErrInvalidRequest, "invalid
+// example.com/gpu-mem request").
+func Phrase(sentinel error, text string) error { return phrased{sentinel, text} }
+
+type phrased struct {
+	sentinel error
+	text     string
+}
+
+func missingKey(sentinel error, text string) error { return Phrase(sentinel, text) }
+
+func (e phrased) Error() string { return e.text }
+func (e phrased) Unwrap() error { return e.sentinel }

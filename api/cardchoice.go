@@ -8,30 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Pod annotations by which a pod chooses its cards and its placement policy.
-// They apply to every container of the pod that asks for a GPU, and only to
-// pods that ask for one (a pod asking for no GPU has no cards to choose; its
-// annotations are not read). RequestFromPod reads them into
-// PodRequest.Cards and PodRequest.Policy; a malformed value is
-// PodRequest.ChoiceErr (ErrInvalidPodAnnotation): the extender then places
-// the pod nowhere and says why.
-const (
-	// AnnotationCardModels lists the card models the pod may run on,
-	// separated by "|" (or ","): e.g. "H100|A100-80GB". A card is allowed
-	// when its model matches one entry (ModelPattern). Absent: any model.
-	AnnotationCardModels = Prefix + "card-models"
-	// AnnotationExcludeCardModels lists card models the pod must not run
-	// on, in the same form: e.g. "L4|T4". It wins over AnnotationCardModels.
-	AnnotationExcludeCardModels = Prefix + "exclude-card-models"
-	// AnnotationCardUUIDs lists the cards the pod may run on by NVML UUID
-	// (exactly as the inventory and `kubectl inspect gpushare` show them),
-	// separated by "," (or "|"): e.g. "GPU-1b6a…,GPU-77c0…". Absent: any card.
-	AnnotationCardUUIDs = Prefix + "card-uuids"
-	// AnnotationPolicy names the placement policy for this pod (binpack,
-	// spread, bestfit, fgd, frag), one of those the extender's operator
-	// allows (--allowed-policies). Absent: the extender's --policy.
-	AnnotationPolicy = Prefix + "policy"
-)
+// Pod annotations by which a pod chooses its cards and its placement policy
+// (Names.AnnotationCardModels, AnnotationExcludeCardModels,
+// AnnotationCardUUIDs, AnnotationPolicy). They apply to every container of
+// the pod that asks for a GPU, and only to pods that ask for one (a pod
+// asking for no GPU has no cards to choose; its annotations are not read).
+// Names.RequestFromPod reads them into PodRequest.Cards and PodRequest.Policy;
+// a malformed value is PodRequest.ChoiceErr (ErrInvalidPodAnnotation): the
+// extender then places the pod nowhere and says why.
 
 // ErrInvalidPodAnnotation is PodRequest.ChoiceErr's sentinel (wrapped): a
 // card-choice or policy annotation cannot be read.
@@ -46,6 +30,23 @@ type CardChoice struct {
 	Models        []ModelPattern
 	ExcludeModels []ModelPattern
 	UUIDs         []string
+	// Domain is the domain of the annotations the choice was read from
+	// (Names.RequestFromPod sets it), for reasons that name them; empty:
+	// DefaultDomain.
+	Domain string
+}
+
+// ModelsKey is the annotation the choice's Models were read from.
+func (c CardChoice) ModelsKey() string { return c.names().AnnotationCardModels() }
+
+// UUIDsKey is the annotation the choice's UUIDs were read from.
+func (c CardChoice) UUIDsKey() string { return c.names().AnnotationCardUUIDs() }
+
+func (c CardChoice) names() Names {
+	if c.Domain == "" {
+		return DefaultNames()
+	}
+	return Names{domain: c.Domain}
 }
 
 // Empty reports whether the choice allows every card.
@@ -95,13 +96,13 @@ func (c CardChoice) Allows(model, uuid string) bool {
 func (c CardChoice) String() string {
 	var parts []string
 	if len(c.Models) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationCardModels, Prefix), joinPatterns(c.Models)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyCardModels, joinPatterns(c.Models)))
 	}
 	if len(c.ExcludeModels) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationExcludeCardModels, Prefix), joinPatterns(c.ExcludeModels)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyExcludeCardModels, joinPatterns(c.ExcludeModels)))
 	}
 	if len(c.UUIDs) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", strings.TrimPrefix(AnnotationCardUUIDs, Prefix), strings.Join(c.UUIDs, ",")))
+		parts = append(parts, fmt.Sprintf("%s %q", keyCardUUIDs, strings.Join(c.UUIDs, ",")))
 	}
 	return strings.Join(parts, ", ")
 }
@@ -255,42 +256,42 @@ func checkChoiceSize(key, value string) error {
 }
 
 // cardChoiceFromPod reads the pod's card-choice and policy annotations (see
-// AnnotationCardModels and the keys beside it).
-func cardChoiceFromPod(pod *corev1.Pod) (CardChoice, string, error) {
-	var c CardChoice
+// Names.AnnotationCardModels and the keys beside it).
+func (n Names) cardChoiceFromPod(pod *corev1.Pod) (CardChoice, string, error) {
+	c := CardChoice{Domain: n.domain}
 	var err error
-	for _, key := range []string{AnnotationCardModels, AnnotationExcludeCardModels, AnnotationCardUUIDs} {
+	for _, key := range []string{n.AnnotationCardModels(), n.AnnotationExcludeCardModels(), n.AnnotationCardUUIDs()} {
 		if v, ok := pod.Annotations[key]; ok {
 			if err := checkChoiceSize(key, v); err != nil {
 				return CardChoice{}, "", err
 			}
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationCardModels]; ok {
-		if c.Models, err = parsePatterns(AnnotationCardModels, v); err != nil {
+	if v, ok := pod.Annotations[n.AnnotationCardModels()]; ok {
+		if c.Models, err = parsePatterns(n.AnnotationCardModels(), v); err != nil {
 			return CardChoice{}, "", err
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationExcludeCardModels]; ok {
-		if c.ExcludeModels, err = parsePatterns(AnnotationExcludeCardModels, v); err != nil {
+	if v, ok := pod.Annotations[n.AnnotationExcludeCardModels()]; ok {
+		if c.ExcludeModels, err = parsePatterns(n.AnnotationExcludeCardModels(), v); err != nil {
 			return CardChoice{}, "", err
 		}
 	}
-	if v, ok := pod.Annotations[AnnotationCardUUIDs]; ok {
-		if c.UUIDs, err = splitList(AnnotationCardUUIDs, v, "GPU-1b6a…,GPU-77c0…"); err != nil {
+	if v, ok := pod.Annotations[n.AnnotationCardUUIDs()]; ok {
+		if c.UUIDs, err = splitList(n.AnnotationCardUUIDs(), v, "GPU-1b6a…,GPU-77c0…"); err != nil {
 			return CardChoice{}, "", err
 		}
 		for _, u := range c.UUIDs {
 			if strings.ContainsFunc(u, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' }) {
-				return CardChoice{}, "", fmt.Errorf("%w: %s: %q is not a card UUID (it contains a space); separate UUIDs with \",\"", ErrInvalidPodAnnotation, AnnotationCardUUIDs, u)
+				return CardChoice{}, "", fmt.Errorf("%w: %s: %q is not a card UUID (it contains a space); separate UUIDs with \",\"", ErrInvalidPodAnnotation, n.AnnotationCardUUIDs(), u)
 			}
 		}
 	}
-	policy, ok := pod.Annotations[AnnotationPolicy]
+	policy, ok := pod.Annotations[n.AnnotationPolicy()]
 	if ok {
 		policy = strings.TrimSpace(policy)
 		if policy == "" {
-			return CardChoice{}, "", fmt.Errorf("%w: %s is empty: name a policy (e.g. \"spread\") or remove the annotation to use the extender's default", ErrInvalidPodAnnotation, AnnotationPolicy)
+			return CardChoice{}, "", fmt.Errorf("%w: %s is empty: name a policy (e.g. \"spread\") or remove the annotation to use the extender's default", ErrInvalidPodAnnotation, n.AnnotationPolicy())
 		}
 	}
 	return c, policy, nil

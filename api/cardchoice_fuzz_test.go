@@ -23,9 +23,9 @@ func FuzzCardChoice(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, models, exclude, uuids, policy string) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-			AnnotationCardModels: models, AnnotationExcludeCardModels: exclude, AnnotationCardUUIDs: uuids, AnnotationPolicy: policy,
+			DefaultNames().AnnotationCardModels(): models, DefaultNames().AnnotationExcludeCardModels(): exclude, DefaultNames().AnnotationCardUUIDs(): uuids, DefaultNames().AnnotationPolicy(): policy,
 		}}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("c", "4", "")}}}
-		req, err := RequestFromPod(pod)
+		req, err := DefaultNames().RequestFromPod(pod)
 		if err != nil || len(req.Containers) != 1 {
 			t.Fatalf("the demand must not depend on the annotations: %+v %v", req.Containers, err)
 		}

@@ -132,29 +132,29 @@ func TestRequestFromPodReadsTheCardChoice(t *testing.T) {
 		{name: "no annotations: any card, the default policy"},
 		{
 			name: "models separated by | or , with spaces trimmed",
-			ann:  map[string]string{AnnotationCardModels: "H100-80GB| A100-80GB ,L4"},
+			ann:  map[string]string{DefaultNames().AnnotationCardModels(): "H100-80GB| A100-80GB ,L4"},
 			want: view{Models: []string{"H100-80GB", "A100-80GB", "L4"}},
 		},
 		{
 			name: "excluded models, UUIDs and a policy",
-			ann:  map[string]string{AnnotationExcludeCardModels: "T4", AnnotationCardUUIDs: "GPU-a,GPU-b", AnnotationPolicy: " spread "},
+			ann:  map[string]string{DefaultNames().AnnotationExcludeCardModels(): "T4", DefaultNames().AnnotationCardUUIDs(): "GPU-a,GPU-b", DefaultNames().AnnotationPolicy(): " spread "},
 			want: view{Exclude: []string{"T4"}, UUIDs: []string{"GPU-a", "GPU-b"}, Policy: "spread"},
 		},
-		{name: "an empty model list", ann: map[string]string{AnnotationCardModels: " "}, errText: `gpushare.example.com/card-models is empty: list at least one entry (e.g. "H100|A100-80GB") or remove the annotation`},
-		{name: "an empty entry", ann: map[string]string{AnnotationCardModels: "H100||A100"}, errText: `card-models "H100||A100" has an empty entry`},
-		{name: "a trailing separator", ann: map[string]string{AnnotationExcludeCardModels: "L4,"}, errText: `exclude-card-models "L4," has an empty entry`},
-		{name: "an entry without letters or digits", ann: map[string]string{AnnotationCardModels: "H100|--"}, errText: `"--" has no letters or digits`},
-		{name: "an empty UUID list", ann: map[string]string{AnnotationCardUUIDs: ""}, errText: "card-uuids is empty"},
-		{name: "UUIDs separated by spaces", ann: map[string]string{AnnotationCardUUIDs: "GPU-a GPU-b"}, errText: `"GPU-a GPU-b" is not a card UUID (it contains a space)`},
-		{name: "an empty policy", ann: map[string]string{AnnotationPolicy: ""}, errText: `policy is empty: name a policy (e.g. "spread")`},
-		{name: "64 UUIDs are accepted", ann: map[string]string{AnnotationCardUUIDs: uuidList(64)}, want: view{UUIDs: strings.Split(uuidList(64), ",")}},
-		{name: "a 65th UUID is refused", ann: map[string]string{AnnotationCardUUIDs: uuidList(65)}, errText: "card-uuids lists 65 entries, over the limit of 64: name fewer cards"},
-		{name: "a 228 kB UUID list is refused by size, not echoed", ann: map[string]string{AnnotationCardUUIDs: strings.Repeat("GPU-"+strings.Repeat("f", 36)+",", 5700)}, errText: "card-uuids is 233700 bytes, over the limit of 4096"},
-		{name: "an oversized model list is refused", ann: map[string]string{AnnotationExcludeCardModels: strings.Repeat("H", 5000)}, errText: "exclude-card-models is 5000 bytes"},
+		{name: "an empty model list", ann: map[string]string{DefaultNames().AnnotationCardModels(): " "}, errText: `gpushare.example.com/card-models is empty: list at least one entry (e.g. "H100|A100-80GB") or remove the annotation`},
+		{name: "an empty entry", ann: map[string]string{DefaultNames().AnnotationCardModels(): "H100||A100"}, errText: `card-models "H100||A100" has an empty entry`},
+		{name: "a trailing separator", ann: map[string]string{DefaultNames().AnnotationExcludeCardModels(): "L4,"}, errText: `exclude-card-models "L4," has an empty entry`},
+		{name: "an entry without letters or digits", ann: map[string]string{DefaultNames().AnnotationCardModels(): "H100|--"}, errText: `"--" has no letters or digits`},
+		{name: "an empty UUID list", ann: map[string]string{DefaultNames().AnnotationCardUUIDs(): ""}, errText: "card-uuids is empty"},
+		{name: "UUIDs separated by spaces", ann: map[string]string{DefaultNames().AnnotationCardUUIDs(): "GPU-a GPU-b"}, errText: `"GPU-a GPU-b" is not a card UUID (it contains a space)`},
+		{name: "an empty policy", ann: map[string]string{DefaultNames().AnnotationPolicy(): ""}, errText: `policy is empty: name a policy (e.g. "spread")`},
+		{name: "64 UUIDs are accepted", ann: map[string]string{DefaultNames().AnnotationCardUUIDs(): uuidList(64)}, want: view{UUIDs: strings.Split(uuidList(64), ",")}},
+		{name: "a 65th UUID is refused", ann: map[string]string{DefaultNames().AnnotationCardUUIDs(): uuidList(65)}, errText: "card-uuids lists 65 entries, over the limit of 64: name fewer cards"},
+		{name: "a 228 kB UUID list is refused by size, not echoed", ann: map[string]string{DefaultNames().AnnotationCardUUIDs(): strings.Repeat("GPU-"+strings.Repeat("f", 36)+",", 5700)}, errText: "card-uuids is 233700 bytes, over the limit of 4096"},
+		{name: "an oversized model list is refused", ann: map[string]string{DefaultNames().AnnotationExcludeCardModels(): strings.Repeat("H", 5000)}, errText: "exclude-card-models is 5000 bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := RequestFromPod(gpuPod(tc.ann))
+			got, err := DefaultNames().RequestFromPod(gpuPod(tc.ann))
 			if err != nil {
 				t.Fatalf("a malformed annotation is not the request's error (the demand stays valid): %v", err)
 			}
@@ -184,9 +184,9 @@ func TestRequestFromPodReadsTheCardChoice(t *testing.T) {
 	}
 
 	t.Run("a pod asking for no GPU has its annotations ignored", func(t *testing.T) {
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationCardModels: "", AnnotationPolicy: "x"}},
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{DefaultNames().AnnotationCardModels(): "", DefaultNames().AnnotationPolicy(): "x"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web"}}}}
-		got, err := RequestFromPod(pod)
+		got, err := DefaultNames().RequestFromPod(pod)
 		if err != nil || got.ChoiceErr != nil || !got.Cards.Empty() || got.Policy != "" {
 			t.Errorf("got %+v, %v; want an empty request", got, err)
 		}
@@ -195,9 +195,9 @@ func TestRequestFromPodReadsTheCardChoice(t *testing.T) {
 
 func TestCardChoiceString(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-		AnnotationCardModels: "H100 | A100-80GB", AnnotationExcludeCardModels: "L4", AnnotationCardUUIDs: "GPU-1,GPU-2",
+		DefaultNames().AnnotationCardModels(): "H100 | A100-80GB", DefaultNames().AnnotationExcludeCardModels(): "L4", DefaultNames().AnnotationCardUUIDs(): "GPU-1,GPU-2",
 	}}, Spec: corev1.PodSpec{Containers: []corev1.Container{container("c", "4", "")}}}
-	req, err := RequestFromPod(pod)
+	req, err := DefaultNames().RequestFromPod(pod)
 	if err != nil || req.ChoiceErr != nil {
 		t.Fatal(err, req.ChoiceErr)
 	}

@@ -12,7 +12,7 @@ import (
 // "gpushare-request-size" reads it as its parameter and refuses, at pod
 // creation, a container that asks more than the largest card in the cluster
 // has: such a pod could never run, and would otherwise pend with
-// kube-scheduler's bare "Insufficient example.com/gpu-mem".
+// kube-scheduler's bare "Insufficient <resource name>".
 const (
 	// CardLimitsConfigMap is the ConfigMap's default name (in the namespace
 	// the chart is installed in).
@@ -44,10 +44,10 @@ type CardLimits struct {
 // inventory: unhealthy and isolated cards count, since they may come back and
 // the bound is about what could ever fit. Nodes without an inventory, or with
 // one that does not decode, are skipped.
-func CardLimitsFromNodes(nodes []*corev1.Node) CardLimits {
+func (n Names) CardLimitsFromNodes(nodes []*corev1.Node) CardLimits {
 	var l CardLimits
-	for _, n := range nodes {
-		inv, err := InventoryFromNode(n)
+	for _, node := range nodes {
+		inv, err := n.InventoryFromNode(node)
 		if err != nil {
 			continue
 		}

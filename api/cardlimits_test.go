@@ -22,10 +22,10 @@ func TestCardLimitsFromNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.Annotations = map[string]string{AnnotationInventory: s}
+		n.Annotations = map[string]string{DefaultNames().AnnotationInventory(): s}
 		return n
 	}
-	broken := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "broken", Annotations: map[string]string{AnnotationInventory: `{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"x","units":999}]}`}}}
+	broken := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "broken", Annotations: map[string]string{DefaultNames().AnnotationInventory(): `{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"x","units":999}]}`}}}
 	plain := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-only"}}
 	tests := []struct {
 		name  string
@@ -61,7 +61,7 @@ func TestCardLimitsFromNodes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := CardLimitsFromNodes(tt.nodes)
+			got := DefaultNames().CardLimitsFromNodes(tt.nodes)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("CardLimitsFromNodes (-want +got):\n%s", diff)
 			}

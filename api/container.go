@@ -1,6 +1,8 @@
 package api
 
-// What a container that was allocated example.com/gpu-mem finds in its
+import "strconv"
+
+// What a container that was allocated GPU memory (Names.ResourceName) finds in its
 // environment. The device plugin sets these in its Allocate response; the e2e
 // node agent and the docs read them. Frameworks may use the informational ones
 // to size their memory pools; the device plugin watches memory in use from outside
@@ -52,3 +54,32 @@ const (
 	// memory directory: MPS clients and server share memory through /dev/shm.
 	MPSShmContainerPath = "/dev/shm"
 )
+
+// Alibaba compatibility: what a container finds besides the variables
+// above when the memory resource is AlibabaResourceName, under the names
+// Alibaba's gpushare device plugin uses, for workloads written for it (e.g.
+// sizing a framework's memory pool as ALIYUN_COM_GPU_MEM_CONTAINER /
+// ALIYUN_COM_GPU_MEM_DEV of the card). docs/migration.md explains why
+// ALIYUN_COM_GPU_MEM_POD is not among them.
+const (
+	// EnvAlibabaCardIndex is the node-local index of the container's card.
+	EnvAlibabaCardIndex = "ALIYUN_COM_GPU_MEM_IDX"
+	// EnvAlibabaContainerUnits is the units granted to the container.
+	EnvAlibabaContainerUnits = "ALIYUN_COM_GPU_MEM_CONTAINER"
+	// EnvAlibabaCardUnits is the card's memory in units.
+	EnvAlibabaCardUnits = "ALIYUN_COM_GPU_MEM_DEV"
+)
+
+// CompatEnv is the extra environment of a container granted units of the card
+// with index cardIndex and cardUnits units: Alibaba's variables when n's
+// memory resource is AlibabaResourceName, else none (nil).
+func (n Names) CompatEnv(cardIndex int, units, cardUnits int64) map[string]string {
+	if n.resource != AlibabaResourceName {
+		return nil
+	}
+	return map[string]string{
+		EnvAlibabaCardIndex:      strconv.Itoa(cardIndex),
+		EnvAlibabaContainerUnits: strconv.FormatInt(units, 10),
+		EnvAlibabaCardUnits:      strconv.FormatInt(cardUnits, 10),
+	}
+}

@@ -133,16 +133,16 @@ func FuzzRequestFromPod(f *testing.F) {
 		pod := &corev1.Pod{}
 		app := corev1.Container{Name: "app"}
 		if q, err := resource.ParseQuantity(limit); err == nil {
-			app.Resources.Limits = corev1.ResourceList{ResourceName: q}
+			app.Resources.Limits = corev1.ResourceList{DefaultNames().ResourceName(): q}
 		}
 		if q, err := resource.ParseQuantity(request); err == nil {
-			app.Resources.Requests = corev1.ResourceList{ResourceName: q}
+			app.Resources.Requests = corev1.ResourceList{DefaultNames().ResourceName(): q}
 		}
 		pod.Spec.Containers = []corev1.Container{app, {Name: "plain"}}
 		if q, err := resource.ParseQuantity(initLimit); err == nil {
-			pod.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{ResourceName: q}}}}
+			pod.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{DefaultNames().ResourceName(): q}}}}
 		}
-		req, err := RequestFromPod(pod)
+		req, err := DefaultNames().RequestFromPod(pod)
 		if err != nil {
 			return
 		}

@@ -42,7 +42,7 @@ func TestHostRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := RequestFromPod(&corev1.Pod{Spec: tc.spec})
+			req, err := DefaultNames().RequestFromPod(&corev1.Pod{Spec: tc.spec})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,8 +55,8 @@ func TestHostRequest(t *testing.T) {
 
 func TestRequestFromPodKeepsHostWhenGPUDemandIsInvalid(t *testing.T) {
 	c := hostCtr("2", "1Gi")
-	c.Resources.Limits = corev1.ResourceList{ResourceName: resource.MustParse("0")}
-	req, err := RequestFromPod(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}})
+	c.Resources.Limits = corev1.ResourceList{DefaultNames().ResourceName(): resource.MustParse("0")}
+	req, err := DefaultNames().RequestFromPod(&corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}})
 	if err == nil {
 		t.Fatal("a container asking for 0 units: no error")
 	}

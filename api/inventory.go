@@ -62,7 +62,7 @@ type Inventory struct {
 
 // ErrNoInventory is returned (wrapped) by InventoryFromNode when the node has
 // no inventory annotation.
-var ErrNoInventory = errors.New("node has no " + AnnotationInventory + " annotation (is the gpushare device plugin running on it?)")
+var ErrNoInventory = errors.New("node has no inventory annotation (is the gpushare device plugin running on it?)")
 
 // ErrInvalidInventory is returned (wrapped) for an inventory that does not
 // decode or validate.
@@ -159,15 +159,16 @@ func DecodeInventory(s string) (Inventory, error) {
 	return inv, nil
 }
 
-// InventoryFromNode decodes the node's inventory annotation. A node without
-// one gives ErrNoInventory; a malformed one ErrInvalidInventory.
-func InventoryFromNode(node *corev1.Node) (Inventory, error) {
+// InventoryFromNode decodes the node's inventory annotation
+// (n.AnnotationInventory). A node without one gives ErrNoInventory; a
+// malformed one ErrInvalidInventory.
+func (n Names) InventoryFromNode(node *corev1.Node) (Inventory, error) {
 	if node == nil {
 		return Inventory{}, ErrNoInventory
 	}
-	s, ok := node.Annotations[AnnotationInventory]
+	s, ok := node.Annotations[n.AnnotationInventory()]
 	if !ok {
-		return Inventory{}, fmt.Errorf("node %s: %w", node.Name, ErrNoInventory)
+		return Inventory{}, fmt.Errorf("node %s: %w", node.Name, missingKey(ErrNoInventory, "node has no "+n.AnnotationInventory()+" annotation (is the gpushare device plugin running on it?)"))
 	}
 	inv, err := DecodeInventory(s)
 	if err != nil {

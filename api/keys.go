@@ -1,32 +1,8 @@
 package api
 
-// Annotation and label keys. No other package spells these strings.
+// Labels operators set. The keys derived from the configured domain are
+// Names' methods (names.go).
 const (
-	// Prefix is the domain of every gpushare annotation and label.
-	Prefix = "gpushare.example.com/"
-
-	// AnnotationInventory, on a Node, holds the Inventory the node's device
-	// plugin publishes (EncodeInventory).
-	AnnotationInventory = Prefix + "inventory"
-
-	// AnnotationAssignment, on a Pod, holds the Assignment the extender wrote
-	// at bind (EncodeAssignment).
-	AnnotationAssignment = Prefix + "assignment"
-
-	// AnnotationIsolation, on a Node, lists cards an operator has isolated:
-	// comma-separated card indexes and/or UUIDs, e.g. "1,GPU-5e1c…". See
-	// ParseIsolation.
-	AnnotationIsolation = Prefix + "isolate"
-
-	// LabelGPUCount, on a Node, is the number of GPU cards the plugin found.
-	LabelGPUCount = Prefix + "gpu-count"
-	// LabelGPUModel, on a Node, is the model of its cards (SanitizeLabelValue
-	// applied); "mixed" when the cards differ.
-	LabelGPUModel = Prefix + "gpu-model"
-	// LabelGPUMemory, on a Node, is the memory of its largest card in the
-	// node's unit, followed by the unit, e.g. "80GiB".
-	LabelGPUMemory = Prefix + "gpu-memory"
-
 	// LabelEnabled is the label operators set (value LabelEnabledValue) on
 	// the nodes where the device plugin should run.
 	LabelEnabled = "gpushare"

@@ -7,17 +7,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// ResourceName is the extended resource a container asks for, in its limits,
-// as a whole number of memory units on ONE card (GiB unless the node's
-// inventory declares another unit).
-const ResourceName corev1.ResourceName = "example.com/gpu-mem"
-
 // MaxUnits bounds any single quantity of units the programs accept (a card's
 // capacity, a container's request). It exists so that sums over a node can
 // never overflow int64; 2^40 GiB is far beyond any card.
 const MaxUnits int64 = 1 << 40
 
-// MemoryUnit is the size of one unit of ResourceName.
+// MemoryUnit is the size of one unit of Names.ResourceName.
 type MemoryUnit string
 
 const (
@@ -67,15 +62,25 @@ func (u MemoryUnit) Validate() error {
 }
 
 // ErrInitContainerRequest is returned (wrapped) by RequestFromPod for a pod
-// whose init containers request ResourceName. Such pods are not supported:
+// whose init containers request Names.ResourceName or WholeResourceName. Such pods are not supported:
 // the kubelet's device manager hands an init container's devices on to the
 // app containers, which would make the card an app container gets depend on
 // the kubelet rather than on the assignment. docs/protocol.md explains.
-var ErrInitContainerRequest = errors.New("init containers may not request " + string(ResourceName))
+var ErrInitContainerRequest = errors.New("init containers may not request GPU memory or whole cards")
+
+// errInitContainer is ErrInitContainerRequest said with n's resource name.
+func (n Names) errInitContainer() error {
+	return missingKey(ErrInitContainerRequest, "init containers may not request "+string(n.resource))
+}
+
+// errInvalid is ErrInvalidRequest said with n's resource name.
+func (n Names) errInvalid() error {
+	return missingKey(ErrInvalidRequest, "invalid "+string(n.resource)+" request")
+}
 
 // ErrInvalidRequest is returned (wrapped) by RequestFromPod for a request
 // that is not a positive whole number of units within MaxUnits.
-var ErrInvalidRequest = errors.New("invalid " + string(ResourceName) + " request")
+var ErrInvalidRequest = errors.New("invalid GPU request")
 
 // ContainerRequest is one app container's demand for memory on one card.
 type ContainerRequest struct {
@@ -165,40 +170,40 @@ func (r PodRequest) Empty() bool { return len(r.Containers) == 0 && len(r.WholeC
 // of 1.5 MiB counts 2). It needs no validation, so it is set even when
 // the gpu-mem demand is invalid (Containers is then empty): a pod that
 // another scheduler bound still takes its node's CPU and memory.
-func RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
+func (n Names) RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
 	if pod == nil {
 		return PodRequest{}, fmt.Errorf("%w: no pod", ErrInvalidRequest)
 	}
 	host := hostRequest(&pod.Spec)
-	containers, err := gpuRequest(pod)
+	containers, err := n.gpuRequest(pod)
 	if err != nil {
 		return PodRequest{Host: host}, err
 	}
-	whole, err := wholeRequest(pod)
+	whole, err := n.wholeRequest(pod)
 	if err != nil {
 		return PodRequest{Host: host}, err
 	}
 	out := PodRequest{Containers: containers, WholeCards: whole, Host: host}
 	if !out.Empty() {
-		out.Cards, out.Policy, out.ChoiceErr = cardChoiceFromPod(pod)
+		out.Cards, out.Policy, out.ChoiceErr = n.cardChoiceFromPod(pod)
 	}
 	return out, nil
 }
 
 // gpuRequest is PodRequest.Containers (see RequestFromPod).
-func gpuRequest(pod *corev1.Pod) ([]ContainerRequest, error) {
+func (n Names) gpuRequest(pod *corev1.Pod) ([]ContainerRequest, error) {
 	for _, c := range pod.Spec.InitContainers {
-		units, err := containerUnits(c)
+		units, err := n.containerUnits(c)
 		if err != nil {
 			return nil, err
 		}
 		if units > 0 {
-			return nil, fmt.Errorf("%w: init container %q asks for %d", ErrInitContainerRequest, c.Name, units)
+			return nil, fmt.Errorf("%w: init container %q asks for %d", n.errInitContainer(), c.Name, units)
 		}
 	}
 	var out []ContainerRequest
 	for _, c := range pod.Spec.Containers {
-		units, err := containerUnits(c)
+		units, err := n.containerUnits(c)
 		if err != nil {
 			return nil, err
 		}
@@ -235,26 +240,23 @@ func hostRequest(spec *corev1.PodSpec) HostResources {
 	return HostResources{CPUMilli: cpu, MemoryMiB: (mem + 1<<20 - 1) >> 20}
 }
 
-func containerUnits(c corev1.Container) (int64, error) {
-	q, ok := c.Resources.Limits[ResourceName]
-	if !ok {
-		q, ok = c.Resources.Requests[ResourceName]
-	}
+func (n Names) containerUnits(c corev1.Container) (int64, error) {
+	q, ok := containerQuantity(c, n.resource)
 	if !ok {
 		return 0, nil
 	}
 	if q.Sign() < 0 {
-		return 0, fmt.Errorf("%w: container %q asks for %s, which is negative", ErrInvalidRequest, c.Name, q.String())
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is negative", n.errInvalid(), c.Name, q.String())
 	}
 	if q.IsZero() {
-		return 0, fmt.Errorf("%w: container %q asks for 0; ask for at least 1, or leave %s out to ask for no GPU", ErrInvalidRequest, c.Name, ResourceName)
+		return 0, fmt.Errorf("%w: container %q asks for 0; ask for at least 1, or leave %s out to ask for no GPU", n.errInvalid(), c.Name, n.resource)
 	}
 	if q.MilliValue()%1000 != 0 {
-		return 0, fmt.Errorf("%w: container %q asks for %s, which is not a whole number of units", ErrInvalidRequest, c.Name, q.String())
+		return 0, fmt.Errorf("%w: container %q asks for %s, which is not a whole number of units", n.errInvalid(), c.Name, q.String())
 	}
 	v, ok := q.AsInt64()
 	if !ok || v > MaxUnits {
-		return 0, fmt.Errorf("%w: container %q asks for %s, more than the maximum %d units", ErrInvalidRequest, c.Name, q.String(), MaxUnits)
+		return 0, fmt.Errorf("%w: container %q asks for %s, more than the maximum %d units", n.errInvalid(), c.Name, q.String(), MaxUnits)
 	}
 	return v, nil
 }

@@ -9,15 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// WholeResourceName is the extended resource a container asks for, in its
-// limits, as a whole number of GPU cards, all on the pod's node, held
-// exclusively: a card given whole holds no shared memory (ResourceName), and
-// a card holding shared memory is never given whole.
-//
-// A container asks for one kind or the other, never both (ErrMixedRequest);
-// containers of one pod may mix kinds.
-const WholeResourceName corev1.ResourceName = "example.com/gpu"
-
 // MaxWholeCards bounds a container's whole-card request. Real nodes have 8 or
 // 16 cards; the bound only keeps absurd quantities out of the arithmetic.
 // A request within it but above what a node has fails that node with a reason
@@ -27,7 +18,7 @@ const MaxWholeCards = 256
 // ErrMixedRequest is returned (wrapped) by RequestFromPod for a container
 // that asks for both ResourceName and WholeResourceName: a container gets
 // either whole cards or a share of one card.
-var ErrMixedRequest = errors.New("a container may ask for " + string(WholeResourceName) + " (whole cards) or " + string(ResourceName) + " (memory on one card), not both")
+var ErrMixedRequest = errors.New("a container may ask for whole cards or memory on one card, not both")
 
 // EnvWholeCards, in a container given whole cards, is how many (e.g. "2"; a container with a share of one card has none);
 // there EnvCardUUID and EnvCardIndex hold comma-separated lists, one entry per
@@ -56,29 +47,29 @@ func (r PodRequest) WholeCardTotal() int {
 // app container that asks for WholeResourceName, in spec order. Init
 // containers may not ask for it (ErrInitContainerRequest), for the reason
 // they may not ask for ResourceName; a container may not ask for both kinds.
-func wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
+func (n Names) wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
 	for _, c := range pod.Spec.InitContainers {
-		n, err := containerCards(c)
+		cards, err := n.containerCards(c)
 		if err != nil {
 			return nil, err
 		}
-		if n > 0 {
-			return nil, fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", ErrInitContainerRequest, WholeResourceName, c.Name, n)
+		if cards > 0 {
+			return nil, fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", n.errInitContainer(), n.whole, c.Name, cards)
 		}
 	}
 	var out []WholeCardRequest
 	for _, c := range pod.Spec.Containers {
-		n, err := containerCards(c)
+		cards, err := n.containerCards(c)
 		if err != nil {
 			return nil, err
 		}
-		if n == 0 {
+		if cards == 0 {
 			continue
 		}
-		if _, share := containerQuantity(c, ResourceName); share {
-			return nil, fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", ErrMixedRequest, c.Name)
+		if _, share := containerQuantity(c, n.resource); share {
+			return nil, fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", missingKey(ErrMixedRequest, "a container may ask for "+string(n.whole)+" (whole cards) or "+string(n.resource)+" (memory on one card), not both"), c.Name)
 		}
-		out = append(out, WholeCardRequest{Name: c.Name, Cards: n})
+		out = append(out, WholeCardRequest{Name: c.Name, Cards: cards})
 	}
 	return out, nil
 }
@@ -96,22 +87,22 @@ func containerQuantity(c corev1.Container, name corev1.ResourceName) (resource.Q
 // containerCards is the container's whole-card request: 0 when it does not
 // name WholeResourceName, else 1..MaxWholeCards or an ErrInvalidRequest that
 // says what to write instead.
-func containerCards(c corev1.Container) (int, error) {
-	q, ok := containerQuantity(c, WholeResourceName)
+func (n Names) containerCards(c corev1.Container) (int, error) {
+	q, ok := containerQuantity(c, n.whole)
 	if !ok {
 		return 0, nil
 	}
 	switch {
 	case q.Sign() < 0:
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative; ask for a whole number of cards from 1 to %d", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, MaxWholeCards)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is negative; ask for a whole number of cards from 1 to %d", n.errInvalid(), c.Name, q.String(), n.whole, MaxWholeCards)
 	case q.IsZero():
-		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1 card, or leave %s out to ask for no whole card", ErrInvalidRequest, c.Name, WholeResourceName, WholeResourceName)
+		return 0, fmt.Errorf("%w: container %q asks for 0 %s; ask for at least 1 card, or leave %s out to ask for no whole card", n.errInvalid(), c.Name, n.whole, n.whole)
 	case q.MilliValue()%1000 != 0:
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of cards; for part of a card ask for %s (memory) instead", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, ResourceName)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, which is not a whole number of cards; for part of a card ask for %s (memory) instead", n.errInvalid(), c.Name, q.String(), n.whole, n.resource)
 	}
 	v, ok := q.AsInt64()
 	if !ok || v > MaxWholeCards {
-		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d cards", ErrInvalidRequest, c.Name, q.String(), WholeResourceName, MaxWholeCards)
+		return 0, fmt.Errorf("%w: container %q asks for %s %s, more than the maximum %d cards", n.errInvalid(), c.Name, q.String(), n.whole, MaxWholeCards)
 	}
 	return int(v), nil
 }
@@ -186,14 +177,14 @@ func (a Assignment) validateWhole(names map[string]bool) error {
 }
 
 // matchesWhole checks the whole-card entries against the pod's request.
-func (a Assignment) matchesWhole(req []WholeCardRequest) error {
+func (a Assignment) matchesWhole(n Names, req []WholeCardRequest) error {
 	if len(req) != len(a.WholeCards) {
-		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), WholeResourceName, len(a.WholeCards))
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), n.whole, len(a.WholeCards))
 	}
 	for _, c := range req {
 		got, ok := a.WholeCard(c.Name)
 		if !ok {
-			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, WholeResourceName)
+			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, n.whole)
 		}
 		if got.Cards() != c.Cards {
 			return fmt.Errorf("%w: container %q requests %d whole cards, the record grants %d", ErrInvalidAssignment, c.Name, c.Cards, got.Cards())

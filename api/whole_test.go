@@ -11,14 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// wholeContainer builds a container whose limits hold q of WholeResourceName.
+// wholeContainer builds a container whose limits hold q of DefaultNames().WholeResourceName().
 func wholeContainer(name, q string) corev1.Container {
-	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{WholeResourceName: resource.MustParse(q)}}}
+	return corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{DefaultNames().WholeResourceName(): resource.MustParse(q)}}}
 }
 
 func TestRequestFromPodWholeCards(t *testing.T) {
 	both := container("both", "4", "")
-	both.Resources.Limits[WholeResourceName] = resource.MustParse("1")
+	both.Resources.Limits[DefaultNames().WholeResourceName()] = resource.MustParse("1")
 	tests := []struct {
 		name      string
 		init, app []corev1.Container
@@ -34,7 +34,7 @@ func TestRequestFromPodWholeCards(t *testing.T) {
 			wantShare: []ContainerRequest{{"share", 10}},
 			wantWhole: []WholeCardRequest{{Name: "whole", Cards: 1}},
 		},
-		{name: "requests alone are used when no limit is set", app: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{WholeResourceName: resource.MustParse("3")}}}}, wantWhole: []WholeCardRequest{{Name: "c", Cards: 3}}},
+		{name: "requests alone are used when no limit is set", app: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{DefaultNames().WholeResourceName(): resource.MustParse("3")}}}}, wantWhole: []WholeCardRequest{{Name: "c", Cards: 3}}},
 		{name: "both kinds in one container are refused with what to do instead", app: []corev1.Container{both}, wantErr: ErrMixedRequest, errText: "separate containers"},
 		{name: "zero whole cards is an error that says how to ask for none", app: []corev1.Container{wholeContainer("c", "0")}, wantErr: ErrInvalidRequest, errText: "leave example.com/gpu out"},
 		{name: "a negative count is an error", app: []corev1.Container{wholeContainer("c", "-1")}, wantErr: ErrInvalidRequest, errText: "negative"},
@@ -45,7 +45,7 @@ func TestRequestFromPodWholeCards(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tc.init, Containers: tc.app}}
-			got, err := RequestFromPod(pod)
+			got, err := DefaultNames().RequestFromPod(pod)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.errText) {
 					t.Fatalf("err = %v, want %v containing %q", err, tc.wantErr, tc.errText)
@@ -119,8 +119,8 @@ func TestAssignmentWholeCards(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod.Annotations = map[string]string{AnnotationAssignment: raw}
-			got, err := AssignmentFromPod(pod)
+			pod.Annotations = map[string]string{DefaultNames().AnnotationAssignment(): raw}
+			got, err := DefaultNames().AssignmentFromPod(pod)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.text) {
 					t.Fatalf("err = %v, want %v containing %q", err, tc.wantErr, tc.text)

@@ -127,7 +127,7 @@ expect dedicated 'hostPID: true'
 expect dedicated 'name: GPUSHARE_MEMORY_ENFORCEMENT'
 expect dedicated 'value: "report"'
 expect dedicated 'value: ":9402"'
-expect dedicated 'Warning Event when a container stays over its GPU memory grant'
+expect dedicated 'resources: \[events\]'
 expect dedicated 'resources: \[pods/eviction\]' absent
 expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
 
@@ -160,7 +160,9 @@ expect evict 'value: "512Mi"'
 
 render memory-off --set devicePlugin.memory.enforcement=off --set devicePlugin.memory.sampleInterval=0s
 expect memory-off 'hostPID: true' absent
-expect memory-off 'Warning Event when a container stays over its GPU memory grant' absent
+# Without enforcement the plugin still says in an Event on the Node why it does not register
+# beside another GPU device plugin.
+expect memory-off 'resources: \[events\]'
 
 render mps --set devicePlugin.mps.enabled=true
 expect mps 'name: GPUSHARE_MPS_PIPE_DIR'
@@ -268,6 +270,22 @@ expect networkpolicy 'port: 39998, protocol: TCP'
 expect networkpolicy 'team: monitoring'
 expect dedicated 'kind: NetworkPolicy' absent
 
+# Names are configuration: Alibaba's resource name and another domain reach the scheduler's
+# managed resources, both programs' environment and the admission policies; the default names
+# are gone from every one of them.
+render alibaba --set names.resourceName=aliyun.com/gpu-mem --set names.wholeResourceName=acme.io/gpu --set names.domain=gpushare.acme.io
+expect alibaba '- name: aliyun.com/gpu-mem$'
+expect alibaba '- name: acme.io/gpu$'
+count alibaba 'value: "aliyun.com/gpu-mem"$' 2
+count alibaba 'value: "gpushare.acme.io"$' 2
+expect alibaba "'aliyun.com/gpu-mem' in c.resources.requests"
+expect alibaba "'gpushare.acme.io/assignment' in object.metadata.annotations"
+expect alibaba "k == 'gpushare.acme.io/inventory'"
+expect alibaba 'example.com' absent
+count dedicated 'value: "example.com/gpu-mem"$' 2
+refuse bad-resource-name 'resourceName' --set names.resourceName=gpu-mem
+refuse bad-domain 'domain' --set names.domain=Not_A_Domain
+
 render no-admission --set admission.enabled=false
 expect no-admission 'kind: ValidatingAdmissionPolicy' absent
 expect no-admission 'GPUSHARE_CARD_LIMITS_CONFIGMAP' absent
@@ -325,7 +343,7 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies; do
+for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies alibaba; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
 done

@@ -69,6 +69,9 @@ type State struct {
 	// Keys verify each record (api.RecordKeys.Verify): a record they refuse
 	// is no assignment. The zero value accepts every record.
 	Keys api.RecordKeys
+	// Names are the resource names and keys pods are read with (zero:
+	// api.DefaultNames).
+	Names api.Names
 }
 
 // Snapshot is what the matching functions decide over.
@@ -81,19 +84,23 @@ type Snapshot struct {
 	// queue does not explain is matched against them: the kubelet
 	// re-allocating a container it admitted before.
 	Recorded []Entry
+	// Names are the names the snapshot was built with (zero:
+	// api.DefaultNames), for the reasons Match gives.
+	Names api.Names
 }
 
 // Build takes a snapshot of the pods bound to the node.
 func Build(pods []*corev1.Pod, st State) Snapshot {
-	decode := memoDecode(st.Keys)
-	return Snapshot{Pending: queue(pods, st, decode), Recorded: recorded(pods, st, decode)}
+	names := st.Names.OrDefault()
+	decode := memoDecode(names, st.Keys)
+	return Snapshot{Pending: queue(pods, st, decode), Recorded: recorded(pods, st, decode), Names: names}
 }
 
 type decodeFunc func(*corev1.Pod) (api.Assignment, error)
 
 // memoDecode decodes (and, with keys, verifies) each pod's assignment once
 // per snapshot.
-func memoDecode(keys api.RecordKeys) decodeFunc {
+func memoDecode(names api.Names, keys api.RecordKeys) decodeFunc {
 	type result struct {
 		a   api.Assignment
 		err error
@@ -103,7 +110,7 @@ func memoDecode(keys api.RecordKeys) decodeFunc {
 		if r, ok := seen[p]; ok {
 			return r.a, r.err
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := names.AssignmentFromPod(p)
 		if err == nil {
 			err = keys.Verify(a)
 		}
@@ -156,7 +163,7 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // Order: creation time, then arrival (st.Arrival), then UID; within a pod
 // init containers, then app containers, in spec order.
 func Queue(pods []*corev1.Pod, st State) []Entry {
-	return queue(pods, st, api.AssignmentFromPod)
+	return queue(pods, st, st.Names.OrDefault().AssignmentFromPod)
 }
 
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
@@ -200,7 +207,7 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
 			continue
 		}
-		cs, rerr := demand(p)
+		cs, rerr := demand(st.Names.OrDefault(), p)
 		for _, c := range cs {
 			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
 				continue
@@ -223,7 +230,7 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 }
 
 // demand is what the kubelet will ask the plugin for, container by container
-// in its order. A pod that keeps the contract: api.RequestFromPod, the one
+// in its order. A pod that keeps the contract: api.Names.RequestFromPod, the one
 // reader of a pod's demand (err nil). A pod that breaks it (an init
 // container asking for gpu-mem, zero, too much; err says how) never got an
 // assignment from the extender, yet the kubelet still calls Allocate for
@@ -231,38 +238,38 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // and for the quantity rounded up (resource.Quantity.Value), so those calls
 // must find the pod and be refused with the contract's reason
 // (ErrPodRequest) rather than be taken for another pod's container.
-func demand(p *corev1.Pod) ([]api.ContainerRequest, error) {
-	req, err := api.RequestFromPod(p)
+func demand(names api.Names, p *corev1.Pod) ([]api.ContainerRequest, error) {
+	req, err := names.RequestFromPod(p)
 	if err == nil {
 		return req.Containers, nil
 	}
 	var out []api.ContainerRequest
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {
-			q, ok := c.Resources.Limits[api.ResourceName]
+			q, ok := c.Resources.Limits[names.ResourceName()]
 			if !ok {
-				q, ok = c.Resources.Requests[api.ResourceName]
+				q, ok = c.Resources.Requests[names.ResourceName()]
 			}
 			if ok && q.Value() > 0 {
 				out = append(out, api.ContainerRequest{Name: c.Name, Units: q.Value()})
 			}
 		}
 	}
-	return out, fmt.Errorf("%w: %w", ErrPodRequest, err)
+	return out, fmt.Errorf("%w: %w", api.Phrase(ErrPodRequest, "the pod's "+string(names.ResourceName())+" request breaks the gpushare contract"), err)
 }
 
 // ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
-// refuses (api.RequestFromPod); the extender never places such a pod.
-var ErrPodRequest = errors.New("the pod's " + string(api.ResourceName) + " request breaks the gpushare contract")
+// refuses (api.Names.RequestFromPod); the extender never places such a pod.
+var ErrPodRequest = errors.New("the pod's GPU request breaks the gpushare contract")
 
 // ErrSpansCards: the kubelet offered units of more than one card.
-var ErrSpansCards = errors.New("device IDs span more than one card; a container's " + string(api.ResourceName) + " must come from one card")
+var ErrSpansCards = errors.New("device IDs span more than one card; a container's GPU memory must come from one card")
 
 // ErrNoPending: no queued container requests that many units (yet).
 var ErrNoPending = errors.New("no pending container on this node requests this many units")
 
 // ErrNotScheduled: the container's pod has no valid assignment.
-var ErrNotScheduled = errors.New("pods requesting " + string(api.ResourceName) + " must be scheduled by gpushare-scheduler")
+var ErrNotScheduled = errors.New("pods requesting GPU memory must be scheduled by gpushare-scheduler")
 
 // Decision is the container an Allocate call is for, and its card.
 type Decision struct {
@@ -328,6 +335,7 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 		return Decision{}, err
 	}
 	size := int64(len(ids))
+	notScheduled := api.Phrase(ErrNotScheduled, "pods requesting "+string(s.Names.OrDefault().ResourceName())+" must be scheduled by gpushare-scheduler")
 	for _, e := range s.Pending {
 		if e.Units != size {
 			continue
@@ -336,10 +344,10 @@ func Match(s Snapshot, ids []string) (Decision, error) {
 			return Decision{Entry: e}, fmt.Errorf("pod %s: %w", e.PodKey(), e.AssignErr)
 		}
 		if e.Assigned == nil && (errors.Is(e.AssignErr, api.ErrUnsigned) || errors.Is(e.AssignErr, api.ErrBadSignature)) {
-			return Decision{Entry: e}, fmt.Errorf("pod %s: its gpushare assignment record is not trusted, so it gets no GPU: %w (%w)", e.PodKey(), e.AssignErr, ErrNotScheduled)
+			return Decision{Entry: e}, fmt.Errorf("pod %s: its gpushare assignment record is not trusted, so it gets no GPU: %w (%w)", e.PodKey(), e.AssignErr, notScheduled)
 		}
 		if e.Assigned == nil {
-			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), ErrNotScheduled, e.AssignErr)
+			return Decision{Entry: e}, fmt.Errorf("pod %s has no gpushare assignment: %w (%v)", e.PodKey(), notScheduled, e.AssignErr)
 		}
 		return Decision{Entry: e, CardUUID: card, Corrected: e.Assigned.CardUUID != card}, nil
 	}

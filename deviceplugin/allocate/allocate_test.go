@@ -36,14 +36,14 @@ func makePod(name string, age int) *podBuilder {
 func (b *podBuilder) container(name string, units int64) *podBuilder {
 	c := corev1.Container{Name: name}
 	if units > 0 {
-		c.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)}
+		c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}
 	}
 	b.pod.Spec.Containers = append(b.pod.Spec.Containers, c)
 	return b
 }
 
 func (b *podBuilder) initContainer(name string, units int64) *podBuilder {
-	c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)}}}
+	c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}}}
 	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, c)
 	return b
 }
@@ -53,7 +53,7 @@ func (b *podBuilder) assign(phase api.AssignmentPhase, cards ...string) *podBuil
 	a := api.Assignment{Version: api.AssignmentVersion, PodUID: b.pod.UID, Node: node, Unit: api.UnitGiB, Phase: phase}
 	i := 0
 	for _, c := range b.pod.Spec.Containers {
-		q, ok := c.Resources.Limits[api.ResourceName]
+		q, ok := c.Resources.Limits[api.DefaultNames().ResourceName()]
 		if !ok {
 			continue
 		}
@@ -71,7 +71,7 @@ func (b *podBuilder) assign(phase api.AssignmentPhase, cards ...string) *podBuil
 	if b.pod.Annotations == nil {
 		b.pod.Annotations = map[string]string{}
 	}
-	b.pod.Annotations[api.AnnotationAssignment] = s
+	b.pod.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 

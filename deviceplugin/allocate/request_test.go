@@ -12,7 +12,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// A pod's demand is read by the contract's one reader (api.RequestFromPod).
+// A pod's demand is read by the contract's one reader (api.Names.RequestFromPod).
 // A pod that breaks the contract (here a copied assignment, and an init
 // container asking for gpu-mem) is still in the queue the way the kubelet
 // will ask, so its Allocate finds it, and is refused with the contract's
@@ -37,7 +37,7 @@ func TestContractBreakingPodsAreRefusedWithTheContractsReason(t *testing.T) {
 // but the kubelet asks nothing for it: it adds no queue entry.
 func TestZeroRequestAddsNoEntry(t *testing.T) {
 	p := makePod("zero", 1).container("c", 2).obj()
-	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "z", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(0, resource.DecimalSI)}}})
+	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "z", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(0, resource.DecimalSI)}}})
 	p.CreationTimestamp = metav1.NewTime(t0)
 	q := Queue([]*corev1.Pod{p}, State{})
 	if len(q) != 1 || q[0].Container != "c" || !errors.Is(q[0].AssignErr, ErrPodRequest) {

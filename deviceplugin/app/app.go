@@ -55,12 +55,15 @@ type Options struct {
 	RecordKeyInterval  time.Duration
 	DevicePluginDir    string
 	PodResourcesSocket string
-	// WholeCards registers the whole-card resource (api.WholeResourceName)
+	// WholeCards registers the whole-card resource (api.Names.WholeResourceName)
 	// beside gpu-mem.
 	WholeCards        bool
 	AllocateWait      time.Duration
 	ReconcileInterval time.Duration
 	Memory            MemoryOptions // memory.go
+	// Names are the resource names and the annotation domain (--domain,
+	// --resource-name, --whole-resource-name), the same in every program.
+	Names cli.NameFlags
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
@@ -84,7 +87,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
 	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
 	fs.BoolVar(&o.FailOnInitError, "fail-on-init-error", true, "exit when NVML is unavailable (no driver, no GPU); false: log why and wait, advertising nothing")
-	fs.StringVar(&o.MemoryUnit, "memory-unit", string(api.UnitGiB), "unit of example.com/gpu-mem: GiB or MiB")
+	fs.StringVar(&o.MemoryUnit, "memory-unit", string(api.UnitGiB), "unit of --resource-name: GiB or MiB")
 	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(plugin.StrategyVolumeMounts), "how the container is told its card: volume-mounts or envvar")
 	fs.StringVar(&o.DeviceIDStrategy, "device-id-strategy", string(plugin.DeviceIDUUID), "how the card is named in the container: uuid or index")
 	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
@@ -95,10 +98,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
-	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as example.com/gpu (one device per card, exclusive with example.com/gpu-mem; its own registration with the kubelet)")
+	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as --whole-resource-name (one device per card, exclusive with --resource-name; its own registration with the kubelet)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
 	o.Memory.addFlags(fs)
+	o.Names.AddFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -109,7 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // --kubeconfig (empty: in-cluster) until the command's context ends. restart
 // receives SIGHUP (main owns the signal handler).
 func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal) *cobra.Command {
-	return newCommand(&Options{}, lookupEnv, func(ctx context.Context, o Options) error {
+	return newCommand(&Options{Names: cli.DefaultNameFlags()}, lookupEnv, func(ctx context.Context, o Options) error {
 		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 		if err != nil {
 			return fmt.Errorf("kubernetes client configuration: %w", err)
@@ -126,10 +130,13 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gpushare-device-plugin",
-		Short: "gpushare's kubelet device plugin: GPU memory as example.com/gpu-mem units",
-		Long: `gpushare-device-plugin advertises GPU memory as example.com/gpu-mem units, gives each container the
-card the gpushare scheduler extender assigned, and publishes the node's GPU inventory
-(docs/deviceplugin.md).
+		Short: "gpushare's kubelet device plugin: GPU memory as extended-resource units",
+		Long: `gpushare-device-plugin advertises GPU memory as units of --resource-name (default
+` + string(api.DefaultResourceName) + `) and whole cards as --whole-resource-name (default ` + string(api.DefaultWholeResourceName) + `), gives
+each container the card the gpushare scheduler extender assigned, and publishes the node's GPU
+inventory under --domain (default ` + api.DefaultDomain + `; docs/deviceplugin.md). Every gpushare program of a
+cluster must be given the same three names. It does not register on a node where another GPU
+device plugin already advertises NVIDIA GPUs (docs/install.md).
 
 Every flag can also be set by the environment variable named in its description (the command
 line wins; a variable set to "" gives the flag the empty value).`,
@@ -185,6 +192,9 @@ func (o Options) validate() error {
 	if _, err := api.ParseMemoryUnit(o.MemoryUnit); err != nil {
 		return fmt.Errorf("--memory-unit: %w", err)
 	}
+	if _, err := o.Names.Names(); err != nil {
+		return err
+	}
 	if _, err := plugin.ParseStrategy(o.DeviceListStrategy); err != nil {
 		return fmt.Errorf("--device-list-strategy: %w", err)
 	}
@@ -228,6 +238,10 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err != nil {
 		return err
 	}
+	names, err := o.Names.Names()
+	if err != nil {
+		return err
+	}
 	ignored, err := o.ignoredXIDs()
 	if err != nil {
 		return err
@@ -257,8 +271,11 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		log.Info("GPU found", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memoryMiB", c.MemoryMiB, "units", unit.UnitsFromMiB(c.MemoryMiB), "unit", unit)
 	}
 
-	cl := cluster.New(client, o.NodeName)
+	cl := cluster.New(client, o.NodeName, cluster.WithNames(names))
 	if err := cl.CheckNode(ctx); err != nil {
+		return err
+	}
+	if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
 		return err
 	}
 	var uuids []string
@@ -267,7 +284,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	cl.OnIsolation(func(iso api.Isolation, err error) {
 		if err != nil {
-			log.Error(err, "Malformed isolation annotation: every card of the node is isolated until it is fixed (the scheduler extender filters the node meanwhile)", "annotation", api.AnnotationIsolation)
+			log.Error(err, "Malformed isolation annotation: every card of the node is isolated until it is fixed (the scheduler extender filters the node meanwhile)", "annotation", names.AnnotationIsolation())
 		}
 		iso = isolation.InForce(iso, err, uuids)
 		if store.SetIsolation(inventory.SourceAnnotation, iso) {
@@ -277,6 +294,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.Start(ctx); err != nil {
 		return err
 	}
+	logNameMismatches(ctx, client, cl, names, log)
 	if o.IsolationFile != "" {
 		if _, err := isolation.Read(o.IsolationFile); err != nil {
 			return fmt.Errorf("--isolation-file %s: %w", o.IsolationFile, err)
@@ -303,8 +321,8 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 
 	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
-		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.ResourceName)}
-		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(api.WholeResourceName)}
+		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.ResourceName())}
+		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.WholeResourceName())}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -321,6 +339,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		keys = ring
 	}
 	p := plugin.New(plugin.Config{
+		Names:             names,
 		PluginDir:         o.DevicePluginDir,
 		Strategy:          strategy,
 		DeviceIDStrategy:  idStrategy,
@@ -331,7 +350,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, gpus, sim, store, cl, podres, client, reg); err != nil {
+	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, client, reg); err != nil {
 		return err
 	}
 	return p.Run(ctx, restart)

@@ -146,7 +146,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 	}()
 	select {
 	case got := <-reg.got:
-		if got != string(api.ResourceName) {
+		if got != string(api.DefaultNames().ResourceName()) {
 			t.Errorf("registered %q", got)
 		}
 	case <-time.After(10 * time.Second):
@@ -161,7 +161,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			inv, err := api.InventoryFromNode(n)
+			inv, err := api.DefaultNames().InventoryFromNode(n)
 			if err != nil {
 				return false, nil
 			}
@@ -169,7 +169,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 			for _, c := range inv.Cards {
 				got = append(got, c.Model+"/"+string(c.State))
 			}
-			got = append(got, n.Labels[api.LabelGPUModel], n.Labels[api.LabelGPUMemory])
+			got = append(got, n.Labels[api.DefaultNames().LabelGPUModel()], n.Labels[api.DefaultNames().LabelGPUMemory()])
 			return strings.Join(got, " ") == strings.Join(want, " "), nil
 		})
 		if err != nil {
@@ -179,7 +179,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 	expect("published at start", []string{"NVIDIA H100/healthy", "NVIDIA A100/healthy", "mixed", "80GiB"})
 
 	n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	n.Annotations[api.AnnotationIsolation] = "1"
+	n.Annotations[api.DefaultNames().AnnotationIsolation()] = "1"
 	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 	expect("isolated by file too", []string{"NVIDIA H100/isolated", "NVIDIA A100/isolated", "mixed", "80GiB"})
 
 	n, _ = client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	delete(n.Annotations, api.AnnotationIsolation)
+	delete(n.Annotations, api.DefaultNames().AnnotationIsolation())
 	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestMalformedIsolationAnnotationIsolatesEveryCardUntilFixed(t *testing.T) {
 	defer srv.Stop()
 	o, _ := defaults(t, "--nvml=spec:2x40GiB:NVIDIA-A100", "--device-plugin-dir="+dir, "--pod-resources-socket=")
 	o.NodeName = node
-	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{api.AnnotationIsolation: "card-one"}}})
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Annotations: map[string]string{api.DefaultNames().AnnotationIsolation(): "card-one"}}})
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
@@ -240,7 +240,7 @@ func TestMalformedIsolationAnnotationIsolatesEveryCardUntilFixed(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			inv, err := api.InventoryFromNode(n)
+			inv, err := api.DefaultNames().InventoryFromNode(n)
 			if err != nil {
 				return false, nil
 			}
@@ -257,13 +257,13 @@ func TestMalformedIsolationAnnotationIsolatesEveryCardUntilFixed(t *testing.T) {
 	}
 	expect("malformed at start", "isolated isolated")
 	n, _ := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	n.Annotations[api.AnnotationIsolation] = "1"
+	n.Annotations[api.DefaultNames().AnnotationIsolation()] = "1"
 	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("fixed", "healthy isolated")
 	n, _ = client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	n.Annotations[api.AnnotationIsolation] = "1,oops"
+	n.Annotations[api.DefaultNames().AnnotationIsolation()] = "1,oops"
 	if _, err := client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

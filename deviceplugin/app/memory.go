@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
@@ -82,7 +83,7 @@ func (m MemoryOptions) mps() plugin.MPS {
 
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry) error {
+func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	if sim != nil && m.SimProcesses != "" {
@@ -109,7 +110,7 @@ func startMemory(ctx context.Context, o Options, gpus nvml.Interface, sim *nvml.
 	clk := clock.RealClock{}
 	loop := &usage.Loop{
 		Sampler: &usage.Sampler{
-			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Proc: m.ProcRoot,
+			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Names: names, Proc: m.ProcRoot,
 			Pods: cl.Pods, PodResources: podres, Clock: clk.Now,
 		},
 		Enforcer: &usage.Enforcer{

@@ -36,6 +36,7 @@ var ErrNodeNotFound = errors.New("node not found")
 type Cluster struct {
 	client kubernetes.Interface
 	node   string
+	names  api.Names
 
 	podFactory  informers.SharedInformerFactory
 	nodeFactory informers.SharedInformerFactory
@@ -49,9 +50,19 @@ type Cluster struct {
 	next     uint64
 }
 
+// Option configures a Cluster.
+type Option func(*Cluster)
+
+// WithNames sets the keys the cluster reads and writes (default:
+// api.DefaultNames).
+func WithNames(n api.Names) Option { return func(c *Cluster) { c.names = n } }
+
 // New builds the informers (started by Start) for the node named node.
-func New(client kubernetes.Interface, node string) *Cluster {
-	c := &Cluster{client: client, node: node, arrivals: map[types.UID]uint64{}}
+func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
+	c := &Cluster{client: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}}
+	for _, o := range opts {
+		o(c)
+	}
 	c.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
@@ -135,7 +146,7 @@ func (c *Cluster) OnIsolation(fn func(api.Isolation, error)) {
 		if !ok || n.Name != c.node {
 			return
 		}
-		fn(api.ParseIsolation(n.Annotations[api.AnnotationIsolation]))
+		fn(api.ParseIsolation(n.Annotations[c.names.AnnotationIsolation()]))
 	}
 	_, _ = c.nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    handle,
@@ -185,7 +196,7 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 		if pod.UID != uid {
 			return nil
 		}
-		a, err := api.AssignmentFromPod(pod)
+		a, err := c.names.AssignmentFromPod(pod)
 		if err != nil {
 			return err
 		}
@@ -231,7 +242,7 @@ func (c *Cluster) patchRecord(ctx context.Context, pod *corev1.Pod, a api.Assign
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"resourceVersion": pod.ResourceVersion,
-		"annotations":     map[string]string{api.AnnotationAssignment: s},
+		"annotations":     map[string]string{c.names.AnnotationAssignment(): s},
 	}})
 	if err != nil {
 		return err
@@ -249,8 +260,8 @@ func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
 		return err
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{api.AnnotationInventory: s},
-		"labels":      Labels(inv),
+		"annotations": map[string]string{c.names.AnnotationInventory(): s},
+		"labels":      Labels(c.names, inv),
 	}})
 	if err != nil {
 		return err
@@ -265,9 +276,9 @@ func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
 // Labels are the node labels for inv: card count, model ("mixed" when the
 // cards differ) and the largest card's memory in the inventory's unit, e.g.
 // "40GiB". Model and memory are nil (removed) on a node without cards.
-func Labels(inv api.Inventory) map[string]*string {
+func Labels(names api.Names, inv api.Inventory) map[string]*string {
 	str := func(s string) *string { return &s }
-	out := map[string]*string{api.LabelGPUCount: str(strconv.Itoa(len(inv.Cards))), api.LabelGPUModel: nil, api.LabelGPUMemory: nil}
+	out := map[string]*string{names.LabelGPUCount(): str(strconv.Itoa(len(inv.Cards))), names.LabelGPUModel(): nil, names.LabelGPUMemory(): nil}
 	if len(inv.Cards) == 0 {
 		return out
 	}
@@ -281,7 +292,7 @@ func Labels(inv api.Inventory) map[string]*string {
 			largest = card.Units
 		}
 	}
-	out[api.LabelGPUModel] = str(api.SanitizeLabelValue(model))
-	out[api.LabelGPUMemory] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
+	out[names.LabelGPUModel()] = str(api.SanitizeLabelValue(model))
+	out[names.LabelGPUMemory()] = str(strconv.FormatInt(largest, 10) + string(inv.Unit))
 	return out
 }

@@ -33,9 +33,9 @@ func TestPublishWritesInventoryAndLabels(t *testing.T) {
 		inv        api.Inventory
 		wantLabels map[string]string
 	}{
-		{"same model", inv(card(0, "NVIDIA A100-SXM4-40GB", 40), card(1, "NVIDIA A100-SXM4-40GB", 40)), map[string]string{"keep": "me", api.LabelGPUCount: "2", api.LabelGPUModel: "NVIDIA-A100-SXM4-40GB", api.LabelGPUMemory: "40GiB"}},
-		{"mixed models: largest card's memory", inv(card(0, "NVIDIA H100", 79), card(1, "NVIDIA A100", 40)), map[string]string{"keep": "me", api.LabelGPUCount: "2", api.LabelGPUModel: "mixed", api.LabelGPUMemory: "79GiB"}},
-		{"no cards: model and memory labels removed", inv(), map[string]string{"keep": "me", api.LabelGPUCount: "0"}},
+		{"same model", inv(card(0, "NVIDIA A100-SXM4-40GB", 40), card(1, "NVIDIA A100-SXM4-40GB", 40)), map[string]string{"keep": "me", api.DefaultNames().LabelGPUCount(): "2", api.DefaultNames().LabelGPUModel(): "NVIDIA-A100-SXM4-40GB", api.DefaultNames().LabelGPUMemory(): "40GiB"}},
+		{"mixed models: largest card's memory", inv(card(0, "NVIDIA H100", 79), card(1, "NVIDIA A100", 40)), map[string]string{"keep": "me", api.DefaultNames().LabelGPUCount(): "2", api.DefaultNames().LabelGPUModel(): "mixed", api.DefaultNames().LabelGPUMemory(): "79GiB"}},
+		{"no cards: model and memory labels removed", inv(), map[string]string{"keep": "me", api.DefaultNames().LabelGPUCount(): "0"}},
 	}
 	ctx := context.Background()
 	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{"keep": "me"}}})
@@ -49,7 +49,7 @@ func TestPublishWritesInventoryAndLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := api.InventoryFromNode(n)
+			got, err := api.DefaultNames().InventoryFromNode(n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,8 +114,8 @@ func TestRepairAssignment(t *testing.T) {
 	if err := c.RepairAssignment(ctx, "ns", "p", pod.UID, decline); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); p.Annotations[api.AnnotationAssignment] != "" {
-		t.Fatalf("a declined repair wrote %q", p.Annotations[api.AnnotationAssignment])
+	if p, _ := client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{}); p.Annotations[api.DefaultNames().AnnotationAssignment()] != "" {
+		t.Fatalf("a declined repair wrote %q", p.Annotations[api.DefaultNames().AnnotationAssignment()])
 	}
 	if err := c.RepairAssignment(ctx, "ns", "p", pod.UID, rebuild); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func phaseOf(t *testing.T, client *fake.Clientset) api.AssignmentPhase {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.AssignmentFromPod(p)
+	a, err := api.DefaultNames().AssignmentFromPod(p)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func (c *memCluster) UpdateAssignment(_ context.Context, namespace, name string,
 		if p.Namespace != namespace || p.Name != name || p.UID != uid {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ func (c *memCluster) UpdateAssignment(_ context.Context, namespace, name string,
 		if err != nil {
 			return err
 		}
-		p.Annotations[api.AnnotationAssignment] = s
+		p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	}
 	return nil
 }
@@ -85,7 +85,7 @@ func (c *memCluster) RepairAssignment(_ context.Context, namespace, name string,
 		if p.Annotations == nil {
 			p.Annotations = map[string]string{}
 		}
-		p.Annotations[api.AnnotationAssignment] = s
+		p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func (c *memCluster) record(t *testing.T, name string) api.Assignment {
 	defer c.mu.Unlock()
 	for _, p := range c.pods {
 		if p.Name == name {
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +150,7 @@ func (k *kubeletModel) holder(ids []string) string {
 // IDs the container got. The holding is not yet in the kubelet's account
 // (commit puts it there).
 func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod, c corev1.Container) ([]string, error) {
-	q := c.Resources.Limits[api.ResourceName]
+	q := c.Resources.Limits[api.DefaultNames().ResourceName()]
 	size := int(q.Value())
 	avail := k.available()
 	pref, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}})

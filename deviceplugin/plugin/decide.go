@@ -40,7 +40,7 @@ func (p *Plugin) view() (podView, error) {
 // snapshot builds the matching's view of the node. account: the ledger
 // holds the kubelet's own account of what it has allocated.
 func (p *Plugin) snapshot(v podView, account bool) allocate.Snapshot {
-	return allocate.Build(v.pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isReopened, KubeletAccount: account, Arrival: p.cluster.Arrival, Keys: p.keys()})
+	return allocate.Build(v.pods, allocate.State{Allocated: p.ledger.has, Rejected: p.ledger.isRejected, Reopened: p.ledger.isReopened, KubeletAccount: account, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names})
 }
 
 // holds reports whether the kubelet may still call Allocate for the pod with

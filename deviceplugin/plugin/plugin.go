@@ -41,6 +41,9 @@ import (
 
 // Config is the plugin's configuration.
 type Config struct {
+	// Names are the resources the plugin serves and the keys it reads and
+	// writes (zero: api.DefaultNames).
+	Names api.Names
 	// PluginDir is the kubelet's device-plugin directory.
 	PluginDir string
 	// SocketName is the plugin's socket file in PluginDir.
@@ -67,7 +70,7 @@ type Config struct {
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
-	// WholeCards serves the whole-card resource (api.WholeResourceName) from
+	// WholeCards serves the whole-card resource (api.Names.WholeResourceName) from
 	// the same cards, on its own socket WholeSocketName (default
 	// gpushare-whole.sock), with WholePodResources (may be nil) its kubelet
 	// account; see whole.go.
@@ -168,6 +171,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.RegisterTimeout == 0 {
 		cfg.RegisterTimeout = DefaultRegisterTimeout
 	}
+	cfg.Names = cfg.Names.OrDefault()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}

@@ -261,7 +261,7 @@ func (h *harness) record(t *testing.T, name string) api.Assignment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.AssignmentFromPod(p)
+	a, err := api.DefaultNames().AssignmentFromPod(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestRegistration(t *testing.T) {
 	// newHarness consumed the first registration; SIGHUP must produce another.
 	h.hup <- syscall.SIGHUP
 	r := h.kubelet.waitRegistration(t)
-	want := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "gpushare.sock", ResourceName: string(api.ResourceName), Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}}
+	want := &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "gpushare.sock", ResourceName: string(api.DefaultNames().ResourceName()), Options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}}
 	if r.Version != want.Version || r.Endpoint != want.Endpoint || r.ResourceName != want.ResourceName || !r.Options.GetGetPreferredAllocationAvailable() {
 		t.Errorf("register request = %v, want %v", r, want)
 	}
@@ -587,7 +587,7 @@ func TestAllocate(t *testing.T) {
 			pods, _ := h.plugin.cluster.Pods()
 			n := 0
 			for _, p := range pods {
-				if a, err := api.AssignmentFromPod(p); err == nil && a.Phase == api.PhaseAllocated {
+				if a, err := api.DefaultNames().AssignmentFromPod(p); err == nil && a.Phase == api.PhaseAllocated {
 					n++
 				}
 			}
@@ -617,7 +617,7 @@ func TestAllocate(t *testing.T) {
 		waitFor(t, "the informer to see older's Allocated record", func() bool {
 			pods, _ := h.plugin.cluster.Pods()
 			for _, p := range pods {
-				if a, err := api.AssignmentFromPod(p); err == nil && p.Name == "older" && a.Phase == api.PhaseAllocated {
+				if a, err := api.DefaultNames().AssignmentFromPod(p); err == nil && p.Name == "older" && a.Phase == api.PhaseAllocated {
 					return true
 				}
 			}

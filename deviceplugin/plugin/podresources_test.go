@@ -46,9 +46,9 @@ func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podt
 		podtest.Make(nodeName, "a", 0).Container("main", 4).Assign(api.PhaseAllocated, card0).Running().Obj(),
 		podtest.Make(nodeName, "b", 1).Container("main", 4).Assign(api.PhaseAssigned, card0).Obj(),
 	)
-	srv := podrestest.Start(t, string(api.ResourceName))
+	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.ResourceName)}
+	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	p := New(Config{PluginDir: t.TempDir()}, store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	return p, srv, mem, card0
 }

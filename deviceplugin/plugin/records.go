@@ -362,7 +362,7 @@ func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]ho
 // fromAccount is the record of pod as the kubelet's account shows it (see
 // repair), signed with the key in force.
 func (p *Plugin) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assignment, error) {
-	req, err := api.RequestFromPod(pod)
+	req, err := p.cfg.Names.RequestFromPod(pod)
 	if err != nil {
 		return api.Assignment{}, err
 	}
@@ -419,7 +419,7 @@ func (p *Plugin) RunReconciler(ctx context.Context) {
 // record is the pod's assignment as the plugin trusts it: decoded, and with
 // record keys, signed by the extender (api.RecordKeys.Verify).
 func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
-	a, err := api.AssignmentFromPod(pod)
+	a, err := p.cfg.Names.AssignmentFromPod(pod)
 	if err != nil {
 		return a, err
 	}

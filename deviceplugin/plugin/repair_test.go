@@ -16,13 +16,13 @@ import (
 // withRecord sets the pod's record annotation to s verbatim ("" removes it).
 func withRecord(p *corev1.Pod, s string) *corev1.Pod {
 	if s == "" {
-		delete(p.Annotations, api.AnnotationAssignment)
+		delete(p.Annotations, api.DefaultNames().AnnotationAssignment())
 		return p
 	}
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[api.AnnotationAssignment] = s
+	p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return p
 }
 
@@ -132,7 +132,7 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			var before string
 			h := newHarness(t, setup{podres: true, cfg: Config{RecordKeys: tt.keys}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 				p := tt.pod(c)
-				before = p.Annotations[api.AnnotationAssignment]
+				before = p.Annotations[api.DefaultNames().AnnotationAssignment()]
 				return []*corev1.Pod{p}
 			}})
 			if tt.held {
@@ -145,14 +145,14 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := p.Annotations[api.AnnotationAssignment]
+			got := p.Annotations[api.DefaultNames().AnnotationAssignment()]
 			if tt.want == nil {
 				if got != before {
 					t.Errorf("the record changed to %q; it must be left alone", got)
 				}
 				return
 			}
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err != nil {
 				t.Fatalf("after reconciling, the record is still invalid: %v", err)
 			}

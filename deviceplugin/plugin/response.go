@@ -66,6 +66,9 @@ func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAlloc
 		api.EnvCardUUID:      card.UUID,
 		api.EnvCardIndex:     strconv.Itoa(card.Index),
 	}}
+	for k, v := range p.cfg.Names.CompatEnv(card.Index, units, unit.UnitsFromMiB(card.MemoryMiB)) {
+		r.Envs[k] = v
+	}
 	switch p.cfg.Strategy {
 	case StrategyEnvvar:
 		r.Envs[api.EnvNvidiaVisibleDevices] = id

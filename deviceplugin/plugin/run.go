@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
-
-	"github.com/gpushare/gpushare/api"
 )
 
 // SocketPath is the plugin's socket (example.com/gpu-mem).
@@ -64,11 +62,11 @@ func (p *Plugin) KubeletSocketPath() string {
 // restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	go p.RunReconciler(ctx)
-	units := &endpoint{socketName: p.cfg.SocketName, resource: string(api.ResourceName), server: p, options: options(), tried: make(chan struct{})}
+	units := &endpoint{socketName: p.cfg.SocketName, resource: string(p.cfg.Names.ResourceName()), server: p, options: options(), tried: make(chan struct{})}
 	if !p.cfg.WholeCards {
 		return p.runEndpoint(ctx, restart, units)
 	}
-	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(api.WholeResourceName), server: &wholeServer{p: p}, options: wholeOptions()}
+	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(p.cfg.Names.WholeResourceName()), server: &wholeServer{p: p}, options: wholeOptions()}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r1, r2 := make(chan os.Signal, 1), make(chan os.Signal, 1)

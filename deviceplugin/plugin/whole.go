@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
-// Whole cards: the second resource (api.WholeResourceName) from the same
+// Whole cards: the second resource (api.Names.WholeResourceName) from the same
 // cards, on its own socket and registration (Config.WholeCards, Run). One
 // kubelet device per card, its ID the card's UUID.
 //
@@ -372,7 +372,7 @@ func (p *Plugin) refuseHeldWhole(ctx context.Context, cards []string) error {
 	p.allocMu.Unlock()
 	for _, c := range cards {
 		if holder, ok := use.whole[c]; ok {
-			return fmt.Errorf("%w: card %s is held whole (%s) by pod %s; none of its %s units can be allocated until that pod ends", errCardInUse, c, api.WholeResourceName, holder, api.ResourceName)
+			return fmt.Errorf("%w: card %s is held whole (%s) by pod %s; none of its %s units can be allocated until that pod ends", errCardInUse, c, p.cfg.Names.WholeResourceName(), holder, p.cfg.Names.ResourceName())
 		}
 	}
 	return nil
@@ -487,7 +487,7 @@ func (p *Plugin) checkWholeIDs(ids []string) ([]string, error) {
 	sort.Strings(out)
 	for i, id := range out {
 		if _, ok := p.store.Card(id); !ok {
-			return nil, fmt.Errorf("%w: device ID %q is not the UUID of a card on this node; %s devices are card UUIDs such as GPU-…", errWholeID, id, api.WholeResourceName)
+			return nil, fmt.Errorf("%w: device ID %q is not the UUID of a card on this node; %s devices are card UUIDs such as GPU-…", errWholeID, id, p.cfg.Names.WholeResourceName())
 		}
 		if i > 0 && out[i-1] == id {
 			return nil, fmt.Errorf("%w: card %s appears twice", errWholeID, id)
@@ -539,15 +539,15 @@ func (p *Plugin) wholePending(v podView, account bool) []wholeEntry {
 		if !api.MayStartContainers(pod) || p.whole.isRejected(pod.UID) || admitted {
 			continue
 		}
-		_, reqErr := api.RequestFromPod(pod)
+		_, reqErr := p.cfg.Names.RequestFromPod(pod)
 		a, recErr := p.record(pod)
 		if recErr == nil && a.Phase == api.PhaseAllocated && !account && !p.whole.isReopened(pod.UID) {
 			continue
 		}
 		for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
-			q, ok := c.Resources.Limits[api.WholeResourceName]
+			q, ok := c.Resources.Limits[p.cfg.Names.WholeResourceName()]
 			if !ok {
-				q, ok = c.Resources.Requests[api.WholeResourceName]
+				q, ok = c.Resources.Requests[p.cfg.Names.WholeResourceName()]
 			}
 			if !ok {
 				continue
@@ -560,7 +560,7 @@ func (p *Plugin) wholePending(v podView, account bool) []wholeEntry {
 			case reqErr != nil:
 				e.err = fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, reqErr)
 			case recErr != nil:
-				e.err = fmt.Errorf("pod %s/%s has no gpushare assignment: pods requesting %s must be scheduled by gpushare-scheduler (%v)", pod.Namespace, pod.Name, api.WholeResourceName, recErr)
+				e.err = fmt.Errorf("pod %s/%s has no gpushare assignment: pods requesting %s must be scheduled by gpushare-scheduler (%v)", pod.Namespace, pod.Name, p.cfg.Names.WholeResourceName(), recErr)
 			default:
 				if w, ok := a.WholeCard(c.Name); ok {
 					e.assigned = slices.Sorted(slices.Values(w.CardUUIDs))
@@ -773,7 +773,7 @@ func (p *Plugin) decideWhole(ids []string, acct account, account bool, wacct who
 	use := p.cardUse(v)
 	for _, id := range sorted {
 		if holder, ok := use.shared[id]; ok {
-			return nil, podRef{}, fmt.Errorf("%w: card %s holds %s units of pod %s; it cannot be given whole (%s) until they are released", errCardInUse, id, api.ResourceName, holder, api.WholeResourceName)
+			return nil, podRef{}, fmt.Errorf("%w: card %s holds %s units of pod %s; it cannot be given whole (%s) until they are released", errCardInUse, id, p.cfg.Names.ResourceName(), holder, p.cfg.Names.WholeResourceName())
 		}
 		if holder, ok := use.whole[id]; ok {
 			return nil, podRef{}, fmt.Errorf("%w: card %s is already held whole by pod %s", errCardInUse, id, holder)

@@ -80,11 +80,11 @@ func TestWholeCardsRegisterOnTheirOwnSocket(t *testing.T) {
 	for range 2 {
 		r := h.kubelet.waitRegistration(t)
 		got[r.ResourceName] = r.Endpoint
-		if r.ResourceName == string(api.WholeResourceName) && r.Options.GetPreStartRequired() {
+		if r.ResourceName == string(api.DefaultNames().WholeResourceName()) && r.Options.GetPreStartRequired() {
 			t.Errorf("whole-card registration asks for PreStartContainer: %v", r.Options)
 		}
 	}
-	want := map[string]string{string(api.ResourceName): "gpushare.sock", string(api.WholeResourceName): "gpushare-whole.sock"}
+	want := map[string]string{string(api.DefaultNames().ResourceName()): "gpushare.sock", string(api.DefaultNames().WholeResourceName()): "gpushare-whole.sock"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("registrations (-want +got):\n%s", diff)
 	}

@@ -28,7 +28,7 @@ var (
 		"GPU memory a container's processes hold on a card (NVML, per process, summed). Containers without a grant on the card are listed too; processes in no pod only count in "+MetricCardUnaccounted+".",
 		containerLabels, nil)
 	containerGrantedDesc = prometheus.NewDesc(MetricContainerGranted,
-		"GPU memory granted to a container on a card (its example.com/gpu-mem units).", containerLabels, nil)
+		"GPU memory granted to a container on a card (its units of the configured resource, --resource-name).", containerLabels, nil)
 	cardUsedDesc = prometheus.NewDesc(MetricCardUsed,
 		"GPU memory held by the processes on a card (sum of NVML's per-process figures).", cardLabels, nil)
 	cardTotalDesc       = prometheus.NewDesc(MetricCardTotal, "A card's GPU memory.", cardLabels, nil)

@@ -46,7 +46,7 @@ gpushare_card_gpu_memory_unaccounted_bytes{card_index="0",card_uuid="GPU-0"} 4.2
 # HELP gpushare_card_gpu_memory_used_bytes GPU memory held by the processes on a card (sum of NVML's per-process figures).
 # TYPE gpushare_card_gpu_memory_used_bytes gauge
 gpushare_card_gpu_memory_used_bytes{card_index="0",card_uuid="GPU-0"} 1.7179869184e+10
-# HELP gpushare_container_gpu_memory_granted_bytes GPU memory granted to a container on a card (its example.com/gpu-mem units).
+# HELP gpushare_container_gpu_memory_granted_bytes GPU memory granted to a container on a card (its units of the configured resource, --resource-name).
 # TYPE gpushare_container_gpu_memory_granted_bytes gauge
 gpushare_container_gpu_memory_granted_bytes{card_uuid="GPU-0",container="train",namespace="ns",pod="a"} 1.073741824e+10
 # HELP gpushare_gpu_memory_enforcement_actions_total Enforcement actions on containers over their GPU memory grant, by action (report, evict, kill) and result (done, retry, error).

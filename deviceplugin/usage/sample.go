@@ -96,6 +96,8 @@ type Sampler struct {
 	Cards func() []nvml.Card
 	// Unit is the unit of the grants (--memory-unit).
 	Unit api.MemoryUnit
+	// Names are the keys records are read from (zero: api.DefaultNames).
+	Names api.Names
 	// Proc is the host's /proc ("/proc" when the plugin runs with hostPID).
 	Proc string
 	// Pods lists the pods bound to the node (the plugin's informer cache).
@@ -146,9 +148,9 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		}
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
-	// A container given cards whole (api.WholeResourceName) is granted all
+	// A container given cards whole (api.Names.WholeResourceName) is granted all
 	// of each card's memory.
-	if whole := wholeFromRecords(pods); len(whole) > 0 {
+	if whole := wholeFromRecords(s.Names.OrDefault(), pods); len(whole) > 0 {
 		mem := map[string]int64{}
 		for _, c := range s.Cards() {
 			mem[c.UUID] = c.MemoryMiB << 20
@@ -288,7 +290,7 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 	if s.PodResources != nil {
 		hs, err := s.PodResources.Get(ctx, pods)
 		if err != nil {
-			return fromRecords(pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
+			return fromRecords(s.Names.OrDefault(), pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
 		}
 		for _, h := range hs {
 			for _, id := range h.IDs {
@@ -301,19 +303,19 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 		}
 		return out, nil
 	}
-	return fromRecords(pods, s.Unit), nil
+	return fromRecords(s.Names.OrDefault(), pods, s.Unit), nil
 }
 
 // wholeFromRecords are the containers given cards whole, by card, from the
 // pods' records (Allocated, or of a pod that runs): the device plugin keeps
 // them equal to what the kubelet allocated (docs/protocol.md, "Whole cards").
-func wholeFromRecords(pods []*corev1.Pod) map[grantKey]bool {
+func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
 	out := map[grantKey]bool{}
 	for _, p := range pods {
 		if !api.HoldsUnits(p) {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := names.AssignmentFromPod(p)
 		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
@@ -326,13 +328,13 @@ func wholeFromRecords(pods []*corev1.Pod) map[grantKey]bool {
 	return out
 }
 
-func fromRecords(pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
+func fromRecords(names api.Names, pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
 	out := map[grantKey]int64{}
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := names.AssignmentFromPod(p)
 		if err != nil || a.Phase != api.PhaseAllocated {
 			continue
 		}

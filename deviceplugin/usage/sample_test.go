@@ -80,12 +80,12 @@ func TestSweepWithoutPodResourcesReadsAssignmentRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Annotations = map[string]string{api.AnnotationAssignment: s}
+	a.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 	a.Spec.NodeName = "node-a"
-	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(6, resource.DecimalSI)}
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(6, resource.DecimalSI)}
 	done := n.pod("done", "x")
 	done.Status.Phase = corev1.PodSucceeded
-	done.Annotations = map[string]string{api.AnnotationAssignment: s} // wrong UID anyway: never believed
+	done.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s} // wrong UID anyway: never believed
 	n.run(9, a, 0, 0, 7*gib)
 	sm := n.sampler()
 	sm.PodResources = nil
@@ -161,9 +161,9 @@ func TestSweepFallsBackToRecordsWhenPodResourcesFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.Annotations = map[string]string{api.AnnotationAssignment: s}
+	a.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 	a.Spec.NodeName = "node-a"
-	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(6, resource.DecimalSI)}
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(6, resource.DecimalSI)}
 	sm := n.sampler()
 	sm.PodResources = failingPodResources{}
 	got, err := sm.Sweep(context.Background())
@@ -186,12 +186,12 @@ func TestSweepGrantsWholeCardsTheirMemory(t *testing.T) {
 	w.Spec.NodeName = "n"
 	a := api.Assignment{Version: api.AssignmentVersion, PodUID: w.UID, Node: "n", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
 		WholeCards: []api.WholeCardAssignment{{Name: "train", CardUUIDs: []string{"GPU-1"}, CardIndexes: []int{1}}}}
-	w.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.WholeResourceName: resource.MustParse("1")}
+	w.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultNames().WholeResourceName(): resource.MustParse("1")}
 	s, err := api.EncodeAssignment(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.Annotations = map[string]string{api.AnnotationAssignment: s}
+	w.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 	n.run(101, w, 0, 1, 80*gib)
 	got := n.sweep()
 	want := []Usage{{Card: "GPU-1", Ref: ref(w, "train"), Grant: true, GrantedBytes: 80 * gib, UsedBytes: 80 * gib, PIDs: []uint32{101}}}

@@ -21,6 +21,7 @@ func counts(p *corev1.Pod) bool {
 
 // nodeBuild is a Node under construction.
 type nodeBuild struct {
+	names  api.Names
 	view   *Node
 	inv    api.Inventory
 	hasInv bool
@@ -75,14 +76,15 @@ func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
 		held = " (not counting the cards held whole)"
 	}
 	*warnings = append(*warnings, Warning{Node: b.view.Name, Code: WarnAllocatableMismatch,
-		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, api.ResourceName, got, held, want)})
+		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, b.names.ResourceName(), got, held, want)})
 }
 
 // Build turns nodes and pods into a View. It is a pure function: everything
 // is decoded with the api package, nothing is fetched. Nodes that are not GPU
 // nodes (IsGPUNode) are ignored; pods are counted when bound and holding
 // their units (api.HoldsUnits).
-func Build(nodes []corev1.Node, pods []corev1.Pod) View {
+func Build(names api.Names, nodes []corev1.Node, pods []corev1.Pod) View {
+	names = names.OrDefault()
 	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
 	builds := map[string]*nodeBuild{}
 	known := map[string]bool{}
@@ -90,10 +92,10 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 	for i := range nodes {
 		n := &nodes[i]
 		known[n.Name] = true
-		if !IsGPUNode(n) {
+		if !IsGPUNode(names, n) {
 			continue
 		}
-		b := buildNode(n, &v.Warnings)
+		b := buildNode(names, n, &v.Warnings)
 		builds[n.Name] = b
 		order = append(order, b)
 	}
@@ -103,7 +105,7 @@ func Build(nodes []corev1.Node, pods []corev1.Pod) View {
 		if !counts(p) {
 			continue
 		}
-		placePod(p, builds[p.Spec.NodeName], known[p.Spec.NodeName], &v.Warnings)
+		placePod(names, p, builds[p.Spec.NodeName], known[p.Spec.NodeName], &v.Warnings)
 	}
 
 	for _, b := range order {
@@ -192,7 +194,7 @@ func (v *View) tally() {
 
 // buildNode reads one GPU node's inventory and status and checks that they
 // agree, appending a warning for each disagreement.
-func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
+func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	view := &Node{
 		Name:      n.Name,
 		Address:   internalIP(n),
@@ -200,30 +202,30 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		Cards:     []Card{},
 		Uncounted: []Uncounted{},
 	}
-	if q, ok := n.Status.Capacity[api.ResourceName]; ok {
+	if q, ok := n.Status.Capacity[names.ResourceName()]; ok {
 		c := q.Value()
 		view.Capacity = &c
 	}
-	if q, ok := n.Status.Allocatable[api.ResourceName]; ok {
+	if q, ok := n.Status.Allocatable[names.ResourceName()]; ok {
 		a := q.Value()
 		view.Allocatable = &a
 	}
-	b := &nodeBuild{view: view, cardPos: map[string]int{}}
+	b := &nodeBuild{names: names, view: view, cardPos: map[string]int{}}
 	warn := func(code WarningCode, format string, args ...any) {
 		*warnings = append(*warnings, Warning{Node: n.Name, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
 
-	inv, err := api.InventoryFromNode(n)
+	inv, err := names.InventoryFromNode(n)
 	switch {
 	case errors.Is(err, api.ErrNoInventory):
 		view.InventoryError = err.Error()
 		switch {
 		case view.Capacity != nil && *view.Capacity > 0:
 			warn(WarnNoInventory, "node %s: %s capacity is %d but the node has no %s annotation (is the gpushare device plugin running on it?); its cards and unit are unknown and it is left out of the totals",
-				n.Name, api.ResourceName, *view.Capacity, api.AnnotationInventory)
+				n.Name, names.ResourceName(), *view.Capacity, names.AnnotationInventory())
 		default:
 			warn(WarnNoInventory, "node %s: no %s capacity and no %s annotation: the gpushare device plugin has reported nothing (is it running on the node?)",
-				n.Name, api.ResourceName, api.AnnotationInventory)
+				n.Name, names.ResourceName(), names.AnnotationInventory())
 		}
 		return b
 	case err != nil:
@@ -238,11 +240,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 	// once, before the device plugin reports the card isolated; show it the
 	// same way. A malformed one makes the extender refuse the node.
 	var iso api.Isolation
-	if s, ok := n.Annotations[api.AnnotationIsolation]; ok {
+	if s, ok := n.Annotations[names.AnnotationIsolation()]; ok {
 		var err error
 		if iso, err = api.ParseIsolation(s); err != nil {
 			warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
-				n.Name, api.AnnotationIsolation, err)
+				n.Name, names.AnnotationIsolation(), err)
 		}
 	}
 	cards := append([]api.Card(nil), inv.Cards...)
@@ -270,11 +272,11 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
 	case capacity == 0:
 		warn(WarnNoCapacity, "node %s: the inventory lists %s (%d %s) but the node reports no %s capacity: the device plugin has registered nothing with the kubelet",
-			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, api.ResourceName)
+			n.Name, plural(len(cards), "card"), view.Total, inv.Unit, names.ResourceName())
 	default:
 		if capacity != view.Total {
 			warn(WarnCapacityMismatch, "node %s: %s capacity is %d but the inventory's cards total %d %s",
-				n.Name, api.ResourceName, capacity, view.Total, inv.Unit)
+				n.Name, names.ResourceName(), capacity, view.Total, inv.Unit)
 		}
 		b.healthy, b.checkAllocatable = healthy, true
 	}
@@ -284,7 +286,7 @@ func buildNode(n *corev1.Node, warnings *[]Warning) *nodeBuild {
 // placePod puts a counted pod's containers on the cards of its node, or
 // records why it cannot. b is nil when the pod's node is not a GPU node;
 // nodeExists says whether the node exists at all.
-func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning) {
+func placePod(names api.Names, p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning) {
 	podName := p.Namespace + "/" + p.Name
 	uncounted := func(container string, code WarningCode, msg string) {
 		*warnings = append(*warnings, Warning{Node: p.Spec.NodeName, Pod: podName, Code: code, Message: msg})
@@ -293,22 +295,22 @@ func placePod(p *corev1.Pod, b *nodeBuild, nodeExists bool, warnings *[]Warning)
 		}
 	}
 
-	a, err := api.AssignmentFromPod(p)
+	a, err := names.AssignmentFromPod(p)
 	switch {
 	case errors.Is(err, api.ErrNoAssignment):
 		if b == nil {
 			return // not a GPU node: a pod without an assignment is nothing to us
 		}
-		req, rerr := api.RequestFromPod(p)
+		req, rerr := names.RequestFromPod(p)
 		switch {
 		case rerr != nil:
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s: no gpushare assignment and an invalid request: %v", podName, p.Spec.NodeName, rerr))
 		case len(req.Containers) == 0 && len(req.WholeCards) > 0:
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s (whole cards) but has no %s annotation: it was not placed by the gpushare extender, so its cards are unknown and it is not counted",
-				podName, p.Spec.NodeName, req.WholeCardTotal(), api.WholeResourceName, api.AnnotationAssignment))
+				podName, p.Spec.NodeName, req.WholeCardTotal(), names.WholeResourceName(), names.AnnotationAssignment()))
 		case !req.Empty():
 			uncounted("", WarnNoAssignment, fmt.Sprintf("pod %s on node %s requests %d %s but has no %s annotation: it was not placed by the gpushare extender, so its card is unknown and it is not counted",
-				podName, p.Spec.NodeName, req.Total(), api.ResourceName, api.AnnotationAssignment))
+				podName, p.Spec.NodeName, req.Total(), names.ResourceName(), names.AnnotationAssignment()))
 		}
 		return
 	case err != nil:

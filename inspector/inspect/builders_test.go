@@ -40,8 +40,8 @@ func (b *nodeBuilder) capacity(capacity, allocatable int64) *nodeBuilder {
 		b.n.Status.Capacity = corev1.ResourceList{}
 		b.n.Status.Allocatable = corev1.ResourceList{}
 	}
-	b.n.Status.Capacity[api.ResourceName] = *resource.NewQuantity(capacity, resource.DecimalSI)
-	b.n.Status.Allocatable[api.ResourceName] = *resource.NewQuantity(allocatable, resource.DecimalSI)
+	b.n.Status.Capacity[api.DefaultNames().ResourceName()] = *resource.NewQuantity(capacity, resource.DecimalSI)
+	b.n.Status.Allocatable[api.DefaultNames().ResourceName()] = *resource.NewQuantity(allocatable, resource.DecimalSI)
 	return b
 }
 
@@ -73,7 +73,7 @@ func (b *nodeBuilder) rawInventory(unit api.MemoryUnit, cards ...api.Card) *node
 	if err != nil {
 		b.t.Fatalf("building node %s: %v", b.n.Name, err)
 	}
-	return b.annotate(api.AnnotationInventory, s)
+	return b.annotate(api.DefaultNames().AnnotationInventory(), s)
 }
 
 func (b *nodeBuilder) annotate(key, value string) *nodeBuilder {
@@ -124,7 +124,7 @@ func makePod(t testing.TB, namespace, name string) *podBuilder {
 func (b *podBuilder) container(name string, units int64) *podBuilder {
 	c := corev1.Container{Name: name, Image: "busybox"}
 	if units > 0 {
-		c.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)}
+		c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}
 	}
 	b.p.Spec.Containers = append(b.p.Spec.Containers, c)
 	return b
@@ -172,7 +172,7 @@ func (b *podBuilder) assignIn(unit api.MemoryUnit, node string, phase api.Assign
 	if err != nil {
 		b.t.Fatalf("building pod %s/%s: %v", b.p.Namespace, b.p.Name, err)
 	}
-	b.p.Annotations[api.AnnotationAssignment] = s
+	b.p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 

@@ -31,7 +31,7 @@ func TestFreeMemory(t *testing.T) {
 		}, free{Free: 18, LargestFree: 16, InServiceAllocated: 62, InService: 80}},
 		{"unhealthy and isolated cards offer nothing and leave the utilisation", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
-				makeNode(t, "n", "").annotate(api.AnnotationIsolation, "2").inventory(api.UnitGiB, gpu("n", 0, a100, 40),
+				makeNode(t, "n", "").annotate(api.DefaultNames().AnnotationIsolation(), "2").inventory(api.UnitGiB, gpu("n", 0, a100, 40),
 					withState(gpu("n", 1, a100, 40), api.CardUnhealthy, "XID 48"), gpu("n", 2, a100, 40)).obj(),
 				makePod(t, "ml", "a").container("c", 10).node("n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
 				makePod(t, "ml", "b").container("c", 30).node("n").assign(api.PhaseAllocated, on{"c", 1, 30}).obj(),
@@ -47,7 +47,7 @@ func TestFreeMemory(t *testing.T) {
 			return []runtime.Object{makeNode(t, "n", "").cordoned().inventory(api.UnitGiB, gpu("n", 0, a100, 40)).obj()}
 		}, free{InService: 40}},
 		{"a node whose isolation annotation does not parse offers nothing", func(t *testing.T) []runtime.Object {
-			return []runtime.Object{makeNode(t, "n", "").annotate(api.AnnotationIsolation, "card-0").inventory(api.UnitGiB, gpu("n", 0, a100, 40)).obj()}
+			return []runtime.Object{makeNode(t, "n", "").annotate(api.DefaultNames().AnnotationIsolation(), "card-0").inventory(api.UnitGiB, gpu("n", 0, a100, 40)).obj()}
 		}, free{InService: 40}},
 		{"an overcommitted card has nothing free, not less than nothing", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
@@ -60,7 +60,7 @@ func TestFreeMemory(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := split(tc.objs(t))
-			v := Build(nodes, pods)
+			v := Build(api.DefaultNames(), nodes, pods)
 			if len(v.Nodes) != 1 {
 				t.Fatalf("%d nodes, want 1", len(v.Nodes))
 			}

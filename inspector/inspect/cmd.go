@@ -1,8 +1,13 @@
 package inspect
 
 import (
-	"github.com/spf13/cobra"
+	"os"
+	"strings"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
 )
 
@@ -14,12 +19,14 @@ func NewCmd(o *Options) *cobra.Command {
 		// kubectl runs the plugin for `kubectl inspect gpushare`; help says so.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl inspect gpushare"},
 		Short:       "Show GPU-memory allocation per node and per card",
-		Long: `Show how much GPU memory (example.com/gpu-mem) is allocated on each card of each GPU node,
-as the gpushare scheduler extender counts it, what new pods can still get, and warn about
-nodes whose GPU reporting is broken. "pending" lists the GPU pods waiting for a node.
+		Long: `Show how much GPU memory (--resource-name, default ` + string(api.DefaultResourceName) + `) is allocated on each card of
+each GPU node, as the gpushare scheduler extender counts it, what new pods can still get, and
+warn about nodes whose GPU reporting is broken. "pending" lists the GPU pods waiting for a node.
 
-The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it); no other
-environment variable changes what the plugin does.`,
+The connection flags are kubectl's (KUBECONFIG is read as kubectl reads it). --domain,
+--resource-name and --whole-resource-name must be the names the cluster's gpushare runs with (the
+chart's names.*); they are also read from GPUSHARE_DOMAIN, GPUSHARE_RESOURCE_NAME and
+GPUSHARE_WHOLE_RESOURCE_NAME. No other environment variable changes what the plugin does.`,
 		Example: `  # one row per GPU node, one column per card
   kubectl inspect gpushare
 
@@ -50,6 +57,10 @@ environment variable changes what the plugin does.`,
 	f.BoolVarP(&o.Watch, "watch", "w", false, "print the view again every --interval until interrupted")
 	f.DurationVar(&o.Interval, "interval", defaultInterval, "how often --watch prints the view")
 	o.ConfigFlags.AddFlags(f)
+	names := pflag.NewFlagSet("names", pflag.ContinueOnError)
+	o.Names.AddFlags(names)
+	cli.BindEnv(names, func(flag string) string { return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) })
+	f.AddFlagSet(names)
 
 	pending := &cobra.Command{
 		Use:   "pending",
@@ -78,6 +89,9 @@ it if some memory were freed (and the pods holding it), or that no card is of th
 
 // execute is one run of the command: Complete, Validate, Run.
 func (o *Options) execute(cmd *cobra.Command, args []string) error {
+	if err := cli.ApplyEnv(cmd.Flags(), os.LookupEnv); err != nil {
+		return err
+	}
 	if err := o.Complete(cmd, args); err != nil {
 		return err
 	}

@@ -49,8 +49,8 @@ const (
 //     not decode, validate or match the pod puts it on no card at all;
 //   - every warning code is one of the documented ones.
 func FuzzViewOfMalformedAnnotations(f *testing.F) {
-	validInv := makeNode(f, "n1", "").rawInventory(api.UnitGiB, gpu("n1", 0, a100, 40), gpu("n1", 1, a100, 40)).obj().Annotations[api.AnnotationInventory]
-	valid := makePod(f, "ns", "p").container("c", 4).node("n1").assign(api.PhaseAllocated, on{"c", 1, 4}).obj().Annotations[api.AnnotationAssignment]
+	validInv := makeNode(f, "n1", "").rawInventory(api.UnitGiB, gpu("n1", 0, a100, 40), gpu("n1", 1, a100, 40)).obj().Annotations[api.DefaultNames().AnnotationInventory()]
+	valid := makePod(f, "ns", "p").container("c", 4).node("n1").assign(api.PhaseAllocated, on{"c", 1, 4}).obj().Annotations[api.DefaultNames().AnnotationAssignment()]
 	all := uint8(hasInventory | hasIsolation | hasAssignment | hasCapacity)
 	for _, s := range []struct {
 		inv, iso, assign, capacity string
@@ -89,28 +89,28 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 	f.Fuzz(func(t *testing.T, inv, iso, assign, capacity string, present uint8) {
 		node := makeNode(t, "n1", "10.0.0.1").label(api.LabelEnabled, "true")
 		if present&hasInventory != 0 {
-			node.annotate(api.AnnotationInventory, inv)
+			node.annotate(api.DefaultNames().AnnotationInventory(), inv)
 		}
 		if present&hasIsolation != 0 {
-			node.annotate(api.AnnotationIsolation, iso)
+			node.annotate(api.DefaultNames().AnnotationIsolation(), iso)
 		}
 		n := node.obj()
 		if q, err := resource.ParseQuantity(capacity); err == nil && present&hasCapacity != 0 {
-			n.Status.Capacity = corev1.ResourceList{api.ResourceName: q}
-			n.Status.Allocatable = corev1.ResourceList{api.ResourceName: q}
+			n.Status.Capacity = corev1.ResourceList{api.DefaultNames().ResourceName(): q}
+			n.Status.Allocatable = corev1.ResourceList{api.DefaultNames().ResourceName(): q}
 		}
 		pb := makePod(t, "ns", "p").container("c", 4).node("n1")
 		if present&hasAssignment != 0 {
-			pb.annotate(api.AnnotationAssignment, assign)
+			pb.annotate(api.DefaultNames().AnnotationAssignment(), assign)
 		}
 		pod := pb.obj()
 
-		v := Build([]corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
+		v := Build(api.DefaultNames(), []corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
 
 		for name, print := range map[string]func(*bytes.Buffer) error{
-			"table":          func(b *bytes.Buffer) error { return PrintTable(b, v, false) },
-			"table one node": func(b *bytes.Buffer) error { return PrintTable(b, v, true) },
-			"details":        func(b *bytes.Buffer) error { return PrintDetails(b, v, false) },
+			"table":          func(b *bytes.Buffer) error { return PrintTable(b, api.DefaultNames(), v, false) },
+			"table one node": func(b *bytes.Buffer) error { return PrintTable(b, api.DefaultNames(), v, true) },
+			"details":        func(b *bytes.Buffer) error { return PrintDetails(b, api.DefaultNames(), v, false) },
 			"yaml":           func(b *bytes.Buffer) error { return PrintYAML(b, v) },
 		} {
 			if err := print(&bytes.Buffer{}); err != nil {
@@ -165,7 +165,7 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 			t.Fatalf("node: %d/%d, its cards sum to %d/%d", nv.Allocated, nv.Total, alloc, total)
 		}
 
-		_, invErr := api.InventoryFromNode(n)
+		_, invErr := api.DefaultNames().InventoryFromNode(n)
 		if (invErr == nil) != (nv.Unit != "") || (invErr == nil) != (nv.InventoryError == "") {
 			t.Fatalf("inventory error %v, node unit %q, InventoryError %q: disagree", invErr, nv.Unit, nv.InventoryError)
 		}
@@ -182,7 +182,7 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 		if !onCard && !(uncounted && hasWarning(v, "ns/p")) {
 			t.Fatalf("pod p is on no card and not reported: uncounted %v, warnings %v", nv.Uncounted, v.Warnings)
 		}
-		if _, err := api.AssignmentFromPod(pod); err != nil && onCard {
+		if _, err := api.DefaultNames().AssignmentFromPod(pod); err != nil && onCard {
 			t.Fatalf("pod p's record is refused (%v) but it is counted on a card", err)
 		} else if err != nil && !errors.Is(err, api.ErrNoAssignment) && !hasWarning(v, "ns/p", WarnMalformedAssignment) {
 			t.Fatalf("pod p's record is refused (%v) without a MalformedAssignment warning: %v", err, v.Warnings)

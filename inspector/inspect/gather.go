@@ -22,7 +22,7 @@ const pageSize = 500
 var ErrNodeNotFound = errors.New("node not found")
 
 // ErrNotGPUNode is returned (wrapped) when the node named on the command line
-// exists but has no example.com/gpu-mem capacity, inventory or gpushare label.
+// exists but has no names.ResourceName capacity, inventory or gpushare label.
 var ErrNotGPUNode = errors.New("not a GPU node")
 
 // Gather reads the nodes and the pods that may hold GPU memory: every node
@@ -30,7 +30,7 @@ var ErrNotGPUNode = errors.New("not a GPU node")
 // Finished pods (Succeeded, Failed: they hold no units, api.HoldsUnits) are
 // filtered out by the API server; Build applies api.HoldsUnits itself, so a
 // server that ignores field selectors changes nothing.
-func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) ([]corev1.Node, []corev1.Pod, error) {
+func Gather(ctx context.Context, client kubernetes.Interface, names api.Names, nodeName string) ([]corev1.Node, []corev1.Pod, error) {
 	podSelector := fields.AndSelectors(
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
@@ -44,8 +44,8 @@ func Gather(ctx context.Context, client kubernetes.Interface, nodeName string) (
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot read node %q: %w", nodeName, err)
 		}
-		if !IsGPUNode(n) {
-			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no %s=%s label", nodeName, ErrNotGPUNode, api.ResourceName, api.LabelEnabled, api.LabelEnabledValue)
+		if !IsGPUNode(names, n) {
+			return nil, nil, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory and no %s=%s label", nodeName, ErrNotGPUNode, names.ResourceName(), api.LabelEnabled, api.LabelEnabledValue)
 		}
 		nodes = []corev1.Node{*n}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", nodeName))

@@ -71,10 +71,10 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makePod(t, "ml", "on-isolated").container("c", 5).node("gpu-x").assign(api.PhaseAllocated, on{"c", 2, 5}).obj(),
 			// An operator isolated card 1 of gpu-y by annotation; the device
 			// plugin has not reported it yet, the extender already honours it.
-			makeNode(t, "gpu-y", "10.0.1.2").annotate(api.AnnotationIsolation, "1").inventory(api.UnitGiB,
+			makeNode(t, "gpu-y", "10.0.1.2").annotate(api.DefaultNames().AnnotationIsolation(), "1").inventory(api.UnitGiB,
 				gpu("gpu-y", 0, t4, 15), gpu("gpu-y", 1, t4, 15)).obj(),
 			// A typo in the annotation: the extender refuses the node.
-			makeNode(t, "gpu-z", "10.0.1.3").annotate(api.AnnotationIsolation, "card-1").inventory(api.UnitGiB,
+			makeNode(t, "gpu-z", "10.0.1.3").annotate(api.DefaultNames().AnnotationIsolation(), "card-1").inventory(api.UnitGiB,
 				gpu("gpu-z", 0, t4, 15)).obj(),
 		}
 	},
@@ -104,9 +104,9 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		return []runtime.Object{
 			makeNode(t, "gpu-m", "10.0.4.1").inventory(api.UnitGiB, gpu("gpu-m", 0, a100, 40), gpu("gpu-m", 1, a100, 40)).obj(),
 			good,
-			makePod(t, "ml", "garbage").container("c", 10).node("gpu-m").annotate(api.AnnotationAssignment, "{not json").obj(),
+			makePod(t, "ml", "garbage").container("c", 10).node("gpu-m").annotate(api.DefaultNames().AnnotationAssignment(), "{not json").obj(),
 			// A manifest that copied another pod's record: the UID cannot match.
-			makePod(t, "ml", "copied").container("c", 10).node("gpu-m").annotate(api.AnnotationAssignment, good.Annotations[api.AnnotationAssignment]).obj(),
+			makePod(t, "ml", "copied").container("c", 10).node("gpu-m").annotate(api.DefaultNames().AnnotationAssignment(), good.Annotations[api.DefaultNames().AnnotationAssignment()]).obj(),
 			makePod(t, "ml", "wrong-units").container("c", 12).node("gpu-m").assign(api.PhaseAllocated, on{"c", 1, 20}).obj(),
 			makePod(t, "ml", "no-record").container("c", 6).node("gpu-m").obj(),
 			makePod(t, "ml", "ghost-card").container("c", 4).node("gpu-m").assign(api.PhaseAllocated, on{"c", 7, 4}).obj(),
@@ -131,7 +131,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		return []runtime.Object{
 			makeNode(t, "gpu-1-zero-capacity", "10.0.5.1").rawInventory(api.UnitGiB, gpu("gpu-1-zero-capacity", 0, t4, 15)).capacity(0, 0).obj(),
 			makeNode(t, "gpu-2-mismatch", "10.0.5.2").rawInventory(api.UnitGiB, gpu("gpu-2-mismatch", 0, a100, 40), gpu("gpu-2-mismatch", 1, a100, 40)).capacity(40, 40).obj(),
-			makeNode(t, "gpu-3-bad-inventory", "10.0.5.3").capacity(40, 40).annotate(api.AnnotationInventory, `{"version":7}`).obj(),
+			makeNode(t, "gpu-3-bad-inventory", "10.0.5.3").capacity(40, 40).annotate(api.DefaultNames().AnnotationInventory(), `{"version":7}`).obj(),
 			makeNode(t, "gpu-4-labelled-only", "10.0.5.4").label(api.LabelEnabled, "true").obj(),
 			makeNode(t, "gpu-5-no-cards", "10.0.5.5").rawInventory(api.UnitGiB).obj(),
 			makeNode(t, "gpu-6-mib", "10.0.5.6").inventory(api.UnitMiB, gpu("gpu-6-mib", 0, t4, 15360)).obj(),

@@ -32,7 +32,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		makeNode(t, "gpu-1", "10.0.0.1").capacity(16, 16).obj(),
 		makePod(t, "ml", "b").container("c", 5).node("gpu-2").assign(api.PhaseAssigned, on{"c", 0, 5}).obj(),
 		makePod(t, "ml", "a").container("c", 3).node("gpu-2").assign(api.PhaseAllocated, on{"c", 0, 3}).obj(),
-		makePod(t, "ml", "x").container("c", 1).node("gpu-2").annotate(api.AnnotationAssignment, "[]").obj(),
+		makePod(t, "ml", "x").container("c", 1).node("gpu-2").annotate(api.DefaultNames().AnnotationAssignment(), "[]").obj(),
 	}
 	out, _, err := runCmd(t, objs, "-o", "json")
 	if err != nil {
@@ -50,7 +50,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		Nodes: []Node{
 			{
 				Name: "gpu-1", Address: "10.0.0.1", Capacity: ptr(16), Allocatable: ptr(16),
-				InventoryError: "node gpu-1: " + api.ErrNoInventory.Error(),
+				InventoryError: "node gpu-1: node has no " + api.DefaultNames().AnnotationInventory() + " annotation (is the gpushare device plugin running on it?)",
 				Cards:          []Card{}, Uncounted: []Uncounted{},
 			},
 			{

@@ -81,6 +81,9 @@ type Options struct {
 	// Selector is a label selector (-l): on nodes in the node views, on pods
 	// in the pending view.
 	Selector string
+	// Names are the resource names and the annotation domain the cluster's
+	// gpushare runs with (--domain, --resource-name, --whole-resource-name).
+	Names cli.NameFlags
 	// Model keeps only the cards of a matching model (--model; the matching
 	// of the card-models pod annotation).
 	Model string
@@ -111,7 +114,7 @@ type Options struct {
 func NewOptions(streams genericiooptions.IOStreams) *Options {
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.Namespace = nil // the view spans every namespace: no -n flag
-	return &Options{ConfigFlags: flags, IOStreams: streams, Interval: defaultInterval, Clock: clock.RealClock{}}
+	return &Options{ConfigFlags: flags, IOStreams: streams, Interval: defaultInterval, Clock: clock.RealClock{}, Names: cli.DefaultNameFlags()}
 }
 
 // Complete takes the node argument and, for --from-extender, makes the HTTP
@@ -206,6 +209,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Details && o.Output != OutputTable {
 		return usagef("-d/--details is a table view; -o %s already contains every detail", o.Output)
+	}
+	if _, err := o.Names.Names(); err != nil {
+		return err
 	}
 	if o.Pending && (o.Details || o.FromExtender != "") {
 		return usagef("pending reads the waiting pods from the API server: it takes no -d and no --from-extender")

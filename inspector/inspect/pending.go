@@ -82,7 +82,8 @@ func waiting(p *corev1.Pod) bool {
 // would place each. It is a pure function of its arguments. Fit is decided
 // by the extender's own allocator (scheduler/allocator), on the cards of the
 // nodes that take new pods (not cordoned; healthy, not isolated cards).
-func BuildPending(v View, pods []corev1.Pod) PendingView {
+func BuildPending(names api.Names, v View, pods []corev1.Pod) PendingView {
+	names = names.OrDefault()
 	out := PendingView{Version: ViewVersion, Pods: []PendingPod{}}
 	nodes := snapshot(v)
 	unit := newUnitStyle(v).common
@@ -91,7 +92,7 @@ func BuildPending(v View, pods []corev1.Pod) PendingView {
 		if !waiting(p) {
 			continue
 		}
-		req, err := api.RequestFromPod(p)
+		req, err := names.RequestFromPod(p)
 		if err == nil && req.Empty() {
 			continue // not a GPU pod
 		}

@@ -36,7 +36,7 @@ func waitingScenario(t *testing.T) []runtime.Object {
 		makePod(t, "ml", "needs-room").container("c", 20).label("team", "a").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 20 GiB free.").obj(),
 		makePod(t, "ml", "too-big").container("c", 200).unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 200 GiB.").obj(),
 		makePod(t, "ml", "two-whole").wholeContainer("c", 2).unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 not enough unused cards.").obj(),
-		makePod(t, "ml", "h100-only").container("c", 10).annotate(api.AnnotationCardModels, "H100").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no H100 card.").obj(),
+		makePod(t, "ml", "h100-only").container("c", 10).annotate(api.DefaultNames().AnnotationCardModels(), "H100").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no H100 card.").obj(),
 		makePod(t, "research", "new").wholeContainer("c", 1).phase(corev1.PodPending).obj(),
 		// Not GPU pods waiting: a CPU pod, a finished one, a bound one.
 		makePod(t, "ml", "cpu-only").container("c", 0).unschedulable("0/3 nodes are available: 3 Insufficient cpu.").obj(),
@@ -55,7 +55,7 @@ func (b *podBuilder) label(key, value string) *podBuilder {
 
 func TestSuggest(t *testing.T) {
 	nodes, pods := split(waitingScenario(t))
-	v := Build(nodes, pods)
+	v := Build(api.DefaultNames(), nodes, pods)
 	snap := snapshot(v)
 	share := func(units ...int64) allocator.Request {
 		r := api.PodRequest{}
@@ -94,7 +94,7 @@ func TestSuggest(t *testing.T) {
 
 func TestPendingListsOnlyWaitingGPUPods(t *testing.T) {
 	nodes, pods := split(waitingScenario(t))
-	pv := BuildPending(Build(nodes, pods), pods)
+	pv := BuildPending(api.DefaultNames(), Build(api.DefaultNames(), nodes, pods), pods)
 	var got []string
 	for _, p := range pv.Pods {
 		got = append(got, p.Namespace+"/"+p.Name+" "+string(p.Change.Kind))

@@ -134,9 +134,10 @@ func printWarnings(w io.Writer, v View) error {
 // allocated/total) and every container on each card, then the pods that
 // could not be counted, the totals, the warnings and, when a container is
 // pending, what "pending" means.
-func PrintDetails(w io.Writer, v View, oneNode bool) error {
+func PrintDetails(w io.Writer, names api.Names, v View, oneNode bool) error {
+	names = names.OrDefault()
 	if len(v.Nodes) == 0 {
-		return PrintTable(w, v, oneNode)
+		return PrintTable(w, names, v, oneNode)
 	}
 	printSource(w, v)
 	style := unitStyle{} // figures always carry their unit here
@@ -144,7 +145,7 @@ func PrintDetails(w io.Writer, v View, oneNode bool) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if err := printNodeDetails(w, n, style, v.Source == SourceExtender); err != nil {
+		if err := printNodeDetails(w, names, n, style, v.Source == SourceExtender); err != nil {
 			return err
 		}
 	}
@@ -176,7 +177,7 @@ func anyPending(v View) bool {
 
 // printNodeDetails writes one node; fromExtender leaves out what the
 // extender does not know (address, cordon, kubelet figures).
-func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) error {
+func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fromExtender bool) error {
 	kv := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 	fmt.Fprintf(kv, "Node:\t%s\n", n.Name)
 	if !fromExtender {
@@ -193,7 +194,7 @@ func printNodeDetails(w io.Writer, n Node, style unitStyle, fromExtender bool) e
 		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
 	}
 	if !fromExtender {
-		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", api.ResourceName, optInt(n.Capacity), optInt(n.Allocatable))
+		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", names.ResourceName(), optInt(n.Capacity), optInt(n.Allocatable))
 	}
 	if n.InventoryError != "" {
 		fmt.Fprintf(kv, "Inventory:\t%s\n", n.InventoryError)

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpushare/gpushare/api"
 )
 
 // Run prints the view once, or, with Watch, again every Interval until ctx
@@ -62,9 +64,9 @@ func (o *Options) render(ctx context.Context, w io.Writer) error {
 	case o.Output == OutputYAML:
 		return PrintYAML(w, v)
 	case o.Details:
-		return PrintDetails(w, v, oneNode)
+		return PrintDetails(w, o.names(), v, oneNode)
 	default:
-		return PrintTable(w, v, oneNode)
+		return PrintTable(w, o.names(), v, oneNode)
 	}
 }
 
@@ -74,14 +76,14 @@ func (o *Options) renderPending(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	v := Filter{Model: o.model}.Apply(Build(nodes, pods))
+	v := Filter{Model: o.model}.Apply(Build(o.names(), nodes, pods))
 	var mine []corev1.Pod
 	for _, p := range pods {
 		if (o.Namespace == "" || p.Namespace == o.Namespace) && (o.selector == nil || o.selector.Matches(labels.Set(p.Labels))) {
 			mine = append(mine, p)
 		}
 	}
-	pv := BuildPending(v, mine)
+	pv := BuildPending(o.names(), v, mine)
 	switch o.Output {
 	case OutputJSON:
 		return printJSON(w, pv)
@@ -111,7 +113,7 @@ func (o *Options) view(ctx context.Context) (View, error) {
 			}
 		}
 	}
-	return f.Apply(Build(nodes, pods)), nil
+	return f.Apply(Build(o.names(), nodes, pods)), nil
 }
 
 // gather reads the nodes and pods from the API server (Gather), saying
@@ -121,7 +123,7 @@ func (o *Options) gather(ctx context.Context) ([]corev1.Node, []corev1.Pod, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	nodes, pods, err := Gather(ctx, client, o.NodeName)
+	nodes, pods, err := Gather(ctx, client, o.names(), o.NodeName)
 	if err != nil {
 		var status apierrors.APIStatus
 		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
@@ -130,4 +132,13 @@ func (o *Options) gather(ctx context.Context) ([]corev1.Node, []corev1.Pod, erro
 		return nil, nil, err
 	}
 	return nodes, pods, nil
+}
+
+// names are the configured names; Validate has checked them.
+func (o *Options) names() api.Names {
+	n, err := o.Names.Names()
+	if err != nil {
+		return api.DefaultNames()
+	}
+	return n
 }

@@ -25,11 +25,12 @@ const (
 // card (MAX FREE); then the totals, the per-model summary and the warnings.
 // oneNode leaves out the cluster lines and the model summary, for a view
 // restricted to one node. Rows of 8-card nodes fit 120 columns.
-func PrintTable(w io.Writer, v View, oneNode bool) error {
+func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
+	names = names.OrDefault()
 	printSource(w, v)
 	if len(v.Nodes) == 0 {
 		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
-			api.ResourceName, api.AnnotationInventory, api.LabelEnabled, api.LabelEnabledValue)
+			names.ResourceName(), names.AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue)
 		return printWarnings(w, v)
 	}
 	style := newUnitStyle(v)

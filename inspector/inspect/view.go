@@ -129,7 +129,7 @@ type Card struct {
 	// published it (api.Card.UsedMiB: sampled per process, refreshed at most
 	// once a minute); absent when the plugin does not sample memory.
 	UsedMiB *int64 `json:"usedMiB,omitempty"`
-	// Whole is true while the card is given whole (api.WholeResourceName)
+	// Whole is true while the card is given whole (api.Names.WholeResourceName)
 	// to the one container in Pods; it then counts as fully allocated.
 	Whole bool `json:"whole,omitempty"`
 	// Pods are the containers placed on the card, sorted by namespace, name
@@ -251,11 +251,11 @@ func Percent(allocated, total int64) int64 {
 // IsGPUNode reports whether the inspector lists the node: it has
 // example.com/gpu-mem capacity (even 0), a gpushare inventory annotation, or
 // the gpushare=true label that asks for the device plugin.
-func IsGPUNode(n *corev1.Node) bool {
-	if _, ok := n.Status.Capacity[api.ResourceName]; ok {
+func IsGPUNode(names api.Names, n *corev1.Node) bool {
+	if _, ok := n.Status.Capacity[names.ResourceName()]; ok {
 		return true
 	}
-	if _, ok := n.Annotations[api.AnnotationInventory]; ok {
+	if _, ok := n.Annotations[names.AnnotationInventory()]; ok {
 		return true
 	}
 	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue

@@ -55,14 +55,14 @@ func TestBuildDoesNotCount(t *testing.T) {
 		{"an init container asking for gpu-mem without a record",
 			func() *corev1.Pod {
 				p := makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj()
-				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("4")}}}}
+				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("4")}}}}
 				return p
 			}(),
 			[]WarningCode{WarnNoAssignment}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := Build(nodes, []corev1.Pod{*c.pod})
+			v := Build(api.DefaultNames(), nodes, []corev1.Pod{*c.pod})
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)
@@ -123,7 +123,7 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			v := Build([]corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
 			var got []string
 			for _, w := range v.Warnings {
 				if w.Code == WarnAllocatableMismatch {
@@ -171,7 +171,7 @@ func TestOvercommitByTerminatingPods(t *testing.T) {
 			for _, p := range c.pods {
 				pods = append(pods, *p)
 			}
-			v := Build([]corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)

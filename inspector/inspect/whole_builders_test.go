@@ -12,7 +12,7 @@ import (
 // wholeContainer adds an app container asking for n whole cards.
 func (b *podBuilder) wholeContainer(name string, n int64) *podBuilder {
 	c := corev1.Container{Name: name, Image: "busybox"}
-	c.Resources.Limits = corev1.ResourceList{api.WholeResourceName: *resource.NewQuantity(n, resource.DecimalSI)}
+	c.Resources.Limits = corev1.ResourceList{api.DefaultNames().WholeResourceName(): *resource.NewQuantity(n, resource.DecimalSI)}
 	b.p.Spec.Containers = append(b.p.Spec.Containers, c)
 	return b
 }
@@ -36,7 +36,7 @@ func (b *podBuilder) assignWhole(phase api.AssignmentPhase, whole string, cards 
 	if err != nil {
 		b.t.Fatalf("building pod %s/%s: %v", b.p.Namespace, b.p.Name, err)
 	}
-	b.p.Annotations[api.AnnotationAssignment] = s
+	b.p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 

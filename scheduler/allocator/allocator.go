@@ -71,7 +71,7 @@ type Node struct {
 
 // HostResources is CPU and memory as kube-scheduler counts requests:
 // CPU in millicores, memory in MiB (2^20 bytes). It is the contract's
-// api.HostResources (what api.RequestFromPod reads) with the allocator's
+// api.HostResources (what api.Names.RequestFromPod reads) with the allocator's
 // arithmetic; convert with HostResources(h).
 type HostResources api.HostResources
 
@@ -103,12 +103,12 @@ type Request struct {
 	// (api.PodRequest.Cards: models by words, exclusions, UUIDs).
 	Cards *CardFilter
 	// Host is the pod's CPU and memory request, as kube-scheduler counts it
-	// (api.RequestFromPod). Optional: the zero value means none or unknown.
+	// (api.Names.RequestFromPod). Optional: the zero value means none or unknown.
 	Host HostResources
 }
 
 // NewRequest is the allocator's request for a pod whose demand the contract
-// has read (api.RequestFromPod): one share demand per container asking for
+// has read (api.Names.RequestFromPod): one share demand per container asking for
 // memory, then one whole-card demand per container asking for whole cards,
 // the pod's card choice (without known models: see NewCardFilter), and the
 // pod's CPU and memory. It reads nothing of the pod itself.

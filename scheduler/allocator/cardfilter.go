@@ -61,7 +61,7 @@ func NewCardFilter(choice api.CardChoice, knownModels []string) *CardFilter {
 		if len(choice.UUIDs) > 1 {
 			what = "none of the cards " + strings.Join(choice.UUIDs, ", ") + " is"
 		}
-		f.uuidMessage = fmt.Sprintf("%s on this node (annotation %s)", what, api.AnnotationCardUUIDs)
+		f.uuidMessage = fmt.Sprintf("%s on this node (annotation %s)", what, choice.UUIDsKey())
 	}
 	if f.byModel {
 		for _, m := range knownModels {
@@ -188,7 +188,7 @@ func cardChoiceReason(node *Node, dm Demand, req Request) (Reason, bool) {
 func (f *CardFilter) modelMessage(included bool, models string) string {
 	if !included {
 		return fmt.Sprintf("no card of model %q on this node (annotation %s); models here: %s",
-			joinModelPatterns(f.choice.Models), api.AnnotationCardModels, models)
+			joinModelPatterns(f.choice.Models), f.choice.ModelsKey(), models)
 	}
 	return fmt.Sprintf("every card the pod could take on this node is of an excluded model (%s); models here: %s",
 		f.choice.String(), models)

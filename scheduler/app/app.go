@@ -63,7 +63,7 @@ type Options struct {
 	// Policy names the allocator policy (allocator.Names()).
 	Policy string
 	// AllowedPolicies are the policies a pod may name in its
-	// gpushare.example.com/policy annotation, besides Policy (always
+	// <domain>/policy annotation, besides Policy (always
 	// allowed). Empty, the default: pods run under Policy only, so that
 	// no tenant changes how the cluster is packed unless the operator says so.
 	AllowedPolicies []string
@@ -116,6 +116,9 @@ type Options struct {
 	// restart; internal/recordkey; 0: recordkey.DefaultInterval).
 	RecordKeyDir      string
 	RecordKeyInterval time.Duration
+	// Names are the resource names and the annotation domain (--domain,
+	// --resource-name, --whole-resource-name), the same in every program.
+	Names cli.NameFlags
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -142,6 +145,7 @@ func DefaultOptions() Options {
 		MaxRequestBytes:       server.DefaultMaxBodyBytes,
 		GoMemoryLimitFraction: 0.9,
 		GCPercent:             DefaultGCPercent,
+		Names:                 cli.DefaultNameFlags(),
 	}
 }
 
@@ -165,7 +169,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account")
 	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", "))
-	fs.StringSliceVar(&o.AllowedPolicies, "allowed-policies", o.AllowedPolicies, "policies a pod may name in its gpushare.example.com/policy annotation, comma-separated (e.g. binpack,spread); --policy is always allowed; empty: pods run under --policy only")
+	fs.StringSliceVar(&o.AllowedPolicies, "allowed-policies", o.AllowedPolicies, "policies a pod may name in its <domain>/policy annotation (--domain), comma-separated (e.g. binpack,spread); --policy is always allowed; empty: pods run under --policy only")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all")
 	fs.IntVar(&o.MaxBestNodes, "max-best-nodes", o.MaxBestNodes, "with --filter-mode=best, how many of the nodes tied for the best score filter keeps (a random sample); 0: all of them")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "informer resync period, 0 for none")
@@ -181,6 +185,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "unless GOGC is set, the Go garbage collector's target percentage (0: Go's default, 100)")
 	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
+	o.Names.AddFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -197,9 +202,12 @@ func NewCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gpushare-scheduler",
-		Short: "The gpushare scheduler extender: filter, prioritize and bind for pods requesting example.com/gpu-mem",
+		Short: "The gpushare scheduler extender: filter, prioritize and bind for pods requesting GPU memory",
 		Long: `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
-request example.com/gpu-mem, placing each container on one GPU card (docs/design.md).
+request GPU memory (--resource-name, default ` + string(api.DefaultResourceName) + `) or whole cards
+(--whole-resource-name, default ` + string(api.DefaultWholeResourceName) + `), placing each container on one
+GPU card (docs/design.md). Its records and the inventories it reads are annotations under --domain
+(default ` + api.DefaultDomain + `); every gpushare program of a cluster must be given the same three names.
 
 Every flag can also be set by the environment variable named in its description (the command
 line wins; a variable set to "" gives the flag the empty value).`,
@@ -224,6 +232,9 @@ line wins; a variable set to "" gives the flag the empty value).`,
 // (cli.ErrUsage: exit status 2).
 func (o *Options) Validate() error {
 	var errs []error
+	if _, err := o.Names.Names(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := allocator.Lookup(o.Policy); err != nil {
 		errs = append(errs, fmt.Errorf("--policy: %w", err))
 	}
@@ -450,6 +461,10 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if err != nil {
 		return err
 	}
+	names, err := o.Names.Names()
+	if err != nil {
+		return err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -465,7 +480,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 		go ring.Run(ctx, nil, o.RecordKeyInterval)
 		keys = ring
 	}
-	c := cache.New(cache.WithRecordKeys(keys))
+	c := cache.New(cache.WithRecordKeys(keys), cache.WithNames(names))
 	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
 	pods, err := c.Attach(factory)
 	if err != nil {
@@ -475,7 +490,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
+	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
 	if err != nil {
 		return err
 	}
@@ -492,7 +507,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	defer cancel()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	publisher, nodesChanged, err := cardLimitsPublisher(o, clients, factory)
+	publisher, nodesChanged, err := cardLimitsPublisher(o, names, clients, factory)
 	if err != nil {
 		return err
 	}
@@ -501,7 +516,8 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 			logger.Error(err, "Cache did not sync")
 			return
 		}
-		logger.Info("Ready", "policy", policy.Name, "allowedPolicies", o.AllowedPolicies, "filterMode", mode)
+		logger.Info("Ready", "policy", policy.Name, "allowedPolicies", o.AllowedPolicies, "filterMode", mode, "names", names.String())
+		warnNameMismatches(logger, names, factory.Core().V1().Nodes().Lister())
 		if publisher != nil {
 			publisher.Run(ctx, nodesChanged, cardLimitsResync)
 		}
@@ -553,7 +569,7 @@ const cardLimitsResync = 5 * time.Minute
 // cardLimitsPublisher returns the card-limits publisher and the channel that
 // signals node changes to it; nil when o.CardLimitsConfigMap is empty. Call it
 // before the factory starts.
-func cardLimitsPublisher(o Options, clients Clients, factory informers.SharedInformerFactory) (*cardlimits.Publisher, <-chan struct{}, error) {
+func cardLimitsPublisher(o Options, names api.Names, clients Clients, factory informers.SharedInformerFactory) (*cardlimits.Publisher, <-chan struct{}, error) {
 	if o.CardLimitsConfigMap == "" {
 		return nil, nil, nil
 	}
@@ -576,7 +592,7 @@ func cardLimitsPublisher(o Options, clients Clients, factory informers.SharedInf
 	}); err != nil {
 		return nil, nil, fmt.Errorf("node informer: %w", err)
 	}
-	return &cardlimits.Publisher{Nodes: nodes.Lister(), Client: clients.Read, Namespace: namespace, Name: name}, changed, nil
+	return &cardlimits.Publisher{Nodes: nodes.Lister(), Client: clients.Read, Namespace: namespace, Name: name, Names: names}, changed, nil
 }
 
 // serverTLS is the verbs' TLS configuration, nil for plain HTTP: the

@@ -21,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 	"github.com/gpushare/gpushare/scheduler/server"
@@ -44,14 +45,16 @@ func parse(t *testing.T, args []string, env map[string]string) (Options, error) 
 }
 
 func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
-	o, err := parse(t, []string{"--policy=spread", "--bind-timeout=8s"}, map[string]string{
+	o, err := parse(t, []string{"--policy=spread", "--bind-timeout=8s", "--domain=gpushare.acme.io"}, map[string]string{
+		"GPUSHARE_DOMAIN": "ignored.example.com", "GPUSHARE_RESOURCE_NAME": "aliyun.com/gpu-mem",
 		"GPUSHARE_POLICY": "binpack", "GPUSHARE_FILTER_MODE": "all", "GPUSHARE_LISTEN": "127.0.0.1:8080", "GPUSHARE_BIND_TIMEOUT": "3s",
 		"GPUSHARE_GO_MEMORY_LIMIT_FRACTION": "0.75", "GPUSHARE_GC_PERCENT": "200",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75, GCPercent: 200}
+	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75, GCPercent: 200,
+		Names: cli.NameFlags{Domain: "gpushare.acme.io", ResourceName: "aliyun.com/gpu-mem", WholeResourceName: "example.com/gpu"}}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
 	}
@@ -76,6 +79,7 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
 		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "--parallelism -1 is negative"},
+		{"a resource name without a domain", func(o *Options) { o.Names.ResourceName = "gpu-mem" }, `--domain, --resource-name, --whole-resource-name: invalid gpushare names: resource name "gpu-mem": it has no domain prefix`},
 		{"negative best-node cap", func(o *Options) { o.MaxBestNodes = -1 }, "--max-best-nodes -1 is negative"},
 		{"GC target out of range", func(o *Options) { o.GCPercent = 20000 }, "--gc-percent 20000 is not between 0 (Go's default) and 10000; the default is 400"},
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
@@ -194,7 +198,7 @@ func TestServeOnRandomPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, err := api.AssignmentFromPod(got); err != nil || a.Node != "n2" {
+	if a, err := api.DefaultNames().AssignmentFromPod(got); err != nil || a.Node != "n2" {
 		t.Fatalf("assignment after bind: %+v, %v", a, err)
 	}
 	// The informer sees the bound pod: /inspect shows it confirmed.

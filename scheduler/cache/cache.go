@@ -132,6 +132,8 @@ type Cache struct {
 	// keys verify records (nil: every record that decodes and belongs to
 	// its pod counts).
 	keys api.RecordKeyring
+	// names are the resource names and keys read from nodes and pods.
+	names api.Names
 }
 
 // Option configures a Cache.
@@ -144,6 +146,10 @@ func WithClock(c clock.Clock) Option { return func(ca *Cache) { ca.clock = c } }
 // (api.RecordKeys.Verify), the ones the device plugins trust: a record
 // written or changed by anyone without the key is not a valid one.
 func WithRecordKeys(keys api.RecordKeyring) Option { return func(ca *Cache) { ca.keys = keys } }
+
+// WithNames sets the resource names and keys the cache reads (default:
+// api.DefaultNames).
+func WithNames(n api.Names) Option { return func(ca *Cache) { ca.names = n } }
 
 // WithAssumeTTL sets how long a bound but unconfirmed assumption lives.
 func WithAssumeTTL(d time.Duration) Option { return func(ca *Cache) { ca.assumeTTL = d } }
@@ -160,6 +166,7 @@ func New(opts ...Option) *Cache {
 		shapes:    map[shapeKey]float64{},
 		modelCap:  map[string]allocator.ModelCapacity{},
 		seen:      map[types.UID]struct{}{},
+		names:     api.DefaultNames(),
 	}
 	for _, o := range opts {
 		o(c)
@@ -212,15 +219,15 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	if node == nil {
 		return
 	}
-	inv, invErr := api.InventoryFromNode(node)
-	_, gpuCap := node.Status.Capacity[api.ResourceName]
-	_, gpuAlloc := node.Status.Allocatable[api.ResourceName]
-	if _, ok := node.Status.Capacity[api.WholeResourceName]; ok {
+	inv, invErr := c.names.InventoryFromNode(node)
+	_, gpuCap := node.Status.Capacity[c.names.ResourceName()]
+	_, gpuAlloc := node.Status.Allocatable[c.names.ResourceName()]
+	if _, ok := node.Status.Capacity[c.names.WholeResourceName()]; ok {
 		gpuCap = true
 	}
 	var iso api.Isolation
 	isoErr := error(nil)
-	if s, ok := node.Annotations[api.AnnotationIsolation]; ok {
+	if s, ok := node.Annotations[c.names.AnnotationIsolation()]; ok {
 		iso, isoErr = api.ParseIsolation(s)
 	}
 
@@ -340,7 +347,7 @@ func internState(s api.CardState) api.CardState {
 }
 
 // SetPod records a pod added or updated by the informer. The pod counts on
-// its node's cards when it carries a valid assignment (api.AssignmentFromPod),
+// its node's cards when it carries a valid assignment (api.Names.AssignmentFromPod),
 // is bound to the assignment's node and still holds its units
 // (api.HoldsUnits: not Succeeded or Failed; a terminating pod still counts,
 // its containers may still hold the memory).
@@ -362,7 +369,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		return
 	}
 	// Host is set even when the gpu-mem demand is invalid.
-	req, reqErr := api.RequestFromPod(pod)
+	req, reqErr := c.names.RequestFromPod(pod)
 	host := allocator.HostResources(req.Host)
 	holds := api.HoldsUnits(pod)
 	bound := holds && pod.Spec.NodeName != ""
@@ -370,7 +377,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
 		var err error
-		a, err = api.AssignmentFromPod(pod)
+		a, err = c.names.AssignmentFromPod(pod)
 		if err == nil {
 			err = api.KeysOf(c.keys).Verify(a)
 		}
@@ -635,7 +642,7 @@ func (c *Cache) NodeSnapshot(name string) (*allocator.Node, error) {
 }
 
 // Assume records a's units for the pod before bind writes to the API; req is
-// the pod's request as bind read it (api.RequestFromPod), whose CPU and
+// the pod's request as bind read it (api.Names.RequestFromPod), whose CPU and
 // memory the node's HostFree loses. basis is the snapshot the assignment was
 // decided on: if the node changed since (another bind assumed a pod there, a
 // pod finished, the inventory changed), Assume fails with ErrStale and

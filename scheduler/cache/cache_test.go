@@ -83,9 +83,9 @@ func TestRebuildFromAssignmentsOnStart(t *testing.T) {
 		fixture.MakePod("ns", "done").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(),
 		fixture.MakePod("ns", "failed").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(),
 		// Not counted: an assignment copied from another pod (wrong UID).
-		fixture.MakePod("ns", "copied").GPU("main", 5).Node("n1").Annotation(api.AnnotationAssignment, fixture.MustEncode(copied)).Obj(),
+		fixture.MakePod("ns", "copied").GPU("main", 5).Node("n1").Annotation(api.DefaultNames().AnnotationAssignment(), fixture.MustEncode(copied)).Obj(),
 		// Not counted: an annotation but not bound.
-		fixture.MakePod("ns", "unbound").GPU("main", 5).Annotation(api.AnnotationAssignment,
+		fixture.MakePod("ns", "unbound").GPU("main", 5).Annotation(api.DefaultNames().AnnotationAssignment(),
 			fixture.MustEncode(fixture.AssignmentFor(fixture.MakePod("ns", "unbound").GPU("main", 5).Obj(), "n1", api.PhaseAssigned, 0))).Obj(),
 		// Not counted: bound to another node than its assignment names.
 		fixture.MakePod("ns", "elsewhere").GPU("main", 5).Assign("n1", api.PhaseAssigned, 0).Node("n2").Obj(),
@@ -163,7 +163,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	preq, err := api.RequestFromPod(pod)
+	preq, err := api.DefaultNames().RequestFromPod(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestAssumeForgetConfirm(t *testing.T) {
 	c.FinishBinding(pod.UID)
 	bound := pod.DeepCopy()
 	bound.Spec.NodeName = "n1"
-	bound.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(a)}
+	bound.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(a)}
 	if _, err := client.CoreV1().Pods("ns").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestDevicePluginRewriteMovesUsage(t *testing.T) {
 	// The kubelet handed the container card 1: the device plugin corrects
 	// the record and marks it Allocated.
 	rewritten := pod.DeepCopy()
-	rewritten.Annotations[api.AnnotationAssignment] = fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
+	rewritten.Annotations[api.DefaultNames().AnnotationAssignment()] = fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
 	if _, err := client.CoreV1().Pods("ns").Update(ctx, rewritten, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -331,8 +331,8 @@ func TestNodeInventoryStates(t *testing.T) {
 	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
 	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
 	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Allocatable("8", "32Gi").Obj())
-	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.AnnotationIsolation, "1").Obj())
-	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
+	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.DefaultNames().AnnotationIsolation(), "1").Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.DefaultNames().AnnotationIsolation(), "card-one").Obj())
 
 	snaps := c.Snapshot([]string{"no-inventory", "broken", "cpu-only", "isolated", "bad-isolation", "unknown"})
 	if err := snaps[0].InventoryErr; !errors.Is(err, api.ErrNoInventory) {
@@ -367,7 +367,7 @@ func TestInspectClassifiesUnusableInventories(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("no-inventory").NoInventory().Obj())
 	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
-	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "card-one").Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.DefaultNames().AnnotationIsolation(), "card-one").Obj())
 	c.SetNode(fixture.MakeNode("fine").Card(0, 40).Obj())
 	got := map[string]api.InventoryErrorCode{}
 	for _, n := range c.Inspect() {
@@ -386,7 +386,7 @@ func TestInspectClassifiesUnusableInventories(t *testing.T) {
 		t.Errorf("inventory error codes (-want +got):\n%s", diff)
 	}
 	// Fixed, the node has no error and no code.
-	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.AnnotationIsolation, "0").Obj())
+	c.SetNode(fixture.MakeNode("bad-isolation").Card(0, 40).Annotation(api.DefaultNames().AnnotationIsolation(), "0").Obj())
 	if n := c.Inspect("bad-isolation")[0]; n.InventoryError != "" || n.InventoryErrorCode != "" {
 		t.Errorf("after the fix: error %q, code %q; want neither", n.InventoryError, n.InventoryErrorCode)
 	}
@@ -398,7 +398,7 @@ func TestInspectClassifiesUnusableInventories(t *testing.T) {
 func TestInspectSaysWhyACardTakesNoPods(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).CardOf(1, 40, "A100", api.CardUnhealthy).Reason("XID 79").Card(2, 40).
-		Annotation(api.AnnotationIsolation, "2").Obj())
+		Annotation(api.DefaultNames().AnnotationIsolation(), "2").Obj())
 	got := map[int][2]string{}
 	for _, card := range c.Inspect("n1")[0].Cards {
 		got[card.Index] = [2]string{string(card.State), card.Reason}
@@ -547,7 +547,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 				p.Status.Phase = phase
 				p.Annotations = map[string]string{}
 				if record != "" {
-					p.Annotations[api.AnnotationAssignment] = record
+					p.Annotations[api.DefaultNames().AnnotationAssignment()] = record
 				}
 				c.SetPod(p)
 			}
@@ -596,7 +596,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
-		p.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
 		c.SetPod(p)
 		if diff := cmp.Diff(map[int]int64{0: 30}, used(c, "n1")); diff != "" {
 			t.Errorf("after the repair (-want +got):\n%s", diff)
@@ -607,7 +607,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 		c := cache.New(cache.WithRecordKeys(keys))
 		c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
 		p := pod.DeepCopy()
-		p.Annotations = map[string]string{api.AnnotationAssignment: fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
 		c.SetPod(p)
 		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
 			t.Errorf("an unsigned record counted (-want +got):\n%s", diff)
@@ -756,7 +756,7 @@ func TestEverySnapshotIsSummarizedFromItsFinalCards(t *testing.T) {
 	}
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("mixed").Card(0, 40).Card(1, 80).CardOf(2, 80, "H100", api.CardUnhealthy).Obj())
-	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.AnnotationIsolation, "1").Obj())
+	c.SetNode(fixture.MakeNode("isolated").Card(0, 40).Card(1, 40).Annotation(api.DefaultNames().AnnotationIsolation(), "1").Obj())
 	c.SetNode(fixture.MakeNode("broken").RawInventory(`{"version":1,`).Obj())
 	c.SetNode(fixture.MakeNode("cpu-only").NoGPU().Allocatable("8", "32Gi").Obj())
 	names := []string{"mixed", "isolated", "broken", "cpu-only"}

@@ -6,7 +6,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
-// A pod's CPU and memory request is read by api.RequestFromPod
+// A pod's CPU and memory request is read by api.Names.RequestFromPod
 // (PodRequest.Host); a node's allocatable CPU and memory here.
 
 // hostAllocatable is the node's allocatable CPU and memory (MiB, rounded

@@ -67,7 +67,7 @@ func TestAssumeKeepsWholeCardsExclusive(t *testing.T) {
 	onShared := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("n1", api.PhaseAssigned, nil, []int{0}).Obj()
 	onWhole := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("n1", api.PhaseAssigned, nil, []int{1}).Obj()
 	for name, pod := range map[string]*corev1.Pod{"a card with shared memory given whole": onShared, "a card held whole given whole again": onWhole} {
-		a, err := api.AssignmentFromPod(pod)
+		a, err := api.DefaultNames().AssignmentFromPod(pod)
 		if err != nil {
 			t.Fatal(err)
 		}

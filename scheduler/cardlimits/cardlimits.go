@@ -20,7 +20,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// Publisher writes api.CardLimitsFromNodes over the nodes it lists into one
+// Publisher writes api.Names.CardLimitsFromNodes over the nodes it lists into one
 // ConfigMap. It only updates a ConfigMap that exists (the chart creates it, so
 // the extender needs no right to create ConfigMaps), and only when the data
 // changes; several extender replicas publishing at once agree.
@@ -29,6 +29,9 @@ type Publisher struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Name      string
+	// Names are the keys the inventories are read from (zero:
+	// api.DefaultNames).
+	Names api.Names
 }
 
 // Sync publishes the current limits once. It reports whether it changed the
@@ -38,7 +41,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("listing nodes: %w", err)
 	}
-	want := api.CardLimitsFromNodes(nodes).Data()
+	want := p.Names.OrDefault().CardLimitsFromNodes(nodes).Data()
 	changed := false
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cm, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})

@@ -30,7 +30,7 @@ func gpuNode(t *testing.T, name string, units ...int64) *corev1.Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{api.AnnotationInventory: s}}}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{api.DefaultNames().AnnotationInventory(): s}}}
 }
 
 func lister(t *testing.T, nodes ...*corev1.Node) (corelisters.NodeLister, cache.Indexer) {

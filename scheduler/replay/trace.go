@@ -112,12 +112,12 @@ func (t *Trace) GPURequest(p PodSpec) int64 {
 
 // Request is the allocator request for pod p, read the way the extender
 // reads a real pod: p as a corev1.Pod (PodObject) through the contract's
-// api.RequestFromPod and allocator.NewRequest, so a multi-GPU task is a
-// demand of N whole cards (api.WholeResourceName) exactly as in production;
+// api.Names.RequestFromPod and allocator.NewRequest, so a multi-GPU task is a
+// demand of N whole cards (api.Names.WholeResourceName) exactly as in production;
 // the model constraint is added after. Trace.validate has checked that the
 // contract accepts every pod.
 func Request(p PodSpec) allocator.Request {
-	pr, err := api.RequestFromPod(PodObject(p))
+	pr, err := api.DefaultNames().RequestFromPod(PodObject(p))
 	if err != nil {
 		panic(fmt.Sprintf("pod %s: %v (Trace.validate lets no such pod through)", p.Name, err))
 	}
@@ -127,8 +127,8 @@ func Request(p PodSpec) allocator.Request {
 }
 
 // PodObject is pod p as a Kubernetes pod: one container, named as the pod,
-// asking for p.WholeCards of api.WholeResourceName or p.Units of
-// api.ResourceName (neither for a CPU-only pod), with p's CPU and memory.
+// asking for p.WholeCards of api.Names.WholeResourceName or p.Units of
+// api.Names.ResourceName (neither for a CPU-only pod), with p's CPU and memory.
 func PodObject(p PodSpec) *corev1.Pod {
 	c := corev1.Container{Name: p.Name, Resources: corev1.ResourceRequirements{
 		Limits: corev1.ResourceList{},
@@ -139,9 +139,9 @@ func PodObject(p PodSpec) *corev1.Pod {
 	}}
 	switch {
 	case p.WholeCards > 0:
-		c.Resources.Limits[api.WholeResourceName] = *resource.NewQuantity(int64(p.WholeCards), resource.DecimalSI)
+		c.Resources.Limits[api.DefaultNames().WholeResourceName()] = *resource.NewQuantity(int64(p.WholeCards), resource.DecimalSI)
 	case p.Units > 0:
-		c.Resources.Limits[api.ResourceName] = *resource.NewQuantity(p.Units, resource.DecimalSI)
+		c.Resources.Limits[api.DefaultNames().ResourceName()] = *resource.NewQuantity(p.Units, resource.DecimalSI)
 	}
 	return &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
 }
@@ -172,7 +172,7 @@ func (t *Trace) validate() error {
 		if p.WholeCards > 0 && t.WholeCardUnits <= 0 {
 			return fmt.Errorf("trace %s: pod %s asks for whole cards but the trace has no whole-card size", t.Name, p.Name)
 		}
-		if _, err := api.RequestFromPod(PodObject(p)); err != nil {
+		if _, err := api.DefaultNames().RequestFromPod(PodObject(p)); err != nil {
 			return fmt.Errorf("trace %s: pod %s: %w", t.Name, p.Name, err)
 		}
 	}

@@ -98,9 +98,9 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 	if pod.Spec.NodeName != "" {
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: pod is already bound to %s", args.PodNamespace, args.PodName, pod.Spec.NodeName)
 	}
-	preq, err := api.RequestFromPod(pod)
+	preq, err := s.names.RequestFromPod(pod)
 	if err == nil {
-		err = errTooManyContainers(preq)
+		err = errTooManyContainers(s.names, preq)
 	}
 	if err != nil {
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: %w", args.PodNamespace, args.PodName, err)
@@ -109,7 +109,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		// kube-scheduler delegates a bind only for pods asking for a resource
 		// the extender manages, so this caller is not kube-scheduler: refuse
 		// rather than bind any pod to any node on its say-so.
-		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do, or that ask for %s (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, api.ResourceName, api.WholeResourceName)
+		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do, or that ask for %s (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, s.names.ResourceName(), s.names.WholeResourceName())
 	}
 
 	a, outcome, err := s.assume(pod, preq, args.Node)
@@ -131,7 +131,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		s.cache.Forget(pod.UID)
 		return outcome, err
 	}
-	err = s.postBinding(ctx, pod, args.Node, map[string]string{api.AnnotationAssignment: value})
+	err = s.postBinding(ctx, pod, args.Node, map[string]string{s.names.AnnotationAssignment(): value})
 	switch {
 	case err == nil:
 		s.cache.FinishBinding(pod.UID)

@@ -35,7 +35,7 @@ func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 	// A stale annotation (another pod's record) must be overwritten.
 	stale := fixture.AssignmentFor(fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Obj(), "n1", api.PhaseAllocated, 0, 0)
 	stale.PodUID = "someone-else"
-	pod := fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Annotation(api.AnnotationAssignment, fixture.MustEncode(stale)).Obj()
+	pod := fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Annotation(api.DefaultNames().AnnotationAssignment(), fixture.MustEncode(stale)).Obj()
 	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 1).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj()}, pod, resident)
 
@@ -51,7 +51,7 @@ func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 	if diff := cmp.Diff([]string{"create pods/binding p"}, e.writes()); diff != "" {
 		t.Errorf("API writes, in order (-want +got):\n%s", diff)
 	}
-	if b := e.lastBinding(t); b.Annotations[api.AnnotationAssignment] == "" || b.UID != pod.UID {
+	if b := e.lastBinding(t); b.Annotations[api.DefaultNames().AnnotationAssignment()] == "" || b.UID != pod.UID {
 		t.Errorf("Binding %+v: want the assignment in its annotations and the pod's UID as precondition", b.ObjectMeta)
 	}
 	got := e.apiPod(t, "p")
@@ -204,7 +204,7 @@ func TestRefusedBindingForgetsTheAssumptionAndLeavesNoRecord(t *testing.T) {
 			if _, ok := e.cache.PodState(pod.UID); ok {
 				t.Error("assumption kept after a refused Binding")
 			}
-			if _, ok := e.apiPod(t, "p").Annotations[api.AnnotationAssignment]; ok {
+			if _, ok := e.apiPod(t, "p").Annotations[api.DefaultNames().AnnotationAssignment()]; ok {
 				t.Error("assignment annotation on an unbound pod")
 			}
 			if diff := cmp.Diff([]string{"create pods/binding p"}, e.writes()); diff != "" {
@@ -431,7 +431,7 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 	for _, p := range all {
 		got := e.apiPod(t, p.Name)
 		if got.Spec.NodeName == "" {
-			if _, ok := got.Annotations[api.AnnotationAssignment]; ok {
+			if _, ok := got.Annotations[api.DefaultNames().AnnotationAssignment()]; ok {
 				t.Errorf("unbound pod %s carries an assignment", p.Name)
 			}
 			continue

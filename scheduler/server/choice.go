@@ -12,7 +12,7 @@ import (
 )
 
 // ErrPolicyNotAllowed is the pod-side error (wrapped) of a pod whose
-// api.AnnotationPolicy names a policy the extender does not know or its
+// api.Names.AnnotationPolicy names a policy the extender does not know or its
 // operator does not allow (--allowed-policies). Such a pod fails every
 // node, unresolvably, with the message.
 var ErrPolicyNotAllowed = errors.New("policy not allowed")
@@ -44,7 +44,7 @@ func newAllowedPolicies(def *allocator.Policy, allowed []*allocator.Policy) allo
 }
 
 // policyFor returns the policy the pod's request names (its
-// api.AnnotationPolicy), or the default (Server.policy) when it names none.
+// api.Names.AnnotationPolicy), or the default (Server.policy) when it names none.
 func (s *Server) policyFor(req api.PodRequest) (podPolicy, error) {
 	if req.Policy == "" {
 		return podPolicy{policy: s.policy}, nil
@@ -55,10 +55,10 @@ func (s *Server) policyFor(req api.PodRequest) (podPolicy, error) {
 	}
 	if _, err := allocator.Lookup(req.Policy); err != nil {
 		return podPolicy{}, fmt.Errorf("%w: the pod's annotation %s names %q, which is no policy: allowed here are %s (known policies: %s); name one of those allowed or remove the annotation",
-			ErrPolicyNotAllowed, api.AnnotationPolicy, req.Policy, ps.names, strings.Join(allocator.Names(), ", "))
+			ErrPolicyNotAllowed, s.names.AnnotationPolicy(), req.Policy, ps.names, strings.Join(allocator.Names(), ", "))
 	}
 	return podPolicy{}, fmt.Errorf("%w: the pod's annotation %s names %q, which this cluster's operator does not allow (the extender's --allowed-policies): allowed here are %s; name one of those or remove the annotation",
-		ErrPolicyNotAllowed, api.AnnotationPolicy, req.Policy, ps.names)
+		ErrPolicyNotAllowed, s.names.AnnotationPolicy(), req.Policy, ps.names)
 }
 
 // decisionInput is what the policy needs beyond the nodes: the policy the

@@ -29,11 +29,11 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 		{"none", nil, 10},
 		// The reference for pods that fit nowhere: larger than any card.
 		{"none-too-big", nil, benchCardUnits + 1},
-		{"card-models=A100", map[string]string{api.AnnotationCardModels: "A100"}, 10},
-		{"exclude-card-models=H100", map[string]string{api.AnnotationExcludeCardModels: "H100"}, 10},
-		{"card-models=nowhere", map[string]string{api.AnnotationCardModels: "B200"}, 10},
-		{"card-uuids=one", map[string]string{api.AnnotationCardUUIDs: fixture.CardUUID("node-00042", 3)}, 10},
-		{"policy=spread", map[string]string{api.AnnotationPolicy: "spread"}, 10},
+		{"card-models=A100", map[string]string{api.DefaultNames().AnnotationCardModels(): "A100"}, 10},
+		{"exclude-card-models=H100", map[string]string{api.DefaultNames().AnnotationExcludeCardModels(): "H100"}, 10},
+		{"card-models=nowhere", map[string]string{api.DefaultNames().AnnotationCardModels(): "B200"}, 10},
+		{"card-uuids=one", map[string]string{api.DefaultNames().AnnotationCardUUIDs(): fixture.CardUUID("node-00042", 3)}, 10},
+		{"policy=spread", map[string]string{api.DefaultNames().AnnotationPolicy(): "spread"}, 10},
 	}
 	for _, tc := range cases {
 		b.Run(fmt.Sprintf("%s/nodes=%d", tc.name, n), func(b *testing.B) {

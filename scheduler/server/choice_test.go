@@ -53,7 +53,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 		bindCard int
 	}{
 		{
-			name: "allowed model: only the node with that model", ann: map[string]string{api.AnnotationCardModels: "H100"}, units: 20,
+			name: "allowed model: only the node with that model", ann: map[string]string{api.DefaultNames().AnnotationCardModels(): "H100"}, units: 20,
 			kept: []string{"h100"},
 			unresolvable: map[string]string{
 				"a100": `no card of model "H100" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA A100-SXM4-40GB`,
@@ -62,7 +62,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			bindNode: "h100", bindCard: 1,
 		},
 		{
-			name: "a model nowhere: every node says which models it has", ann: map[string]string{api.AnnotationCardModels: "B200"}, units: 1,
+			name: "a model nowhere: every node says which models it has", ann: map[string]string{api.DefaultNames().AnnotationCardModels(): "B200"}, units: 1,
 			unresolvable: map[string]string{
 				"h100": `no card of model "B200" on this node (annotation gpushare.example.com/card-models); models here: NVIDIA H100 80GB HBM3`,
 				"a100": "models here: NVIDIA A100-SXM4-40GB",
@@ -70,7 +70,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			},
 		},
 		{
-			name: "excluded models", ann: map[string]string{api.AnnotationExcludeCardModels: "H100|A100"}, units: 4,
+			name: "excluded models", ann: map[string]string{api.DefaultNames().AnnotationExcludeCardModels(): "H100|A100"}, units: 4,
 			kept: []string{"l4"},
 			unresolvable: map[string]string{
 				"h100": `every card the pod could take on this node is of an excluded model (exclude-card-models "H100|A100"); models here: NVIDIA H100 80GB HBM3`,
@@ -80,7 +80,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 		},
 		{
 			// binpack would take card 0 (the lower index of a tie); the pod names card 1.
-			name: "a card by UUID: only its node, and that card", ann: map[string]string{api.AnnotationCardUUIDs: fixture.CardUUID("a100", 1)}, units: 5,
+			name: "a card by UUID: only its node, and that card", ann: map[string]string{api.DefaultNames().AnnotationCardUUIDs(): fixture.CardUUID("a100", 1)}, units: 5,
 			kept: []string{"a100"},
 			unresolvable: map[string]string{
 				"h100": `card GPU-a100-1 is not on this node (annotation gpushare.example.com/card-uuids)`,
@@ -89,21 +89,21 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 			bindNode: "a100", bindCard: 1,
 		},
 		{
-			name: "a UUID nowhere", ann: map[string]string{api.AnnotationCardUUIDs: "GPU-gone"}, units: 5,
+			name: "a UUID nowhere", ann: map[string]string{api.DefaultNames().AnnotationCardUUIDs(): "GPU-gone"}, units: 5,
 			unresolvable: map[string]string{"h100": "card GPU-gone is not on this node", "a100": "card GPU-gone is not on this node", "l4": "card GPU-gone is not on this node"},
 		},
 		{
-			name: "all chosen cards full: resolvable, preemption may help", ann: map[string]string{api.AnnotationCardModels: "H100"}, units: 81,
+			name: "all chosen cards full: resolvable, preemption may help", ann: map[string]string{api.DefaultNames().AnnotationCardModels(): "H100"}, units: 81,
 			unresolvable: map[string]string{"a100": "no card of model", "l4": "no card of model",
 				"h100": `container "main" asks for 81 GiB, more than any card of those the pod chose (card-models "H100") holds (largest is 80 GiB)`},
 		},
 		{
-			name: "the chosen cards are too full", ann: map[string]string{api.AnnotationCardModels: "A100"}, units: 35,
+			name: "the chosen cards are too full", ann: map[string]string{api.DefaultNames().AnnotationCardModels(): "A100"}, units: 35,
 			failed:       map[string]string{"a100": `no single card of those the pod chose (card-models "A100") has 35 GiB free for container "main"; largest free is 30 GiB on card 0`},
 			unresolvable: map[string]string{"h100": "no card of model", "l4": "no card of model"},
 		},
 		{
-			name: "a malformed annotation: every node, unresolvable, saying what to write", ann: map[string]string{api.AnnotationCardModels: "H100||A100"}, units: 1,
+			name: "a malformed annotation: every node, unresolvable, saying what to write", ann: map[string]string{api.DefaultNames().AnnotationCardModels(): "H100||A100"}, units: 1,
 			unresolvable: map[string]string{
 				"h100": `invalid gpushare pod annotation: gpushare.example.com/card-models "H100||A100" has an empty entry: separate entries with one "|" or ","`,
 				"a100": "has an empty entry", "l4": "has an empty entry",
@@ -160,7 +160,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 
 func TestBindRefusesACardTheChoiceExcludes(t *testing.T) {
 	nodes, pods := choiceNodes()
-	pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 4).Annotation(api.AnnotationCardModels, "H100").Obj()
+	pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 4).Annotation(api.DefaultNames().AnnotationCardModels(), "H100").Obj()
 	e := newEnv(t, envOpts{}, nodes, append(pods, pod)...)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "l4"))
 	if err != nil {
@@ -206,7 +206,7 @@ func TestPerPodPolicyDecidesNodeAndCard(t *testing.T) {
 			nodes, pods := policyNodes()
 			pw := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 5)
 			if tc.policy != "" {
-				pw.Annotation(api.AnnotationPolicy, tc.policy)
+				pw.Annotation(api.DefaultNames().AnnotationPolicy(), tc.policy)
 			}
 			pod := pw.Obj()
 			e := newEnv(t, envOpts{allowed: []string{"spread"}}, nodes, append(pods, pod)...)
@@ -271,7 +271,7 @@ func TestAPolicyNotAllowedIsUnresolvableAndNamesTheAllowedOnes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := policyNodes()
-			pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 5).Annotation(api.AnnotationPolicy, tc.policy).Obj()
+			pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 5).Annotation(api.DefaultNames().AnnotationPolicy(), tc.policy).Obj()
 			e := newEnv(t, envOpts{allowed: tc.allowed}, nodes, append(pods, pod)...)
 			ctx := context.Background()
 			res, err := e.srv.Filter(ctx, &extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("busy", "idle")})

@@ -181,7 +181,7 @@ func (e *env) usedOn(node string) map[int]int64 {
 // assignment decodes the pod's assignment as the device plugin would.
 func assignment(t testing.TB, pod *corev1.Pod) api.Assignment {
 	t.Helper()
-	a, err := api.AssignmentFromPod(pod)
+	a, err := api.DefaultNames().AssignmentFromPod(pod)
 	if err != nil {
 		t.Fatalf("pod %s: %v", pod.Name, err)
 	}

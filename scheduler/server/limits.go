@@ -6,8 +6,8 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// MaxGPUContainers is the most app containers asking for api.ResourceName or
-// api.WholeResourceName that the extender places in one pod. A pod with more fails filter on every
+// MaxGPUContainers is the most app containers asking for api.Names.ResourceName or
+// api.Names.WholeResourceName that the extender places in one pod. A pod with more fails filter on every
 // node, unresolvably (preemption cannot help), and bind refuses it, with a
 // message that says to split it (errTooManyContainers).
 //
@@ -24,11 +24,11 @@ const MaxGPUContainers = 128
 
 // errTooManyContainers refuses a pod with more than MaxGPUContainers
 // requesting containers, or returns nil.
-func errTooManyContainers(req api.PodRequest) error {
+func errTooManyContainers(names api.Names, req api.PodRequest) error {
 	if n := len(req.Containers) + len(req.WholeCards); n > MaxGPUContainers {
-		what := string(api.ResourceName)
+		what := string(names.ResourceName())
 		if len(req.WholeCards) > 0 {
-			what += " or " + string(api.WholeResourceName)
+			what += " or " + string(names.WholeResourceName())
 		}
 		return fmt.Errorf("%w: %d containers ask for %s, the gpushare extender places at most %d per pod: split the work over several pods (e.g. more replicas)",
 			api.ErrInvalidRequest, n, what, MaxGPUContainers)

@@ -85,7 +85,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 			i := rng.Intn(nodes)
 			w := fixture.MakeNode(names[i]).Cards(1+rng.Intn(4), 24+8*int64(rng.Intn(3)))
 			if rng.Intn(2) == 0 {
-				w = w.Annotation(api.AnnotationIsolation, "0")
+				w = w.Annotation(api.DefaultNames().AnnotationIsolation(), "0")
 			}
 			e.cache.SetNode(w.Obj())
 		case r < 8: // a node gone, its pods with it, and a new one that takes its ID
@@ -125,7 +125,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 			}
 			w := shapes[shape](fixture.MakePod("ns", "asking"))
 			if pol != "" {
-				w = w.Annotation(api.AnnotationPolicy, pol)
+				w = w.Annotation(api.DefaultNames().AnnotationPolicy(), pol)
 			}
 			pod := w.Obj()
 			memo0, eval0 := counts()

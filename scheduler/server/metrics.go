@@ -62,7 +62,7 @@ var (
 		"Units of a card assigned to pods (assumed or confirmed); a card given whole counts its capacity.",
 		[]string{"node", "card", "uuid"}, nil)
 	cardWholeDesc = prometheus.NewDesc("gpushare_card_held_whole",
-		"1 while a card is given whole (example.com/gpu) to a pod, assumed or confirmed; 0 otherwise.",
+		"1 while a card is given whole (the whole-card resource, --whole-resource-name) to a pod, assumed or confirmed; 0 otherwise.",
 		[]string{"node", "card", "uuid"}, nil)
 )
 

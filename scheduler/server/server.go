@@ -81,6 +81,9 @@ var _ Cache = (*cache.Cache)(nil)
 // Config holds the server's dependencies.
 type Config struct {
 	Cache Cache
+	// Names are the resource names and keys pods are read and records
+	// written with (zero: api.DefaultNames).
+	Names api.Names
 	// Client reads pods the informer has not delivered yet, and writes
 	// Bindings unless BindClient is set.
 	Client kubernetes.Interface
@@ -106,7 +109,7 @@ type Config struct {
 	Policy     *allocator.Policy
 	FilterMode FilterMode
 	// AllowedPolicies are the policies a pod may name in its
-	// api.AnnotationPolicy annotation; Policy is always allowed, and a pod
+	// api.Names.AnnotationPolicy annotation; Policy is always allowed, and a pod
 	// that names none runs under it.
 	AllowedPolicies []*allocator.Policy
 	// Registry receives the server's metrics; nil registers none.
@@ -139,6 +142,7 @@ const DefaultBindTimeout = 4 * time.Second
 
 // Server implements the extender verbs.
 type Server struct {
+	names       api.Names
 	cache       Cache
 	client      kubernetes.Interface
 	bindClient  kubernetes.Interface
@@ -209,6 +213,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = clock.RealClock{}
 	}
 	return &Server{
+		names:       cfg.Names.OrDefault(),
 		bindClient:  cfg.BindClient,
 		writes:      cfg.WriteLimiter,
 		bindTimeout: cfg.BindTimeout,
@@ -293,7 +298,7 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 	return candidateNames(args)
 }
 
-// evaluate runs the pod's policy (its api.AnnotationPolicy, else the
+// evaluate runs the pod's policy (its api.Names.AnnotationPolicy, else the
 // default) on every candidate node. ok is false when the pod asks for no
 // gpu-mem; reqErr is set when its demand is invalid (or over
 // MaxGPUContainers), or its card choice or policy cannot be used. err is
@@ -302,9 +307,9 @@ func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 // zero, are the names resolved by the decoder in this call; the caller
 // keeps them.
 func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, cands candidates) (decisions []allocator.Decision, pp podPolicy, ok bool, reqErr, err error) {
-	preq, err := api.RequestFromPod(pod)
+	preq, err := s.names.RequestFromPod(pod)
 	if err == nil {
-		err = errTooManyContainers(preq)
+		err = errTooManyContainers(s.names, preq)
 	}
 	if err != nil {
 		return nil, pp, true, err, nil

@@ -89,7 +89,7 @@ func TestFilterWholeCards(t *testing.T) {
 
 func TestFilterInvalidWholeCardDemandFailsEveryNodeUnresolvably(t *testing.T) {
 	mixed := fixture.MakePod("ns", "p").GPU("main", 4).Obj()
-	mixed.Spec.Containers[0].Resources.Limits[api.WholeResourceName] = fixture.MakePod("", "").Whole("x", 1).Obj().Spec.Containers[0].Resources.Limits[api.WholeResourceName]
+	mixed.Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()] = fixture.MakePod("", "").Whole("x", 1).Obj().Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()]
 	tests := []struct {
 		name string
 		pod  *corev1.Pod

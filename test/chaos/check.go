@@ -82,7 +82,7 @@ func Check(obs *Observation, exp Expect) []Violation {
 func inventories(obs *Observation) map[string]api.Inventory {
 	out := map[string]api.Inventory{}
 	for name, n := range obs.Nodes {
-		if inv, err := api.InventoryFromNode(n); err == nil {
+		if inv, err := api.DefaultNames().InventoryFromNode(n); err == nil {
 			out[name] = inv
 		}
 	}
@@ -121,7 +121,7 @@ func CheckRecordsCapacity(obs *Observation, final bool) []Violation {
 		if p.Spec.NodeName == "" || !api.HoldsUnits(p) || released[podKey(p)] {
 			continue
 		}
-		asg, err := api.AssignmentFromPod(p)
+		asg, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil {
 			continue // CheckRunningRecords judges pods without a record
 		}
@@ -264,7 +264,7 @@ func CheckRunOptionsCapacity(obs *Observation) []Violation {
 			continue
 		}
 		for _, c := range recs.Containers {
-			for _, id := range c.DeviceIDs[string(api.ResourceName)] {
+			for _, id := range c.DeviceIDs[string(api.DefaultNames().ResourceName())] {
 				key := p.Spec.NodeName + "/" + id
 				who := podKey(p) + "/" + c.Name
 				if other, ok := held[key]; ok {
@@ -321,11 +321,11 @@ func CheckRunningRecords(obs *Observation, final bool) []Violation {
 		if p.Status.Phase != corev1.PodRunning {
 			continue
 		}
-		req, err := api.RequestFromPod(p)
+		req, err := api.DefaultNames().RequestFromPod(p)
 		if err != nil || req.Empty() {
 			continue
 		}
-		asg, err := api.AssignmentFromPod(p)
+		asg, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil {
 			vs = append(vs, violation(InvNoRecord, podKey(p), err.Error()))
 			continue
@@ -363,7 +363,7 @@ func CheckRunningRecords(obs *Observation, final bool) []Violation {
 // manager gave it: its unit IDs, the card env and the card mount.
 func containerProblems(ca api.ContainerAssignment, rec nodeagent.ContainerRecord) []string {
 	var out []string
-	ids := rec.DeviceIDs[string(api.ResourceName)]
+	ids := rec.DeviceIDs[string(api.DefaultNames().ResourceName())]
 	if got := cardsOf(ids); len(got) != 1 || got[0] != ca.CardUUID || int64(len(ids)) != ca.Units {
 		out = append(out, fmt.Sprintf("container %s: record says %d units of card %d (%s), the kubelet gave %d units of %v",
 			ca.Name, ca.Units, ca.CardIndex, ca.CardUUID, len(ids), got))
@@ -401,12 +401,12 @@ func cardsOf(ids []string) []string {
 
 // extenderPhrases are the extender's reasons for a node that does not fit
 // (scheduler/allocator/policy.go, scheduler/server/server.go,
-// api.RequestFromPod's errors): kube-scheduler puts them in the pod's
+// api.Names.RequestFromPod's errors): kube-scheduler puts them in the pod's
 // PodScheduled condition and FailedScheduling event.
 var extenderPhrases = []string{
 	"GPU inventory unusable", "no schedulable GPU", "more than any card holds", "no single card has",
 	"whole cards", "want at least 1", "unknown to the gpushare extender", "a better node for this pod exists",
-	"init containers may not request", "invalid " + string(api.ResourceName),
+	"init containers may not request", "invalid " + string(api.DefaultNames().ResourceName()),
 }
 
 // HasExtenderReason reports whether a scheduling message carries one of the
@@ -424,7 +424,7 @@ func HasExtenderReason(msg string) bool {
 // node whose allocatable gpu-mem, less its pods' requests, is too small. The
 // project's configuration keeps kube-scheduler counting the resource
 // (ignoredByScheduler: false), so such a node is never sent to the extender.
-const insufficientGPUMem = "Insufficient " + string(api.ResourceName)
+const insufficientGPUMem = "Insufficient " + string(api.DefaultResourceName)
 
 // CheckPending: every pod that kube-scheduler judged unschedulable says why
 // with the extender's reason, or with kube-scheduler's Insufficient gpu-mem
@@ -441,7 +441,7 @@ func CheckPending(obs *Observation, exp Expect) []Violation {
 		if p.Spec.NodeName != "" || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodPending && p.Status.Phase != "" {
 			continue
 		}
-		req, reqErr := api.RequestFromPod(p)
+		req, reqErr := api.DefaultNames().RequestFromPod(p)
 		if reqErr == nil && req.Empty() {
 			continue
 		}
@@ -500,12 +500,12 @@ func freeFor(obs *Observation, units int64) (string, int64) {
 		if p.Spec.NodeName == "" || !api.HoldsUnits(p) {
 			continue
 		}
-		if req, err := api.RequestFromPod(p); err == nil {
+		if req, err := api.DefaultNames().RequestFromPod(p); err == nil {
 			used[p.Spec.NodeName] += req.Total()
 		}
 	}
 	for _, name := range sortedKeys(obs.Nodes) {
-		q := obs.Nodes[name].Status.Allocatable[api.ResourceName]
+		q := obs.Nodes[name].Status.Allocatable[api.DefaultNames().ResourceName()]
 		if free := q.Value() - used[name]; free >= units {
 			return name, free
 		}
@@ -554,9 +554,9 @@ func CheckZero(obs *Observation, inspector map[string]int64) []Violation {
 			vs = append(vs, violation(InvZero, name, "no readable inventory"))
 			continue
 		}
-		q := obs.Nodes[name].Status.Allocatable[api.ResourceName]
+		q := obs.Nodes[name].Status.Allocatable[api.DefaultNames().ResourceName()]
 		if q.Value() != inv.TotalUnits() {
-			vs = append(vs, violation(InvZero, name, fmt.Sprintf("allocatable %s %d, inventory %d units", api.ResourceName, q.Value(), inv.TotalUnits())))
+			vs = append(vs, violation(InvZero, name, fmt.Sprintf("allocatable %s %d, inventory %d units", api.DefaultNames().ResourceName(), q.Value(), inv.TotalUnits())))
 		}
 		for _, card := range inv.Cards {
 			obj := fmt.Sprintf("%s card %d (%s)", name, card.Index, card.UUID)
@@ -616,7 +616,7 @@ func recordsOf(p *corev1.Pod) ([]string, error) {
 	}
 	var out []string
 	for _, c := range recs.Containers {
-		ids := c.DeviceIDs[string(api.ResourceName)]
+		ids := c.DeviceIDs[string(api.DefaultNames().ResourceName())]
 		if len(ids) == 0 {
 			continue
 		}

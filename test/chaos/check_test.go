@@ -33,8 +33,8 @@ func testNode(t *testing.T) *corev1.Node {
 		t.Fatal(err)
 	}
 	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{api.AnnotationInventory: s}},
-		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(64, resource.DecimalSI)}},
+		ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{api.DefaultNames().AnnotationInventory(): s}},
+		Status:     corev1.NodeStatus{Allocatable: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(64, resource.DecimalSI)}},
 	}
 }
 
@@ -45,7 +45,7 @@ func newPod(name string, units int64) pod {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Annotations: map[string]string{}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c0",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)}}}}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}}}}},
 		Status: corev1.PodStatus{Phase: corev1.PodPending},
 	}
 	return pod{p}
@@ -58,14 +58,14 @@ func (p pod) assigned(t *testing.T, card string) pod {
 	if card == cardB {
 		index = 1
 	}
-	units := p.Spec.Containers[0].Resources.Limits[api.ResourceName]
+	units := p.Spec.Containers[0].Resources.Limits[api.DefaultNames().ResourceName()]
 	s, err := api.EncodeAssignment(api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: "n", Unit: "GiB", Phase: api.PhaseAllocated,
 		Containers: []api.ContainerAssignment{{Name: "c0", CardUUID: card, CardIndex: index, Units: units.Value()}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.Spec.NodeName = "n"
-	p.Annotations[api.AnnotationAssignment] = s
+	p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return p
 }
 
@@ -73,15 +73,15 @@ func (p pod) assigned(t *testing.T, card string) pod {
 // of card (what the device manager gave it).
 func (p pod) running(t *testing.T, card string, first int64) pod {
 	t.Helper()
-	units := p.Spec.Containers[0].Resources.Limits[api.ResourceName]
-	rec := nodeagent.ContainerRecord{Name: "c0", DeviceIDs: map[string][]string{string(api.ResourceName): ids(card, first, units.Value())},
+	units := p.Spec.Containers[0].Resources.Limits[api.DefaultNames().ResourceName()]
+	rec := nodeagent.ContainerRecord{Name: "c0", DeviceIDs: map[string][]string{string(api.DefaultNames().ResourceName()): ids(card, first, units.Value())},
 		Env:    map[string]string{api.EnvCardUUID: card},
 		Mounts: []nodeagent.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + card, HostPath: "/dev/null"}}}
 	s, err := nodeagent.ContainerRecords{Version: nodeagent.RecordVersion, Node: "n", Containers: []nodeagent.ContainerRecord{rec}}.Encode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Annotations[api.AnnotationSimulatedContainers] = s
+	p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()] = s
 	p.Status.Phase = corev1.PodRunning
 	return p
 }
@@ -220,9 +220,9 @@ func TestChecksFindEachBrokenInvariantAndPassAHealthyState(t *testing.T) {
 		{name: "finally, a running pod's record must be Allocated", want: InvSettled, exp: Expect{Final: true},
 			obs: func(t *testing.T) *Observation {
 				p := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
-				a, _ := api.AssignmentFromPod(p.Pod)
+				a, _ := api.DefaultNames().AssignmentFromPod(p.Pod)
 				a.Phase = api.PhaseAssigned
-				p.Annotations[api.AnnotationAssignment], _ = api.EncodeAssignment(a)
+				p.Annotations[api.DefaultNames().AnnotationAssignment()], _ = api.EncodeAssignment(a)
 				return observation(t, p)
 			}},
 		{name: "a pod larger than any card pends with only kube-scheduler's reason", want: InvPendingReason, detail: "more than the largest card (40)",
@@ -304,9 +304,11 @@ func TestCheckZero(t *testing.T) {
 			acc.Allocatable = acc.Allocatable[1:]
 			o.Kubelet["n"] = acc
 		}, zero, "the kubelet offers 63 units"},
-		"a card is still isolated":           {func(o *Observation) { isolate(t, o.Nodes["n"]) }, zero, "inventory state isolated"},
-		"the kubelet did not answer":         {func(o *Observation) { delete(o.Kubelet, "n"); o.KubeletErr["n"] = fmt.Errorf("refused") }, zero, "no PodResources answer"},
-		"allocatable short of the inventory": {func(o *Observation) { o.Nodes["n"].Status.Allocatable[api.ResourceName] = resource.MustParse("40") }, zero, "allocatable"},
+		"a card is still isolated":   {func(o *Observation) { isolate(t, o.Nodes["n"]) }, zero, "inventory state isolated"},
+		"the kubelet did not answer": {func(o *Observation) { delete(o.Kubelet, "n"); o.KubeletErr["n"] = fmt.Errorf("refused") }, zero, "no PodResources answer"},
+		"allocatable short of the inventory": {func(o *Observation) {
+			o.Nodes["n"].Status.Allocatable[api.DefaultNames().ResourceName()] = resource.MustParse("40")
+		}, zero, "allocatable"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := clean(t)
@@ -325,7 +327,7 @@ func TestCheckZero(t *testing.T) {
 
 func isolate(t *testing.T, n *corev1.Node) {
 	t.Helper()
-	inv, err := api.InventoryFromNode(n)
+	inv, err := api.DefaultNames().InventoryFromNode(n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +336,7 @@ func isolate(t *testing.T, n *corev1.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Annotations[api.AnnotationInventory] = s
+	n.Annotations[api.DefaultNames().AnnotationInventory()] = s
 }
 
 func TestHasExtenderReason(t *testing.T) {
@@ -355,12 +357,12 @@ func TestHasExtenderReason(t *testing.T) {
 func (p pod) planned(t *testing.T, card string) pod {
 	t.Helper()
 	p = p.assigned(t, card)
-	a, err := api.AssignmentFromPod(p.Pod)
+	a, err := api.DefaultNames().AssignmentFromPod(p.Pod)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.Phase = api.PhaseAssigned
-	if p.Annotations[api.AnnotationAssignment], err = api.EncodeAssignment(a); err != nil {
+	if p.Annotations[api.DefaultNames().AnnotationAssignment()], err = api.EncodeAssignment(a); err != nil {
 		t.Fatal(err)
 	}
 	return p

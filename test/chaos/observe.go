@@ -117,7 +117,7 @@ func kubeletAccount(ctx context.Context, socket string, pods []string) (KubeletA
 	}
 	acc := KubeletAccount{Containers: map[string]map[string][]string{}}
 	for _, d := range alloc.GetDevices() {
-		if d.GetResourceName() == string(api.ResourceName) {
+		if d.GetResourceName() == string(api.DefaultNames().ResourceName()) {
 			acc.Allocatable = append(acc.Allocatable, d.GetDeviceIds()...)
 		}
 	}
@@ -130,7 +130,7 @@ func kubeletAccount(ctx context.Context, socket string, pods []string) (KubeletA
 		}
 		for _, ctr := range resp.GetPodResources().GetContainers() {
 			for _, d := range ctr.GetDevices() {
-				if d.GetResourceName() != string(api.ResourceName) {
+				if d.GetResourceName() != string(api.DefaultNames().ResourceName()) {
 					continue
 				}
 				if acc.Containers[key] == nil {

@@ -413,7 +413,7 @@ func (r *Runner) isolate(ctx context.Context, op Op) {
 		}
 		value = ptr.To(strings.Join(parts, ","))
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{api.AnnotationIsolation: value}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{api.DefaultNames().AnnotationIsolation(): value}}})
 	_, err := r.Client.CoreV1().Nodes().Patch(ctx, op.Node, types.MergePatchType, patch, metav1.PatchOptions{})
 	r.logf("#%d isolate %s %v → %v", op.Seq, op.Node, op.Isolate, errText(err))
 }
@@ -467,7 +467,7 @@ func (r *Runner) podSpec(units []int64) corev1.PodSpec {
 	for i, u := range units {
 		c := corev1.Container{Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10"}
 		if u > 0 {
-			c.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}
+			c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}
 		}
 		spec.Containers = append(spec.Containers, c)
 	}
@@ -479,7 +479,7 @@ func (r *Runner) pod(s PodShape) *corev1.Pod {
 	if s.InitUnits > 0 || s.InitPlain {
 		c := corev1.Container{Name: "init", Image: "registry.k8s.io/pause:3.10"}
 		if s.InitUnits > 0 {
-			c.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(s.InitUnits, resource.DecimalSI)}
+			c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(s.InitUnits, resource.DecimalSI)}
 		}
 		p.Spec.InitContainers = []corev1.Container{c}
 	}
@@ -580,7 +580,7 @@ func staleInsufficient(obs *Observation, p *corev1.Pod) string {
 		if c.Type != corev1.PodScheduled || HasExtenderReason(c.Message) || !strings.Contains(c.Message, insufficientGPUMem) {
 			continue
 		}
-		req, err := api.RequestFromPod(p)
+		req, err := api.DefaultNames().RequestFromPod(p)
 		if err != nil {
 			return ""
 		}
@@ -778,8 +778,8 @@ func (r *Runner) describe(obs *Observation) string {
 	invs := inventories(obs)
 	for _, name := range sortedKeys(obs.Nodes) {
 		n := obs.Nodes[name]
-		q := n.Status.Allocatable[api.ResourceName]
-		fmt.Fprintf(&b, "  node %s: allocatable %d, isolate=%q\n", name, q.Value(), n.Annotations[api.AnnotationIsolation])
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
+		fmt.Fprintf(&b, "  node %s: allocatable %d, isolate=%q\n", name, q.Value(), n.Annotations[api.DefaultNames().AnnotationIsolation()])
 		perCard := map[string]int{}
 		if acc, ok := obs.Kubelet[name]; ok {
 			for _, ctrs := range acc.Containers {
@@ -822,7 +822,7 @@ func (r *Runner) describe(obs *Observation) string {
 		if p.DeletionTimestamp != nil {
 			line += " deleting"
 		}
-		if asg, err := api.AssignmentFromPod(p); err == nil {
+		if asg, err := api.DefaultNames().AssignmentFromPod(p); err == nil {
 			var parts []string
 			for _, c := range asg.Containers {
 				parts = append(parts, fmt.Sprintf("%s→card %d %s ×%d", c.Name, c.CardIndex, c.CardUUID, c.Units))

@@ -190,12 +190,12 @@ func (k *kubelet) waitResource(t *testing.T, capacity, allocatable int64) {
 	var gotC, gotA int64
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		c, a, _ := k.m.GetCapacity(klog.Background())
-		qc, qa := c[api.ResourceName], a[api.ResourceName]
+		qc, qa := c[api.DefaultNames().ResourceName()], a[api.DefaultNames().ResourceName()]
 		gotC, gotA = qc.Value(), qa.Value()
 		return gotC == capacity && gotA == allocatable, nil
 	})
 	if err != nil {
-		t.Fatalf("kubelet %s: capacity %d, allocatable %d; want %d and %d", api.ResourceName, gotC, gotA, capacity, allocatable)
+		t.Fatalf("kubelet %s: capacity %d, allocatable %d; want %d and %d", api.DefaultNames().ResourceName(), gotC, gotA, capacity, allocatable)
 	}
 }
 
@@ -213,7 +213,7 @@ func pod(name string, age int, units []int64, assigned []card) *corev1.Pod {
 	}
 	a := api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: node, Unit: api.UnitGiB, Phase: api.PhaseAssigned}
 	for i, u := range units {
-		c := corev1.Container{Name: "c" + string(rune('0'+i)), Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}}}
+		c := corev1.Container{Name: "c" + string(rune('0'+i)), Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}}}
 		p.Spec.Containers = append(p.Spec.Containers, c)
 		if assigned != nil {
 			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: assigned[i].uuid, CardIndex: assigned[i].index, Units: u})
@@ -224,7 +224,7 @@ func pod(name string, age int, units []int64, assigned []card) *corev1.Pod {
 		if err != nil {
 			panic(err)
 		}
-		p.Annotations = map[string]string{api.AnnotationAssignment: s}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 	}
 	return p
 }
@@ -339,7 +339,7 @@ func records(t *testing.T, client *fake.Clientset) map[string]string {
 	}
 	out := map[string]string{}
 	for _, p := range pods.Items {
-		out[p.Name] = p.Annotations[api.AnnotationAssignment]
+		out[p.Name] = p.Annotations[api.DefaultNames().AnnotationAssignment()]
 	}
 	return out
 }
@@ -377,7 +377,7 @@ func waitRecord(t *testing.T, client *fake.Clientset, name string, phase api.Ass
 		if err != nil {
 			return false, err
 		}
-		a, err := api.AssignmentFromPod(p)
+		a, err := api.DefaultNames().AssignmentFromPod(p)
 		if err != nil {
 			return false, err
 		}

@@ -137,7 +137,7 @@ func TestRecordsFollowTheKubeletWhenSameSizePodsAreAdmittedOutOfOrder(t *testing
 			if err != nil {
 				return false, err
 			}
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err != nil {
 				return false, err
 			}

@@ -63,13 +63,13 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 	}
 	gpu := func(q string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
-			p.Spec.Containers[0].Resources.Limits[api.ResourceName] = resource.MustParse(q)
+			p.Spec.Containers[0].Resources.Limits[api.DefaultNames().ResourceName()] = resource.MustParse(q)
 		}
 	}
 	whole := func(q string) func(*corev1.Pod) {
 		return func(p *corev1.Pod) {
-			delete(p.Spec.Containers[0].Resources.Limits, api.ResourceName)
-			p.Spec.Containers[0].Resources.Limits[api.WholeResourceName] = resource.MustParse(q)
+			delete(p.Spec.Containers[0].Resources.Limits, api.DefaultNames().ResourceName())
+			p.Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()] = resource.MustParse(q)
 		}
 	}
 	denied := []struct {
@@ -85,12 +85,12 @@ func TestAdmissionRefusesGPUPodsThatCouldNeverRun(t *testing.T) {
 			"container c0 asks for example.com/gpu-mem: 0", "leave example.com/gpu-mem out to ask for no GPU"}},
 		{"an init container asking", pod("init", func(p *corev1.Pod) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "setup", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("2")}}}}
+				Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("2")}}}}
 		}), []string{"init container setup asks for example.com/gpu-mem", "Ask for it in the app containers only"}},
 		{"zero whole cards", pod("whole-zero", whole("0")), []string{
 			"container c0 asks for example.com/gpu: 0", "leave example.com/gpu out to ask for none"}},
 		{"whole cards and memory in one container", pod("whole-both", func(p *corev1.Pod) {
-			p.Spec.Containers[0].Resources.Limits[api.WholeResourceName] = resource.MustParse("1")
+			p.Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()] = resource.MustParse("1")
 		}), []string{"container c0 asks for both example.com/gpu (whole cards) and example.com/gpu-mem", "Put them in separate containers"}},
 		{"whole cards bypassing the scheduler", pod("whole-bypass", func(p *corev1.Pod) {
 			whole("1")(p)

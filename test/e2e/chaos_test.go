@@ -187,7 +187,7 @@ func TestChaos(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				inv, err := api.InventoryFromNode(n)
+				inv, err := api.DefaultNames().InventoryFromNode(n)
 				if err != nil {
 					return err
 				}
@@ -197,7 +197,7 @@ func TestChaos(t *testing.T) {
 						healthy += card.Units
 					}
 				}
-				q := n.Status.Allocatable[api.ResourceName]
+				q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 				if !cluster.NodeReady(n) || q.Value() != healthy {
 					return fmt.Errorf("node %s: ready %v, allocatable %d, healthy units %d", name, cluster.NodeReady(n), q.Value(), healthy)
 				}

@@ -66,20 +66,20 @@ func TestPodsChooseTheirCardsAndPolicy(t *testing.T) {
 	}
 
 	// Model selection.
-	if node, card := run(annotated("a100", 8, map[string]string{api.AnnotationCardModels: "A100"})); node != "ch-mix" || card.Model != "NVIDIA A100" {
+	if node, card := run(annotated("a100", 8, map[string]string{api.DefaultNames().AnnotationCardModels(): "A100"})); node != "ch-mix" || card.Model != "NVIDIA A100" {
 		t.Errorf("card-models A100: %s card %d (%s), want an A100 on ch-mix", node, card.Index, card.Model)
 	}
 	// Binpack alone would choose the smallest card that fits, the L4.
-	if node, card := run(annotated("not-l4", 8, map[string]string{api.AnnotationExcludeCardModels: "L4|H100"})); node != "ch-mix" || card.Model != "NVIDIA A100" {
+	if node, card := run(annotated("not-l4", 8, map[string]string{api.DefaultNames().AnnotationExcludeCardModels(): "L4|H100"})); node != "ch-mix" || card.Model != "NVIDIA A100" {
 		t.Errorf("exclude-card-models L4|H100: %s card %d (%s), want an A100 on ch-mix", node, card.Index, card.Model)
 	}
 	want, _ := h100Inv.Card(1)
-	if node, card := run(annotated("by-uuid", 8, map[string]string{api.AnnotationCardUUIDs: want.UUID})); node != "ch-h100" || card.UUID != want.UUID {
+	if node, card := run(annotated("by-uuid", 8, map[string]string{api.DefaultNames().AnnotationCardUUIDs(): want.UUID})); node != "ch-h100" || card.UUID != want.UUID {
 		t.Errorf("card-uuids %s: %s card %s, want exactly that card", want.UUID, node, card.UUID)
 	}
 
 	// A model nowhere: Pending, and the reason lists what there is.
-	nowhere := annotated("b200", 8, map[string]string{api.AnnotationCardModels: "B200"})
+	nowhere := annotated("b200", 8, map[string]string{api.DefaultNames().AnnotationCardModels(): "B200"})
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, nowhere, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestPodsChooseTheirCardsAndPolicy(t *testing.T) {
 		`models here: NVIDIA A100, NVIDIA L4`)
 
 	// A policy the operator does not allow: Pending, naming the allowed ones.
-	fgd := annotated("fgd", 8, map[string]string{api.AnnotationPolicy: "fgd"})
+	fgd := annotated("fgd", 8, map[string]string{api.DefaultNames().AnnotationPolicy(): "fgd"})
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, fgd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func TestPodsChooseTheirCardsAndPolicy(t *testing.T) {
 	// emptiest card for each pod, so the two spread pods land on different
 	// cards; binpack takes the fullest card that fits, so the two binpack
 	// pods stack on one.
-	h100 := map[string]string{api.AnnotationCardModels: "H100"}
-	spread := map[string]string{api.AnnotationCardModels: "H100", api.AnnotationPolicy: "spread"}
+	h100 := map[string]string{api.DefaultNames().AnnotationCardModels(): "H100"}
+	spread := map[string]string{api.DefaultNames().AnnotationCardModels(): "H100", api.DefaultNames().AnnotationPolicy(): "spread"}
 	_, s1 := run(annotated("spread-1", 10, spread))
 	_, s2 := run(annotated("spread-2", 10, spread))
 	if s1.UUID == s2.UUID {

@@ -142,8 +142,8 @@ func waitLaneCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, nod
 				return false
 			}
 		}
-		got, err := api.InventoryFromNode(n)
-		q := n.Status.Allocatable[api.ResourceName]
+		got, err := api.DefaultNames().InventoryFromNode(n)
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		inv = got
 		return err == nil && q.Value() == got.TotalUnits() && q.Value() > 0
 	})
@@ -188,7 +188,7 @@ func probePod(ns, name string, units ...int64) *corev1.Pod {
 	for i, u := range units {
 		ctr := corev1.Container{Name: fmt.Sprintf("c%d", i), Image: probeImage, ImagePullPolicy: corev1.PullNever}
 		if u > 0 {
-			ctr.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}
+			ctr.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}
 		}
 		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
 	}
@@ -285,7 +285,7 @@ func allocatedAssignment(ctx context.Context, t *testing.T, c *cluster.Cluster, 
 	var asg api.Assignment
 	var lastErr error
 	if _, err := cluster.WaitPod(ctx, c.Client, pod.Namespace, pod.Name, recordSettle, "assignment Allocated", func(p *corev1.Pod) bool {
-		asg, lastErr = api.AssignmentFromPod(p)
+		asg, lastErr = api.DefaultNames().AssignmentFromPod(p)
 		return lastErr == nil && asg.Phase == api.PhaseAllocated
 	}); err != nil {
 		t.Fatalf("%v (last decode error: %v)", err, lastErr)

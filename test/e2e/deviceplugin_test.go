@@ -56,12 +56,12 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 
 	var inv api.Inventory
 	n, err := cluster.WaitNode(ctx, c.Client, name, 2*time.Minute, "Ready with the plugin's inventory and capacity", func(n *corev1.Node) bool {
-		got, err := api.InventoryFromNode(n)
+		got, err := api.DefaultNames().InventoryFromNode(n)
 		if err != nil || len(got.Cards) == 0 {
 			return false
 		}
 		inv = got
-		q := n.Status.Allocatable[api.ResourceName]
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		return cluster.NodeReady(n) && q.Value() == got.TotalUnits()
 	})
 	if err != nil {
@@ -77,12 +77,12 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 	if len(sizes) != 2 {
 		t.Errorf("want two card sizes on the node, got units per card %v", sizes)
 	}
-	q := n.Status.Allocatable[api.ResourceName]
-	t.Logf("node %s: allocatable %s=%s, cards %+v", name, api.ResourceName, q.String(), inv.Cards)
+	q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
+	t.Logf("node %s: allocatable %s=%s, cards %+v", name, api.DefaultNames().ResourceName(), q.String(), inv.Cards)
 
 	bypass := func(pod string) *corev1.Pod {
 		t.Helper()
-		createPod(ctx, t, c, pod, name, api.ResourceName, 4)
+		createPod(ctx, t, c, pod, name, api.DefaultNames().ResourceName(), 4)
 		got, err := cluster.WaitPod(ctx, c.Client, "default", pod, time.Minute, "Failed", func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodFailed
 		})
@@ -92,7 +92,7 @@ func TestDevicePluginOnSimulatedNode(t *testing.T) {
 		if got.Status.Reason != "UnexpectedAdmissionError" || !strings.Contains(got.Status.Message, "Allocate failed") {
 			t.Errorf("pod %s: reason %q message %q, want UnexpectedAdmissionError / Allocate failed ...", pod, got.Status.Reason, got.Status.Message)
 		}
-		if _, ok := got.Annotations[api.AnnotationSimulatedContainers]; ok {
+		if _, ok := got.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
 			t.Errorf("pod %s was refused but has a container record", pod)
 		}
 		t.Logf("pod %s: %s: %s", pod, got.Status.Reason, got.Status.Message)

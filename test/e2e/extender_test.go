@@ -52,8 +52,8 @@ func TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount(t *testing.T) {
 	})
 	var inv api.Inventory
 	if _, err := cluster.WaitNode(ctx, c.Client, name, 2*time.Minute, "Ready with inventory and capacity", func(n *corev1.Node) bool {
-		got, err := api.InventoryFromNode(n)
-		q := n.Status.Allocatable[api.ResourceName]
+		got, err := api.DefaultNames().InventoryFromNode(n)
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		inv = got
 		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
 	}); err != nil {
@@ -66,7 +66,7 @@ func TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount(t *testing.T) {
 		}
 	}
 
-	createPod(ctx, t, c, "one", "", api.ResourceName, 30)
+	createPod(ctx, t, c, "one", "", api.DefaultNames().ResourceName(), 30)
 	pod, err := cluster.WaitPod(ctx, c.Client, "default", "one", 2*time.Minute, "Running", cluster.PodRunning)
 	if err != nil {
 		t.Fatalf("%v\nextender log: %s\nscheduler log: %s\nagent log: %s", err, extender.LogPath, c.LogFile("kube-scheduler"), node.LogFile())
@@ -74,7 +74,7 @@ func TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount(t *testing.T) {
 	if pod.Spec.NodeName != name {
 		t.Fatalf("pod bound to %q, want %q", pod.Spec.NodeName, name)
 	}
-	asg, err := api.AssignmentFromPod(pod)
+	asg, err := api.DefaultNames().AssignmentFromPod(pod)
 	if err != nil {
 		t.Fatalf("assignment: %v", err)
 	}
@@ -96,19 +96,19 @@ func TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount(t *testing.T) {
 	if got := rec.Env[api.EnvNvidiaVisibleDevices]; got != api.VisibleDevicesVolumeRoot {
 		t.Errorf("%s=%q, want %q", api.EnvNvidiaVisibleDevices, got, api.VisibleDevicesVolumeRoot)
 	}
-	for _, id := range rec.DeviceIDs[string(api.ResourceName)] {
+	for _, id := range rec.DeviceIDs[string(api.DefaultNames().ResourceName())] {
 		if uuid, _, err := api.ParseUnitID(id); err != nil || uuid != ca.CardUUID {
 			t.Errorf("kubelet allocated unit %s, not of the assigned card %s", id, ca.CardUUID)
 		}
 	}
-	if n := len(rec.DeviceIDs[string(api.ResourceName)]); n != 30 {
+	if n := len(rec.DeviceIDs[string(api.DefaultNames().ResourceName())]); n != 30 {
 		t.Errorf("kubelet allocated %d units, want 30", n)
 	}
 
 	// Larger than any card but not than the node's free total (80 + 10):
 	// kube-scheduler's own fit check passes, the extender refuses; Pending,
 	// with the extender's reason in the events.
-	createPod(ctx, t, c, "too-big", "", api.ResourceName, 85)
+	createPod(ctx, t, c, "too-big", "", api.DefaultNames().ResourceName(), 85)
 	var msg string
 	err = wait.PollUntilContextTimeout(ctx, cluster.PollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
 		evs, err := c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{

@@ -25,11 +25,19 @@ import (
 // test ends.
 func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) (*cluster.Node, api.Inventory) {
 	t.Helper()
+	return gpuNodeNamed(ctx, t, c, name, spec, api.DefaultNames())
+}
+
+// gpuNodeNamed is gpuNode with the plugin run under names (its --domain,
+// --resource-name and --whole-resource-name).
+func gpuNodeNamed(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string, names api.Names) (*cluster.Node, api.Inventory) {
+	t.Helper()
 	node, err := c.StartNode(cluster.NodeOptions{
 		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
 		Labels:       api.LabelEnabled + "=true",
 		PluginBinary: pluginBinary(t),
-		PluginArgs:   []string{"--nvml=spec:" + spec},
+		PluginArgs: []string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
+			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +48,7 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 		}
 		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	inv := waitInventory(ctx, t, c, node)
+	inv := waitInventoryAfter(ctx, t, c, names, node, "")
 	return node, inv
 }
 
@@ -48,7 +56,7 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 // allocatable gpu-mem equal to the inventory's units.
 func waitInventory(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node) api.Inventory {
 	t.Helper()
-	return waitInventoryAfter(ctx, t, c, node, "")
+	return waitInventoryAfter(ctx, t, c, api.DefaultNames(), node, "")
 }
 
 // restartAgent stops the node's agent and starts it again with the same
@@ -70,16 +78,16 @@ func restartAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node *c
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = restarted.Stop() })
-	waitInventoryAfter(ctx, t, c, restarted, before)
+	waitInventoryAfter(ctx, t, c, api.DefaultNames(), restarted, before)
 	return restarted
 }
 
-func waitInventoryAfter(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node, before string) api.Inventory {
+func waitInventoryAfter(ctx context.Context, t *testing.T, c *cluster.Cluster, names api.Names, node *cluster.Node, before string) api.Inventory {
 	t.Helper()
 	var inv api.Inventory
 	if _, err := cluster.WaitNodeAgentReplaced(ctx, c.Client, node.Opts.Name, before, 2*time.Minute, "Ready with inventory and capacity", func(n *corev1.Node) bool {
-		got, err := api.InventoryFromNode(n)
-		q := n.Status.Allocatable[api.ResourceName]
+		got, err := names.InventoryFromNode(n)
+		q := n.Status.Allocatable[names.ResourceName()]
 		inv = got
 		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
 	}); err != nil {
@@ -114,7 +122,7 @@ func gpuPod(ns, name string, units ...int64) *corev1.Pod {
 	for i, u := range units {
 		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 			Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: *resource.NewQuantity(u, resource.DecimalSI)}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}},
 		})
 	}
 	return pod
@@ -153,6 +161,12 @@ const recordSettle = 30 * time.Second
 // returns the pod's settled assignment.
 func checkCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) api.Assignment {
 	t.Helper()
+	return checkCardsNamed(ctx, t, c, api.DefaultNames(), pod)
+}
+
+// checkCardsNamed is checkCards for a pod placed under names.
+func checkCardsNamed(ctx context.Context, t *testing.T, c *cluster.Cluster, names api.Names, pod *corev1.Pod) api.Assignment {
+	t.Helper()
 	var asg api.Assignment
 	var problems []string
 	start := time.Now()
@@ -164,7 +178,7 @@ func checkCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *core
 			}
 			pod = fresh
 		}
-		asg, problems = cardProblems(t, pod)
+		asg, problems = cardProblems(t, names, pod)
 		return len(problems) == 0, nil
 	})
 	if err != nil {
@@ -181,9 +195,9 @@ func checkCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *core
 
 // cardProblems lists where the pod's assignment and its containers' records
 // disagree.
-func cardProblems(t *testing.T, pod *corev1.Pod) (api.Assignment, []string) {
+func cardProblems(t *testing.T, names api.Names, pod *corev1.Pod) (api.Assignment, []string) {
 	t.Helper()
-	asg, err := api.AssignmentFromPod(pod)
+	asg, err := names.AssignmentFromPod(pod)
 	if err != nil {
 		return asg, []string{err.Error()}
 	}
@@ -205,7 +219,7 @@ func cardProblems(t *testing.T, pod *corev1.Pod) (api.Assignment, []string) {
 		if len(mounts) != 1 || mounts[0] != ca.CardUUID {
 			problems = append(problems, fmt.Sprintf("container %s: card mounts %v, assignment says [%s]", ca.Name, mounts, ca.CardUUID))
 		}
-		ids := rec.DeviceIDs[string(api.ResourceName)]
+		ids := rec.DeviceIDs[string(names.ResourceName())]
 		if int64(len(ids)) != ca.Units {
 			problems = append(problems, fmt.Sprintf("container %s: %d units allocated by the kubelet, assignment says %d", ca.Name, len(ids), ca.Units))
 		}
@@ -238,7 +252,7 @@ func checkCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, node s
 		asg := checkCards(ctx, t, c, p)
 		for _, ca := range asg.Containers {
 			used[ca.CardUUID] += ca.Units
-			for _, id := range containerRecord(t, p, ca.Name).DeviceIDs[string(api.ResourceName)] {
+			for _, id := range containerRecord(t, p, ca.Name).DeviceIDs[string(api.DefaultNames().ResourceName())] {
 				if other, ok := holder[id]; ok {
 					t.Errorf("unit %s held by %s and %s/%s", id, other, p.Name, ca.Name)
 				}

@@ -59,7 +59,7 @@ func TestMemoryEnforcement(t *testing.T) {
 			ns := testNamespace(ctx, t, c, name)
 
 			use := func(p *corev1.Pod, v string) *corev1.Pod {
-				p.Annotations = map[string]string{api.AnnotationSimulatedGPUUse: v}
+				p.Annotations = map[string]string{api.DefaultNames().AnnotationSimulatedGPUUse(): v}
 				p.Spec.NodeSelector = map[string]string{"e2e-memory": string(mode)}
 				return p
 			}

@@ -77,7 +77,7 @@ func TestNodeAgentWithRealDeviceManager(t *testing.T) {
 	if got.Status.Reason != "UnexpectedAdmissionError" || !strings.Contains(got.Status.Message, "Allocate failed") {
 		t.Errorf("bypass pod: reason %q message %q, want UnexpectedAdmissionError / Allocate failed ...", got.Status.Reason, got.Status.Message)
 	}
-	if _, ok := got.Annotations[api.AnnotationSimulatedContainers]; ok {
+	if _, ok := got.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
 		t.Errorf("rejected pod has a container record: %v", got.Annotations)
 	}
 

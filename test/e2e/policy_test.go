@@ -143,7 +143,7 @@ func TestIsolatedCardTakesNoNewPodsUntilLifted(t *testing.T) {
 
 	annotate := func(value *string) {
 		t.Helper()
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{api.AnnotationIsolation: value}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]*string{api.DefaultNames().AnnotationIsolation(): value}}})
 		if _, err := c.Client.CoreV1().Nodes().Patch(ctx, "iso-node", "application/merge-patch+json", patch, metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -151,12 +151,12 @@ func TestIsolatedCardTakesNoNewPodsUntilLifted(t *testing.T) {
 	cardState := func(want api.CardState, allocatable int64) {
 		t.Helper()
 		if _, err := cluster.WaitNode(ctx, c.Client, "iso-node", time.Minute, fmt.Sprintf("card 0 %s, allocatable %d", want, allocatable), func(n *corev1.Node) bool {
-			got, err := api.InventoryFromNode(n)
+			got, err := api.DefaultNames().InventoryFromNode(n)
 			if err != nil {
 				return false
 			}
 			card, ok := got.Card(0)
-			q := n.Status.Allocatable[api.ResourceName]
+			q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 			return ok && card.State == want && q.Value() == allocatable
 		}); err != nil {
 			t.Fatalf("%v\nplugin log: %s", err, filepath.Join(c.NodeStateDir("iso-node"), "plugin.log"))

@@ -83,13 +83,13 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 			running[pod.Name] = true
 			if _, err := nodeagent.RecordsFromPod(pod); err != nil {
 				report("pod %s Running without the agent's container records: %v", pod.Name, err)
-			} else if _, problems := cardProblems(t, pod); len(problems) > 0 {
+			} else if _, problems := cardProblems(t, api.DefaultNames(), pod); len(problems) > 0 {
 				report("observation %d, pod %s Running (resourceVersion %s): %v", observations, pod.Name, pod.ResourceVersion, problems)
 			}
 		}
 		allocated := map[string]int64{}
 		for _, p := range latest {
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err != nil || a.Phase != api.PhaseAllocated {
 				continue
 			}

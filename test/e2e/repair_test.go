@@ -82,7 +82,7 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 		}
 		t.Cleanup(resume)
 
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationAssignment: damage.value}}})
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.DefaultNames().AnnotationAssignment(): damage.value}}})
 		if _, err := c.Client.CoreV1().Pods(ns).Patch(ctx, "full", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			t.Fatalf("record %s: %v", damage.what, err)
 		}
@@ -122,10 +122,10 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 			if err != nil {
 				return false, nil
 			}
-			_, problems := cardProblems(t, got)
+			_, problems := cardProblems(t, api.DefaultNames(), got)
 			return len(problems) == 0, nil
 		}); err != nil {
-			_, problems := cardProblems(t, got)
+			_, problems := cardProblems(t, api.DefaultNames(), got)
 			t.Fatalf("record %s: not repaired from the kubelet's account within 30 s: %v\nplugin log: %s", damage.what, problems, filepath.Join(node.Opts.StateDir, "plugin.log"))
 		}
 		repaired := checkCards(ctx, t, c, got)

@@ -142,7 +142,7 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 				last = err
 				return false, nil
 			}
-			a, err := api.AssignmentFromPod(p)
+			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err == nil {
 				err = keys.Verify(a)
 			}

@@ -103,7 +103,7 @@ func TestPluginAndKubeletRestartsKeepRunningPodsCards(t *testing.T) {
 	ns := testNamespace(ctx, t, c, "rs")
 
 	p1 := runPod(ctx, t, c, gpuPod(ns, "p1", 30), node)
-	before := map[string]string{"p1": p1.Annotations[api.AnnotationSimulatedContainers]}
+	before := map[string]string{"p1": p1.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]}
 
 	// Device plugin restart.
 	regs := node.Registrations()
@@ -123,7 +123,7 @@ func TestPluginAndKubeletRestartsKeepRunningPodsCards(t *testing.T) {
 	waitInventory(ctx, t, c, node)
 	p2 := runPod(ctx, t, c, gpuPod(ns, "p2", 50), node)
 	checkCards(ctx, t, c, p2)
-	before["p2"] = p2.Annotations[api.AnnotationSimulatedContainers]
+	before["p2"] = p2.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]
 
 	// Kubelet (agent) restart; the plugin is restarted with it.
 	restarted := restartAgent(ctx, t, c, node)
@@ -132,8 +132,8 @@ func TestPluginAndKubeletRestartsKeepRunningPodsCards(t *testing.T) {
 		if err != nil || p.Status.Phase != corev1.PodRunning {
 			t.Fatalf("%s after the restarts: %v %v", name, p.Status.Phase, err)
 		}
-		if p.Annotations[api.AnnotationSimulatedContainers] != rec {
-			t.Errorf("%s's record changed across the restarts:\nbefore %s\nafter  %s", name, rec, p.Annotations[api.AnnotationSimulatedContainers])
+		if p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()] != rec {
+			t.Errorf("%s's record changed across the restarts:\nbefore %s\nafter  %s", name, rec, p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()])
 		}
 		checkCards(ctx, t, c, p)
 	}

@@ -69,7 +69,7 @@ func TestForgedRecordGetsNoGPUWithoutThePolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		created.Annotations = map[string]string{api.AnnotationAssignment: s}
+		created.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 		if _, err := c.Client.CoreV1().Pods(ns).Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestForgedRecordGetsNoGPUWithoutThePolicies(t *testing.T) {
 
 	signed := withRecord("signed", true)
 	running := waitRunning(ctx, t, c, ns, signed.Name, node)
-	a, err := api.AssignmentFromPod(running)
+	a, err := api.DefaultNames().AssignmentFromPod(running)
 	if err != nil || keys.Verify(a) != nil {
 		t.Errorf("the served pod's record %+v (%v) does not verify with the key after the plugin's update", a, err)
 	}

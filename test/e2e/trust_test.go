@@ -69,7 +69,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := api.AssignmentFromPod(got)
+		a, err := api.DefaultNames().AssignmentFromPod(got)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +78,10 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.AnnotationAssignment: s}}})
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{api.DefaultNames().AnnotationAssignment(): s}}})
 		return b
 	}
-	removeRecord := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, api.AnnotationAssignment))
+	removeRecord := []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, api.DefaultNames().AnnotationAssignment()))
 
 	// The policies take effect a moment after they are created and the
 	// namespace is labelled: wait for the first denial.
@@ -112,7 +112,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 			t.Fatal(err)
 		}
 		copied := gpuPod(users, "copy", 10)
-		copied.Annotations = map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}
+		copied.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): got.Annotations[api.DefaultNames().AnnotationAssignment()]}
 		_, err = alice.CoreV1().Pods(users).Create(ctx, copied, metav1.CreateOptions{})
 		wantError(t, "", err, "carries the annotation gpushare.example.com/assignment at creation", "Remove the annotation")
 	})
@@ -180,7 +180,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 		got, _ := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
 		b := &corev1.Binding{
-			ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: users, Annotations: map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}},
+			ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: users, Annotations: map[string]string{api.DefaultNames().AnnotationAssignment(): got.Annotations[api.DefaultNames().AnnotationAssignment()]}},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: "trust-a"},
 		}
 		err := mallory.CoreV1().Pods(users).Bind(ctx, b, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -211,7 +211,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		got, _ := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
 		b := &corev1.Binding{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Binding"},
-			ObjectMeta: metav1.ObjectMeta{Name: "idle-legacy", Namespace: users, Annotations: map[string]string{api.AnnotationAssignment: got.Annotations[api.AnnotationAssignment]}},
+			ObjectMeta: metav1.ObjectMeta{Name: "idle-legacy", Namespace: users, Annotations: map[string]string{api.DefaultNames().AnnotationAssignment(): got.Annotations[api.DefaultNames().AnnotationAssignment()]}},
 			Target:     corev1.ObjectReference{Kind: "Node", Name: "trust-a"},
 		}
 		post := func(b *corev1.Binding) error {

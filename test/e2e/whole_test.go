@@ -54,8 +54,8 @@ func TestWholeCardsAreExclusiveOfSharedMemory(t *testing.T) {
 	}
 	// The kubelet's accounts: the shared card is not allocatable whole, and
 	// w1's cards offer no gpu-mem.
-	waitAllocatable(ctx, t, c, node, api.WholeResourceName, 2)
-	waitAllocatable(ctx, t, c, node, api.ResourceName, 40)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().WholeResourceName(), 2)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().ResourceName(), 40)
 
 	// Neither kind fits any more: a whole card and 15 GiB stay Pending.
 	for _, p := range []*corev1.Pod{wholePod(ns, "w2", 1), gpuPod(ns, "s3", 15)} {
@@ -84,8 +84,8 @@ func TestWholeCardsAreExclusiveOfSharedMemory(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("plugin not restarted and registered twice again: %v (registrations %d, before %d)", err, node.Registrations(), regs)
 	}
-	waitAllocatable(ctx, t, c, node, api.WholeResourceName, 2)
-	waitAllocatable(ctx, t, c, node, api.ResourceName, 40)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().WholeResourceName(), 2)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().ResourceName(), 40)
 	for _, p := range []*corev1.Pod{w1, s1, s2} {
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		if err != nil || got.Status.Phase != corev1.PodRunning {
@@ -106,12 +106,12 @@ func TestWholeCardsAreExclusiveOfSharedMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitAllocatable(ctx, t, c, node, api.WholeResourceName, 3)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().WholeResourceName(), 3)
 	w3 := runPod(ctx, t, c, wholePod(ns, "w3", 1), node)
 	if got := checkWholeCards(ctx, t, c, w3, 1); !slices.Equal(got, []string{shared}) {
 		t.Errorf("w3 got %v, want the released card %s", got, shared)
 	}
-	waitAllocatable(ctx, t, c, node, api.ResourceName, 0)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().ResourceName(), 0)
 
 	// The inspector agrees: every card given whole, fully allocated, held by
 	// the right pod.
@@ -159,7 +159,7 @@ func wholePod(ns, name string, n int64) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Containers: []corev1.Container{{
 				Name: "c0", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.WholeResourceName: *resource.NewQuantity(n, resource.DecimalSI)}},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().WholeResourceName(): *resource.NewQuantity(n, resource.DecimalSI)}},
 			}},
 		},
 	}
@@ -178,7 +178,7 @@ func checkWholeCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod 
 			return false, nil
 		}
 		problems = nil
-		a, err := api.AssignmentFromPod(fresh)
+		a, err := api.DefaultNames().AssignmentFromPod(fresh)
 		if err != nil {
 			problems = append(problems, err.Error())
 			return false, nil
@@ -190,12 +190,12 @@ func checkWholeCards(ctx context.Context, t *testing.T, c *cluster.Cluster, pod 
 		}
 		cards = slices.Sorted(slices.Values(w.CardUUIDs))
 		rec := containerRecord(t, fresh, "c0")
-		ids := slices.Sorted(slices.Values(rec.DeviceIDs[string(api.WholeResourceName)]))
+		ids := slices.Sorted(slices.Values(rec.DeviceIDs[string(api.DefaultNames().WholeResourceName())]))
 		if !slices.Equal(ids, cards) {
 			problems = append(problems, fmt.Sprintf("kubelet gave %v, record says %v", ids, cards))
 		}
-		if len(rec.DeviceIDs[string(api.ResourceName)]) != 0 {
-			problems = append(problems, fmt.Sprintf("container also holds gpu-mem units %v", rec.DeviceIDs[string(api.ResourceName)]))
+		if len(rec.DeviceIDs[string(api.DefaultNames().ResourceName())]) != 0 {
+			problems = append(problems, fmt.Sprintf("container also holds gpu-mem units %v", rec.DeviceIDs[string(api.DefaultNames().ResourceName())]))
 		}
 		var mounts []string
 		for _, m := range rec.Mounts {
@@ -230,7 +230,7 @@ func waitAllocatable(ctx context.Context, t *testing.T, c *cluster.Cluster, node
 // waitWholeAllocatable waits until the node offers want whole cards.
 func waitWholeAllocatable(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node, want int64) {
 	t.Helper()
-	waitAllocatable(ctx, t, c, node, api.WholeResourceName, want)
+	waitAllocatable(ctx, t, c, node, api.DefaultNames().WholeResourceName(), want)
 }
 
 // waitFailedScheduling waits for kube-scheduler's FailedScheduling event on

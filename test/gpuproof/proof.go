@@ -178,7 +178,7 @@ func (p *proof) discover() bool {
 	if !r.check(err == nil, "inventory encodes (err %v)", err) {
 		return false
 	}
-	r.info("annotation %s: %s", api.AnnotationInventory, enc)
+	r.info("annotation %s: %s", api.DefaultNames().AnnotationInventory(), enc)
 	back, err := api.DecodeInventory(enc)
 	want := int64(0)
 	for _, c := range cards {

@@ -75,7 +75,7 @@ type Config struct {
 	// Clock is the agent's clock (default the real one).
 	Clock clock.WithTicker
 	// GPUProcessesFile, when set, is the simulated NVML's process file the
-	// agent keeps (gpuuse.go): pods' api.AnnotationSimulatedGPUUse become
+	// agent keeps (gpuuse.go): pods' api.Names.AnnotationSimulatedGPUUse become
 	// real processes in kubelet-named cgroups, listed there with their memory.
 	GPUProcessesFile string
 }

@@ -56,7 +56,7 @@ func (f *fakeDM) GetDeviceRunContainerOptions(pod *corev1.Pod, c *corev1.Contain
 }
 
 func (f *fakeDM) GetDevices(podUID, containerName string) devicemanager.ResourceDeviceInstances {
-	return devicemanager.ResourceDeviceInstances{string(api.ResourceName): {"GPU-a::" + containerName: {ID: "GPU-a::" + containerName}}}
+	return devicemanager.ResourceDeviceInstances{string(api.DefaultNames().ResourceName()): {"GPU-a::" + containerName: {ID: "GPU-a::" + containerName}}}
 }
 
 func (f *fakeDM) GetAllocatableDevices() devicemanager.ResourceDeviceInstances { return nil }
@@ -89,7 +89,7 @@ func gpuPod(name string, created time.Time, containers ...string) *corev1.Pod {
 	}
 	for _, c := range containers {
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: "pause",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.ResourceName: resource.MustParse("1")}}})
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("1")}}})
 	}
 	return p
 }
@@ -161,9 +161,9 @@ func TestPodsWaitingTogetherAreAdmittedOldestFirstAndRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ContainerRecords{Version: RecordVersion, Node: testNode, Containers: []ContainerRecord{
-		{Name: "a", DeviceIDs: map[string][]string{string(api.ResourceName): {"GPU-a::a"}}, Env: map[string]string{"CARD": "old-a"},
+		{Name: "a", DeviceIDs: map[string][]string{string(api.DefaultNames().ResourceName()): {"GPU-a::a"}}, Env: map[string]string{"CARD": "old-a"},
 			Mounts: []Mount{{ContainerPath: "/dev/card/a", HostPath: "/dev/null", ReadOnly: true}}},
-		{Name: "b", DeviceIDs: map[string][]string{string(api.ResourceName): {"GPU-a::b"}}, Env: map[string]string{"CARD": "old-b"},
+		{Name: "b", DeviceIDs: map[string][]string{string(api.DefaultNames().ResourceName()): {"GPU-a::b"}}, Env: map[string]string{"CARD": "old-b"},
 			Mounts: []Mount{{ContainerPath: "/dev/card/b", HostPath: "/dev/null", ReadOnly: true}}},
 	}}
 	if diff := cmp.Diff(want, recs); diff != "" {
@@ -184,13 +184,13 @@ func TestFailedAllocateRejectsPodWithKubeletReason(t *testing.T) {
 	if want := "Allocate failed due to pod has no assignment, which is unexpected"; p.Status.Message != want {
 		t.Errorf("message %q, want %q", p.Status.Message, want)
 	}
-	if _, ok := p.Annotations[api.AnnotationSimulatedContainers]; ok {
+	if _, ok := p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
 		t.Errorf("rejected pod has a record")
 	}
 }
 
 func TestNodeIsRegisteredReadyWithDeviceCapacity(t *testing.T) {
-	dm := &fakeDM{capacity: corev1.ResourceList{api.ResourceName: resource.MustParse("80")}}
+	dm := &fakeDM{capacity: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("80")}}
 	client := runAgent(t, dm)
 	var node *corev1.Node
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -199,11 +199,11 @@ func TestNodeIsRegisteredReadyWithDeviceCapacity(t *testing.T) {
 			return false, nil
 		}
 		node = n
-		q := n.Status.Allocatable[api.ResourceName]
+		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		return q.Value() == 80, nil
 	})
 	if err != nil {
-		t.Fatalf("node never got 80 %s: %+v", api.ResourceName, node)
+		t.Fatalf("node never got 80 %s: %+v", api.DefaultNames().ResourceName(), node)
 	}
 	ready := false
 	for _, c := range node.Status.Conditions {

@@ -26,7 +26,7 @@ import (
 )
 
 // gpuProcs plays the GPU processes of the node's containers: for every
-// container a pod's api.AnnotationSimulatedGPUUse names, one real process
+// container a pod's api.Names.AnnotationSimulatedGPUUse names, one real process
 // (sleep) inside a cgroup named like the kubelet's cgroupfs driver makes it,
 // <root>/kubepods/burstable/pod<uid>/<container ID>, so that the device
 // plugin's /proc/<pid>/cgroup mapping is the real one; and the simulated
@@ -91,12 +91,12 @@ func parseGPUUse(s string) ([]gpuUse, error) {
 		mibS, cardS, onCard := strings.Cut(rest, "@")
 		mib, err := strconv.ParseUint(mibS, 10, 64)
 		if !ok || err != nil || name == "" {
-			return nil, fmt.Errorf("%s %q: want container=MiB[@cardIndex]", api.AnnotationSimulatedGPUUse, item)
+			return nil, fmt.Errorf("%s %q: want container=MiB[@cardIndex]", api.DefaultNames().AnnotationSimulatedGPUUse(), item)
 		}
 		u := gpuUse{container: name, mib: mib, card: -1}
 		if onCard {
 			if u.card, err = strconv.Atoi(cardS); err != nil || u.card < 0 {
-				return nil, fmt.Errorf("%s %q: card index %q", api.AnnotationSimulatedGPUUse, item, cardS)
+				return nil, fmt.Errorf("%s %q: card index %q", api.DefaultNames().AnnotationSimulatedGPUUse(), item, cardS)
 			}
 		}
 		out = append(out, u)
@@ -107,7 +107,7 @@ func parseGPUUse(s string) ([]gpuUse, error) {
 // startPod starts the pod's GPU processes. cardOf gives a container's card
 // index from the devices the device manager gave it (-1: none).
 func (a *Agent) startGPUProcesses(ctx context.Context, pod *corev1.Pod, cardOf func(container string) int) error {
-	s, ok := pod.Annotations[api.AnnotationSimulatedGPUUse]
+	s, ok := pod.Annotations[api.DefaultNames().AnnotationSimulatedGPUUse()]
 	if !ok || a.gpu == nil {
 		return nil
 	}
@@ -121,7 +121,7 @@ func (a *Agent) startGPUProcesses(ctx context.Context, pod *corev1.Pod, cardOf f
 			card = cardOf(u.container)
 		}
 		if card < 0 {
-			return fmt.Errorf("%s: container %s has no card; name one with @cardIndex", api.AnnotationSimulatedGPUUse, u.container)
+			return fmt.Errorf("%s: container %s has no card; name one with @cardIndex", api.DefaultNames().AnnotationSimulatedGPUUse(), u.container)
 		}
 		pid, err := a.gpu.start(pod, u.container, card, u.mib)
 		if err != nil {
@@ -225,7 +225,7 @@ func (a *Agent) cardIndexes(ctx context.Context) map[string]int {
 	if err != nil {
 		return out
 	}
-	inv, err := api.InventoryFromNode(n)
+	inv, err := api.DefaultNames().InventoryFromNode(n)
 	if err != nil {
 		return out
 	}

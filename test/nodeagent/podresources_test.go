@@ -49,7 +49,7 @@ func TestPodResourcesAPIListsTheDeviceManagersDevicesPerContainer(t *testing.T) 
 		t.Fatalf("List = %v, want pod p with one container", resp)
 	}
 	devs := resp.PodResources[0].Containers[0].Devices
-	if len(devs) != 1 || devs[0].ResourceName != string(api.ResourceName) || len(devs[0].DeviceIds) != 1 || devs[0].DeviceIds[0] != "GPU-a::main" {
-		t.Errorf("container devices = %v, want GPU-a::main of %s", devs, api.ResourceName)
+	if len(devs) != 1 || devs[0].ResourceName != string(api.DefaultNames().ResourceName()) || len(devs[0].DeviceIds) != 1 || devs[0].DeviceIds[0] != "GPU-a::main" {
+		t.Errorf("container devices = %v, want GPU-a::main of %s", devs, api.DefaultNames().ResourceName())
 	}
 }

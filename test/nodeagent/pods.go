@@ -138,7 +138,7 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 		return
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{api.AnnotationSimulatedContainers: value},
+		"annotations": map[string]string{api.DefaultNames().AnnotationSimulatedContainers(): value},
 	}})
 	if _, err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		logger.Error(err, "Recording container run options on the pod; will retry")

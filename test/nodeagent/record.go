@@ -15,7 +15,7 @@ import (
 const RecordVersion = 1
 
 // ContainerRecords is what the agent writes on an admitted pod in
-// api.AnnotationSimulatedContainers: per container, what the real kubelet
+// api.Names.AnnotationSimulatedContainers: per container, what the real kubelet
 // device manager handed to it. A container runtime would turn exactly this
 // into the container's environment and bind mounts.
 type ContainerRecords struct {
@@ -72,18 +72,18 @@ func (r ContainerRecords) Encode() (string, error) {
 	return string(b), nil
 }
 
-// RecordsFromPod decodes the pod's api.AnnotationSimulatedContainers.
+// RecordsFromPod decodes the pod's api.Names.AnnotationSimulatedContainers.
 func RecordsFromPod(pod *corev1.Pod) (ContainerRecords, error) {
-	v, ok := pod.Annotations[api.AnnotationSimulatedContainers]
+	v, ok := pod.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]
 	if !ok {
-		return ContainerRecords{}, fmt.Errorf("pod %s/%s has no %s annotation (not admitted by a node agent yet?)", pod.Namespace, pod.Name, api.AnnotationSimulatedContainers)
+		return ContainerRecords{}, fmt.Errorf("pod %s/%s has no %s annotation (not admitted by a node agent yet?)", pod.Namespace, pod.Name, api.DefaultNames().AnnotationSimulatedContainers())
 	}
 	var r ContainerRecords
 	if err := json.Unmarshal([]byte(v), &r); err != nil {
-		return ContainerRecords{}, fmt.Errorf("decode %s on pod %s/%s: %w", api.AnnotationSimulatedContainers, pod.Namespace, pod.Name, err)
+		return ContainerRecords{}, fmt.Errorf("decode %s on pod %s/%s: %w", api.DefaultNames().AnnotationSimulatedContainers(), pod.Namespace, pod.Name, err)
 	}
 	if r.Version != RecordVersion {
-		return ContainerRecords{}, fmt.Errorf("%s on pod %s/%s has version %d, want %d", api.AnnotationSimulatedContainers, pod.Namespace, pod.Name, r.Version, RecordVersion)
+		return ContainerRecords{}, fmt.Errorf("%s on pod %s/%s has version %d, want %d", api.DefaultNames().AnnotationSimulatedContainers(), pod.Namespace, pod.Name, r.Version, RecordVersion)
 	}
 	return r, nil
 }

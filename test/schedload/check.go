@@ -56,7 +56,7 @@ func (p *problems) list() []string {
 
 // CheckAssignments checks a burst scheduled by the gpushare extender: every
 // pod of the namespace is bound and carries a valid assignment record
-// (api.AssignmentFromPod: it decodes, validates, names the pod's UID, the node
+// (api.Names.AssignmentFromPod: it decodes, validates, names the pod's UID, the node
 // it is bound to and the units each container asks), every card it names is
 // in that node's inventory under that index, and per card the units of all
 // records (of every namespace: other pods may share the cards) are at most the
@@ -88,7 +88,7 @@ func checkAssignments(pods, everyPod []corev1.Pod, nodes map[string]*corev1.Node
 			continue
 		}
 		r.Bound++
-		asg, err := api.AssignmentFromPod(pod)
+		asg, err := api.DefaultNames().AssignmentFromPod(pod)
 		if err != nil {
 			p.add("pod %s on %s: %v", pod.Name, pod.Spec.NodeName, err)
 			continue
@@ -111,7 +111,7 @@ func checkAssignments(pods, everyPod []corev1.Pod, nodes map[string]*corev1.Node
 		if pod.Spec.NodeName == "" {
 			continue
 		}
-		asg, err := api.AssignmentFromPod(pod)
+		asg, err := api.DefaultNames().AssignmentFromPod(pod)
 		if err != nil {
 			continue
 		}
@@ -127,7 +127,7 @@ func checkAssignments(pods, everyPod []corev1.Pod, nodes map[string]*corev1.Node
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].node+keys[i].uuid < keys[j].node+keys[j].uuid })
 	for _, k := range keys {
-		inv, err := api.InventoryFromNode(nodes[k.node])
+		inv, err := api.DefaultNames().InventoryFromNode(nodes[k.node])
 		if err != nil {
 			continue // reported above for the namespace's pods
 		}
@@ -153,7 +153,7 @@ func cardsInInventory(asg api.Assignment, node *corev1.Node) string {
 	if node == nil {
 		return fmt.Sprintf("bound to node %s, which does not exist", asg.Node)
 	}
-	inv, err := api.InventoryFromNode(node)
+	inv, err := api.DefaultNames().InventoryFromNode(node)
 	if err != nil {
 		return err.Error()
 	}
@@ -192,7 +192,7 @@ func checkBound(pods []corev1.Pod, nodes map[string]*corev1.Node) Report {
 			continue
 		}
 		r.Bound++
-		req, err := api.RequestFromPod(pod)
+		req, err := api.DefaultNames().RequestFromPod(pod)
 		if err != nil {
 			p.add("pod %s: %v", pod.Name, err)
 			continue
@@ -213,9 +213,9 @@ func checkBound(pods []corev1.Pod, nodes map[string]*corev1.Node) Report {
 			p.add("pods bound to node %s, which does not exist", n)
 			continue
 		}
-		alloc := node.Status.Allocatable[api.ResourceName]
+		alloc := node.Status.Allocatable[api.DefaultNames().ResourceName()]
 		if asked[n] > alloc.Value() {
-			p.add("node %s over its allocatable %s: %d asked, %d allocatable", n, api.ResourceName, asked[n], alloc.Value())
+			p.add("node %s over its allocatable %s: %d asked, %d allocatable", n, api.DefaultNames().ResourceName(), asked[n], alloc.Value())
 		}
 	}
 	r.Problems = p.list()

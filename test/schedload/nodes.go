@@ -85,13 +85,13 @@ func (f Fleet) Node(name string) (*corev1.Node, error) {
 		return nil, err
 	}
 	res := NodeCapacity.DeepCopy()
-	res[api.ResourceName] = *resource.NewQuantity(int64(f.CardsPerNode)*f.CardUnits, resource.DecimalSI)
+	res[api.DefaultNames().ResourceName()] = *resource.NewQuantity(int64(f.CardsPerNode)*f.CardUnits, resource.DecimalSI)
 	now := metav1.Now()
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
 			Labels:      map[string]string{api.LabelEnabled: "true", corev1.LabelHostname: name, corev1.LabelOSStable: "linux"},
-			Annotations: map[string]string{api.AnnotationInventory: inv},
+			Annotations: map[string]string{api.DefaultNames().AnnotationInventory(): inv},
 		},
 		Status: corev1.NodeStatus{
 			Capacity:    res,

@@ -48,7 +48,7 @@ func (b Burst) Pod(i int) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name: "app", Image: "registry.k8s.io/pause:3.10",
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-					api.ResourceName: *resource.NewQuantity(b.Units, resource.DecimalSI),
+					api.DefaultNames().ResourceName(): *resource.NewQuantity(b.Units, resource.DecimalSI),
 				}},
 			}},
 		},

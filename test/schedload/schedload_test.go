@@ -54,11 +54,11 @@ func TestCreateNodesLeavesReadyUntaintedNodesWithInventory(t *testing.T) {
 		if n.Labels[api.LabelEnabled] != "true" {
 			t.Errorf("node %s lacks label %s=true", n.Name, api.LabelEnabled)
 		}
-		inv, err := api.InventoryFromNode(&n)
+		inv, err := api.DefaultNames().InventoryFromNode(&n)
 		if err != nil {
 			t.Fatalf("node %s: %v", n.Name, err)
 		}
-		alloc := n.Status.Allocatable[api.ResourceName]
+		alloc := n.Status.Allocatable[api.DefaultNames().ResourceName()]
 		if inv.TotalUnits() != 640 || alloc.Value() != 640 {
 			t.Errorf("node %s: inventory %d units, allocatable %d, want 640 both", n.Name, inv.TotalUnits(), alloc.Value())
 		}
@@ -124,7 +124,7 @@ func withRecord(t *testing.T, p corev1.Pod, node, uuid string, index int, units 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Annotations = map[string]string{api.AnnotationAssignment: s}
+	p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
 	return p
 }
 

@@ -112,10 +112,20 @@ programs follow the update (docs/security.md). */}}
   ignorable: false
   httpTimeout: {{ .Values.scheduler.httpTimeout }}
   managedResources:
-    - name: example.com/gpu-mem
+    - name: {{ .Values.names.resourceName }}
       ignoredByScheduler: false
-    - name: example.com/gpu
+    - name: {{ .Values.names.wholeResourceName }}
       ignoredByScheduler: false
+{{- end -}}
+
+{{/* The names every program is given (values names.*): the same three in every program. */}}
+{{- define "gpushare.namesEnv" -}}
+- name: GPUSHARE_DOMAIN
+  value: {{ .Values.names.domain | quote }}
+- name: GPUSHARE_RESOURCE_NAME
+  value: {{ .Values.names.resourceName | quote }}
+- name: GPUSHARE_WHOLE_RESOURCE_NAME
+  value: {{ .Values.names.wholeResourceName | quote }}
 {{- end -}}
 
 {{/* Contradictory values fail at render time, with a message that says what to change. */}}

@@ -40,7 +40,7 @@ func Make(node, name string, age int) *Builder {
 func (b *Builder) Container(name string, units int64) *Builder {
 	c := corev1.Container{Name: name}
 	if units > 0 {
-		c.Resources.Limits = corev1.ResourceList{api.ResourceName: *resource.NewQuantity(units, resource.DecimalSI)}
+		c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}
 	}
 	b.pod.Spec.Containers = append(b.pod.Spec.Containers, c)
 	return b
@@ -52,7 +52,7 @@ func (b *Builder) Assign(phase api.AssignmentPhase, cards ...Card) *Builder {
 	a := api.Assignment{Version: api.AssignmentVersion, PodUID: b.pod.UID, Node: b.pod.Spec.NodeName, Unit: api.UnitGiB, Phase: phase}
 	i := 0
 	for _, c := range b.pod.Spec.Containers {
-		q, ok := c.Resources.Limits[api.ResourceName]
+		q, ok := c.Resources.Limits[api.DefaultNames().ResourceName()]
 		if !ok {
 			continue
 		}
@@ -66,14 +66,14 @@ func (b *Builder) Assign(phase api.AssignmentPhase, cards ...Card) *Builder {
 	if b.pod.Annotations == nil {
 		b.pod.Annotations = map[string]string{}
 	}
-	b.pod.Annotations[api.AnnotationAssignment] = s
+	b.pod.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 
 // Sign signs the pod's assignment with keys, as the extender does; edit,
 // when set, changes the record after signing (a tampered record).
 func (b *Builder) Sign(keys api.RecordKeys, edit func(*api.Assignment)) *Builder {
-	a, err := api.DecodeAssignment(b.pod.Annotations[api.AnnotationAssignment])
+	a, err := api.DecodeAssignment(b.pod.Annotations[api.DefaultNames().AnnotationAssignment()])
 	if err != nil {
 		panic(err)
 	}
@@ -87,14 +87,14 @@ func (b *Builder) Sign(keys api.RecordKeys, edit func(*api.Assignment)) *Builder
 	if err != nil {
 		panic(err)
 	}
-	b.pod.Annotations[api.AnnotationAssignment] = s
+	b.pod.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 
-// Whole adds an app container limiting n whole cards (api.WholeResourceName).
+// Whole adds an app container limiting n whole cards (api.Names.WholeResourceName).
 func (b *Builder) Whole(name string, n int64) *Builder {
 	c := corev1.Container{Name: name}
-	c.Resources.Limits = corev1.ResourceList{api.WholeResourceName: *resource.NewQuantity(n, resource.DecimalSI)}
+	c.Resources.Limits = corev1.ResourceList{api.DefaultNames().WholeResourceName(): *resource.NewQuantity(n, resource.DecimalSI)}
 	b.pod.Spec.Containers = append(b.pod.Spec.Containers, c)
 	return b
 }
@@ -105,13 +105,13 @@ func (b *Builder) Whole(name string, n int64) *Builder {
 func (b *Builder) AssignWhole(phase api.AssignmentPhase, shares []Card, whole []Card) *Builder {
 	a := api.Assignment{Version: api.AssignmentVersion, PodUID: b.pod.UID, Node: b.pod.Spec.NodeName, Unit: api.UnitGiB, Phase: phase}
 	for _, c := range b.pod.Spec.Containers {
-		if q, ok := c.Resources.Limits[api.ResourceName]; ok {
+		if q, ok := c.Resources.Limits[api.DefaultNames().ResourceName()]; ok {
 			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: shares[0].UUID, CardIndex: shares[0].Index, Units: q.Value()})
 			shares = shares[1:]
 		}
 	}
 	for _, c := range b.pod.Spec.Containers {
-		q, ok := c.Resources.Limits[api.WholeResourceName]
+		q, ok := c.Resources.Limits[api.DefaultNames().WholeResourceName()]
 		if !ok {
 			continue
 		}
@@ -130,7 +130,7 @@ func (b *Builder) AssignWhole(phase api.AssignmentPhase, shares []Card, whole []
 	if b.pod.Annotations == nil {
 		b.pod.Annotations = map[string]string{}
 	}
-	b.pod.Annotations[api.AnnotationAssignment] = s
+	b.pod.Annotations[api.DefaultNames().AnnotationAssignment()] = s
 	return b
 }
 
