@@ -26,6 +26,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -129,6 +130,9 @@ type Cache struct {
 	workload     *allocator.Workload
 	workloadDirt bool
 	synced       bool
+	// handlers report whether the cache's informer handlers processed their
+	// initial lists (Attach; WaitForSync waits for them).
+	handlers []toolscache.InformerSynced
 	// keys verify records (nil: every record that decodes and belongs to
 	// its pod counts).
 	keys api.RecordKeyring

@@ -24,7 +24,7 @@ func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.Pod
 	if err := nodes.Informer().SetTransform(stripManagedFields); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
 	}
-	if _, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	podReg, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onPod(obj) },
 		UpdateFunc: func(_, obj any) { c.onPod(obj) },
 		DeleteFunc: func(obj any) {
@@ -35,10 +35,11 @@ func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.Pod
 				c.DeletePod(p.UID)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
-	if _, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+	nodeReg, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.onNode(obj) },
 		UpdateFunc: func(_, obj any) { c.onNode(obj) },
 		DeleteFunc: func(obj any) {
@@ -49,9 +50,13 @@ func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.Pod
 				c.DeleteNode(n.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("node informer: %w", err)
 	}
+	c.mu.Lock()
+	c.handlers = append(c.handlers, podReg.HasSynced, nodeReg.HasSynced)
+	c.mu.Unlock()
 	return pods.Lister(), nil
 }
 
@@ -67,13 +72,23 @@ func (c *Cache) onNode(obj any) {
 	}
 }
 
-// WaitForSync waits for the factory's started informers to sync, then marks
-// the cache synced (readyz turns ready). It fails if ctx ends first.
+// WaitForSync waits for the factory's started informers to sync and for the
+// cache's own handlers to have processed their initial lists, then marks the
+// cache synced (readyz turns ready). An informer's store can be complete
+// while its handlers still run: marking the cache synced then would decide
+// on nodes it does not know yet and count too little of what pods hold. It
+// fails if ctx ends first.
 func (c *Cache) WaitForSync(ctx context.Context, factory informers.SharedInformerFactory) error {
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("informer for %v did not sync: %w", typ, ctx.Err())
 		}
+	}
+	c.mu.RLock()
+	handlers := append([]toolscache.InformerSynced(nil), c.handlers...)
+	c.mu.RUnlock()
+	if !toolscache.WaitForCacheSync(ctx.Done(), handlers...) {
+		return fmt.Errorf("the cache's handlers did not process the informers' initial lists: %w", ctx.Err())
 	}
 	c.MarkSynced()
 	klog.FromContext(ctx).Info("Informer caches synced")
