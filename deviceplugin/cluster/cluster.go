@@ -68,12 +68,17 @@ func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
 	}))
 	pi := c.podFactory.Core().V1().Pods()
 	c.pods = pi.Lister()
-	c.podsSynced = pi.Informer().HasSynced
-	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// Synced once the arrival handler has seen the initial list too, not
+	// only the informer's store: the queue orders pods by arrival.
+	reg, err := pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.arrived,
 		UpdateFunc: func(_, obj any) { c.arrived(obj) },
 		DeleteFunc: c.departed,
 	})
+	c.podsSynced = pi.Informer().HasSynced
+	if err == nil {
+		c.podsSynced = reg.HasSynced
+	}
 	c.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
