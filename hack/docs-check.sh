@@ -8,7 +8,7 @@
 #                here), unless listed below as another program's flag
 #   metric       gpushare_foo anywhere (a histogram's _bucket/_sum/_count too)
 #                                                             -> the string "gpushare_foo" in Go code
-#   key          gpushare.example.com/foo anywhere           -> Prefix + "foo" in api/
+#   key          gpushare.example.com/foo anywhere           -> n.key("foo") or a key* constant in api/names.go
 #
 # Then it checks itself: hack/testdata/docs-check-broken.md names one missing name of each kind,
 # and each must be reported. DOCS="a.md b.md" checks other files instead of the user docs.
@@ -21,7 +21,7 @@ broken=hack/testdata/docs-check-broken.md
 # Flags the docs name that belong to other programs. A flag of ours missing from a --help is
 # never to be added here: fix the doc.
 external="
---replicas --dry-run --all-containers --prefix --overwrite --type
+--replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data
 --create-namespace
 --endpoint-reconciler-type
 --write-config-to
@@ -50,7 +50,8 @@ tr -s ' \n' '\n\n' <<<"$external" | { grep . || true; } >>"$tmp/flags"
 git ls-files '*.go' | grep -v '_test\.go$' | xargs grep -ohE '"gpushare_[a-z0-9_]+"' | tr -d '"' | sort -u >"$tmp/metrics"
 for s in bucket sum count; do sed "s/\$/_$s/" "$tmp/metrics"; done >>"$tmp/metrics"
 
-grep -ohE 'Prefix \+ "[a-z0-9.-]+"' api/*.go | grep -oE '"[^"]+"' | tr -d '"' |
+# Keys are derived from the configured domain in api/names.go: n.key("foo") and the key* constants.
+grep -ohE '(n\.key\("[a-z0-9.-]+"\)|key[A-Za-z]+ += "[a-z0-9.-]+")' api/*.go | grep -oE '"[^"]+"' | tr -d '"' |
 	sed 's|^|gpushare.example.com/|' | sort -u >"$tmp/keys"
 
 # code FILE...: "file:line:text" for the text of every inline code span and code-block line.
