@@ -1,0 +1,127 @@
+package cache
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
+
+// Assume records a's units for the pod before bind writes to the API; req is
+// the pod's request as bind read it (api.Names.RequestFromPod), whose CPU and
+// memory the node's HostFree loses. basis is the snapshot the assignment was
+// decided on: if the node changed since (another bind assumed a pod there, a
+// pod finished, the inventory changed), Assume fails with ErrStale and
+// nothing is recorded; decide again.
+func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error {
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	host := allocator.HostResources(req.Host)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.pods[pod.UID]; ok {
+		if old.state != Assumed || !old.bindDone {
+			return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
+		}
+		// kube-scheduler binds the pod again, so the earlier bind, whose
+		// outcome was unknown (FinishBinding), did not bind it. Release the
+		// earlier units; the snapshot changed, so the caller decides again
+		// on one without them.
+		c.remove(old)
+		return ErrStale
+	}
+	n, ok := c.nodes[a.Node]
+	if !ok || !n.known {
+		return fmt.Errorf("%w: %s", ErrUnknownNode, a.Node)
+	}
+	if n.snap != basis {
+		return ErrStale
+	}
+	// Defence in depth: the decision was made on this very snapshot, but
+	// check the invariant anyway.
+	add := map[string]int64{}
+	for _, ca := range a.Containers {
+		add[ca.CardUUID] += ca.Units
+	}
+	for _, uuid := range a.WholeCardUUIDs() {
+		found := false
+		for _, card := range n.snap.Cards {
+			if card.UUID == uuid {
+				found = true
+				if !card.Schedulable() || card.Used > 0 || card.Whole {
+					return fmt.Errorf("%w: card %d cannot be given whole: it has %d units used, held whole: %v", ErrOverCapacity, card.Index, card.Used, card.Whole)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
+		}
+	}
+	for uuid, units := range add {
+		found := false
+		for _, card := range n.snap.Cards {
+			if card.UUID == uuid {
+				found = true
+				if !card.Schedulable() || card.Whole || card.Used+units > card.Capacity {
+					return fmt.Errorf("%w: card %d has %d of %d units used, asked for %d more", ErrOverCapacity, card.Index, card.Used, card.Capacity, units)
+				}
+			}
+		}
+		if !found {
+			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
+		}
+	}
+	c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Assumed})
+	return nil
+}
+
+// Forget drops an assumption whose API writes failed. A pod the informer has
+// confirmed meanwhile is left alone.
+func (c *Cache) Forget(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.state == Assumed {
+		c.remove(p)
+	}
+}
+
+// FinishBinding ends an assumption's bind: its API write succeeded, or its
+// outcome is unknown (the request timed out or its connection broke). Either
+// way its units stay counted until the informer shows the pod bound
+// (confirmed) or deleted, the assume TTL passes, or kube-scheduler binds the
+// pod again (then the pod was not bound, and Assume releases these units).
+// Counting units that may be free is safe; forgetting units that may be held
+// is not.
+func (c *Cache) FinishBinding(uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.pods[uid]; ok && p.state == Assumed {
+		p.bindDone = true
+		p.deadline = c.clock.Now().Add(c.assumeTTL)
+	}
+}
+
+// CleanupExpired drops assumed pods whose bind finished more than the assume
+// TTL ago without the informer confirming them (the pod was deleted before
+// the informer saw it bound). It returns how many were dropped.
+func (c *Cache) CleanupExpired() int {
+	now := c.clock.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var expired []*podState
+	for _, p := range c.pods {
+		if p.state == Assumed && p.bindDone && now.After(p.deadline) {
+			expired = append(expired, p)
+		}
+	}
+	for _, p := range expired {
+		klog.V(2).InfoS("Assumed pod expired without confirmation", "pod", klog.KRef(p.namespace, p.name), "node", p.node)
+		c.remove(p)
+	}
+	return len(expired)
+}
