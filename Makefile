@@ -83,11 +83,29 @@ bench-packing: ## replay the openb traces for every policy, table beside the FGD
 	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
 	$(BIN)/gpushare-simulate -traces $(TRACES) -workloads $(VARIANTS) $(if $(POLICIES),-policies $(POLICIES)) -png $(BIN)/packing-curves.png -quiet
 
-IMAGE ?= gpushare:dev
+# Images: no container engine needed (hack/image.sh, docs/install.md "Images"). IMAGE is the
+# reference the archive names (default: the chart's repository and appVersion); PUSH=registry/repo:tag
+# also pushes it.
+IMAGE     ?=
+PLATFORMS ?= linux/amd64 linux/arm64
+PUSH      ?=
+IMAGE_OUT ?= $(BIN)/image
+.PHONY: image image-base-update image-check
+image: ## the gpushare image for linux/amd64 and linux/arm64 as an OCI archive in bin/image/gpushare.oci.tar (digests and sizes printed; PUSH=registry/repo:tag pushes)
+	IMAGE=$(IMAGE) PLATFORMS="$(PLATFORMS)" PUSH=$(PUSH) IMAGE_OUT=$(IMAGE_OUT) GO=$(GO) hack/image.sh
 
-image: ## container image (needs a Docker engine; without one, builds the binaries the image would hold)
-	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
-	else echo "no Docker engine here: building the image's binaries with 'make build' instead"; $(MAKE) build; fi
+image-base-update: ## re-pin the image's Debian base packages (hack/image/debian.lock) to apt's current versions
+	hack/image.sh update-base
+
+image-check: ## build the image twice into two folders and fail unless both give the same digests (part of `make test`)
+	@rm -rf $(BIN)/image-a $(BIN)/image-b
+	@$(MAKE) --no-print-directory image IMAGE_OUT=$(BIN)/image-a > $(BIN)/image-a.txt; rc=$$?; cat $(BIN)/image-a.txt; exit $$rc
+	@$(MAKE) --no-print-directory image IMAGE_OUT=$(BIN)/image-b > $(BIN)/image-b.txt
+	@a=$$(grep -E 'index|sha256:' $(BIN)/image-a.txt ); b=$$(grep -E 'index|sha256:' $(BIN)/image-b.txt); \
+	  if [ -z "$$a" ]; then echo "image-check: no digest printed"; exit 1; fi; \
+	  if [ "$$a" != "$$b" ]; then printf 'image-check: two builds of one commit differ:\n%s\n--\n%s\n' "$$a" "$$b"; exit 1; fi; \
+	  cmp -s $(BIN)/image-a/gpushare.oci.tar $(BIN)/image-b/gpushare.oci.tar || { echo "image-check: the archives differ"; exit 1; }; \
+	  echo "image-check: two builds, one digest"
 
 # End-to-end: a real control plane on 127.0.0.1 (hack/cluster.sh) and simulated GPU
 # nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
