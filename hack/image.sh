@@ -5,7 +5,8 @@
 # Debian's gcc-aarch64-linux-gnu), the base layer from the pinned Debian packages of
 # hack/image/debian.lock, assembled with go-containerregistry (hack/image) into one OCI archive.
 #
-#   hack/image.sh              build (IMAGE, PLATFORMS, IMAGE_OUT, PUSH from the environment)
+#   hack/image.sh              build (IMAGE, PLATFORMS, IMAGE_OUT, PUSH, IMAGE_REVISION: the
+#                              revision label, default the commit, from the environment)
 #   hack/image.sh update-base  rewrite hack/image/debian.lock from apt's current candidates
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -102,7 +103,7 @@ for platform in $PLATFORMS; do
 	base_tar "$arch" "$dir/libc6.tar"
 	args+=(--platform "$platform=$dir=$dir/libc6.tar")
 done
-revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+revision=${IMAGE_REVISION:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 $GO run ./hack/image --name "$IMAGE" --out "$OUT/gpushare.oci.tar" "${args[@]}" \
 	--label "org.opencontainers.image.source=https://github.com/gpushare/gpushare" \
 	--label "org.opencontainers.image.revision=$revision" \

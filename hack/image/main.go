@@ -80,8 +80,8 @@ func run(ref, out, push string, platforms []string, labels map[string]string) er
 	}
 	fmt.Printf("%s\n  index %s\n  archive %s\n", ref, d, out)
 	for _, s := range sums {
-		fmt.Printf("  %-12s %s  %5.1f MiB compressed, %5.1f MiB unpacked\n", s.Platform, s.Digest,
-			float64(s.Compressed)/(1<<20), float64(s.Uncompressed)/(1<<20))
+		fmt.Printf("  %-12s %s  %5.1f MiB compressed, %5.1f MiB unpacked, image ID %s\n", s.Platform, s.Digest,
+			float64(s.Compressed)/(1<<20), float64(s.Uncompressed)/(1<<20), s.Config)
 	}
 	if push != "" {
 		if err := ociimage.Push(push, idx); err != nil {

@@ -193,11 +193,12 @@ func Push(ref string, idx v1.ImageIndex, opts ...remote.Option) error {
 	return nil
 }
 
-// Summary describes one platform's image: its manifest digest, compressed size (what a node
-// pulls) and uncompressed size (what it unpacks).
+// Summary describes one platform's image: its manifest digest, its config digest (the image ID
+// containerd and the kubelet report as a container's imageID when the image came from an archive),
+// compressed size (what a node pulls) and uncompressed size (what it unpacks).
 type Summary struct {
 	Platform                 string
-	Digest                   v1.Hash
+	Digest, Config           v1.Hash
 	Compressed, Uncompressed int64
 }
 
@@ -214,6 +215,9 @@ func Summarize(idx v1.ImageIndex) ([]Summary, error) {
 			return nil, err
 		}
 		s := Summary{Digest: d.Digest}
+		if s.Config, err = img.ConfigName(); err != nil {
+			return nil, err
+		}
 		if d.Platform != nil {
 			s.Platform = d.Platform.String()
 		}
