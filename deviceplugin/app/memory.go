@@ -7,6 +7,7 @@ import (
 	flag "github.com/spf13/pflag"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,7 +84,7 @@ func (m MemoryOptions) mps() plugin.MPS {
 
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry) error {
+func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	if sim != nil && m.SimProcesses != "" {
@@ -97,7 +98,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 		}
 	}
 	if m.MetricsAddress != "" {
-		if _, err := serveMetrics(ctx, m.MetricsAddress, reg, log); err != nil {
+		if _, err := serveMetrics(ctx, m.MetricsAddress, reg, ready, log); err != nil {
 			return err
 		}
 	}
@@ -129,15 +130,34 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 	return nil
 }
 
+// readiness says whether the plugin serves the kubelet, and what it lacks (plugin.Serving).
+type readiness func() (bool, []string)
+
+// readyz answers 200 "ok" while ready says so, else 503 naming the resources the kubelet has no
+// ListAndWatch stream open on.
+func readyz(ready readiness) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		ok, missing := ready()
+		if !ok {
+			http.Error(w, "not serving the kubelet yet: no ListAndWatch stream open for "+strings.Join(missing, ", "), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	}
+}
+
 // serveMetrics listens on addr (failing now if it cannot) and serves
-// /metrics until ctx is done. It returns the address listened on.
-func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log klog.Logger) (net.Addr, error) {
+// /metrics, and /readyz for ready, until ctx is done. It returns the address listened on.
+func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, ready readiness, log klog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-address=%s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	if ready != nil {
+		mux.Handle("/readyz", readyz(ready))
+	}
 	srv := httpserve.New(ctx, mux)
 	go func() {
 		<-ctx.Done()

@@ -143,6 +143,10 @@ type Plugin struct {
 	// of which cards are in use, one way or the other.
 	whole *wholeLedger
 	held  *broadcast
+
+	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
+	// streams open on that resource's endpoint (Serving).
+	open sync.Map
 }
 
 // New builds the plugin. podres may be nil.

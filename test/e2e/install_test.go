@@ -362,7 +362,7 @@ func TestInstallLane(t *testing.T) {
 		}
 		gpu = runProbePod(ctx, t, c, node, installPod(ns, "gpu", 4))
 		asg := allocatedAssignment(ctx, t, c, gpu)
-		checkCards(ctx, t, c, gpu)
+		verifyRecord(ctx, t, c, gpu)
 		seen := probeSees(ctx, t, node, gpu, "c0", time.Time{})
 		checkContainerSeesItsCard(t, gpu, asg.Containers[0], asg, seen)
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
@@ -431,9 +431,7 @@ func TestInstallLane(t *testing.T) {
 			if p.Status.Phase == corev1.PodFailed {
 				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
 			} else if p.Status.Phase == corev1.PodRunning {
-				if _, problems := cardProblems(t, names, p); len(problems) > 0 {
-					t.Errorf("pod %s: %v", name, problems)
-				}
+				verifyRecord(ctx, t, c, p)
 			} else {
 				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
 			}
@@ -485,6 +483,24 @@ func TestInstallLane(t *testing.T) {
 			t.Errorf("after docs/install.md's clean-up commands and deleting the pods: %v", left)
 		}
 	})
+}
+
+// verifyRecord checks the pod's record is Allocated and signed with the key of the chart's
+// record key Secret.
+func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	asg := allocatedAssignment(ctx, t, c, pod)
+	secret, err := c.Client.CoreV1().Secrets(installNamespace).Get(ctx, installRelease+"-record-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's record key: %v", err)
+	}
+	keys := api.RecordKeys{Current: secret.Data["current"]}
+	if !keys.Enabled() {
+		t.Fatal("the chart's record key Secret has no current key")
+	}
+	if err := keys.Verify(asg); err != nil {
+		t.Errorf("pod %s: record not signed with the chart's key: %v", pod.Name, err)
+	}
 }
 
 // pendingReason is why a Pending pod waits: its PodScheduled condition's message (unschedulable)
