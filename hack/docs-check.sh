@@ -22,7 +22,7 @@ broken=hack/testdata/docs-check-broken.md
 # never to be added here: fix the doc.
 external="
 --replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data
---create-namespace
+--create-namespace --install
 --endpoint-reconciler-type
 --write-config-to
 --scheduler-config --extender-url
