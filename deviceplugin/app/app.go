@@ -51,9 +51,9 @@ type Options struct {
 	// RecordKeyDir, when set, holds the key records are signed with
 	// (api.LoadRecordKeys): only signed records give a card. It is read
 	// again every RecordKeyInterval (internal/recordkey).
-	RecordKeyDir       string
-	RecordKeyInterval  time.Duration
-	DevicePluginDir    string
+	RecordKeyDir      string
+	RecordKeyInterval time.Duration
+	DevicePluginDir   string
 	// Instance, when set, names this plugin process's sockets (SocketNames),
 	// so that a new plugin registers beside the old one during a rolling
 	// update instead of replacing its socket.
