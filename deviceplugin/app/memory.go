@@ -21,6 +21,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/httpserve"
 )
 
@@ -37,6 +38,8 @@ type MemoryOptions struct {
 	MPSPipeDir     string
 	MPSShmDir      string
 	SimProcesses   string
+	// Auth guards /metrics (--admin-auth, internal/adminauth).
+	Auth adminauth.Options
 }
 
 func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
@@ -49,6 +52,8 @@ func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&m.MPS, "mps", false, "MPS mode: set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mount the MPS pipe and shm directories (the node must run nvidia-cuda-mps-control)")
 	fs.StringVar(&m.MPSPipeDir, "mps-pipe-dir", "/run/nvidia/mps", "host directory of the MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), with --mps")
 	fs.StringVar(&m.MPSShmDir, "mps-shm-dir", "/run/nvidia/mps/shm", "host directory mounted at /dev/shm for MPS clients, with --mps")
+	m.Auth = adminauth.DefaultOptions()
+	m.Auth.AddFlags(fs, "/metrics on --metrics-address")
 	fs.StringVar(&m.SimProcesses, "nvml-sim-processes", "", "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]} (the e2e node agent writes it)")
 }
 
@@ -74,6 +79,9 @@ func (m MemoryOptions) validate() error {
 			return fmt.Errorf("--metrics-address=%q: want host:port or :port, e.g. :9402 (empty: no endpoint)", m.MetricsAddress)
 		}
 	}
+	if err := m.Auth.Validate(); err != nil {
+		return err
+	}
 	return m.mps().Validate()
 }
 
@@ -97,7 +105,11 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 		}
 	}
 	if m.MetricsAddress != "" {
-		if _, err := serveMetrics(ctx, m.MetricsAddress, reg, log); err != nil {
+		guard, err := adminauth.New(m.Auth, client)
+		if err != nil {
+			return err
+		}
+		if _, err := serveMetrics(ctx, m.MetricsAddress, guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), log); err != nil {
 			return err
 		}
 	}
@@ -130,14 +142,15 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 }
 
 // serveMetrics listens on addr (failing now if it cannot) and serves
-// /metrics until ctx is done. It returns the address listened on.
-func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log klog.Logger) (net.Addr, error) {
+// /metrics with h (the registry's handler, guarded) until ctx is done. It
+// returns the address listened on.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, log klog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-address=%s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", h)
 	srv := httpserve.New(ctx, mux)
 	go func() {
 		<-ctx.Done()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2/ktesting"
 
@@ -72,7 +73,7 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Set(usage.Sample{Cards: []usage.CardSample{{UUID: "GPU-0", TotalBytes: 1 << 30}}})
-	addr, err := serveMetrics(ctx, "127.0.0.1:0", reg, ktesting.NewLogger(t, ktesting.NewConfig()))
+	addr, err := serveMetrics(ctx, "127.0.0.1:0", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 	if want := `gpushare_card_gpu_memory_total_bytes{card_index="0",card_uuid="GPU-0",node="n"} 1.073741824e+09`; !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %s:\n%s", want, body)
 	}
-	if _, err := serveMetrics(ctx, addr.String(), reg, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+	if _, err := serveMetrics(ctx, addr.String(), http.NotFoundHandler(), ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
 		t.Errorf("second listener on %s: err = %v, want one naming the flag", addr, err)
 	}
 }
