@@ -44,7 +44,7 @@ type MemoryOptions struct {
 
 func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&m.SampleInterval, "memory-sample-interval", 5*time.Second, "how often GPU memory in use is sampled per process and container (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement)")
-	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.ModeReport), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
+	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.DefaultMode), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod only: its neighbours on the card lose the memory it takes), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
 	fs.StringVar(&m.Tolerance, "memory-tolerance", "5%", "how far past its grant a container may go: a percentage of the grant (5%) or a quantity (512Mi)")
 	fs.DurationVar(&m.Grace, "memory-grace", 30*time.Second, "how long a container must stay over its grant before it is acted on")
 	fs.StringVar(&m.ProcRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods through /proc/<pid>/cgroup (the plugin needs hostPID)")

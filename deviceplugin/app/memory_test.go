@@ -33,7 +33,7 @@ func TestMemoryFlags(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	m := o.Memory
-	if m.Enforcement != "report" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
+	if m.Enforcement != "evict" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
 		t.Errorf("defaults = %+v", m)
 	}
 	tests := []struct {
