@@ -128,9 +128,13 @@ expect dedicated 'name: GPUSHARE_MEMORY_ENFORCEMENT'
 expect dedicated 'value: "evict"'
 expect dedicated 'value: ":9402"'
 expect dedicated 'resources: \[events\]'
-expect dedicated 'resources: \[pods/eviction\]'
+# pods/eviction: the plugin's ClusterRole and the policy plugin-pod-scope.
+count dedicated 'resources: \[pods/eviction\]' 2
 render report --set devicePlugin.memory.enforcement=report
-expect report 'resources: \[pods/eviction\]' absent
+count report 'resources: \[pods/eviction\]' 1
+render plugin-pod-scope-off --set admission.pluginPodScope=false
+expect plugin-pod-scope-off 'plugin-pod-scope' absent
+expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
 
 # Who reads the endpoints (adminAuth, default on): both programs told delegated, both service
 # accounts bound to system:auth-delegator, the reader ClusterRoles; the ServiceMonitor sends
