@@ -312,11 +312,12 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 		event := func(kind, name, host string) *corev1.Event {
 			ref := corev1.ObjectReference{Kind: kind, Name: name, APIVersion: "v1"}
+			ns := metav1.NamespaceDefault // where events on cluster-scoped objects live
 			if kind == "Pod" {
-				ref.Namespace = users
+				ref.Namespace, ns = users, users
 			}
 			return &corev1.Event{
-				ObjectMeta:     metav1.ObjectMeta{GenerateName: "forged-", Namespace: users},
+				ObjectMeta:     metav1.ObjectMeta{GenerateName: "forged-", Namespace: ns},
 				InvolvedObject: ref, Type: corev1.EventTypeWarning, Reason: "GPUMemoryOverGrant", Message: "forged",
 				Source: corev1.EventSource{Component: "gpushare-device-plugin", Host: host},
 			}
@@ -335,15 +336,27 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 		wantError(t, "", last, "may write events on only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
 		_, err = plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-b", "trust-b"), dry)
-		wantError(t, "", err, "writes events only about its own node")
-		_, err = plugin.CoreV1().Events(users).Create(ctx, event("Node", "trust-b", "trust-a"), dry)
-		wantError(t, "", err, "writes events only about its own node", "the event is about Node trust-b")
+		wantError(t, "", err, "the device plugin's identity", "only", "its own node")
+		// Events on Nodes live in the default namespace: the policies apply
+		// there for the rest of this test.
+		enforceAdmission(ctx, t, c, system, metav1.NamespaceDefault)
+		t.Cleanup(func() {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, admissionLabel)
+			_, _ = c.Client.CoreV1().Namespaces().Patch(context.Background(), metav1.NamespaceDefault, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		})
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = plugin.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, event("Node", "trust-b", "trust-a"), dry)
+			return last != nil, nil
+		}); err != nil {
+			t.Fatalf("the plugin on trust-a wrote an event on Node trust-b: allowed; want refused")
+		}
+		wantError(t, "", last, "writes events only about its own node", "the event is about Node trust-b")
 		wantError(t, "", evict("pod-b"), "may evict only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
 		// Its own node's pod and Node: allowed.
 		if _, err := plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-a", "trust-a"), dry); err != nil {
 			t.Errorf("plugin on trust-a: an event on its pod-a: %v, want allowed", err)
 		}
-		if _, err := plugin.CoreV1().Events(users).Create(ctx, event("Node", "trust-a", "trust-a"), dry); err != nil {
+		if _, err := plugin.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, event("Node", "trust-a", "trust-a"), dry); err != nil {
 			t.Errorf("plugin on trust-a: an event on its Node: %v, want allowed", err)
 		}
 		if err := evict("pod-a"); err != nil {
