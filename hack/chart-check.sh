@@ -144,11 +144,14 @@ count dedicated 'value: delegated$' 2
 expect dedicated 'name: "system:auth-delegator"'
 expect dedicated 'nonResourceURLs: \[/metrics\]'
 expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
-render admin-auth-off --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render admin-auth-off --set adminAuth.enabled=false
 count admin-auth-off 'value: none$' 2
-expect admin-auth-off 'system:auth-delegator|bearerTokenFile' absent
-render admin-readers --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1 --set 'adminAuth.metricsReaders[0].kind=ServiceAccount' --set 'adminAuth.metricsReaders[0].name=prometheus-k8s' --set 'adminAuth.metricsReaders[0].namespace=monitoring'
-expect admin-readers 'bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token'
+expect admin-auth-off 'system:auth-delegator' absent
+render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect servicemonitor-noauth 'bearerTokenFile' absent
+render servicemonitor-auth --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect servicemonitor-auth 'bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token'
+render admin-readers --set 'adminAuth.metricsReaders[0].kind=ServiceAccount' --set 'adminAuth.metricsReaders[0].name=prometheus-k8s' --set 'adminAuth.metricsReaders[0].namespace=monitoring'
 expect admin-readers 'name: prometheus-k8s'
 render client-names --set scheduler.mode=extender-only --set 'scheduler.extender.tls.clientNames={gpushare-kube-scheduler}'
 expect client-names 'name: GPUSHARE_CLIENT_CERT_NAMES'
@@ -399,7 +402,7 @@ if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    case "$name" in servicemonitor|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
+    case "$name" in servicemonitor*|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else
