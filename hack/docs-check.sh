@@ -23,7 +23,7 @@ broken=hack/testdata/docs-check-broken.md
 external="
 --replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all
 --create-namespace --reuse-values --wait --install
---endpoint-reconciler-type
+--endpoint-reconciler-type --authorization-config
 --write-config-to
 --scheduler-config --extender-url
 --clean

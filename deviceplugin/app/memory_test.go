@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2/ktesting"
 
@@ -33,7 +34,7 @@ func TestMemoryFlags(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	m := o.Memory
-	if m.Enforcement != "report" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
+	if m.Enforcement != "evict" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
 		t.Errorf("defaults = %+v", m)
 	}
 	tests := []struct {
@@ -80,7 +81,7 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 		}
 		return false, []string{"example.com/gpu-mem"}
 	}
-	addr, err := serveMetrics(ctx, "127.0.0.1:0", reg, ready, ktesting.NewLogger(t, ktesting.NewConfig()))
+	addr, err := serveMetrics(ctx, "127.0.0.1:0", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ready, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 			t.Errorf("/readyz while serving=%v: %d %q, want %d with %q", tc.serving, r.StatusCode, b, tc.code, tc.body)
 		}
 	}
-	if _, err := serveMetrics(ctx, addr.String(), reg, nil, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+	if _, err := serveMetrics(ctx, addr.String(), http.NotFoundHandler(), nil, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
 		t.Errorf("second listener on %s: err = %v, want one naming the flag", addr, err)
 	}
 }

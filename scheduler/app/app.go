@@ -36,6 +36,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/httpserve"
 	"github.com/gpushare/gpushare/internal/memlimit"
@@ -119,6 +120,11 @@ type Options struct {
 	// Names are the resource names and the annotation domain (--domain,
 	// --resource-name, --whole-resource-name), the same in every program.
 	Names cli.NameFlags
+	// AdminAuth guards /inspect and /metrics (access.go, --admin-auth).
+	AdminAuth adminauth.Options
+	// ClientCertNames, with ClientCAFile, are the names a client
+	// certificate must carry to call the verbs (--client-cert-names).
+	ClientCertNames []string
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -146,6 +152,7 @@ func DefaultOptions() Options {
 		GoMemoryLimitFraction: 0.9,
 		GCPercent:             DefaultGCPercent,
 		Names:                 cli.DefaultNameFlags(),
+		AdminAuth:             adminauth.DefaultOptions(),
 	}
 }
 
@@ -186,6 +193,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "unless GOGC is set, the Go garbage collector's target percentage (0: Go's default, 100)")
 	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
 	o.Names.AddFlags(fs)
+	o.addAccessFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -297,6 +305,7 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
+	errs = append(errs, o.validateAccess()...)
 	return cli.Usage(errors.Join(errs...))
 }
 
@@ -418,7 +427,12 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	return Serve(ctx, o, Clients{Read: client, Bind: bindClient, Budget: budget}, ln, admin)
+	auth, err := authClient(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return Serve(ctx, o, Clients{Read: client, Bind: bindClient, Budget: budget, Auth: auth}, ln, admin)
 }
 
 // Clients are the extender's connections to the API server.
@@ -431,6 +445,9 @@ type Clients struct {
 	Bind kubernetes.Interface
 	// Budget is the API request budget Read also waits on (nil: none).
 	Budget *rate.Limiter
+	// Auth asks the API server about the tokens at the guarded routes
+	// (--admin-auth; nil: Read).
+	Auth kubernetes.Interface
 }
 
 // readLimiter lets client-go wait on the extender's shared request budget.
@@ -501,7 +518,11 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
-	httpSrv := httpserve.New(ctx, srv.Handler(reg))
+	guards, err := newAccessGuards(o, clients, ln.Addr())
+	if err != nil {
+		return err
+	}
+	httpSrv := httpserve.New(ctx, guards.verbsHandler(srv.Handler(reg)))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -538,7 +559,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
 	if admin != nil {
-		servers = append(servers, httpserve.New(ctx, srv.ReadOnlyHandler(reg)))
+		servers = append(servers, httpserve.New(ctx, guards.adminHandler(srv.ReadOnlyHandler(reg))))
 		listeners = append(listeners, admin)
 	}
 	errc := make(chan error, len(servers))
@@ -605,7 +626,7 @@ func (o *Options) serverTLS(log klog.Logger) (*tls.Config, error) {
 	if o.TLSCertFile == "" {
 		return nil, nil
 	}
-	f := &tlsFiles{cert: o.TLSCertFile, key: o.TLSPrivateKeyFile, ca: o.ClientCAFile, log: log, now: time.Now}
+	f := &tlsFiles{cert: o.TLSCertFile, key: o.TLSPrivateKeyFile, ca: o.ClientCAFile, names: o.ClientCertNames, log: log, now: time.Now}
 	cfg, raw, err := f.load()
 	if err != nil {
 		return nil, err
@@ -623,6 +644,7 @@ const tlsRecheck = 10 * time.Second
 // once per content).
 type tlsFiles struct {
 	cert, key, ca string
+	names         []string // --client-cert-names
 	log           klog.Logger
 	now           func() time.Time
 
@@ -689,6 +711,7 @@ func (f *tlsFiles) load() (*tls.Config, []byte, error) {
 			return nil, nil, fmt.Errorf("--client-ca-file %s: no PEM certificate in it", f.ca)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		cfg.VerifyConnection = clientNameCheck(f.names)
 	}
 	return cfg, raw, nil
 }
