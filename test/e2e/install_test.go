@@ -380,35 +380,36 @@ func TestInstallLane(t *testing.T) {
 	})
 
 	if !t.Run("helm upgrade to a rebuilt image keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
-		done := make(chan string, 1)
+		// A pod every 0.5 s from just before `helm upgrade` until the rebuilt plugin and extender
+		// are ready and the old ones gone: some reach the node while its plugin is handed over.
+		stop, created := make(chan struct{}), make(chan []string, 1)
 		go func() {
-			cmd := helmCommand(t, c, "upgrade", installRelease, chart, "-n", installNamespace, "--reuse-values",
-				"--set", "image.tag="+rebuiltTag, "--wait", "--timeout", "5m")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				done <- fmt.Sprintf("helm upgrade: %v\n%s", err, out)
-				return
-			}
-			done <- ""
-		}()
-		var during []string
-		for i := 0; ; i++ {
-			select {
-			case msg := <-done:
-				if msg != "" {
-					t.Fatal(msg)
-				}
-			case <-time.After(2 * time.Second):
-				pod := installPod(ns, fmt.Sprintf("during-%d", i), 4)
+			var names []string
+			defer func() { created <- names }()
+			for i := 0; ; i++ {
+				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
 				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
+				} else {
+					names = append(names, pod.Name)
 				}
-				during = append(during, pod.Name)
-				continue
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
 			}
-			break
+		}()
+		out, err := helmCommand(t, c, "upgrade", installRelease, chart, "-n", installNamespace, "--reuse-values",
+			"--set", "image.tag="+rebuiltTag, "--wait", "--timeout", "5m").CombinedOutput()
+		if err != nil {
+			close(stop)
+			<-created
+			t.Fatalf("helm upgrade: %v\n%s", err, out)
 		}
 		waitInstalled(ctx, t, c, node, digests[rebuiltTag])
+		close(stop)
+		during := <-created
 		t.Logf("%d pods created during the upgrade", len(during))
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
 		if err != nil {
@@ -453,13 +454,13 @@ func TestInstallLane(t *testing.T) {
 			t.Fatal(err)
 		}
 		section := string(doc)
-		if i := strings.Index(section, "## Uninstall"); i >= 0 {
-			section = section[i:]
+		if loc := regexp.MustCompile(`(?m)^## .*Uninstall`).FindStringIndex(section); loc != nil {
+			section = section[loc[0]:]
 			if j := strings.Index(section[3:], "\n## "); j >= 0 {
 				section = section[:j+3]
 			}
 		} else {
-			t.Fatal(`docs/install.md has no "## Uninstall" section`)
+			t.Fatal(`docs/install.md has no "## … Uninstall" section`)
 		}
 		for _, r := range remains {
 			item := r[strings.LastIndex(r, " ")+1:]
@@ -479,6 +480,12 @@ func TestInstallLane(t *testing.T) {
 			}
 		}
 		_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(pods.Items) == 0, nil
+		}); err != nil {
+			t.Fatalf("the test's pods not gone: %v", err)
+		}
 		if left := leftovers(ctx, t, c.Client, names.Domain()); len(left) > 0 {
 			t.Errorf("after docs/install.md's clean-up commands and deleting the pods: %v", left)
 		}
@@ -503,17 +510,13 @@ func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *co
 	}
 }
 
-// pendingReason is why a Pending pod waits: its PodScheduled condition's message (unschedulable)
-// or a waiting container's reason.
+// pendingReason is why a Pending pod waits for a node: its PodScheduled condition's message. A
+// pod bound to the node and still creating its container has none yet (it is on its way to
+// Running), nor has one the scheduler has not looked at.
 func pendingReason(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
 			return c.Reason + ": " + c.Message
-		}
-	}
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.State.Waiting != nil && cs.State.Waiting.Reason != "" {
-			return cs.State.Waiting.Reason + ": " + cs.State.Waiting.Message
 		}
 	}
 	return ""
