@@ -29,6 +29,8 @@
 #   GPUSHARE_KCM_CONTROLLERS (default '*': all controllers, node lifecycle included,
 #   so the not-ready taint is removed once a node agent reports Ready),
 #   GPUSHARE_READY_TIMEOUT (seconds per component, default 60),
+#   GPUSHARE_SCHEDULER_QPS, GPUSHARE_SCHEDULER_BURST (default empty: kube-scheduler's own, 50 and
+#   100): kube-scheduler's API client budget (clientConnection.qps/burst), e.g. for benchmarks,
 #   GPUSHARE_APISERVER_ADDRESS (default empty: everything on 127.0.0.1): an address pods reach the
 #   API server at (the e2e pod network's gateway): kube-apiserver then listens on every address,
 #   advertises this one and keeps the kubernetes Service's endpoints on it (lease reconciler).
@@ -50,6 +52,8 @@ EXTENDER_URL="${GPUSHARE_EXTENDER_URL:-}"
 EXTRA_PROFILES=()
 START_SCHEDULER="${GPUSHARE_SCHEDULER:-1}"
 APISERVER_ADDRESS="${GPUSHARE_APISERVER_ADDRESS:-}"
+SCHEDULER_QPS="${GPUSHARE_SCHEDULER_QPS:-}"
+SCHEDULER_BURST="${GPUSHARE_SCHEDULER_BURST:-}"
 
 PKI="$STATE/pki"
 PIDS="$STATE/pids"
@@ -226,6 +230,8 @@ write_scheduler_config() {
 		printf 'leaderElection:\n  leaderElect: false\n' >>"$out.tmp"
 	fi
 	printf 'clientConnection:\n  kubeconfig: %s\n' "$KUBECONFIG_FILE" >>"$out.tmp"
+	[[ -z "$SCHEDULER_QPS" ]] || printf '  qps: %s\n' "$SCHEDULER_QPS" >>"$out.tmp"
+	[[ -z "$SCHEDULER_BURST" ]] || printf '  burst: %s\n' "$SCHEDULER_BURST" >>"$out.tmp"
 	mv "$out.tmp" "$out"
 }
 
