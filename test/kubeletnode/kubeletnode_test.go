@@ -2,10 +2,13 @@ package kubeletnode
 
 import (
 	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -121,15 +124,39 @@ func TestOCIArchiveNamesTheImageAndHoldsItsFiles(t *testing.T) {
 	if got := index.Manifests[0].Annotations["io.containerd.image.name"]; got != "gpushare.local/e2e/probe:v1" {
 		t.Errorf("image name annotation %q", got)
 	}
+	blob := func(digest string) []byte { return blobs["blobs/sha256/"+strings.TrimPrefix(digest, "sha256:")] }
+	// index.json names the image's index, which lists one manifest, for this machine's platform.
+	var inner struct {
+		Manifests []struct {
+			Digest   string `json:"digest"`
+			Platform struct {
+				OS           string `json:"os"`
+				Architecture string `json:"architecture"`
+			} `json:"platform"`
+		} `json:"manifests"`
+	}
+	if err := json.Unmarshal(blob(index.Manifests[0].Digest), &inner); err != nil || len(inner.Manifests) != 1 {
+		t.Fatalf("image index: %v %s", err, blob(index.Manifests[0].Digest))
+	}
+	if p := inner.Manifests[0].Platform; p.OS != "linux" || p.Architecture != runtime.GOARCH {
+		t.Errorf("platform %s/%s, want linux/%s", p.OS, p.Architecture, runtime.GOARCH)
+	}
 	var manifest struct {
 		Config struct{ Digest string }   `json:"config"`
 		Layers []struct{ Digest string } `json:"layers"`
 	}
-	if err := json.Unmarshal(blobs["blobs/sha256/"+strings.TrimPrefix(index.Manifests[0].Digest, "sha256:")], &manifest); err != nil || len(manifest.Layers) != 1 {
+	if err := json.Unmarshal(blob(inner.Manifests[0].Digest), &manifest); err != nil || len(manifest.Layers) != 1 {
 		t.Fatalf("manifest: %v", err)
 	}
-	layer := blobs["blobs/sha256/"+strings.TrimPrefix(manifest.Layers[0].Digest, "sha256:")]
-	lr := tar.NewReader(strings.NewReader(string(layer)))
+	gz, err := gzip.NewReader(bytes.NewReader(blob(manifest.Layers[0].Digest)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := io.ReadAll(gz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := tar.NewReader(bytes.NewReader(layer))
 	var names []string
 	for {
 		h, err := lr.Next()
@@ -141,7 +168,7 @@ func TestOCIArchiveNamesTheImageAndHoldsItsFiles(t *testing.T) {
 	if diff := cmp.Diff([]string{"bin/", "bin/probe"}, names); diff != "" {
 		t.Errorf("layer entries (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(string(blobs["blobs/sha256/"+strings.TrimPrefix(manifest.Config.Digest, "sha256:")]), "NVIDIA_VISIBLE_DEVICES=all") {
+	if !strings.Contains(string(blob(manifest.Config.Digest)), "NVIDIA_VISIBLE_DEVICES=all") {
 		t.Errorf("config lacks the image env")
 	}
 }
