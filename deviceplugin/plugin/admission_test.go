@@ -153,7 +153,7 @@ func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod,
 	q := c.Resources.Limits[api.DefaultNames().ResourceName()]
 	size := int(q.Value())
 	avail := k.available()
-	pref, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}})
+	pref, err := p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}})
 	if err != nil {
 		return nil, fmt.Errorf("GetPreferredAllocation: %w", err)
 	}
@@ -165,7 +165,7 @@ func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod,
 	if !valid { // the device manager then picks any free units
 		ids = avail[:size]
 	}
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		return nil, fmt.Errorf("Allocate: %w", err)
 	}
 	for _, id := range ids {
@@ -274,7 +274,7 @@ func TestSameSecondSameSizePods(t *testing.T) {
 				if err != nil {
 					t.Fatalf("admission %d (pod %s, which has a valid assignment): %v", i+1, name, err)
 				}
-				h, ok := p.ledger.byDeviceIDs(ids)
+				h, ok := p.state.units.byDeviceIDs(ids)
 				if ok && before[h.Pod+"/"+h.Container] {
 					t.Errorf("admission %d (pod %s): the plugin took %s/%s for it, a container the kubelet had already admitted", i+1, name, h.Pod, h.Container)
 				}

@@ -36,10 +36,10 @@ func (c *observedCluster) UpdateAssignment(ctx context.Context, namespace, name 
 // PreStartContainer (the plugin registers PreStartRequired) and starts the
 // container once the call returns.
 func (k *kubeletModel) preStart(ctx context.Context, p *Plugin, ids []string) error {
-	if !options().PreStartRequired {
+	if !p.units.res.options.PreStartRequired {
 		return nil
 	}
-	_, err := p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+	_, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
 	return err
 }
 

@@ -91,7 +91,7 @@ func twoCards(t *testing.T) (*inventory.Store, [2]podtest.Card) {
 }
 
 func allocateIDs(ctx context.Context, p *Plugin, ids []string) error {
-	_, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	return err
 }
 
@@ -186,9 +186,9 @@ func TestMalformedDeviceIDsAreInvalidArgument(t *testing.T) {
 			"Allocate": allocateIDs(ctx, p, ids),
 		}
 		if len(ids) > 0 {
-			_, calls["GetPreferredAllocation"] = p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids, AllocationSize: 1}}})
-			_, calls["GetPreferredAllocation (must include)"] = p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{good}, MustIncludeDeviceIDs: ids, AllocationSize: 1}}})
-			_, calls["PreStartContainer"] = p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+			_, calls["GetPreferredAllocation"] = p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids, AllocationSize: 1}}})
+			_, calls["GetPreferredAllocation (must include)"] = p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{good}, MustIncludeDeviceIDs: ids, AllocationSize: 1}}})
+			_, calls["PreStartContainer"] = p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
 		}
 		for call, err := range calls {
 			if status.Code(err) != codes.InvalidArgument {
@@ -215,7 +215,7 @@ func TestGetPreferredAllocationWaitsOnTheInjectedClock(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 4), AllocationSize: 2}}})
+		resp, err := p.units.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 4), AllocationSize: 2}}})
 		done <- answer{resp, err}
 	}()
 	for waited := time.Duration(0); waited < 2*time.Second; waited += allocatePoll {

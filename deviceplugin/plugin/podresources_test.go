@@ -65,16 +65,16 @@ func TestKubeletAccountIsReadWithGetNeverList(t *testing.T) {
 	ctx := context.Background()
 	p, srv, mem, card0 := kubeletPlugin(t)
 	ids := unitIDs(card0.UUID, 4, 4)
-	if _, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+	if _, err := p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 		AvailableDeviceIDs: unitIDs(card0.UUID, 4, 4), AllocationSize: 4,
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Hold("ns", "b", "main", ids...)
-	if _, err := p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+	if _, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Reconcile(ctx); err != nil {
@@ -102,7 +102,7 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 	ctx := context.Background()
 	p, _, mem, card0 := kubeletPlugin(t)
 	held := unitIDs(card0.UUID, 0, 4) // pod a's
-	_, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: held}}})
+	_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: held}}})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Allocate of units pod a holds: %v; want FailedPrecondition", err)
 	}
@@ -111,11 +111,11 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 	}
 	// A partial overlap is refused too.
 	partial := append(unitIDs(card0.UUID, 2, 2), unitIDs(card0.UUID, 4, 2)...)
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: partial}}}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: partial}}}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Allocate of units 2–5 (2–3 held by pod a): %v; want FailedPrecondition", err)
 	}
 	// Free units are given as before.
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
 		t.Fatalf("Allocate of free units: %v", err)
 	}
 }
@@ -124,7 +124,7 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 // (a forgotten reservation), GetPreferredAllocation does not prefer them.
 func TestPreferredAllocationSkipsUnitsTheKubeletShowsHeld(t *testing.T) {
 	p, _, _, card0 := kubeletPlugin(t)
-	resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+	resp, err := p.units.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 		AvailableDeviceIDs: unitIDs(card0.UUID, 0, 8), AllocationSize: 4,
 	}}})
 	if err != nil {
@@ -143,7 +143,7 @@ func TestGetDisabledDecidesOnMemoryWithoutList(t *testing.T) {
 	ctx := context.Background()
 	p, srv, mem, card0 := kubeletPlugin(t)
 	srv.DisableGet()
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Reconcile(ctx); err != nil {
@@ -214,7 +214,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	podres.set(held...)
 	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	ids := unitIDs(c0.UUID, 4, 4)
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		t.Fatal(err)
 	}
 	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
