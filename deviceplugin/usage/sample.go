@@ -315,7 +315,7 @@ func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
 		if !api.HoldsUnits(p) {
 			continue
 		}
-		a, err := names.AssignmentFromPod(p)
+		a, err := names.TrustedAssignment(p, api.RecordKeys{}) // the sampler holds no record keys
 		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
 			continue
 		}
@@ -334,7 +334,7 @@ func fromRecords(names api.Names, pods []*corev1.Pod, unit api.MemoryUnit) map[g
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		a, err := names.AssignmentFromPod(p)
+		a, err := names.TrustedAssignment(p, api.RecordKeys{}) // the sampler holds no record keys
 		if err != nil || a.Phase != api.PhaseAllocated {
 			continue
 		}
