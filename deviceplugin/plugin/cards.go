@@ -38,19 +38,14 @@ import (
 //   - GetPreferredAllocation steers to the cards the extender assigned.
 type cards struct{ p *Plugin }
 
-// newCardServer builds the whole-card resource: no PreStartContainer
-// (Allocate writes the record, and reconciliation corrects it from the
-// kubelet's account).
-func newCardServer(p *Plugin, podres PodResources) *server[allocate.Cards] {
-	res := &resource{
-		name: p.cfg.Names.WholeResourceName(), socketName: p.cfg.WholeSocketName, podres: podres, ledger: p.state.whole,
-		options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true},
-		cardsOf: func(ids []string) ([]string, []string, error) {
-			sorted := slices.Sorted(slices.Values(ids))
-			return sorted, sorted, nil
-		},
-	}
-	return &server[allocate.Cards]{p: p, res: res, kind: cards{p}}
+// cardOptions: no PreStartContainer (Allocate writes the record, and
+// reconciliation corrects it from the kubelet's account).
+var cardOptions = pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
+
+// wholeCards are the cards of a container in the kubelet's account, sorted.
+func wholeCards(ids []string) ([]string, []string, error) {
+	sorted := slices.Sorted(slices.Values(ids))
+	return sorted, sorted, nil
 }
 
 // devices is the whole-card device list: one device per card, its ID the

@@ -182,8 +182,9 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 		cfg.Clock = clock.RealClock{}
 	}
 	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), state: newNodeState()}
-	p.units = newUnitServer(p, podres)
-	p.whole = newCardServer(p, cfg.WholePodResources)
+	// One server type per resource, each with its kind, account and ledger.
+	p.units = &server[allocate.Units]{p: p, kind: units{p}, res: &resource{name: cfg.Names.ResourceName(), socketName: cfg.SocketName, options: &unitOptions, podres: podres, ledger: p.state.units, cardsOf: unitCards}}
+	p.whole = &server[allocate.Cards]{p: p, kind: cards{p}, res: &resource{name: cfg.Names.WholeResourceName(), socketName: cfg.WholeSocketName, options: &cardOptions, podres: cfg.WholePodResources, ledger: p.state.whole, cardsOf: wholeCards}}
 	return p
 }
 

@@ -21,19 +21,15 @@ import (
 // kubelet device per unit of memory of a card, api.UnitID(card, n).
 type units struct{ p *Plugin }
 
-func newUnitServer(p *Plugin, podres PodResources) *server[allocate.Units] {
-	res := &resource{
-		name: p.cfg.Names.ResourceName(), socketName: p.cfg.SocketName, podres: podres, ledger: p.state.units,
-		// PreStartRequired: the kubelet calls PreStartContainer, and waits
-		// for it, before it starts each container; the plugin writes the
-		// container's true record there (see preStart).
-		options: &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true},
-		cardsOf: func(ids []string) ([]string, []string, error) {
-			card, err := allocate.CardOf(ids)
-			return []string{card}, ids, err
-		},
-	}
-	return &server[allocate.Units]{p: p, res: res, kind: units{p}}
+// unitOptions: PreStartRequired, the kubelet calls PreStartContainer, and
+// waits for it, before it starts each container; the plugin writes the
+// container's true record there (see preStart).
+var unitOptions = pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true}
+
+// unitCards is the card of a container's units in the kubelet's account.
+func unitCards(ids []string) ([]string, []string, error) {
+	card, err := allocate.CardOf(ids)
+	return []string{card}, ids, err
 }
 
 // devices is the units' device list: the store's, with the units of a card

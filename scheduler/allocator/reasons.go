@@ -7,29 +7,42 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
+// census counts the cards a demand cannot use, by why.
+type census struct{ unhealthy, isolated, wrongModel int }
+
+// excludes reports whether the demand cannot use card c (not schedulable,
+// or not of the pod's models or choice), counting it.
+func (cs *census) excludes(c Card, req Request) bool {
+	switch {
+	case !c.Schedulable():
+		if c.State == api.CardIsolated {
+			cs.isolated++
+		} else {
+			cs.unhealthy++
+		}
+		return true
+	case !usable(c, req.Models) || !req.Cards.Allows(&c):
+		cs.wrongModel++
+		return true
+	}
+	return false
+}
+
 // shareReason says why no card can take a share demand.
 func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 	if r, ok := cardChoiceReason(node, dm, req); ok {
 		return r
 	}
 	var (
-		usableCards, unhealthy, isolated, wrongModel int
-		maxCap, maxFree                              int64
-		maxFreeCard                                  = -1
+		usableCards     int
+		cs              census
+		maxCap, maxFree int64
+		maxFreeCard     = -1
 		// takenWhole: cards this pod's whole-card containers took.
 		takenWhole int
 	)
 	for i, c := range node.Cards {
-		switch {
-		case !c.Schedulable():
-			if c.State == api.CardIsolated {
-				isolated++
-			} else {
-				unhealthy++
-			}
-			continue
-		case !usable(c, req.Models) || !req.Cards.Allows(&c):
-			wrongModel++
+		if cs.excludes(c, req) {
 			continue
 		}
 		if free[i] == TakenWhole {
@@ -51,7 +64,7 @@ func shareReason(node *Node, free []int64, dm Demand, req Request) Reason {
 	}
 	if usableCards == 0 {
 		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
-			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req))}
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cs.describe(len(node.Cards), req))}
 	}
 	// With a card choice, say that only the chosen cards were looked at:
 	// "no single card of those the pod chose (card-models "H100") has …".
@@ -86,19 +99,11 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 	if r, ok := cardChoiceReason(node, dm, req); ok {
 		return r
 	}
-	var usableCards, shared, heldWhole, unhealthy, isolated, wrongModel int
+	var usableCards, shared, heldWhole int
+	var cs census
 	free0 := got
 	for i, c := range node.Cards {
-		switch {
-		case !c.Schedulable():
-			if c.State == api.CardIsolated {
-				isolated++
-			} else {
-				unhealthy++
-			}
-			continue
-		case !usable(c, req.Models) || !req.Cards.Allows(&c):
-			wrongModel++
+		if cs.excludes(c, req) {
 			continue
 		}
 		usableCards++
@@ -117,7 +122,7 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 	}
 	if usableCards == 0 {
 		return Reason{Code: ReasonNoSchedulableCard, Container: dm.Container,
-			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cardCensus(len(node.Cards), unhealthy, isolated, wrongModel, req))}
+			Message: fmt.Sprintf("no schedulable GPU for container %q (%s)", dm.Container, cs.describe(len(node.Cards), req))}
 	}
 	if total > usableCards {
 		return Reason{Code: ReasonMoreCardsThanNode, Container: dm.Container,
@@ -141,7 +146,10 @@ func wholeReason(node *Node, free []int64, dm Demand, req Request, got int) Reas
 		Message: fmt.Sprintf("container %q needs %d free whole cards; node has %d%s", dm.Container, dm.WholeCards, free0, detail)}
 }
 
-func cardCensus(total, unhealthy, isolated, wrongModel int, req Request) string {
+// describe says, in words, what the census counted of the node's total
+// cards (e.g. "4 cards: 1 unhealthy, 3 not of model T4").
+func (cs census) describe(total int, req Request) string {
+	unhealthy, isolated, wrongModel := cs.unhealthy, cs.isolated, cs.wrongModel
 	if total == 0 {
 		return "the node has no GPU cards"
 	}
