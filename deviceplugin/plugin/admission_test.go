@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
 // memCluster is the API server and an informer that is always up to date:
@@ -226,23 +226,9 @@ func TestSameSecondSameSizePods(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			src, err := nvml.ParseSource("spec:2x40GiB:Test-GPU")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cards, err := gpus.Cards()
-			if err != nil {
-				t.Fatal(err)
-			}
-			store, err := inventory.New(api.UnitGiB, cards)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+			sn := simtest.New(t, nodeName, "spec:2x40GiB:Test-GPU")
+			store := sn.Store
+			c0, c1 := sn.Cards[0], sn.Cards[1]
 			assigned := map[string]podtest.Card{"a": c0, "b": c0, "c": c1, "d": c1}
 			cl := &memCluster{arrival: map[types.UID]uint64{}}
 			for i, name := range tc.arrival {

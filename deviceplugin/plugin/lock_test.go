@@ -18,8 +18,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
 // slowCluster holds every record write for one pod until release closes.
@@ -71,23 +71,9 @@ func (s *slowPodResources) Get(ctx context.Context, _ []*corev1.Pod) ([]Holding,
 // twoCards is a store of two simulated 8 GiB cards.
 func twoCards(t *testing.T) (*inventory.Store, [2]podtest.Card) {
 	t.Helper()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return store, [2]podtest.Card{{UUID: sim.UUID(0), Index: 0}, {UUID: sim.UUID(1), Index: 1}}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	return store, [2]podtest.Card(sn.Cards)
 }
 
 func allocateIDs(ctx context.Context, p *Plugin, ids []string) error {

@@ -29,6 +29,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/health"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
@@ -153,23 +154,11 @@ func newHarness(t testing.TB, s setup) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{dir: dir, hup: make(chan os.Signal, 1)}
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	gpus, sim := sn.GPUs, sn.Sim
 	h.sim = sim
-	h.cards = [2]podtest.Card{{UUID: sim.UUID(0), Index: 0}, {UUID: sim.UUID(1), Index: 1}}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.store, err = inventory.New(api.UnitGiB, cards); err != nil {
-		t.Fatal(err)
-	}
+	h.cards = [2]podtest.Card(sn.Cards)
+	h.store = sn.Store
 	h.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	if s.pods != nil {
 		for _, p := range s.pods(h.cards) {

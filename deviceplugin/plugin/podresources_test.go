@@ -14,8 +14,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
-	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 )
 
 // kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
@@ -24,23 +23,9 @@ import (
 // to card 0 too, awaiting admission.
 func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podtest.Card) {
 	t.Helper()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	card0 := podtest.Card{UUID: sim.UUID(0), Index: 0}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	card0 := sn.Cards[0]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
 		podtest.Make(nodeName, "a", 0).Container("main", 4).Assign(api.PhaseAllocated, card0).Running().Obj(),
@@ -184,23 +169,9 @@ func (c *frozenCluster) Pods() ([]*corev1.Pod, error) {
 // else card 0's Allocated records hold x, a and b: 12 of 8 GiB.
 func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	ctx := context.Background()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	c0, c1 := sn.Cards[0], sn.Cards[1]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
 		podtest.Make(nodeName, "x", 0).Container("main", 4).Assign(api.PhaseAllocated, c0).Running().Obj(),
