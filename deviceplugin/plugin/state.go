@@ -118,11 +118,8 @@ func (p *Plugin) cardUse(v podView) allocate.Use {
 		}
 	}
 	for _, pod := range v.pods {
-		if !api.HoldsUnits(pod) {
-			continue
-		}
 		a, err := p.record(pod)
-		if err != nil || a.Phase != api.PhaseAllocated {
+		if err != nil || !api.RecordHolds(pod, a) {
 			continue
 		}
 		for _, c := range a.Containers {

@@ -312,11 +312,10 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
 	out := map[grantKey]bool{}
 	for _, p := range pods {
-		if !api.HoldsUnits(p) {
-			continue
-		}
 		a, err := names.TrustedAssignment(p, api.RecordKeys{}) // the sampler holds no record keys
-		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
+		// A running pod's whole cards are its own, whatever phase its
+		// record shows (whole cards have no PreStartContainer).
+		if err != nil || !api.RecordHolds(p, a) && !(api.HoldsUnits(p) && p.Status.Phase == corev1.PodRunning) {
 			continue
 		}
 		for _, w := range a.WholeCards {
@@ -331,11 +330,8 @@ func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
 func fromRecords(names api.Names, pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
 	out := map[grantKey]int64{}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
 		a, err := names.TrustedAssignment(p, api.RecordKeys{}) // the sampler holds no record keys
-		if err != nil || a.Phase != api.PhaseAllocated {
+		if err != nil || !api.RecordHolds(p, a) {
 			continue
 		}
 		for _, c := range a.Containers {
