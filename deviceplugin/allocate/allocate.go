@@ -164,17 +164,45 @@ func Queue(pods []*corev1.Pod, st State) []Entry {
 }
 
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
+	ps := awaiting(pods, st)
+	var q []Entry
+	for _, p := range ps {
+		a, aerr := decode(p)
+		if recordedAllocated(a, aerr, st, p.UID) {
+			continue
+		}
+		cs, rerr := demand(st.Names.OrDefault(), p)
+		for _, c := range cs {
+			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
+				continue
+			}
+			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, AssignErr: aerr}
+			switch {
+			case rerr != nil:
+				e.AssignErr = rerr
+			case aerr == nil:
+				if ca, ok := a.Container(c.Name); ok {
+					e.Assigned = &ca
+				} else {
+					e.AssignErr = fmt.Errorf("container %q has no entry in the assignment", c.Name)
+				}
+			}
+			q = append(q, e)
+		}
+	}
+	return q
+}
+
+// awaiting are the pods awaiting admission, in the kubelet's admission
+// order: the kubelet may still start their containers
+// (api.MayStartContainers) and has not started any (api.Admitted), and the
+// plugin has not rejected them (st.Rejected); ordered by creation time, then
+// arrival (st.Arrival; a pod not seen yet arrived after every pod seen),
+// then UID. The queues of units and of whole cards are both built from it.
+func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
 	ps := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
-		// Awaiting admission: the kubelet may still start its containers
-		// (api.MayStartContainers) and has not started any yet.
-		if !api.MayStartContainers(p) || p.Status.Phase == corev1.PodRunning {
-			continue
-		}
-		if len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0 {
-			continue
-		}
-		if st.Rejected != nil && st.Rejected(p.UID) {
+		if !api.MayStartContainers(p) || api.Admitted(p) || (st.Rejected != nil && st.Rejected(p.UID)) {
 			continue
 		}
 		ps = append(ps, p)
@@ -198,32 +226,14 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 		}
 		return ps[i].UID < ps[j].UID
 	})
-	var q []Entry
-	for _, p := range ps {
-		a, aerr := decode(p)
-		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
-			continue
-		}
-		cs, rerr := demand(st.Names.OrDefault(), p)
-		for _, c := range cs {
-			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
-				continue
-			}
-			e := Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, AssignErr: aerr}
-			switch {
-			case rerr != nil:
-				e.AssignErr = rerr
-			case aerr == nil:
-				if ca, ok := a.Container(c.Name); ok {
-					e.Assigned = &ca
-				} else {
-					e.AssignErr = fmt.Errorf("container %q has no entry in the assignment", c.Name)
-				}
-			}
-			q = append(q, e)
-		}
-	}
-	return q
+	return ps
+}
+
+// recordedAllocated reports whether the pod's trusted record is Allocated
+// and, without the kubelet's account, to be believed (not reopened): its
+// containers hold what it names, so it waits for nothing.
+func recordedAllocated(a api.Assignment, err error, st State, uid types.UID) bool {
+	return err == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(uid))
 }
 
 // demand is what the kubelet will ask the plugin for, container by container

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -100,33 +99,11 @@ func BuildCards(pods []*corev1.Pod, st State, use Use) CardSnapshot {
 // (re-allocations of those are repeats, CardSnapshot.Recorded).
 func cardQueue(pods []*corev1.Pod, st State, decode decodeFunc) []CardEntry {
 	names := st.Names.OrDefault()
-	pods = slices.Clone(pods)
-	arrival := func(uid types.UID) uint64 {
-		if st.Arrival != nil {
-			if n, ok := st.Arrival(uid); ok {
-				return n
-			}
-		}
-		return ^uint64(0)
-	}
-	sort.SliceStable(pods, func(i, j int) bool {
-		a, b := pods[i], pods[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		if x, y := arrival(a.UID), arrival(b.UID); x != y {
-			return x < y
-		}
-		return a.UID < b.UID
-	})
 	var out []CardEntry
-	for _, pod := range pods {
-		if !api.MayStartContainers(pod) || (st.Rejected != nil && st.Rejected(pod.UID)) || api.Admitted(pod) {
-			continue
-		}
+	for _, pod := range awaiting(pods, st) {
 		_, reqErr := names.RequestFromPod(pod)
 		a, recErr := decode(pod)
-		if recErr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(pod.UID)) {
+		if recordedAllocated(a, recErr, st, pod.UID) {
 			continue
 		}
 		for _, c := range api.KubeletDemand(pod, names.WholeResourceName()) {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -693,7 +694,7 @@ func TestAllocate(t *testing.T) {
 		if _, err := h.client.CoreV1().Pods("ns").UpdateStatus(context.Background(), first, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the informer to see the first pod finished", func() bool { return !h.plugin.holds(first.UID) })
+		waitFor(t, "the informer to see the first pod finished", func() bool { return !holds(h.plugin, first.UID) })
 		h.mustAllocate(t, ids) // the kubelet reuses the freed units for "next"
 		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "next"))); diff != "" {
 			t.Errorf("next's record (-want +got):\n%s", diff)
@@ -867,4 +868,14 @@ func TestGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 	if late.looked < 2 {
 		t.Errorf("the pod cache was read %d times: GetPreferredAllocation did not have to wait", late.looked)
 	}
+}
+
+// holds reports whether the kubelet may still call Allocate for the pod
+// with this UID, as the plugin's pod cache shows it (api.MayStartContainers).
+func holds(p *Plugin, uid types.UID) bool {
+	v, err := p.view()
+	if err != nil {
+		return false
+	}
+	return api.MayStartContainers(v.byUID[uid])
 }

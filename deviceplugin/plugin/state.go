@@ -67,18 +67,6 @@ func (p *Plugin) locked(accts accounts, fn func(v podView, reopened []types.UID)
 	return nil
 }
 
-// holds reports whether the kubelet may still call Allocate for the pod with
-// this UID (api.MayStartContainers over the pod cache). Units of a pod that
-// is gone, finished or being deleted are not re-allocated to it; the kubelet
-// may hand the same IDs to the next pod.
-func (p *Plugin) holds(uid types.UID) bool {
-	v, err := p.view()
-	if err != nil {
-		return false
-	}
-	return api.MayStartContainers(v.byUID[uid])
-}
-
 // refs names the pods with these UIDs that are in the view.
 func (v podView) refs(uids []types.UID) []podRef {
 	var out []podRef
