@@ -10,11 +10,11 @@ import (
 	"testing"
 )
 
-// productDirs are the programs that import this package. Their non-test
-// code reads a pod's demand and its record only through this package:
-// KubeletDemand and Names.RequestFromPod for the demand, Names.TrustedAssignment
-// for the record.
-var productDirs = []string{"../deviceplugin", "../scheduler", "../inspector"}
+// productDirs are the programs that import this package, and their shared
+// internal packages. Their non-test code reads a pod's demand and its record
+// only through this package: KubeletDemand and Names.RequestFromPod for the
+// demand, Names.TrustedAssignment for the record.
+var productDirs = []string{"../deviceplugin", "../scheduler", "../inspector", "../internal"}
 
 // testHelperDir reports whether dir holds test builders (not product code):
 // podtest, podrestest, the scheduler's fixture.
