@@ -25,7 +25,7 @@ type holding struct {
 	// kubelet's account. Gen is the ledger generation it was made at.
 	Guess bool
 	Gen   uint64
-	// Unsure: a guess the record does not show (see Plugin.decide): the
+	// Unsure: a guess the record does not show (see units.decide): the
 	// container stays out of the queue, its record waits for the truth.
 	Unsure bool
 }
