@@ -35,7 +35,7 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: lint unit fuzz-short chart-check playground-check docs-check e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, end-to-end on the current Kubernetes and the smoke + container lanes on the oldest (root)
+test: lint unit fuzz-short chart-check playground-check docs-check image-check e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
 
 docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists (and the check catches a doc that names missing ones)
 	hack/docs-check.sh
@@ -83,11 +83,29 @@ bench-packing: ## replay the openb traces for every policy, table beside the FGD
 	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
 	$(BIN)/gpushare-simulate -traces $(TRACES) -workloads $(VARIANTS) $(if $(POLICIES),-policies $(POLICIES)) -png $(BIN)/packing-curves.png -quiet
 
-IMAGE ?= gpushare:dev
+# Images: no container engine needed (hack/image.sh, docs/install.md "Images"). IMAGE is the
+# reference the archive names (default: the chart's repository and appVersion); PUSH=registry/repo:tag
+# also pushes it.
+IMAGE     ?=
+PLATFORMS ?= linux/amd64 linux/arm64
+PUSH      ?=
+IMAGE_OUT ?= $(BIN)/image
+.PHONY: image image-base-update image-check
+image: ## the gpushare image for linux/amd64 and linux/arm64 as an OCI archive in bin/image/gpushare.oci.tar (digests and sizes printed; PUSH=registry/repo:tag pushes)
+	IMAGE=$(IMAGE) PLATFORMS="$(PLATFORMS)" PUSH=$(PUSH) IMAGE_OUT=$(IMAGE_OUT) GO=$(GO) hack/image.sh
 
-image: ## container image (needs a Docker engine; without one, builds the binaries the image would hold)
-	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
-	else echo "no Docker engine here: building the image's binaries with 'make build' instead"; $(MAKE) build; fi
+image-base-update: ## re-pin the image's Debian base packages (hack/image/debian.lock) to apt's current versions
+	hack/image.sh update-base
+
+image-check: ## build the image twice into two folders and fail unless both give the same digests (part of `make test`)
+	@rm -rf $(BIN)/image-a $(BIN)/image-b
+	@$(MAKE) --no-print-directory image IMAGE_OUT=$(BIN)/image-a > $(BIN)/image-a.txt; rc=$$?; cat $(BIN)/image-a.txt; exit $$rc
+	@$(MAKE) --no-print-directory image IMAGE_OUT=$(BIN)/image-b > $(BIN)/image-b.txt
+	@a=$$(grep -E 'index|sha256:' $(BIN)/image-a.txt ); b=$$(grep -E 'index|sha256:' $(BIN)/image-b.txt); \
+	  if [ -z "$$a" ]; then echo "image-check: no digest printed"; exit 1; fi; \
+	  if [ "$$a" != "$$b" ]; then printf 'image-check: two builds of one commit differ:\n%s\n--\n%s\n' "$$a" "$$b"; exit 1; fi; \
+	  cmp -s $(BIN)/image-a/gpushare.oci.tar $(BIN)/image-b/gpushare.oci.tar || { echo "image-check: the archives differ"; exit 1; }; \
+	  echo "image-check: two builds, one digest"
 
 # End-to-end: a real control plane on 127.0.0.1 (hack/cluster.sh) and simulated GPU
 # nodes (test/nodeagent, the real kubelet device manager), in the separate Go module test/.
@@ -117,13 +135,13 @@ e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0
 CLEAN ?= 0
-playground: ## a FRESH local cluster + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
+playground: ## a FRESH local cluster + the chart's policies, RBAC and record key + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
 	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) hack/playground.sh up
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
 	hack/playground.sh down $(if $(filter 1,$(CLEAN)),--clean)
 
-playground-check: ## checks of hack/playground.sh that need no cluster: port preflight, fresh/keep, down finding hand-started processes (root)
+playground-check: ## checks of hack/playground.sh that need no cluster: port preflight, fresh/keep, down finding hand-started processes, the chart's policies, identities and record key in use (root)
 	hack/playground-check.sh
 
 # The chaos run (docs/e2e.md, "The chaos run"): SEED picks the operation sequence (default: the
@@ -153,11 +171,11 @@ CLIENTS  ?= 32
 ALL_POLICIES   := binpack,spread,bestfit,fgd,frag
 BENCH_TIMEOUT  ?= 5m
 .PHONY: bench-scheduling
-bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m BASELINE= SAMPLE=1)
+bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m BASELINE= SAMPLE=1 SCHED_QPS=1000: kube-scheduler's and the extender's API client budget, the same in every run)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpushare-scheduler ./scheduler
 	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
-	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(SAMPLE)),-sample)
+	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) -scheduler-qps $(or $(SCHED_QPS),1000) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(SAMPLE)),-sample)
 
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)

@@ -171,6 +171,15 @@ func (n Names) AnnotationExcludeCardModels() string { return n.key(keyExcludeCar
 // separated by "," (or "|"): e.g. "GPU-1b6a…,GPU-77c0…". Absent: any card.
 func (n Names) AnnotationCardUUIDs() string { return n.key(keyCardUUIDs) }
 
+// LabelCardPinning, on a Namespace, is set to CardPinningAllowed by the
+// cluster operator to let pods there pin cards by UUID
+// (AnnotationCardUUIDs) where the chart's admission policy reserves that to
+// labelled namespaces (cardChoice.uuidPinning).
+func (n Names) LabelCardPinning() string { return n.key("card-pinning") }
+
+// CardPinningAllowed is the value of LabelCardPinning that allows pinning.
+const CardPinningAllowed = "allowed"
+
 // AnnotationPolicy, on a Pod, names the placement policy for this pod
 // (binpack, spread, bestfit, fgd, frag), one of those the extender's
 // operator allows (--allowed-policies). Absent: the extender's --policy.

@@ -122,13 +122,53 @@ for kv in v1.34.4 v1.38.0; do
   fi
 done
 
-# Memory sampling and enforcement (defaults: sampling every 5s, report).
+# Memory sampling and enforcement (defaults: sampling every 5s, evict).
 expect dedicated 'hostPID: true'
 expect dedicated 'name: GPUSHARE_MEMORY_ENFORCEMENT'
-expect dedicated 'value: "report"'
+expect dedicated 'value: "evict"'
 expect dedicated 'value: ":9402"'
 expect dedicated 'resources: \[events\]'
-expect dedicated 'resources: \[pods/eviction\]' absent
+# pods/eviction: the plugin's ClusterRole and the policy plugin-pod-scope.
+count dedicated 'resources: \[pods/eviction\]' 2
+render report --set devicePlugin.memory.enforcement=report
+count report 'resources: \[pods/eviction\]' 1
+render plugin-pod-scope-off --set admission.pluginPodScope=false
+expect plugin-pod-scope-off 'plugin-pod-scope' absent
+expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
+
+# Who reads the endpoints (adminAuth, default on): both programs told delegated, both service
+# accounts bound to system:auth-delegator, the reader ClusterRoles; the ServiceMonitor sends
+# Prometheus's token; the verbs check kube-scheduler's certificate name in extender-only mode.
+count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 2
+count dedicated 'value: delegated$' 2
+expect dedicated 'name: "system:auth-delegator"'
+expect dedicated 'nonResourceURLs: \[/metrics\]'
+expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
+render admin-auth-off --set adminAuth.enabled=false
+count admin-auth-off 'value: none$' 2
+expect admin-auth-off 'system:auth-delegator' absent
+render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect servicemonitor-noauth 'bearerTokenFile' absent
+render servicemonitor-auth --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+expect servicemonitor-auth 'bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token'
+render admin-readers --set 'adminAuth.metricsReaders[0].kind=ServiceAccount' --set 'adminAuth.metricsReaders[0].name=prometheus-k8s' --set 'adminAuth.metricsReaders[0].namespace=monitoring'
+expect admin-readers 'name: prometheus-k8s'
+render client-names --set scheduler.mode=extender-only --set 'scheduler.extender.tls.clientNames={gpushare-kube-scheduler}'
+expect client-names 'name: GPUSHARE_CLIENT_CERT_NAMES'
+expect client-names 'value: "gpushare-kube-scheduler"'
+expect dedicated 'GPUSHARE_CLIENT_CERT_NAMES' absent
+render placement --set scheduler.priorityClassName=gpushare-system --set scheduler.nodeSelector.pool=system
+expect placement 'priorityClassName: gpushare-system'
+expect dedicated 'priorityClassName: system-cluster-critical'
+
+# Card pinning by UUID (cardChoice.uuidPinning, default namespaces-labelled).
+expect dedicated 'name: gpushare-card-pinning$'
+expect dedicated "namespaceObject.metadata.labels\['gpushare.example.com/card-pinning'\] == 'allowed'"
+render pinning-everyone --set cardChoice.uuidPinning=everyone
+expect pinning-everyone 'card-pinning' absent
+render pinning-nobody --set cardChoice.uuidPinning=nobody
+expect pinning-nobody 'name: gpushare-card-pinning$'
+expect pinning-nobody 'namespaceObject.metadata.labels' absent
 expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
 
 # Record signing (default on): the chart's generated key Secret, mounted read-only (no subPath, so
@@ -362,7 +402,7 @@ if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then
   "$kubectl" create namespace gpushare-system --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
   for f in "$out"/*.yaml; do
     name=$(basename "$f" .yaml)
-    case "$name" in servicemonitor|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
+    case "$name" in servicemonitor*|podmonitor|observability|cert-manager*) continue ;; esac   # no Prometheus operator or cert-manager CRDs on the test cluster
     if "$kubectl" apply --dry-run=server -f "$f" >"$out/$name.dry" 2>&1; then
       pass "server dry-run $name"
     else

@@ -28,7 +28,12 @@
 #   GPUSHARE_SCHEDULER=0 (do not start kube-scheduler),
 #   GPUSHARE_KCM_CONTROLLERS (default '*': all controllers, node lifecycle included,
 #   so the not-ready taint is removed once a node agent reports Ready),
-#   GPUSHARE_READY_TIMEOUT (seconds per component, default 60).
+#   GPUSHARE_READY_TIMEOUT (seconds per component, default 60),
+#   GPUSHARE_SCHEDULER_QPS, GPUSHARE_SCHEDULER_BURST (default empty: kube-scheduler's own, 50 and
+#   100): kube-scheduler's API client budget (clientConnection.qps/burst), e.g. for benchmarks,
+#   GPUSHARE_APISERVER_ADDRESS (default empty: everything on 127.0.0.1): an address pods reach the
+#   API server at (the e2e pod network's gateway): kube-apiserver then listens on every address,
+#   advertises this one and keeps the kubernetes Service's endpoints on it (lease reconciler).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-$(cat "$(dirname "${BASH_SOURCE[0]}")/k8s-version")}"
@@ -46,6 +51,9 @@ SCHEDULER_CONFIG="${GPUSHARE_SCHEDULER_CONFIG:-}"
 EXTENDER_URL="${GPUSHARE_EXTENDER_URL:-}"
 EXTRA_PROFILES=()
 START_SCHEDULER="${GPUSHARE_SCHEDULER:-1}"
+APISERVER_ADDRESS="${GPUSHARE_APISERVER_ADDRESS:-}"
+SCHEDULER_QPS="${GPUSHARE_SCHEDULER_QPS:-}"
+SCHEDULER_BURST="${GPUSHARE_SCHEDULER_BURST:-}"
 
 PKI="$STATE/pki"
 PIDS="$STATE/pids"
@@ -137,7 +145,7 @@ gen_certs() {
 			basicConstraints=CA:FALSE
 			keyUsage=digitalSignature,keyEncipherment
 			extendedKeyUsage=serverAuth
-			subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+			subjectAltName=IP:127.0.0.1,IP:10.0.0.1${APISERVER_ADDRESS:+,IP:$APISERVER_ADDRESS},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 		EOF
 		openssl req -newkey rsa:2048 -nodes -keyout apiserver.key -out apiserver.csr \
 			-subj "/CN=kube-apiserver" 2>/dev/null
@@ -222,6 +230,8 @@ write_scheduler_config() {
 		printf 'leaderElection:\n  leaderElect: false\n' >>"$out.tmp"
 	fi
 	printf 'clientConnection:\n  kubeconfig: %s\n' "$KUBECONFIG_FILE" >>"$out.tmp"
+	[[ -z "$SCHEDULER_QPS" ]] || printf '  qps: %s\n' "$SCHEDULER_QPS" >>"$out.tmp"
+	[[ -z "$SCHEDULER_BURST" ]] || printf '  burst: %s\n' "$SCHEDULER_BURST" >>"$out.tmp"
 	mv "$out.tmp" "$out"
 }
 
@@ -336,7 +346,11 @@ cmd_up() {
 		--listen-metrics-urls "" --log-level warn
 	wait_healthy etcd "http://127.0.0.1:${ETCD_PORT}/health" -o /dev/null -w ok
 
-	start kube-apiserver --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+	local listen=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+	if [[ -n "$APISERVER_ADDRESS" ]]; then
+		listen=(--bind-address=0.0.0.0 --advertise-address="$APISERVER_ADDRESS" --endpoint-reconciler-type=lease)
+	fi
+	start kube-apiserver "${listen[@]}" \
 		--secure-port="${APISERVER_PORT}" \
 		--etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -346,7 +360,6 @@ cmd_up() {
 		--service-account-key-file="$PKI/sa.pub" \
 		--service-account-signing-key-file="$PKI/sa.key" \
 		--service-cluster-ip-range=10.0.0.0/24 \
-		--endpoint-reconciler-type=none \
 		--allow-privileged=true --profiling=false
 	wait_healthy kube-apiserver "https://127.0.0.1:${APISERVER_PORT}/readyz" \
 		--cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"

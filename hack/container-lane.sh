@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs and builds what the e2e suite's container lane needs (docs/e2e.md):
 #   containerd, ctr and runc   Debian's packages (apt-get, root), when missing
-#   kubelet                    hack/build-k8s.sh kubelet (Go module proxy, cached)
+#   CNI plugins, iptables      Debian's containernetworking-plugins and iptables (the install
+#                              lane's pod network and kube-proxy), when missing
+#   kubelet, kube-proxy        hack/build-k8s.sh kubelet kube-proxy (Go module proxy, cached)
 #   nvidia-container-runtime,  github.com/NVIDIA/nvidia-container-toolkit (Go module
 #   nvidia-ctk                 proxy) into ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/
 #                              nvidia-container-toolkit-VERSION/bin, cached
@@ -28,19 +30,21 @@ missing=()
 for b in containerd containerd-shim-runc-v2 ctr runc; do
 	have "$b" || missing+=("$b")
 done
+have iptables || missing+=(iptables)
+[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || missing+=(cni-plugins)
 if [[ ${#missing[@]} -gt 0 ]]; then
 	if [[ $(id -u) -ne 0 ]]; then
-		log "${missing[*]} missing and not root: install Debian's containerd and runc packages"
+		log "${missing[*]} missing and not root: install Debian's containerd, runc, iptables and containernetworking-plugins packages"
 		exit 1
 	fi
-	log "installing containerd and runc (missing: ${missing[*]})"
+	log "installing containerd, runc, iptables, containernetworking-plugins (missing: ${missing[*]})"
 	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd runc iptables containernetworking-plugins >/dev/null
 fi
 log "$(containerd --version); $(runc --version | head -1)"
 
-# 2. kubelet, like the control plane, from k8s.io/kubernetes.
-hack/build-k8s.sh kubelet
+# 2. kubelet and kube-proxy, like the control plane, from k8s.io/kubernetes.
+hack/build-k8s.sh kubelet kube-proxy
 
 # 3. NVIDIA container toolkit: the runtime (CDI mode) and nvidia-ctk.
 mkdir -p "$TOOLKIT_BIN"

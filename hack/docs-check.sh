@@ -21,9 +21,9 @@ broken=hack/testdata/docs-check-broken.md
 # Flags the docs name that belong to other programs. A flag of ours missing from a --help is
 # never to be added here: fix the doc.
 external="
---replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data
---create-namespace
---endpoint-reconciler-type
+--replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all
+--create-namespace --reuse-values --wait --install
+--endpoint-reconciler-type --authorization-config
 --write-config-to
 --scheduler-config --extender-url
 --clean

@@ -4,7 +4,11 @@
 #   - `up` starts fresh by default (the old state is deleted), keeps the state with
 #     GPUSHARE_PLAYGROUND_KEEP=1, and never deletes a directory that is not a playground's;
 #   - `down` stops an extender started by hand by a relative path (relative kubeconfig too, or
-#     one given by GPUSHARE_KUBECONFIG), and leaves another playground's extender alone.
+#     one given by GPUSHARE_KUBECONFIG, or one of its ServiceAccount kubeconfigs in identities/),
+#     and leaves another playground's extender alone;
+#   - it runs the shipped configuration: the chart installed with helm (admission and record signing
+#     not turned off), the extender and each plugin with --record-key-dir and as the chart's
+#     ServiceAccounts (the plugin's token bound to its Node), names that the chart's rendering has.
 # Port holders and hand-started extenders are the real bin/gpushare-scheduler pointed at an
 # unreachable API server. The `up` checks need root (up refuses to run without it).
 set -euo pipefail
@@ -130,11 +134,50 @@ kubeconfig "$PG/kubeconfig"
 a="$(extender "$ROOT/bin" --kubeconfig "$(realpath --relative-to="$ROOT/bin" "$PG/kubeconfig")" --listen 127.0.0.1:0)"
 b="$(cd "$PG" && GPUSHARE_KUBECONFIG=kubeconfig extender "$PG" --listen 127.0.0.1:0)"
 c="$(extender "$ROOT" --kubeconfig "$T/other/kubeconfig" --listen 127.0.0.1:0)"
-running "$a" && running "$b" && running "$c" || fail "hand-started extenders" "did not start: $(cat "$T/extenders.log")"
+kubeconfig "$PG/identities/extender.kubeconfig"
+d="$(extender "$ROOT" --kubeconfig "$PG/identities/extender.kubeconfig" --listen 127.0.0.1:0)"
+running "$a" && running "$b" && running "$c" && running "$d" || fail "hand-started extenders" "did not start: $(cat "$T/extenders.log")"
 hack/playground.sh down >"$T/down.out" 2>&1 || fail "down" "$(cat "$T/down.out")"
 if gone "$a"; then pass "down stops an extender started as bin/... with a relative --kubeconfig"; else fail "down" "extender $a (relative paths) still runs: $(cat "$T/down.out")"; fi
 if gone "$b"; then pass "down stops an extender given GPUSHARE_KUBECONFIG=kubeconfig"; else fail "down" "extender $b (GPUSHARE_KUBECONFIG) still runs: $(cat "$T/down.out")"; fi
+if gone "$d"; then pass "down stops an extender running as the chart's ServiceAccount (identities/)"; else fail "down" "extender $d (identities/ kubeconfig) still runs: $(cat "$T/down.out")"; fi
 if running "$c"; then pass "down leaves another playground's extender alone"; else fail "down" "stopped extender $c of another kubeconfig"; fi
+
+# The shipped configuration (read from the script: the cluster is not started here).
+# joined: the script with backslash-continued lines joined into one.
+joined="$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' hack/playground.sh)"
+# has NAME PATTERN [TEXT]: TEXT (default: the script) has a line matching the extended regexp PATTERN.
+has() {
+	if grep -qE -- "$2" <<<"${3:-$joined}"; then pass "$1"; else fail "$1" "no line of hack/playground.sh matches: $2"; fi
+}
+has "up installs the chart with helm" 'upgrade --install .*charts/gpushare'
+if grep -qE -- '(admission|recordSigning)\.enabled=false' <<<"$joined"; then
+	fail "the chart's policies and record signing stay on" "hack/playground.sh turns admission or recordSigning off"
+else pass "the chart's policies and record signing stay on"; fi
+extender_line="$(grep -E 'gpushare-scheduler" --kubeconfig' <<<"$joined" || true)"
+has "the extender gets the record key (--record-key-dir)" '--record-key-dir' "$extender_line"
+has "the extender publishes the largest card for the request-size policy" '--card-limits-configmap' "$extender_line"
+has "the extender runs as the chart's ServiceAccount (identities/, not the admin kubeconfig)" '--kubeconfig "\$IDENTITIES/' "$extender_line"
+plugin_line="$(grep -E -- '--plugin "\$BIN/gpushare-device-plugin"' <<<"$joined" || true)"
+has "each plugin gets the record key (--record-key-dir)" '[[:space:]]-- .*--record-key-dir' "$plugin_line"
+has "each plugin runs as the chart's ServiceAccount" '--plugin-env "KUBECONFIG=\$IDENTITIES/' "$plugin_line"
+has "the plugin's token is bound to its Node (the node name the policies check)" '--bound-object-kind Node'
+# The names the script uses are the chart's for its release and namespace.
+release="$(sed -n 's/^RELEASE=//p' hack/playground.sh)" namespace="$(sed -n 's/^NAMESPACE=//p' hack/playground.sh)"
+if [[ -z "$release" || -z "$namespace" ]]; then
+	fail "the chart's names" "hack/playground.sh sets no RELEASE= or NAMESPACE="
+else
+	rendered="$("$(hack/tools.sh helm)" template "$release" charts/gpushare --namespace "$namespace" \
+		--kube-version "$(cat hack/k8s-version)" 2>&1)" || fail "helm template" "$rendered"
+	for want in "kind: ServiceAccount@name: $release-scheduler" "kind: ServiceAccount@name: $release-device-plugin" \
+		"kind: Secret@name: $release-record-key" "kind: ConfigMap@name: $release-card-limits" \
+		"kind: ValidatingAdmissionPolicy@system:serviceaccount:$namespace:$release-device-plugin" \
+		"kind: ValidatingAdmissionPolicy@system:serviceaccount:$namespace:$release-scheduler"; do
+		if awk -v k="${want%@*}" -v n="${want#*@}" '/^---/{d=""} {d=d"\n"$0} index(d,k) && index(d,n){f=1} END{exit !f}' <<<"$rendered"; then
+			pass "the chart renders ${want/@/ with }"
+		else fail "the chart's names" "no ${want%@*} with ${want#*@} in helm template $release -n $namespace"; fi
+	done
+fi
 
 echo "playground-check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

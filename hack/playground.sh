@@ -6,6 +6,16 @@
 # agent runs in its own mount namespace). The first run builds Kubernetes
 # (hack/build-k8s.sh, ~7 min on 2 idle cores); later runs reuse the binaries.
 #
+# It runs the shipped configuration: the chart (charts/gpushare) is installed
+# with helm into gpushare-system, so the admission policies, RBAC, ServiceAccounts
+# and the record key Secret are the chart's own; only its pods are kept off (the
+# extender and the plugins run here as processes, see install_chart). The
+# extender runs as the chart's extender ServiceAccount, each plugin as the chart's
+# device-plugin ServiceAccount with a token bound to its Node (the node name the
+# policies check), and both sign/verify records with the key from the chart's
+# Secret (--record-key-dir). No TLS: like the chart's dedicated mode, the verbs
+# listen on 127.0.0.1 for the kube-scheduler beside them.
+#
 # Usage: hack/playground.sh up | down [--clean] | status
 #   up      a fresh playground (default): whatever runs of the last one is stopped and its state
 #           (etcd data: its pods, nodes, annotations) deleted first. GPUSHARE_PLAYGROUND_KEEP=1
@@ -35,6 +45,12 @@ BIN="$ROOT/bin"
 PIDS="$STATE/pids"
 LOGS="$STATE/logs"
 KUBECONFIG_FILE="$STATE/kubeconfig"
+# The chart's release: names as the chart makes them for release "gpushare".
+RELEASE=gpushare
+NAMESPACE=gpushare-system
+# Kubeconfigs (and their token files) of the chart's ServiceAccounts, and the record key.
+IDENTITIES="$STATE/identities"
+RECORD_KEY_DIR="$STATE/record-key"
 K8S_BIN="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-$(cat "$ROOT/hack/k8s-version")}/bin}"
 export GPUSHARE_STATE="$STATE"
 # Its own ports, so that it does not collide with a plain hack/cluster.sh.
@@ -84,14 +100,17 @@ kubeconfig_of() {
 }
 
 # pids_of BINARY prints the PIDs running BINARY (by absolute path, however it
-# was started) for this playground's kubeconfig.
+# was started) for one of this playground's kubeconfigs: the admin's, or one of
+# the ServiceAccount kubeconfigs in identities/.
 pids_of() {
-	local want kc exe p
-	want="$(realpath -m "$1")" kc="$(realpath -m "$KUBECONFIG_FILE")"
+	local want kc ids exe p k
+	want="$(realpath -m "$1")" kc="$(realpath -m "$KUBECONFIG_FILE")" ids="$(realpath -m "$IDENTITIES")"
 	# One find over /proc/PID/exe (a fork per process is slow on a busy machine).
 	for exe in $(find /proc -mindepth 2 -maxdepth 2 -name exe \( -lname "$want" -o -lname "$want (deleted)" \) 2>/dev/null); do
 		p="${exe#/proc/}" p="${p%/exe}"
-		[[ "$p" =~ ^[0-9]+$ && "$(kubeconfig_of "$p")" == "$kc" ]] && echo "$p"
+		[[ "$p" =~ ^[0-9]+$ ]] || continue
+		k="$(kubeconfig_of "$p")" || continue
+		[[ "$k" == "$kc" || "$k" == "$ids"/* ]] && echo "$p"
 	done
 	return 0
 }
@@ -185,6 +204,67 @@ preflight() {
 
 kubectl_() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
+# install_chart installs (or, with KEEP, upgrades) the chart as shipped, in its default dedicated
+# mode, so that the admission policies, RBAC, ServiceAccounts and the record key Secret in the
+# cluster are the chart's. Its pods are kept off, because this playground runs the extender and
+# the plugins as processes on simulated nodes (an image cannot run there): the DaemonSet and the
+# Deployment get a nodeSelector no node has, and the Deployment is scaled to 0 so that no pod of it
+# pends. Then it writes the record key of the chart's Secret into $RECORD_KEY_DIR (both programs
+# re-read it every 5 s) and the extender's kubeconfig.
+install_chart() {
+	local helm off='{"gpushare.example.com/playground":"runs-this-as-a-process"}' k v
+	helm="$("$ROOT/hack/tools.sh" helm)"
+	log "installing the chart (charts/gpushare) as release $RELEASE in $NAMESPACE: admission policies, RBAC, record key"
+	"$helm" upgrade --install "$RELEASE" "$ROOT/charts/gpushare" --kubeconfig "$KUBECONFIG_FILE" \
+		--namespace "$NAMESPACE" --create-namespace \
+		--set-json "devicePlugin.nodeSelector=$off" --set-json "scheduler.nodeSelector=$off" >"$LOGS/helm.log" 2>&1 ||
+		die "helm install failed: $(cat "$LOGS/helm.log")"
+	kubectl_ -n "$NAMESPACE" scale "deployment/$RELEASE-scheduler" --replicas=0 >/dev/null
+	mkdir -p "$RECORD_KEY_DIR" "$IDENTITIES"
+	for k in current previous; do
+		v="$(kubectl_ -n "$NAMESPACE" get secret "$RELEASE-record-key" -o "jsonpath={.data.$k}")"
+		if [[ -n "$v" ]]; then base64 -d <<<"$v" >"$RECORD_KEY_DIR/$k.new" && mv "$RECORD_KEY_DIR/$k.new" "$RECORD_KEY_DIR/$k"; else rm -f "$RECORD_KEY_DIR/$k"; fi
+	done
+	[[ -s "$RECORD_KEY_DIR/current" ]] || die "the chart's Secret $NAMESPACE/$RELEASE-record-key has no key in 'current'"
+	write_identity extender "$RELEASE-scheduler"
+}
+
+# write_identity NAME SERVICEACCOUNT [NODE] writes $IDENTITIES/NAME.kubeconfig for a token of the
+# chart's SERVICEACCOUNT (bound to Node NODE if given: the token then carries the node's name,
+# authentication.kubernetes.io/node-name, which the chart's policies require of the device
+# plugin's writes). The kubeconfig names the token by tokenFile, which client-go re-reads: a
+# later `up` (KEEP=1) refreshes the token under programs that keep running.
+write_identity() {
+	local name="$1" sa="$2" node="${3:-}" bound=()
+	[[ -z "$node" ]] || bound=(--bound-object-kind Node --bound-object-name "$node")
+	kubectl_ -n "$NAMESPACE" create token "$sa" --duration=168h "${bound[@]}" >"$IDENTITIES/$name.token.new" ||
+		die "no token for ServiceAccount $NAMESPACE/$sa"
+	mv "$IDENTITIES/$name.token.new" "$IDENTITIES/$name.token"
+	cat >"$IDENTITIES/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: playground, cluster: {server: "https://127.0.0.1:${GPUSHARE_APISERVER_PORT}", certificate-authority: "$STATE/pki/ca.crt"}}]
+users: [{name: $sa, user: {tokenFile: "$IDENTITIES/$name.token"}}]
+contexts: [{name: $sa, context: {cluster: playground, user: $sa, namespace: $NAMESPACE}}]
+current-context: $sa
+EOF
+}
+
+# node_identity NODE creates the Node (labelled as the node agent would) if it does not exist, so
+# that a token can be bound to it, and writes the device plugin's kubeconfig for it.
+node_identity() {
+	if ! kubectl_ get node "$1" >/dev/null 2>&1; then
+		kubectl_ create -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1
+  labels: {kubernetes.io/hostname: $1, kubernetes.io/os: linux, kubernetes.io/arch: amd64, gpushare: "true"}
+EOF
+	fi
+	write_identity "plugin-$1" "$RELEASE-device-plugin" "$1"
+}
+
 cmd_up() {
 	[[ "$(id -u)" == 0 ]] || die "the node agents need root (a private mount namespace each)"
 	if [[ "$KEEP" == 1 ]]; then
@@ -211,14 +291,18 @@ cmd_up() {
 	# without schedulerName are scheduled too (through the same extender).
 	"$ROOT/hack/cluster.sh" up --scheduler-config "$ROOT/scheduler/config/kube-scheduler-config.yaml" \
 		--extender-url "http://127.0.0.1:${EXTENDER_PORT}" --extra-profile default-scheduler
+	install_chart
 
 	local pid
 	if pid="$(alive extender "$BIN/gpushare-scheduler" scan)"; then
 		log "extender already running (pid $pid)"
 	else
 		log "starting the extender on 127.0.0.1:${EXTENDER_PORT} (policy $POLICY, pods may name: ${ALLOWED_POLICIES:-none other})"
-		setsid "$BIN/gpushare-scheduler" --kubeconfig "$KUBECONFIG_FILE" --listen "127.0.0.1:${EXTENDER_PORT}" \
-			--policy "$POLICY" --allowed-policies "$ALLOWED_POLICIES" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
+		# As the chart's extender: its ServiceAccount, its record key, and the ConfigMap through
+		# which the chart's request-size policy learns the largest card.
+		setsid "$BIN/gpushare-scheduler" --kubeconfig "$IDENTITIES/extender.kubeconfig" --listen "127.0.0.1:${EXTENDER_PORT}" \
+			--policy "$POLICY" --allowed-policies "$ALLOWED_POLICIES" --record-key-dir "$RECORD_KEY_DIR" \
+			--card-limits-configmap "$NAMESPACE/$RELEASE-card-limits" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
 		pid=$!
 	fi
 	echo "$pid" >"$PIDS/extender.pid"
@@ -234,15 +318,19 @@ cmd_up() {
 	local n name spec
 	for n in "${NODES[@]}"; do
 		name="${n%%=*}" spec="${n#*=}"
+		node_identity "$name"
 		if pid="$(alive "agent-$name" "$BIN/gpushare-nodeagent")"; then
 			log "node $name already running (agent pid $pid)"
 			continue
 		fi
 		log "starting node $name: $spec"
 		mkdir -p "$STATE/nodes/$name"
+		# The agent plays the kubelet (admin kubeconfig); the plugin it starts runs as the chart's
+		# device plugin on this node, with the chart's record key.
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
 			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
-			--plugin "$BIN/gpushare-device-plugin" -- "--nvml=spec:$spec" \
+			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
+			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_KEY_DIR" \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &
 		echo $! >"$PIDS/agent-$name.pid"
 	done
@@ -257,8 +345,23 @@ cmd_up() {
 		log "node $name Ready"
 	done
 
+	# The chart's request-size policy refuses pods asking more than the largest card once the
+	# extender has published that size.
+	deadline=$((SECONDS + 30))
+	until [[ -n "$(kubectl_ -n "$NAMESPACE" get configmap "$RELEASE-card-limits" -o jsonpath='{.data.maxUnitsPerCard}' 2>/dev/null)" ]]; do
+		((SECONDS < deadline)) || die "the extender did not publish the largest card in $NAMESPACE/$RELEASE-card-limits in 30 s; log: $LOGS/gpushare-scheduler.log"
+		sleep 0.5
+	done
 	log "applying docs/examples"
-	kubectl_ apply -f "$ROOT/docs/examples/" >&2
+	local f out
+	for f in "$ROOT"/docs/examples/*.yaml; do
+		[[ "$f" == */too-big.yaml ]] || kubectl_ apply -f "$f" >&2
+	done
+	# too-big asks more than any card has: the chart's admission policy refuses it at creation.
+	if out="$(kubectl_ apply -f "$ROOT/docs/examples/too-big.yaml" 2>&1)"; then
+		die "docs/examples/too-big.yaml was admitted: the chart's request-size policy is not in force"
+	fi
+	log "docs/examples/too-big.yaml refused, as it should be: ${out}"
 	# Wait until every example pod is either running or judged unschedulable
 	# (PodScheduled=False, like too-big), so the first view is settled.
 	deadline=$((SECONDS + 60))
@@ -282,11 +385,14 @@ The playground runs (state, logs and PIDs in $STATE). Try:
   export PATH=$BIN:$K8S_BIN:\$PATH      # kubectl, and kubectl-inspect-gpushare as "kubectl inspect gpushare"
   kubectl get pods -o wide
   kubectl inspect gpushare -d
-  kubectl describe pod too-big            # the extender's reason it stays Pending
+  kubectl apply -f docs/examples/too-big.yaml   # 200 GiB fits no card: the chart's admission policy refuses it
+  kubectl get pod single -o jsonpath='{.metadata.annotations.gpushare\.example\.com/assignment}'
+                                          # the record of its card, signed with the chart's record key
   kubectl get pods h100-only not-l4 -o wide; kubectl get pods -l app=spread -o wide   # pods that chose cards, a policy
   kubectl get pod single -o jsonpath='{.metadata.annotations.gpushare\.example\.com/e2e-containers}'
                                           # what the container got (mounts, env), recorded by the node agent
-  kubectl apply -f docs/examples/...      # or your own pods (schedulerName gpushare-scheduler or none: both go through gpushare here)
+  kubectl apply -f docs/examples/...      # or your own pods: GPU pods with schedulerName gpushare-scheduler (the chart's policy refuses others)
+  kubectl get validatingadmissionpolicies # the chart's policies (helm -n $NAMESPACE list: the release)
   kubectl annotate node gpu-node-2 gpushare.example.com/isolate=0   # take card 0 out of service
   kubectl annotate node gpu-node-2 gpushare.example.com/isolate-    # put it back (the trailing - removes the annotation)
 

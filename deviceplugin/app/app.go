@@ -51,9 +51,13 @@ type Options struct {
 	// RecordKeyDir, when set, holds the key records are signed with
 	// (api.LoadRecordKeys): only signed records give a card. It is read
 	// again every RecordKeyInterval (internal/recordkey).
-	RecordKeyDir       string
-	RecordKeyInterval  time.Duration
-	DevicePluginDir    string
+	RecordKeyDir      string
+	RecordKeyInterval time.Duration
+	DevicePluginDir   string
+	// Instance, when set, names this plugin process's sockets (SocketNames),
+	// so that a new plugin registers beside the old one during a rolling
+	// update instead of replacing its socket.
+	Instance           string
 	PodResourcesSocket string
 	// WholeCards registers the whole-card resource (api.Names.WholeResourceName)
 	// beside gpu-mem.
@@ -97,6 +101,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
+	fs.StringVar(&o.Instance, "instance", "", "a name unique to this plugin process on its node (the chart passes the pod's name): its sockets are then gpushare-<hash>.sock and gpushare-whole-<hash>.sock, so that during a rolling update the new plugin registers beside the old one and the kubelet (1.37+) hands over without marking the devices unhealthy; empty: gpushare.sock and gpushare-whole.sock")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as --whole-resource-name (one device per card, exclusive with --resource-name; its own registration with the kubelet)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
@@ -338,9 +343,12 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		go ring.Run(ctx, nil, o.RecordKeyInterval)
 		keys = ring
 	}
+	socket, wholeSocket := SocketNames(o.Instance)
 	p := plugin.New(plugin.Config{
 		Names:             names,
 		PluginDir:         o.DevicePluginDir,
+		SocketName:        socket,
+		WholeSocketName:   wholeSocket,
 		Strategy:          strategy,
 		DeviceIDStrategy:  idStrategy,
 		AllocateWait:      o.AllocateWait,
@@ -350,7 +358,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, keys, client, reg); err != nil {
+	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, keys, client, reg, p.Serving); err != nil {
 		return err
 	}
 	return p.Run(ctx, restart)

@@ -7,6 +7,7 @@ import (
 	flag "github.com/spf13/pflag"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/httpserve"
 )
 
@@ -37,11 +39,13 @@ type MemoryOptions struct {
 	MPSPipeDir     string
 	MPSShmDir      string
 	SimProcesses   string
+	// Auth guards /metrics (--admin-auth, internal/adminauth).
+	Auth adminauth.Options
 }
 
 func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&m.SampleInterval, "memory-sample-interval", 5*time.Second, "how often GPU memory in use is sampled per process and container (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement)")
-	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.ModeReport), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
+	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.DefaultMode), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod only: its neighbours on the card lose the memory it takes), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
 	fs.StringVar(&m.Tolerance, "memory-tolerance", "5%", "how far past its grant a container may go: a percentage of the grant (5%) or a quantity (512Mi)")
 	fs.DurationVar(&m.Grace, "memory-grace", 30*time.Second, "how long a container must stay over its grant before it is acted on")
 	fs.StringVar(&m.ProcRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods through /proc/<pid>/cgroup (the plugin needs hostPID)")
@@ -49,6 +53,8 @@ func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&m.MPS, "mps", false, "MPS mode: set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mount the MPS pipe and shm directories (the node must run nvidia-cuda-mps-control)")
 	fs.StringVar(&m.MPSPipeDir, "mps-pipe-dir", "/run/nvidia/mps", "host directory of the MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), with --mps")
 	fs.StringVar(&m.MPSShmDir, "mps-shm-dir", "/run/nvidia/mps/shm", "host directory mounted at /dev/shm for MPS clients, with --mps")
+	m.Auth = adminauth.DefaultOptions()
+	m.Auth.AddFlags(fs, "/metrics on --metrics-address")
 	fs.StringVar(&m.SimProcesses, "nvml-sim-processes", "", "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]} (the e2e node agent writes it)")
 }
 
@@ -74,6 +80,9 @@ func (m MemoryOptions) validate() error {
 			return fmt.Errorf("--metrics-address=%q: want host:port or :port, e.g. :9402 (empty: no endpoint)", m.MetricsAddress)
 		}
 	}
+	if err := m.Auth.Validate(); err != nil {
+		return err
+	}
 	return m.mps().Validate()
 }
 
@@ -83,7 +92,7 @@ func (m MemoryOptions) mps() plugin.MPS {
 
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry) error {
+func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	if sim != nil && m.SimProcesses != "" {
@@ -97,7 +106,11 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 		}
 	}
 	if m.MetricsAddress != "" {
-		if _, err := serveMetrics(ctx, m.MetricsAddress, reg, log); err != nil {
+		guard, err := adminauth.New(m.Auth, client)
+		if err != nil {
+			return err
+		}
+		if _, err := serveMetrics(ctx, m.MetricsAddress, guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ready, log); err != nil {
 			return err
 		}
 	}
@@ -129,15 +142,35 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 	return nil
 }
 
+// readiness says whether the plugin serves the kubelet, and what it lacks (plugin.Serving).
+type readiness func() (bool, []string)
+
+// readyz answers 200 "ok" while ready says so, else 503 naming the resources the kubelet has no
+// ListAndWatch stream open on.
+func readyz(ready readiness) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		ok, missing := ready()
+		if !ok {
+			http.Error(w, "not serving the kubelet yet: no ListAndWatch stream open for "+strings.Join(missing, ", "), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	}
+}
+
 // serveMetrics listens on addr (failing now if it cannot) and serves
-// /metrics until ctx is done. It returns the address listened on.
-func serveMetrics(ctx context.Context, addr string, g prometheus.Gatherer, log klog.Logger) (net.Addr, error) {
+// /metrics with h (the registry's handler, guarded) and /readyz for ready (open: the kubelet's
+// probe carries no token) until ctx is done. It returns the address listened on.
+func serveMetrics(ctx context.Context, addr string, h http.Handler, ready readiness, log klog.Logger) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-address=%s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", h)
+	if ready != nil {
+		mux.Handle("/readyz", readyz(ready))
+	}
 	srv := httpserve.New(ctx, mux)
 	go func() {
 		<-ctx.Done()

@@ -5,10 +5,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2/ktesting"
 
@@ -32,7 +34,7 @@ func TestMemoryFlags(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	m := o.Memory
-	if m.Enforcement != "report" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
+	if m.Enforcement != "evict" || m.Tolerance != "5%" || m.Grace != 30*time.Second || m.SampleInterval != 5*time.Second || m.MPS || m.MetricsAddress != "" {
 		t.Errorf("defaults = %+v", m)
 	}
 	tests := []struct {
@@ -72,7 +74,14 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Set(usage.Sample{Cards: []usage.CardSample{{UUID: "GPU-0", TotalBytes: 1 << 30}}})
-	addr, err := serveMetrics(ctx, "127.0.0.1:0", reg, ktesting.NewLogger(t, ktesting.NewConfig()))
+	var serving atomic.Bool
+	ready := func() (bool, []string) {
+		if serving.Load() {
+			return true, nil
+		}
+		return false, []string{"example.com/gpu-mem"}
+	}
+	addr, err := serveMetrics(ctx, "127.0.0.1:0", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ready, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +94,23 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 	if want := `gpushare_card_gpu_memory_total_bytes{card_index="0",card_uuid="GPU-0",node="n"} 1.073741824e+09`; !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %s:\n%s", want, body)
 	}
-	if _, err := serveMetrics(ctx, addr.String(), reg, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
+	for _, tc := range []struct {
+		serving bool
+		code    int
+		body    string
+	}{{false, http.StatusServiceUnavailable, "no ListAndWatch stream open for example.com/gpu-mem"}, {true, http.StatusOK, "ok"}} {
+		serving.Store(tc.serving)
+		r, err := http.Get("http://" + addr.String() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		_ = r.Body.Close()
+		if r.StatusCode != tc.code || !strings.Contains(string(b), tc.body) {
+			t.Errorf("/readyz while serving=%v: %d %q, want %d with %q", tc.serving, r.StatusCode, b, tc.code, tc.body)
+		}
+	}
+	if _, err := serveMetrics(ctx, addr.String(), http.NotFoundHandler(), nil, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
 		t.Errorf("second listener on %s: err = %v, want one naming the flag", addr, err)
 	}
 }

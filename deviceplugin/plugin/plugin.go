@@ -149,6 +149,10 @@ type Plugin struct {
 	// whole cards.
 	units *server[allocate.Units]
 	whole *server[allocate.Cards]
+
+	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
+	// streams open on that resource's endpoint (Serving).
+	open sync.Map
 }
 
 // New builds the plugin. podres may be nil.

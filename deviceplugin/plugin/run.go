@@ -213,6 +213,8 @@ type served struct {
 	pluginapi.DevicePluginServer
 	stopping atomic.Bool
 	servedChans
+	// open counts the kubelet's ListAndWatch streams open on the endpoint.
+	open *atomic.Int32
 }
 
 // servedChans are what one server reports to Run.
@@ -227,7 +229,9 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	case s.watched <- struct{}{}:
 	default:
 	}
+	s.open.Add(1)
 	err := s.DevicePluginServer.ListAndWatch(e, stream)
+	s.open.Add(-1)
 	if !s.stopping.Load() {
 		select {
 		case s.dropped <- struct{}{}:
@@ -250,7 +254,7 @@ func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
 		return nil, servedChans{}, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ch = servedChans{watched: make(chan struct{}, 1), dropped: make(chan struct{}, 1)}
-	s := &served{DevicePluginServer: ep.server, servedChans: ch}
+	s := &served{DevicePluginServer: ep.server, servedChans: ch, open: p.streams(ep.resource)}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	done := make(chan struct{})
@@ -266,6 +270,31 @@ func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
 		<-done
 		_ = os.Remove(path)
 	}, ch, nil
+}
+
+// streams is the count of ListAndWatch streams open on resource's endpoint.
+func (p *Plugin) streams(resource string) *atomic.Int32 {
+	n, _ := p.open.LoadOrStore(resource, new(atomic.Int32))
+	return n.(*atomic.Int32)
+}
+
+// Serving reports whether the kubelet has a ListAndWatch stream open on every resource this
+// plugin serves (the memory units and, with Config.WholeCards, the whole cards), and the
+// resources it has none on. Only a serving plugin's devices are the kubelet's to allocate: the
+// chart's readiness probe (/readyz) waits for it, so that a rolling update stops the old plugin
+// only once the kubelet streams from the new one.
+func (p *Plugin) Serving() (bool, []string) {
+	want := []string{string(p.cfg.Names.ResourceName())}
+	if p.cfg.WholeCards {
+		want = append(want, string(p.cfg.Names.WholeResourceName()))
+	}
+	var missing []string
+	for _, r := range want {
+		if p.streams(r).Load() <= 0 {
+			missing = append(missing, r)
+		}
+	}
+	return len(missing) == 0, missing
 }
 
 // register tells the kubelet about the endpoint.

@@ -17,15 +17,19 @@ type Mode string
 const (
 	// ModeOff samples (metrics, inventory) and acts on nothing.
 	ModeOff Mode = "off"
-	// ModeReport records a Warning Event on the pod. The default: an
-	// upgrade changes what operators see, never what runs.
+	// ModeReport records a Warning Event on the pod and changes nothing
+	// that runs: the over-user keeps the memory its neighbours were granted.
 	ModeReport Mode = "report"
 	// ModeEvict evicts the pod through the Eviction API (policy/v1), which
-	// honours PodDisruptionBudgets; refused evictions are retried.
+	// honours PodDisruptionBudgets; refused evictions are retried. The
+	// default (DefaultMode): a neighbour on the same card keeps its grant.
 	ModeEvict Mode = "evict"
 	// ModeKill sends SIGKILL to the container's processes on the card.
 	ModeKill Mode = "kill"
 )
+
+// DefaultMode is --memory-enforcement's default and the chart's.
+const DefaultMode = ModeEvict
 
 // ParseMode parses --memory-enforcement.
 func ParseMode(s string) (Mode, error) {

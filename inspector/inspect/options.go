@@ -132,9 +132,45 @@ func (o *Options) Complete(_ *cobra.Command, args []string) error {
 		if err != nil {
 			return err
 		}
-		o.HTTPClient = &http.Client{Timeout: timeout}
+		o.HTTPClient = &http.Client{Timeout: timeout, Transport: bearer{token: o.extenderToken(), next: http.DefaultTransport}}
 	}
 	return nil
+}
+
+// extenderToken is the bearer token sent to the extender's /inspect, which
+// answers only an identity allowed to read it (the chart's
+// <release>-inspect-reader): kubectl's --token, or the kubeconfig's token
+// ("" when it has none, e.g. a client certificate: the extender's 401 says
+// what to send).
+func (o *Options) extenderToken() string {
+	if o.ConfigFlags == nil {
+		return ""
+	}
+	cfg, err := o.ConfigFlags.ToRESTConfig()
+	if err != nil {
+		return ""
+	}
+	if cfg.BearerToken == "" && cfg.BearerTokenFile != "" {
+		if b, err := os.ReadFile(cfg.BearerTokenFile); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	return cfg.BearerToken
+}
+
+// bearer adds a bearer token to each request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token == "" {
+		return b.next.RoundTrip(r)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 // kubeClient returns o.Client, building it from ConfigFlags the first time.

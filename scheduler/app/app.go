@@ -8,7 +8,8 @@
 // By concern: app.go, the command and Run; options.go, the options, their
 // flags and validation; runtime.go, the Go runtime's tuning (memory limit,
 // GC target); serve.go, the API clients and serving (Serve, the card-limits
-// publisher); tls.go, the verbs' TLS and its reload when the files change.
+// publisher); tls.go, the verbs' TLS and its reload when the files change;
+// access.go, who may call the verbs, /inspect and /metrics.
 package app
 
 import (
@@ -103,5 +104,10 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	return Serve(ctx, o, Clients{Read: client, Bind: bindClient, Budget: budget}, ln, admin)
+	auth, err := authClient(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return Serve(ctx, o, Clients{Read: client, Bind: bindClient, Budget: budget, Auth: auth}, ln, admin)
 }

@@ -21,6 +21,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
@@ -53,7 +54,7 @@ func TestOptionsFromFlagsAndEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Options{ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75, GCPercent: 200,
+	want := Options{AdminAuth: adminauth.DefaultOptions(), ListenAddress: "127.0.0.1:8080", Policy: "spread", FilterMode: "all", MaxBestNodes: server.DefaultMaxBestNodes, KubeAPIQPS: 200, KubeAPIBurst: 400, BindTimeout: 8 * time.Second, MaxRequestBytes: server.DefaultMaxBodyBytes, GoMemoryLimitFraction: 0.75, GCPercent: 200,
 		Names: cli.NameFlags{Domain: "gpushare.acme.io", ResourceName: "aliyun.com/gpu-mem", WholeResourceName: "example.com/gpu"}}
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options: the flag must win over the environment (-want +got):\n%s", diff)
@@ -210,16 +211,17 @@ func TestServeOnRandomPort(t *testing.T) {
 		t.Errorf("metrics lack n2's used units:\n%s", body)
 	}
 
-	// The admin address answers probes, metrics and inspect, and refuses the verbs.
+	// The admin address answers probes to anyone, metrics and inspect only
+	// with a token (--admin-auth=delegated, the default), and refuses the verbs.
 	adminBase := "http://" + admin.Addr().String()
-	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/inspect/n2"} {
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusOK, "/metrics": http.StatusUnauthorized, "/inspect/n2": http.StatusUnauthorized} {
 		resp, err := http.Get(adminBase + path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("admin GET %s: %s, want 200", path, resp.Status)
+		if resp.StatusCode != want {
+			t.Errorf("admin GET %s without a token: %s, want %d", path, resp.Status, want)
 		}
 	}
 	for _, path := range []string{"/filter", "/prioritize", "/bind"} {
@@ -229,8 +231,8 @@ func TestServeOnRandomPort(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "not served on this address") {
-			t.Errorf("admin POST %s: %s %s, want 404 saying the verbs are not served there", path, resp.Status, b)
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("admin POST %s without a token: %s %s, want 401 (with a token: 404, the verbs are not served there)", path, resp.Status, b)
 		}
 	}
 }

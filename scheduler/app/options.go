@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/server"
@@ -91,6 +92,11 @@ type Options struct {
 	// Names are the resource names and the annotation domain (--domain,
 	// --resource-name, --whole-resource-name), the same in every program.
 	Names cli.NameFlags
+	// AdminAuth guards /inspect and /metrics (access.go, --admin-auth).
+	AdminAuth adminauth.Options
+	// ClientCertNames, with ClientCAFile, are the names a client
+	// certificate must carry to call the verbs (--client-cert-names).
+	ClientCertNames []string
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -118,6 +124,7 @@ func DefaultOptions() Options {
 		GoMemoryLimitFraction: 0.9,
 		GCPercent:             DefaultGCPercent,
 		Names:                 cli.DefaultNameFlags(),
+		AdminAuth:             adminauth.DefaultOptions(),
 	}
 }
 
@@ -158,6 +165,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "unless GOGC is set, the Go garbage collector's target percentage (0: Go's default, 100)")
 	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
 	o.Names.AddFlags(fs)
+	o.addAccessFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -232,6 +240,7 @@ func (o *Options) Validate() error {
 	if o.MaxRequestBytes < 64<<10 {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
+	errs = append(errs, o.validateAccess()...)
 	return cli.Usage(errors.Join(errs...))
 }
 

@@ -37,6 +37,9 @@ type Clients struct {
 	Bind kubernetes.Interface
 	// Budget is the API request budget Read also waits on (nil: none).
 	Budget *rate.Limiter
+	// Auth asks the API server about the tokens at the guarded routes
+	// (--admin-auth; nil: Read).
+	Auth kubernetes.Interface
 }
 
 // readLimiter lets client-go wait on the extender's shared request budget.
@@ -107,7 +110,11 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
-	httpSrv := httpserve.New(ctx, srv.Handler(reg))
+	guards, err := newAccessGuards(o, clients, ln.Addr())
+	if err != nil {
+		return err
+	}
+	httpSrv := httpserve.New(ctx, guards.verbsHandler(srv.Handler(reg)))
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -144,7 +151,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
 	if admin != nil {
-		servers = append(servers, httpserve.New(ctx, srv.ReadOnlyHandler(reg)))
+		servers = append(servers, httpserve.New(ctx, guards.adminHandler(srv.ReadOnlyHandler(reg))))
 		listeners = append(listeners, admin)
 	}
 	errc := make(chan error, len(servers))

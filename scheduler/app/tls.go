@@ -22,7 +22,7 @@ func (o *Options) serverTLS(log klog.Logger) (*tls.Config, error) {
 	if o.TLSCertFile == "" {
 		return nil, nil
 	}
-	f := &tlsFiles{cert: o.TLSCertFile, key: o.TLSPrivateKeyFile, ca: o.ClientCAFile, log: log, now: time.Now}
+	f := &tlsFiles{cert: o.TLSCertFile, key: o.TLSPrivateKeyFile, ca: o.ClientCAFile, names: o.ClientCertNames, log: log, now: time.Now}
 	cfg, raw, err := f.load()
 	if err != nil {
 		return nil, err
@@ -40,6 +40,7 @@ const tlsRecheck = 10 * time.Second
 // once per content).
 type tlsFiles struct {
 	cert, key, ca string
+	names         []string // --client-cert-names
 	log           klog.Logger
 	now           func() time.Time
 
@@ -106,6 +107,7 @@ func (f *tlsFiles) load() (*tls.Config, []byte, error) {
 			return nil, nil, fmt.Errorf("--client-ca-file %s: no PEM certificate in it", f.ca)
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		cfg.VerifyConnection = clientNameCheck(f.names)
 	}
 	return cfg, raw, nil
 }

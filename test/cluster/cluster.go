@@ -49,6 +49,14 @@ type Options struct {
 	// "*": all, node lifecycle included). "*,-node-lifecycle-controller"
 	// keeps Nodes that nothing heartbeats Ready (API-object nodes).
 	KCMControllers string
+	// APIServerAddress is where pods reach the API server (a pod network's
+	// gateway): kube-apiserver then listens on every address and the
+	// kubernetes Service's endpoints name this one (hack/cluster.sh).
+	// Empty: 127.0.0.1 only.
+	APIServerAddress string
+	// SchedulerQPS and SchedulerBurst are kube-scheduler's API client budget
+	// (clientConnection.qps/burst; 0: kube-scheduler's defaults, 50 and 100).
+	SchedulerQPS, SchedulerBurst int
 	// Log receives the script's output (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -120,6 +128,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c := &Cluster{opts: opts, Kubeconfig: filepath.Join(opts.StateDir, "kubeconfig"), Ports: map[string]int{}}
 	c.env = append(os.Environ(), "GPUSHARE_STATE="+opts.StateDir, "GPUSHARE_K8S_BIN="+opts.BinDir)
+	if opts.SchedulerQPS > 0 {
+		c.env = append(c.env, fmt.Sprintf("GPUSHARE_SCHEDULER_QPS=%d", opts.SchedulerQPS), fmt.Sprintf("GPUSHARE_SCHEDULER_BURST=%d", max(opts.SchedulerBurst, opts.SchedulerQPS)))
+	}
+	if opts.APIServerAddress != "" {
+		c.env = append(c.env, "GPUSHARE_APISERVER_ADDRESS="+opts.APIServerAddress)
+	}
 	if opts.KCMControllers != "" {
 		c.env = append(c.env, "GPUSHARE_KCM_CONTROLLERS="+opts.KCMControllers)
 	}

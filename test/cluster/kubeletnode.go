@@ -87,7 +87,10 @@ type KubeletNodeOptions struct {
 	Images     []string
 	PauseImage string
 	Labels     string
-	// PluginBinary and PluginArgs: the device plugin.
+	// PodCIDR gives pods a network (a CNI bridge; kubeletnode.Options).
+	PodCIDR string
+	// PluginBinary and PluginArgs: the device plugin (empty: none, e.g. when
+	// the chart's DaemonSet runs it).
 	PluginBinary string
 	PluginArgs   []string
 }
@@ -134,6 +137,9 @@ func (c *Cluster) StartKubeletNode(opts KubeletNodeOptions) (*KubeletNode, error
 	}
 	if opts.Labels != "" {
 		args = append(args, "--labels", opts.Labels)
+	}
+	if opts.PodCIDR != "" {
+		args = append(args, "--pod-cidr", opts.PodCIDR)
 	}
 	if opts.PluginBinary != "" {
 		args = append(args, "--plugin", opts.PluginBinary, "--")

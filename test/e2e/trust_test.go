@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,6 +305,101 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
 		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
+
+		// Events and evictions: only about its own node. A Warning Event on
+		// a pod of node B (as the memory enforcer writes them), an eviction
+		// of that pod (enforcement evict), an event on node B.
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		event := func(kind, name, host string) *corev1.Event {
+			ref := corev1.ObjectReference{Kind: kind, Name: name, APIVersion: "v1"}
+			ns := metav1.NamespaceDefault // where events on cluster-scoped objects live
+			if kind == "Pod" {
+				ref.Namespace, ns = users, users
+			}
+			return &corev1.Event{
+				ObjectMeta:     metav1.ObjectMeta{GenerateName: "forged-", Namespace: ns},
+				InvolvedObject: ref, Type: corev1.EventTypeWarning, Reason: "GPUMemoryOverGrant", Message: "forged",
+				Source: corev1.EventSource{Component: "gpushare-device-plugin", Host: host},
+			}
+		}
+		evict := func(pod string) error {
+			return plugin.PolicyV1().Evictions(users).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: users}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+		}
+		// The pod lookup (a parameter policy) takes effect once the API
+		// server has read the pods: wait for the first denial.
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-b", "trust-a"), dry)
+			return last != nil, nil
+		}); err != nil {
+			t.Fatalf("the plugin on trust-a wrote an event on pod-b (trust-b): allowed; want refused")
+		}
+		wantError(t, "", last, "may write events on only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
+		_, err = plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-b", "trust-b"), dry)
+		wantError(t, "", err, "the device plugin's identity", "only", "its own node")
+		// Events on Nodes live in the default namespace: the policies apply
+		// there for the rest of this test.
+		enforceAdmission(ctx, t, c, system, metav1.NamespaceDefault)
+		t.Cleanup(func() {
+			patch := fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, admissionLabel)
+			_, _ = c.Client.CoreV1().Namespaces().Patch(context.Background(), metav1.NamespaceDefault, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		})
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = plugin.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, event("Node", "trust-b", "trust-a"), dry)
+			return last != nil, nil
+		}); err != nil {
+			t.Fatalf("the plugin on trust-a wrote an event on Node trust-b: allowed; want refused")
+		}
+		wantError(t, "", last, "writes events only about its own node", "the event is about Node trust-b")
+		wantError(t, "", evict("pod-b"), "may evict only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
+		// Its own node's pod and Node: allowed.
+		if _, err := plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-a", "trust-a"), dry); err != nil {
+			t.Errorf("plugin on trust-a: an event on its pod-a: %v, want allowed", err)
+		}
+		if _, err := plugin.CoreV1().Events(metav1.NamespaceDefault).Create(ctx, event("Node", "trust-a", "trust-a"), dry); err != nil {
+			t.Errorf("plugin on trust-a: an event on its Node: %v, want allowed", err)
+		}
+		if err := evict("pod-a"); err != nil {
+			t.Errorf("plugin on trust-a: evicting its pod-a (dry run): %v, want allowed", err)
+		}
+	})
+
+	t.Run("pinning a card by UUID needs a namespace the operator labelled", func(t *testing.T) {
+		// /inspect and the inventory name every card's UUID; a UUID names
+		// the victim's card.
+		got, err := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := api.DefaultNames().AssignmentFromPod(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin := gpuPod(users, "beside-a", 1)
+		pin.Annotations = map[string]string{api.DefaultNames().AnnotationCardUUIDs(): a.Containers[0].CardUUID}
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err = alice.CoreV1().Pods(users).Create(ctx, pin, dry)
+		wantError(t, "", err, "pinning a pod to cards by UUID (annotation gpushare.example.com/card-uuids) is reserved to namespaces the cluster operator labelled gpushare.example.com/card-pinning=allowed, and "+users+" is not", "Choose cards by model instead")
+		// Adding the annotation to a pod later is refused the same way.
+		_, err = alice.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, api.DefaultNames().AnnotationCardUUIDs(), a.Containers[0].CardUUID)), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "pinning a pod to cards by UUID")
+		// By model: anyone.
+		byModel := gpuPod(users, "by-model", 1)
+		byModel.Annotations = map[string]string{api.DefaultNames().AnnotationCardModels(): "A100"}
+		if _, err := alice.CoreV1().Pods(users).Create(ctx, byModel, dry); err != nil {
+			t.Errorf("choosing by model: %v, want allowed", err)
+		}
+		// The operator labels the namespace: pinning is allowed there.
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, api.DefaultNames().LabelCardPinning(), api.CardPinningAllowed)
+		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, users, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err = alice.CoreV1().Pods(users).Create(ctx, pin, dry)
+			return err == nil, nil
+		}); err != nil {
+			t.Errorf("pinning in a labelled namespace: %v, want allowed", err)
+		}
 	})
 }
 

@@ -1,7 +1,9 @@
 package kubeletnode
 
 import (
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,7 +58,37 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = %q
     conf_dir = %q
 `, o.path("containerd", "root"), o.path("containerd", "state"), o.ContainerdSocket(), o.PauseImage,
-		binary, o.path("cni", "bin"), o.path("cni", "net.d"))
+		binary, o.cniBinDir(), o.path("cni", "net.d"))
+}
+
+func (o *Options) cniBinDir() string {
+	if o.PodCIDR != "" {
+		return o.CNIBinDir
+	}
+	return o.path("cni", "bin")
+}
+
+// cniConfig is the pod network: a bridge whose first address is the pods'
+// gateway (the host), host-local addresses from PodCIDR, the loopback.
+func (o *Options) cniConfig() ([]byte, error) {
+	if _, _, err := net.ParseCIDR(o.PodCIDR); err != nil {
+		return nil, fmt.Errorf("--pod-cidr: %w", err)
+	}
+	return json.MarshalIndent(map[string]any{
+		"cniVersion": "0.4.0",
+		"name":       "gpushare-e2e",
+		"plugins": []any{
+			map[string]any{
+				"type": "bridge", "bridge": BridgeName, "isGateway": true, "ipMasq": false, "hairpinMode": true,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": o.PodCIDR}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+				},
+			},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}, "", "  ")
 }
 
 // kubeletConfig is the KubeletConfiguration: cgroup v1 allowed
@@ -262,6 +294,11 @@ func (o *Options) writeFiles() error {
 	files := map[string][]byte{
 		"containerd.toml": []byte(o.containerdConfig()),
 		"kubelet.yaml":    kc,
+	}
+	if o.PodCIDR != "" {
+		if files["cni/net.d/10-gpushare.conflist"], err = o.cniConfig(); err != nil {
+			return err
+		}
 	}
 	if o.NvidiaRuntime != "" {
 		cards, err := o.Cards()

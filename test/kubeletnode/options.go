@@ -48,7 +48,16 @@ type Options struct {
 	PluginArgs []string
 	// KubeletVerbosity is the kubelet's -v.
 	KubeletVerbosity int
+	// PodCIDR gives pods a network: a CNI bridge (BridgeName, gateway the
+	// first address) with host-local addresses from PodCIDR, through the CNI
+	// plugins in CNIBinDir (Debian's: /usr/lib/cni). Empty: no CNI
+	// configuration; only hostNetwork pods start and the Node is not Ready.
+	PodCIDR   string
+	CNIBinDir string
 }
+
+// BridgeName is the CNI bridge a node with a PodCIDR gets.
+const BridgeName = "gpushare0"
 
 // AddFlags registers the options on fs.
 func (o *Options) AddFlags(fs *flag.FlagSet) {
@@ -70,6 +79,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Labels, "labels", "", "node labels k=v,k2=v2")
 	fs.StringVar(&o.Plugin, "plugin", "", "device plugin binary; its arguments follow \"--\"")
 	fs.IntVar(&o.KubeletVerbosity, "kubelet-v", 2, "kubelet log verbosity")
+	fs.StringVar(&o.PodCIDR, "pod-cidr", "", "pod network (CNI bridge "+BridgeName+", host-local addresses), e.g. 10.244.0.0/24; empty: host network only")
+	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "CNI plugin binaries (with --pod-cidr)")
 }
 
 // Complete checks the options and makes paths absolute.

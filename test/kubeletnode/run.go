@@ -199,5 +199,14 @@ func (o *Options) teardown(logger klog.Logger, cg cgroupRoot, stopContainerd fun
 	if err := cg.remove(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if o.PodCIDR != "" {
+		// The pods' network namespaces ended with their processes (their veths
+		// with them); the bridge and host-local's address leases are the host's.
+		if out, err := exec.CommandContext(ctx, "ip", "link", "del", BridgeName).CombinedOutput(); err != nil &&
+			!strings.Contains(string(out), "Cannot find device") {
+			errs = append(errs, fmt.Errorf("ip link del %s: %v: %s", BridgeName, err, out))
+		}
+		errs = append(errs, os.RemoveAll("/var/lib/cni/networks/gpushare-e2e"))
+	}
 	return errors.Join(errs...)
 }

@@ -1,9 +1,13 @@
 {{/* Names and labels shared by every template. */}}
-{{- define "gpushare.name" -}}{{ .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- define "gpushare.name" -}}{{ .Values.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 
 {{- define "gpushare.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
-{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- if .Values.fullnameOverride -}}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else -}}
+{{- $name := .Values.nameOverride | default .Chart.Name -}}
+{{- if contains $name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "gpushare.labels" -}}

@@ -25,6 +25,7 @@ func main() {
 	flag.IntVar(&o.Clients, "clients", o.Clients, "concurrent pod creations")
 	flag.StringVar(&policies, "policies", policies, "extender policies to run, comma-separated (empty: none)")
 	flag.BoolVar(&o.Plain, "plain", o.Plain, "run kube-scheduler alone first (the reference for the ratio)")
+	flag.IntVar(&o.SchedulerQPS, "scheduler-qps", o.SchedulerQPS, "kube-scheduler's API client QPS (burst twice that) in every run, plain and with the extender (0: kube-scheduler's default, 50)")
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on each run, first creation to last bind; then the run is reported stalled")
 	flag.StringVar(&o.ExtenderBinary, "extender", o.ExtenderBinary, "the built gpushare-scheduler")
 	flag.StringVar(&o.BaselineBinary, "baseline", o.BaselineBinary, "another gpushare-scheduler (e.g. from the commit before a change): each policy runs through it first, reported as POLICY-before, then through -extender")

@@ -1,0 +1,544 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/kubeletnode"
+)
+
+// The install lane: the chart as shipped, installed with helm onto a real node (kubelet,
+// containerd, NVIDIA's runtime in CDI mode, simulated cards) that has a pod network (Debian's CNI
+// bridge) and kube-proxy, from images made by `hack/image.sh` — the way an operator installs it.
+// Only what this machine forces is overridden (docs/e2e.md, "The install lane").
+
+const (
+	installPodCIDR = "10.244.0.0/24"
+	// installGateway is the bridge's address, where pods reach the API server
+	// (the kubernetes Service's endpoint; kube-proxy sends 10.0.0.1:443 there).
+	installGateway   = "10.244.0.1"
+	installNamespace = "gpushare-system"
+	installRelease   = "gpushare"
+	installNode      = "install-node"
+	// rebuiltTag names the image `helm upgrade` moves to: the same commit rebuilt
+	// with another revision label, so another digest.
+	rebuiltTag = "rebuilt"
+)
+
+// installOverrides are the only values the lane sets, each forced by this machine.
+var installOverrides = []string{
+	// No GPU here: the plugin serves simulated cards (the node's CDI spec describes the same ones).
+	"devicePlugin.extraArgs={--nvml=spec:" + laneGPUs + "}",
+}
+
+// chartImage is the image reference the chart renders by default (values.yaml
+// image.repository, Chart.yaml appVersion).
+func chartImage(t *testing.T) (repo, tag string) {
+	t.Helper()
+	read := func(name string, into any) {
+		b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "charts", "gpushare", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(b, into); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	var values struct {
+		Image struct{ Repository string } `json:"image"`
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	read("values.yaml", &values)
+	read("Chart.yaml", &chart)
+	return values.Image.Repository, chart.AppVersion
+}
+
+// buildInstallImages makes the gpushare image twice (the chart's reference, and rebuiltTag with
+// another revision label) with hack/image.sh for this machine's platform, and the kube-scheduler
+// image the chart names from the kube-scheduler binary the lane built. It returns the archives
+// and the two gpushare image IDs (config digests).
+func buildInstallImages(t *testing.T, schedulerTag string) (archives []string, digests map[string]string) {
+	t.Helper()
+	repo, tag := chartImage(t)
+	digests = map[string]string{}
+	for _, b := range []struct{ tag, revision string }{{tag, ""}, {rebuiltTag, "rebuilt-for-the-upgrade-test"}} {
+		out := filepath.Join(binDir, "image-"+b.tag)
+		cmd := exec.Command(filepath.Join(cluster.RepoRoot(), "hack", "image.sh"))
+		cmd.Dir = cluster.RepoRoot()
+		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64", "IMAGE_OUT="+out, "IMAGE="+repo+":"+b.tag)
+		if b.revision != "" {
+			cmd.Env = append(cmd.Env, "IMAGE_REVISION="+b.revision)
+		}
+		start := time.Now()
+		outb, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("hack/image.sh: %v\n%s", err, outb)
+		}
+		// The image ID (config digest) is what the kubelet reports as an imported image's imageID.
+		m := regexp.MustCompile(`linux/amd64\s+sha256:[0-9a-f]{64}.*image ID (sha256:[0-9a-f]{64})`).FindSubmatch(outb)
+		if m == nil {
+			t.Fatalf("hack/image.sh printed no linux/amd64 image ID:\n%s", outb)
+		}
+		digests[b.tag] = string(m[1])
+		t.Logf("image %s:%s %s built in %v", repo, b.tag, m[1], time.Since(start).Round(time.Second))
+		archives = append(archives, filepath.Join(out, "gpushare.oci.tar"))
+	}
+	if digests[tag] == digests[rebuiltTag] {
+		t.Fatalf("the rebuilt image has the same digest %s: the upgrade would change nothing", digests[tag])
+	}
+	sched := filepath.Join(binDir, "kube-scheduler.oci.tar")
+	if err := kubeletnode.WriteOCIArchive(sched, kubeletnode.Image{
+		Name:  "registry.k8s.io/kube-scheduler:" + schedulerTag,
+		Files: map[string]string{"/usr/local/bin/kube-scheduler": filepath.Join(cluster.BinDir(), "kube-scheduler")},
+		Env:   []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return append(archives, sched), digests
+}
+
+// installLane starts a control plane pods can reach, the real node with a pod network, kube-proxy,
+// and imports the images. It returns the cluster, the node and the gpushare image digests.
+func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.KubeletNode, map[string]string) {
+	t.Helper()
+	needRoot(t)
+	tools := needLane(t)
+	for _, need := range []string{filepath.Join(cluster.BinDir(), "kube-proxy"), "/usr/lib/cni/bridge", "/usr/lib/cni/host-local", "/usr/sbin/iptables"} {
+		if _, err := os.Stat(need); err != nil {
+			t.Fatalf("install lane: %s missing: run hack/container-lane.sh (make e2e does)", need)
+		}
+	}
+	state, err := os.MkdirTemp("", "gpushare-install-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cluster.Start(ctx, cluster.Options{StateDir: state, APIServerAddress: installGateway})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the install lane's control plane: %v", err)
+		}
+		if !t.Failed() {
+			_ = os.RemoveAll(state)
+		} else {
+			t.Logf("install lane state and logs kept in %s", state)
+		}
+	})
+	v, err := c.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schedulerTag := regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+`).FindString(v.GitVersion)
+	archives, digests := buildInstallImages(t, schedulerTag)
+
+	proxyPorts := [2]int{}
+	for i := range proxyPorts {
+		if proxyPorts[i], err = cluster.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	proxyBin := filepath.Join(cluster.BinDir(), "kube-proxy")
+	proxy, err := cluster.StartProcess("kube-proxy", filepath.Join(state, "logs", "kube-proxy.log"), proxyBin,
+		"--kubeconfig", c.Kubeconfig, "--hostname-override", installNode, "--cluster-cidr", installPodCIDR,
+		"--proxy-mode", "iptables", "--bind-address", "127.0.0.1", "--conntrack-max-per-core", "0",
+		"--healthz-bind-address", fmt.Sprintf("127.0.0.1:%d", proxyPorts[0]),
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", proxyPorts[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = proxy.Stop()
+		if out, err := exec.Command(proxyBin, "--cleanup").CombinedOutput(); err != nil {
+			t.Logf("kube-proxy --cleanup: %v\n%s", err, out)
+		}
+	})
+
+	node, err := c.StartKubeletNode(cluster.KubeletNodeOptions{
+		Name: installNode, Binary: laneArtifacts.node, Tools: tools,
+		NvidiaRuntime: true, GPUs: laneGPUs, PodCIDR: installPodCIDR,
+		Images:     append([]string{laneArtifacts.pauseT, laneArtifacts.probeTar}, archives...),
+		PauseImage: pauseImage,
+		Labels:     "gpushare=true", // the chart's devicePlugin.nodeSelector
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := node.Stop(); err != nil {
+			t.Errorf("stopping node %s: %v", installNode, err)
+		}
+	})
+	if _, err := cluster.WaitNode(ctx, c.Client, installNode, 3*time.Minute, "Ready (pod network up)", func(n *corev1.Node) bool {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.Status == corev1.ConditionTrue
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, node.Logs())
+	}
+	return c, node, digests
+}
+
+// helmCommand is the helm the chart checks use, against the lane's cluster.
+func helmCommand(t *testing.T, c *cluster.Cluster, args ...string) *exec.Cmd {
+	t.Helper()
+	path, err := exec.Command(filepath.Join(cluster.RepoRoot(), "hack", "tools.sh"), "helm").Output()
+	if err != nil {
+		t.Fatalf("hack/tools.sh helm: %v", err)
+	}
+	cmd := exec.Command(strings.TrimSpace(string(path)), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig)
+	return cmd
+}
+
+// helm runs helm and fails the test if it fails.
+func helm(t *testing.T, c *cluster.Cluster, args ...string) string {
+	t.Helper()
+	out, err := helmCommand(t, c, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// waitInstalled waits until the device plugin DaemonSet and the scheduler Deployment run the
+// image with the given digest, every pod of them ready.
+func waitInstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.KubeletNode, digest string) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := c.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := map[string]bool{}
+		var states []string
+		for _, p := range pods.Items {
+			comp := p.Labels["app.kubernetes.io/component"]
+			ok := p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && len(p.Status.ContainerStatuses) == len(p.Spec.Containers)
+			for _, cs := range p.Status.ContainerStatuses {
+				if !cs.Ready || (cs.Name != "kube-scheduler" && !strings.HasSuffix(cs.ImageID, digest)) {
+					ok = false
+				}
+				states = append(states, fmt.Sprintf("%s/%s ready=%v image=%s id=%s waiting=%v", p.Name, cs.Name, cs.Ready, cs.Image, cs.ImageID, cs.State.Waiting))
+			}
+			if len(p.Status.ContainerStatuses) == 0 {
+				states = append(states, fmt.Sprintf("%s %s %v", p.Name, p.Status.Phase, p.Status.Conditions))
+			}
+			if prev, seen := ready[comp]; seen {
+				ok = ok && prev
+			}
+			ready[comp] = ok
+		}
+		last = strings.Join(states, "\n")
+		return ready["device-plugin"] && ready["scheduler"] && len(ready) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("the chart's pods on image %s: %v; last:\n%s\n%s", digest, err, last, node.Logs())
+	}
+}
+
+// installPod is a probe pod the chart's kube-scheduler places: on the pod network, asking for
+// units of GPU memory (none: no request).
+func installPod(ns, name string, units int64) *corev1.Pod {
+	pod := probePod(ns, name, units)
+	pod.Spec.SchedulerName = "gpushare-scheduler"
+	pod.Spec.HostNetwork = false
+	pod.Spec.DNSPolicy = corev1.DNSClusterFirst
+	return pod
+}
+
+// leftovers lists what gpushare left in the cluster: annotations and labels under the names'
+// domain on nodes, annotations on pods, and Secrets in the release namespace.
+func leftovers(ctx context.Context, t *testing.T, c kubernetes.Interface, domain string) []string {
+	t.Helper()
+	var out []string
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for k := range n.Annotations {
+			if strings.HasPrefix(k, domain+"/") {
+				out = append(out, "node annotation "+k)
+			}
+		}
+		for k := range n.Labels {
+			if strings.HasPrefix(k, domain+"/") {
+				out = append(out, "node label "+k)
+			}
+		}
+	}
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		for k := range p.Annotations {
+			if strings.HasPrefix(k, domain+"/") {
+				out = append(out, "pod annotation "+k)
+			}
+		}
+	}
+	secrets, err := c.CoreV1().Secrets(installNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		out = append(out, "secret "+s.Name)
+	}
+	return dedupSorted(out)
+}
+
+func dedupSorted(in []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// An operator's install, upgrade and uninstall of the chart as shipped (admission policies,
+// record signing on), on a real node from our images.
+func TestInstallLane(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	c, node, digests := installLane(ctx, t)
+	_, tag := chartImage(t)
+	names := api.DefaultNames()
+	chart := filepath.Join(cluster.RepoRoot(), "charts", "gpushare")
+	args := []string{"install", installRelease, chart, "-n", installNamespace, "--create-namespace", "--wait", "--timeout", "5m"}
+	for _, o := range installOverrides {
+		args = append(args, "--set", o)
+	}
+	start := time.Now()
+	helm(t, c, args...)
+	waitInstalled(ctx, t, c, node, digests[tag])
+	t.Logf("helm install: the chart's pods ready on %s after %v", digests[tag], time.Since(start).Round(time.Second))
+	ns := testNamespace(ctx, t, c, "install")
+
+	var gpu *corev1.Pod
+	var gpuRecord string
+	if !t.Run("a GPU pod goes Pending to Running on its card through the chart's scheduler", func(t *testing.T) {
+		pod := installPod(ns, "gpu", 4)
+		created, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if created.Status.Phase != corev1.PodPending || created.Spec.NodeName != "" {
+			t.Fatalf("a new pod is %s on %q, want Pending and unbound", created.Status.Phase, created.Spec.NodeName)
+		}
+		_ = c.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		if err := cluster.WaitPodGone(ctx, c.Client, ns, pod.Name, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		gpu = runProbePod(ctx, t, c, node, installPod(ns, "gpu", 4))
+		asg := allocatedAssignment(ctx, t, c, gpu)
+		verifyRecord(ctx, t, c, gpu)
+		seen := probeSees(ctx, t, node, gpu, "c0", time.Time{})
+		checkContainerSeesItsCard(t, gpu, asg.Containers[0], asg, seen)
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu, gpuRecord = got, got.Annotations[names.AnnotationAssignment()]
+		t.Logf("pod %s on card %d (%s), pod IP %s", gpu.Name, asg.Containers[0].CardIndex, asg.Containers[0].CardUUID, gpu.Status.PodIP)
+	}) {
+		return
+	}
+	t.Run("a pod without a request sees no GPU", func(t *testing.T) {
+		pod := runProbePod(ctx, t, c, node, installPod(ns, "nogpu", 0))
+		checkContainerSeesNoCard(t, pod, "c0", probeSees(ctx, t, node, pod, "c0", time.Time{}))
+	})
+
+	if !t.Run("helm upgrade to a rebuilt image keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
+		// A pod every 0.5 s from just before `helm upgrade` until the rebuilt plugin and extender
+		// are ready and the old ones gone: some reach the node while its plugin is handed over.
+		stop, created := make(chan struct{}), make(chan []string, 1)
+		go func() {
+			var names []string
+			defer func() { created <- names }()
+			for i := 0; ; i++ {
+				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
+				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
+				} else {
+					names = append(names, pod.Name)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}()
+		out, err := helmCommand(t, c, "upgrade", installRelease, chart, "-n", installNamespace, "--reuse-values",
+			"--set", "image.tag="+rebuiltTag, "--wait", "--timeout", "5m").CombinedOutput()
+		if err != nil {
+			close(stop)
+			<-created
+			t.Fatalf("helm upgrade: %v\n%s", err, out)
+		}
+		waitInstalled(ctx, t, c, node, digests[rebuiltTag])
+		close(stop)
+		during := <-created
+		t.Logf("%d pods created during the upgrade", len(during))
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UID != gpu.UID || got.Status.Phase != corev1.PodRunning || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s after the upgrade: uid %s (was %s), %s, restarts %d", gpu.Name, got.UID, gpu.UID, got.Status.Phase, got.Status.ContainerStatuses[0].RestartCount)
+		}
+		if rec := got.Annotations[names.AnnotationAssignment()]; rec != gpuRecord {
+			t.Errorf("pod %s: record changed by the upgrade:\n was %s\n now %s", gpu.Name, gpuRecord, rec)
+		}
+		for _, name := range during {
+			p, err := cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running, or Pending with a reason", func(p *corev1.Pod) bool {
+				return p.Status.Phase != corev1.PodPending || pendingReason(p) != ""
+			})
+			if err != nil {
+				t.Errorf("%v", err)
+				continue
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
+			} else if p.Status.Phase == corev1.PodRunning {
+				verifyRecord(ctx, t, c, p)
+			} else {
+				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
+			}
+		}
+	}) {
+		return
+	}
+
+	t.Run("helm uninstall leaves what docs/install.md lists, and its commands remove it", func(t *testing.T) {
+		helm(t, c, "uninstall", installRelease, "-n", installNamespace, "--wait", "--timeout", "3m")
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
+		if err != nil || got.Status.Phase != corev1.PodRunning {
+			t.Errorf("GPU pod after uninstall: %v %v, want it still Running", err, got.Status.Phase)
+		}
+		remains := leftovers(ctx, t, c.Client, names.Domain())
+		t.Logf("left after helm uninstall:\n  %s", strings.Join(remains, "\n  "))
+		doc, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "docs", "install.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		section := string(doc)
+		if loc := regexp.MustCompile(`(?m)^## .*Uninstall`).FindStringIndex(section); loc != nil {
+			section = section[loc[0]:]
+			if j := strings.Index(section[3:], "\n## "); j >= 0 {
+				section = section[:j+3]
+			}
+		} else {
+			t.Fatal(`docs/install.md has no "## … Uninstall" section`)
+		}
+		for _, r := range remains {
+			item := r[strings.LastIndex(r, " ")+1:]
+			item = strings.TrimPrefix(item, names.Domain()+"/")
+			item = strings.TrimPrefix(item, installRelease+"-")
+			if !strings.Contains(section, item) {
+				t.Errorf("left after uninstall but not in docs/install.md's Uninstall section: %s", r)
+			}
+		}
+		if len(remains) == 0 {
+			t.Error("nothing left after uninstall: the record key Secret is kept on purpose (helm.sh/resource-policy: keep)")
+		}
+		for _, cmd := range uninstallCommands(t, c, section) {
+			out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
+			if err != nil {
+				t.Errorf("docs/install.md's command %q: %v\n%s", cmd, err, out)
+			}
+		}
+		_ = c.Client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+		if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			return err == nil && len(pods.Items) == 0, nil
+		}); err != nil {
+			t.Fatalf("the test's pods not gone: %v", err)
+		}
+		if left := leftovers(ctx, t, c.Client, names.Domain()); len(left) > 0 {
+			t.Errorf("after docs/install.md's clean-up commands and deleting the pods: %v", left)
+		}
+	})
+}
+
+// verifyRecord checks the pod's record is Allocated and signed with the key of the chart's
+// record key Secret.
+func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
+	t.Helper()
+	asg := allocatedAssignment(ctx, t, c, pod)
+	secret, err := c.Client.CoreV1().Secrets(installNamespace).Get(ctx, installRelease+"-record-key", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's record key: %v", err)
+	}
+	keys := api.RecordKeys{Current: secret.Data["current"]}
+	if !keys.Enabled() {
+		t.Fatal("the chart's record key Secret has no current key")
+	}
+	if err := keys.Verify(asg); err != nil {
+		t.Errorf("pod %s: record not signed with the chart's key: %v", pod.Name, err)
+	}
+}
+
+// pendingReason is why a Pending pod waits for a node: its PodScheduled condition's message. A
+// pod bound to the node and still creating its container has none yet (it is on its way to
+// Running), nor has one the scheduler has not looked at.
+func pendingReason(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
+}
+
+// uninstallCommands are the kubectl lines of docs/install.md's Uninstall section's clean-up
+// block (```sh ... ```, lines starting with "kubectl"), with kubectl pointed at the lane.
+func uninstallCommands(t *testing.T, c *cluster.Cluster, section string) []string {
+	t.Helper()
+	var cmds []string
+	kubectl := filepath.Join(cluster.BinDir(), "kubectl") + " --kubeconfig " + c.Kubeconfig
+	for _, line := range strings.Split(section, "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "kubectl ") {
+			cmds = append(cmds, kubectl+strings.TrimPrefix(line, "kubectl"))
+		}
+		if strings.HasPrefix(line, "## ") && len(cmds) > 0 {
+			break
+		}
+	}
+	if len(cmds) == 0 {
+		t.Fatal("docs/install.md's Uninstall section has no kubectl clean-up command")
+	}
+	return cmds
+}
