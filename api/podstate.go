@@ -41,3 +41,11 @@ func MayStartContainers(pod *corev1.Pod) bool {
 func Admitted(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0
 }
+
+// RecordHolds reports whether a pod's record shows it holding the cards it
+// names: the pod still holds its units (HoldsUnits) and the record is
+// Allocated (the device plugin wrote what the kubelet gave it). An Assigned
+// record is the extender's plan, not yet a holding.
+func RecordHolds(pod *corev1.Pod, a Assignment) bool {
+	return HoldsUnits(pod) && a.Phase == PhaseAllocated
+}

@@ -43,3 +43,22 @@ func TestHoldsUnitsAndMayStartContainers(t *testing.T) {
 		})
 	}
 }
+
+func TestRecordHoldsOnlyAllocatedRecordsOfPodsThatHoldUnits(t *testing.T) {
+	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	done := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
+	for _, tt := range []struct {
+		name  string
+		pod   *corev1.Pod
+		phase AssignmentPhase
+		want  bool
+	}{
+		{"allocated, running", running, PhaseAllocated, true},
+		{"assigned: the extender's plan", running, PhaseAssigned, false},
+		{"allocated, finished", done, PhaseAllocated, false},
+	} {
+		if got := RecordHolds(tt.pod, Assignment{Phase: tt.phase}); got != tt.want {
+			t.Errorf("%s: RecordHolds = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -110,10 +110,7 @@ func memoDecode(names api.Names, keys api.RecordKeys) decodeFunc {
 		if r, ok := seen[p]; ok {
 			return r.a, r.err
 		}
-		a, err := names.AssignmentFromPod(p)
-		if err == nil {
-			err = keys.Verify(a)
-		}
+		a, err := names.TrustedAssignment(p, keys)
 		seen[p] = result{a, err}
 		return a, err
 	}
@@ -163,48 +160,15 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // Order: creation time, then arrival (st.Arrival), then UID; within a pod
 // init containers, then app containers, in spec order.
 func Queue(pods []*corev1.Pod, st State) []Entry {
-	return queue(pods, st, st.Names.OrDefault().AssignmentFromPod)
+	return queue(pods, st, memoDecode(st.Names.OrDefault(), api.RecordKeys{}))
 }
 
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
-	ps := make([]*corev1.Pod, 0, len(pods))
-	for _, p := range pods {
-		// Awaiting admission: the kubelet may still start its containers
-		// (api.MayStartContainers) and has not started any yet.
-		if !api.MayStartContainers(p) || p.Status.Phase == corev1.PodRunning {
-			continue
-		}
-		if len(p.Status.ContainerStatuses) > 0 || len(p.Status.InitContainerStatuses) > 0 {
-			continue
-		}
-		if st.Rejected != nil && st.Rejected(p.UID) {
-			continue
-		}
-		ps = append(ps, p)
-	}
-	arrival := st.Arrival
-	if arrival == nil {
-		arrival = func(types.UID) (uint64, bool) { return 0, false }
-	}
-	sort.SliceStable(ps, func(i, j int) bool {
-		ti, tj := ps[i].CreationTimestamp.Time, ps[j].CreationTimestamp.Time
-		if !ti.Equal(tj) {
-			return ti.Before(tj)
-		}
-		ai, oki := arrival(ps[i].UID)
-		aj, okj := arrival(ps[j].UID)
-		if oki != okj {
-			return oki // a pod not seen yet arrived after every pod seen
-		}
-		if oki && ai != aj {
-			return ai < aj
-		}
-		return ps[i].UID < ps[j].UID
-	})
+	ps := awaiting(pods, st)
 	var q []Entry
 	for _, p := range ps {
 		a, aerr := decode(p)
-		if aerr == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(p.UID)) {
+		if recordedAllocated(a, aerr, st, p.UID) {
 			continue
 		}
 		cs, rerr := demand(st.Names.OrDefault(), p)
@@ -229,6 +193,49 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	return q
 }
 
+// awaiting are the pods awaiting admission, in the kubelet's admission
+// order: the kubelet may still start their containers
+// (api.MayStartContainers) and has not started any (api.Admitted), and the
+// plugin has not rejected them (st.Rejected); ordered by creation time, then
+// arrival (st.Arrival; a pod not seen yet arrived after every pod seen),
+// then UID. The queues of units and of whole cards are both built from it.
+func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
+	ps := make([]*corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if !api.MayStartContainers(p) || api.Admitted(p) || (st.Rejected != nil && st.Rejected(p.UID)) {
+			continue
+		}
+		ps = append(ps, p)
+	}
+	arrival := st.Arrival
+	if arrival == nil {
+		arrival = func(types.UID) (uint64, bool) { return 0, false }
+	}
+	sort.SliceStable(ps, func(i, j int) bool {
+		ti, tj := ps[i].CreationTimestamp.Time, ps[j].CreationTimestamp.Time
+		if !ti.Equal(tj) {
+			return ti.Before(tj)
+		}
+		ai, oki := arrival(ps[i].UID)
+		aj, okj := arrival(ps[j].UID)
+		if oki != okj {
+			return oki // a pod not seen yet arrived after every pod seen
+		}
+		if oki && ai != aj {
+			return ai < aj
+		}
+		return ps[i].UID < ps[j].UID
+	})
+	return ps
+}
+
+// recordedAllocated reports whether the pod's trusted record is Allocated
+// and, without the kubelet's account, to be believed (not reopened): its
+// containers hold what it names, so it waits for nothing.
+func recordedAllocated(a api.Assignment, err error, st State, uid types.UID) bool {
+	return err == nil && a.Phase == api.PhaseAllocated && !st.KubeletAccount && (st.Reopened == nil || !st.Reopened(uid))
+}
+
 // demand is what the kubelet will ask the plugin for, container by container
 // in its order. A pod that keeps the contract: api.Names.RequestFromPod, the one
 // reader of a pod's demand (err nil). A pod that breaks it (an init
@@ -244,15 +251,9 @@ func demand(names api.Names, p *corev1.Pod) ([]api.ContainerRequest, error) {
 		return req.Containers, nil
 	}
 	var out []api.ContainerRequest
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, c := range cs {
-			q, ok := c.Resources.Limits[names.ResourceName()]
-			if !ok {
-				q, ok = c.Resources.Requests[names.ResourceName()]
-			}
-			if ok && q.Value() > 0 {
-				out = append(out, api.ContainerRequest{Name: c.Name, Units: q.Value()})
-			}
+	for _, c := range api.KubeletDemand(p, names.ResourceName()) {
+		if c.Units > 0 {
+			out = append(out, c)
 		}
 	}
 	return out, fmt.Errorf("%w: %w", api.Phrase(ErrPodRequest, "the pod's "+string(names.ResourceName())+" request breaks the gpushare contract"), err)
@@ -261,9 +262,6 @@ func demand(names api.Names, p *corev1.Pod) ([]api.ContainerRequest, error) {
 // ErrPodRequest: the container's pod asks for gpu-mem in a way the contract
 // refuses (api.Names.RequestFromPod); the extender never places such a pod.
 var ErrPodRequest = errors.New("the pod's GPU request breaks the gpushare contract")
-
-// ErrSpansCards: the kubelet offered units of more than one card.
-var ErrSpansCards = errors.New("device IDs span more than one card; a container's GPU memory must come from one card")
 
 // ErrNoPending: no queued container requests that many units (yet).
 var ErrNoPending = errors.New("no pending container on this node requests this many units")
@@ -284,43 +282,6 @@ type Decision struct {
 	Repeat bool
 }
 
-// ErrNoDeviceIDs: a container request carries no device IDs.
-var ErrNoDeviceIDs = errors.New("no device IDs in the request")
-
-// ErrBadDeviceID: a device ID is not of the form this plugin advertises.
-var ErrBadDeviceID = errors.New("malformed device ID: gpushare device IDs are <card UUID>::<unit number>, e.g. \"" + api.UnitID("GPU-8a2f0c1e-52b4-4c07-9b1d-3f6e2a9c7d10", 7) + "\", as ListAndWatch advertises them")
-
-// CheckIDs checks that every id is a unit ID (api.ParseUnitID); the error
-// wraps ErrBadDeviceID and names the first bad one.
-func CheckIDs(ids []string) error {
-	for _, id := range ids {
-		if _, _, err := api.ParseUnitID(id); err != nil {
-			return fmt.Errorf("%w: %w", ErrBadDeviceID, err)
-		}
-	}
-	return nil
-}
-
-// CardOf returns the single card all ids belong to. Errors wrap
-// ErrNoDeviceIDs, ErrBadDeviceID or ErrSpansCards.
-func CardOf(ids []string) (string, error) {
-	if len(ids) == 0 {
-		return "", ErrNoDeviceIDs
-	}
-	card := ""
-	for _, id := range ids {
-		c, _, err := api.ParseUnitID(id)
-		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrBadDeviceID, err)
-		}
-		if card != "" && c != card {
-			return "", fmt.Errorf("%w: %s and %s", ErrSpansCards, card, c)
-		}
-		card = c
-	}
-	return card, nil
-}
-
 // Match picks the queued container an Allocate of ids is for: the first
 // entry, in queue order, that requests len(ids) units. If that entry's pod has
 // no valid assignment the call is refused (ErrNotScheduled): the kubelet then
@@ -330,11 +291,16 @@ func CardOf(ids []string) (string, error) {
 // When no pending container requests len(ids) units, a recorded container of
 // that size on the ids' card is taken as re-allocated (Decision.Repeat).
 func Match(s Snapshot, ids []string) (Decision, error) {
-	card, err := CardOf(ids)
+	u, err := ParseUnits(ids)
 	if err != nil {
 		return Decision{}, err
 	}
-	size := int64(len(ids))
+	return MatchUnits(s, u)
+}
+
+// MatchUnits is Match for device IDs parsed at the door.
+func MatchUnits(s Snapshot, u Units) (Decision, error) {
+	card, size := u.Card, u.Size()
 	notScheduled := api.Phrase(ErrNotScheduled, "pods requesting "+string(s.Names.OrDefault().ResourceName())+" must be scheduled by gpushare-scheduler")
 	for _, e := range s.Pending {
 		if e.Units != size {

@@ -3,15 +3,13 @@ package allocate
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 )
 
 const (
@@ -20,67 +18,11 @@ const (
 	card1 = "GPU-11111111-1111-1111-1111-111111111111"
 )
 
-var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// podBuilder builds pods bound to node.
-type podBuilder struct{ pod *corev1.Pod }
-
-func makePod(name string, age int) *podBuilder {
-	return &podBuilder{pod: &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodPending},
-	}}
-}
-
-func (b *podBuilder) container(name string, units int64) *podBuilder {
-	c := corev1.Container{Name: name}
-	if units > 0 {
-		c.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}
-	}
-	b.pod.Spec.Containers = append(b.pod.Spec.Containers, c)
-	return b
-}
-
-func (b *podBuilder) initContainer(name string, units int64) *podBuilder {
-	c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}}}
-	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, c)
-	return b
-}
-
-// assign writes a valid assignment: cards[i] for the i-th gpu container.
-func (b *podBuilder) assign(phase api.AssignmentPhase, cards ...string) *podBuilder {
-	a := api.Assignment{Version: api.AssignmentVersion, PodUID: b.pod.UID, Node: node, Unit: api.UnitGiB, Phase: phase}
-	i := 0
-	for _, c := range b.pod.Spec.Containers {
-		q, ok := c.Resources.Limits[api.DefaultNames().ResourceName()]
-		if !ok {
-			continue
-		}
-		idx := 0
-		if cards[i] == card1 {
-			idx = 1
-		}
-		a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: cards[i], CardIndex: idx, Units: q.Value()})
-		i++
-	}
-	s, err := api.EncodeAssignment(a)
-	if err != nil {
-		panic(err)
-	}
-	if b.pod.Annotations == nil {
-		b.pod.Annotations = map[string]string{}
-	}
-	b.pod.Annotations[api.DefaultNames().AnnotationAssignment()] = s
-	return b
-}
-
-func (b *podBuilder) phase(p corev1.PodPhase) *podBuilder { b.pod.Status.Phase = p; return b }
-func (b *podBuilder) started() *podBuilder {
-	b.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "x"}}
-	return b
-}
-func (b *podBuilder) obj() *corev1.Pod { return b.pod }
+// c0 and c1 are the cards as assignments name them.
+var (
+	c0 = podtest.Card{UUID: card0, Index: 0}
+	c1 = podtest.Card{UUID: card1, Index: 1}
+)
 
 func ids(card string, from, n int64) []string {
 	out := make([]string, 0, n)
@@ -114,11 +56,11 @@ func TestQueue(t *testing.T) {
 		{
 			name: "same creation time is ordered by arrival, pods not seen yet last, then by UID",
 			pods: []*corev1.Pod{
-				makePod("a", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("b", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("c", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("d", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("older", 0).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				podtest.Make(node, "a", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "b", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "c", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "d", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "older", 0).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			arrival: map[string]uint64{"uid-d": 7, "uid-b": 9, "uid-older": 10},
 			want:    []key{{"older", "c"}, {"d", "c"}, {"b", "c"}, {"a", "c"}, {"c", "c"}},
@@ -126,8 +68,8 @@ func TestQueue(t *testing.T) {
 		{
 			name: "with the kubelet's account an Allocated record is pending unless the kubelet shows the container",
 			pods: []*corev1.Pod{
-				makePod("guessed-before-restart", 1).container("c", 6).assign(api.PhaseAllocated, card0).obj(),
-				makePod("really-done", 1).container("c", 6).assign(api.PhaseAllocated, card1).obj(),
+				podtest.Make(node, "guessed-before-restart", 1).Container("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Make(node, "really-done", 1).Container("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
 			},
 			allocated: map[key]bool{{"uid-really-done", "c"}: true},
 			account:   true,
@@ -136,8 +78,8 @@ func TestQueue(t *testing.T) {
 		{
 			name: "an Allocated record the kubelet contradicted is pending again",
 			pods: []*corev1.Pod{
-				makePod("guessed-wrong", 1).container("c", 6).assign(api.PhaseAllocated, card0).obj(),
-				makePod("really-done", 2).container("c", 6).assign(api.PhaseAllocated, card1).obj(),
+				podtest.Make(node, "guessed-wrong", 1).Container("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Make(node, "really-done", 2).Container("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
 			},
 			reopened: map[string]bool{"uid-guessed-wrong": true},
 			want:     []key{{"guessed-wrong", "c"}},
@@ -145,28 +87,28 @@ func TestQueue(t *testing.T) {
 		{
 			name: "pods in creation order, containers in spec order, non-gpu containers skipped",
 			pods: []*corev1.Pod{
-				makePod("young", 2).container("a", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("old", 1).container("a", 2).container("sidecar", 0).container("b", 3).assign(api.PhaseAssigned, card0, card1).obj(),
+				podtest.Make(node, "young", 2).Container("a", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "old", 1).Container("a", 2).Container("sidecar", 0).Container("b", 3).Assign(api.PhaseAssigned, c0, c1).Obj(),
 			},
 			want: []key{{"old", "a"}, {"old", "b"}, {"young", "a"}},
 		},
 		{
 			name: "same creation time is ordered by UID",
 			pods: []*corev1.Pod{
-				makePod("b", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
-				makePod("a", 1).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				podtest.Make(node, "b", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Make(node, "a", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			want: []key{{"a", "c"}, {"b", "c"}},
 		},
 		{
 			name: "admitted, terminal, allocated and rejected pods leave the queue",
 			pods: []*corev1.Pod{
-				makePod("running", 1).container("c", 1).assign(api.PhaseAssigned, card0).phase(corev1.PodRunning).obj(),
-				makePod("started", 2).container("c", 1).assign(api.PhaseAssigned, card0).started().obj(),
-				makePod("failed", 3).container("c", 1).phase(corev1.PodFailed).obj(),
-				makePod("done", 4).container("c", 1).assign(api.PhaseAllocated, card0).obj(),
-				makePod("rejected", 5).container("c", 1).obj(),
-				makePod("waiting", 6).container("c", 1).assign(api.PhaseAssigned, card0).obj(),
+				podtest.Make(node, "running", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Phase(corev1.PodRunning).Obj(),
+				podtest.Make(node, "started", 2).Container("c", 1).Assign(api.PhaseAssigned, c0).Started().Obj(),
+				podtest.Make(node, "failed", 3).Container("c", 1).Phase(corev1.PodFailed).Obj(),
+				podtest.Make(node, "done", 4).Container("c", 1).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Make(node, "rejected", 5).Container("c", 1).Obj(),
+				podtest.Make(node, "waiting", 6).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			rejected: map[string]bool{"uid-rejected": true},
 			want:     []key{{"waiting", "c"}},
@@ -174,7 +116,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "a container already allocated leaves the queue, its sibling stays",
 			pods: []*corev1.Pod{
-				makePod("p", 1).container("a", 1).container("b", 1).assign(api.PhaseAssigned, card0, card1).obj(),
+				podtest.Make(node, "p", 1).Container("a", 1).Container("b", 1).Assign(api.PhaseAssigned, c0, c1).Obj(),
 			},
 			allocated: map[key]bool{{"uid-p", "a"}: true},
 			want:      []key{{"p", "b"}},
@@ -182,7 +124,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "init containers come first (and make the pod invalid)",
 			pods: []*corev1.Pod{
-				makePod("p", 1).initContainer("init", 2).container("a", 1).obj(),
+				podtest.Make(node, "p", 1).InitContainer("init", 2).Container("a", 1).Obj(),
 			},
 			want: []key{{"p", "init"}, {"p", "a"}},
 		},
@@ -220,56 +162,56 @@ func TestMatch(t *testing.T) {
 	}{
 		{
 			name:    "re-allocation of an admitted container on its recorded card is a repeat",
-			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			ids:     ids(card1, 4, 2),
 			wantPod: "p", wantContainer: "c", wantCard: card1, wantRepeat: true,
 		},
 		{
 			name:    "re-allocation on another card than recorded is not explained",
-			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantErr: ErrNoPending,
 		},
 		{
 			name:    "single container gets its assigned card",
-			pods:    []*corev1.Pod{makePod("p", 1).container("c", 4).assign(api.PhaseAssigned, card1).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 0, 4),
 			wantPod: "p", wantContainer: "c", wantCard: card1,
 		},
 		{
 			name:    "the entry requesting exactly len(ids) units is chosen, skipping other sizes",
-			pods:    []*corev1.Pod{makePod("big", 1).container("c", 8).assign(api.PhaseAssigned, card0).obj(), makePod("small", 2).container("c", 2).assign(api.PhaseAssigned, card1).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "big", 1).Container("c", 8).Assign(api.PhaseAssigned, c0).Obj(), podtest.Make(node, "small", 2).Container("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 3, 2),
 			wantPod: "small", wantContainer: "c", wantCard: card1,
 		},
 		{
 			name:    "two same-size pods swapped: the oldest gets the offered card and its record is corrected",
-			pods:    []*corev1.Pod{makePod("a", 1).container("c", 2).assign(api.PhaseAssigned, card0).obj(), makePod("b", 2).container("c", 2).assign(api.PhaseAssigned, card1).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "a", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj(), podtest.Make(node, "b", 2).Container("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 0, 2),
 			wantPod: "a", wantContainer: "c", wantCard: card1, wantCorrected: true,
 		},
 		{
 			name:    "a bypass pod at the head of its size is refused",
-			pods:    []*corev1.Pod{makePod("bypass", 1).container("c", 2).obj(), makePod("ok", 2).container("c", 2).assign(api.PhaseAssigned, card0).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "bypass", 1).Container("c", 2).Obj(), podtest.Make(node, "ok", 2).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantPod: "bypass", wantContainer: "c",
 			wantErr: ErrNotScheduled,
 		},
 		{
 			name:    "a bypass pod of another size does not block",
-			pods:    []*corev1.Pod{makePod("bypass", 1).container("c", 3).obj(), makePod("ok", 2).container("c", 2).assign(api.PhaseAssigned, card0).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "bypass", 1).Container("c", 3).Obj(), podtest.Make(node, "ok", 2).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantPod: "ok", wantContainer: "c", wantCard: card0,
 		},
 		{
 			name:    "ids of two cards are refused",
-			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAssigned, card0).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     append(ids(card0, 0, 1), ids(card1, 0, 1)...),
 			wantErr: ErrSpansCards,
 		},
 		{
 			name:    "no pending container of that size",
-			pods:    []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAssigned, card0).obj()},
+			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 3),
 			wantErr: ErrNoPending,
 		},
@@ -288,7 +230,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestMatchBypassMessageSaysWhy(t *testing.T) {
-	s := Build([]*corev1.Pod{makePod("by-hand", 1).container("c", 1).obj()}, State{})
+	s := Build([]*corev1.Pod{podtest.Make(node, "by-hand", 1).Container("c", 1).Obj()}, State{})
 	_, err := Match(s, ids(card0, 0, 1))
 	want := "pod ns/by-hand has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler"
 	if err == nil || len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
@@ -308,19 +250,19 @@ func TestPreferred(t *testing.T) {
 	}{
 		{
 			name:      "steers to the head's assigned card",
-			pods:      []*corev1.Pod{makePod("p", 1).container("c", 3).assign(api.PhaseAssigned, card1).obj()},
+			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c1).Obj()},
 			available: avail, size: 3,
 			want: ids(card1, 0, 3),
 		},
 		{
 			name:      "lowest unit numbers first, whatever the order offered",
-			pods:      []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAssigned, card0).obj()},
+			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			available: []string{api.UnitID(card0, 3), api.UnitID(card0, 1), api.UnitID(card0, 2)}, size: 2,
 			want: []string{api.UnitID(card0, 1), api.UnitID(card0, 2)},
 		},
 		{
 			name:      "the assigned card is full: best fit among the cards with room",
-			pods:      []*corev1.Pod{makePod("p", 1).container("c", 5).assign(api.PhaseAssigned, card0).obj()},
+			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 5).Assign(api.PhaseAssigned, c0).Obj()},
 			available: avail, size: 5,
 			want: ids(card1, 0, 5),
 		},
@@ -331,7 +273,7 @@ func TestPreferred(t *testing.T) {
 		},
 		{
 			name:      "no pending head: the recorded card of a running container of that size",
-			pods:      []*corev1.Pod{makePod("p", 1).container("c", 2).assign(api.PhaseAllocated, card1).phase(corev1.PodRunning).obj()},
+			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			available: avail, size: 2,
 			want: ids(card1, 0, 2),
 		},

@@ -358,7 +358,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, client, reg, p.Serving); err != nil {
+	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, keys, client, reg, p.Serving); err != nil {
 		return err
 	}
 	return p.Run(ctx, restart)

@@ -92,7 +92,7 @@ func (m MemoryOptions) mps() plugin.MPS {
 
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
+func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	if sim != nil && m.SimProcesses != "" {
@@ -124,7 +124,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 	loop := &usage.Loop{
 		Sampler: &usage.Sampler{
 			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Names: names, Proc: m.ProcRoot,
-			Pods: cl.Pods, PodResources: podres, Clock: clk.Now,
+			Pods: cl.Pods, PodResources: podres, Keys: keys, Clock: clk.Now,
 		},
 		Enforcer: &usage.Enforcer{
 			Mode: mode, Policy: usage.Policy{Tolerance: tol, Grace: m.Grace}, Log: log, Count: metrics.Count,

@@ -201,7 +201,7 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 		if pod.UID != uid {
 			return nil
 		}
-		a, err := c.names.AssignmentFromPod(pod)
+		a, err := c.names.TrustedAssignment(pod, api.RecordKeys{}) // the caller's mutate verifies
 		if err != nil {
 			return err
 		}

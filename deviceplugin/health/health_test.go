@@ -10,8 +10,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 )
 
 func poll(t *testing.T, what string, cond func() bool) {
@@ -22,16 +21,8 @@ func poll(t *testing.T, what string, cond func() bool) {
 }
 
 func TestXIDMakesCardUnhealthyAndRecheckBringsItBack(t *testing.T) {
-	src, _ := nvml.ParseSource("spec:2x16GiB")
-	gpus, sim, err := nvml.OpenSource(src, "n", nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, _ := gpus.Cards()
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sn := simtest.New(t, "n", "spec:2x16GiB")
+	gpus, sim, store := sn.GPUs, sn.Sim, sn.Store
 	clk := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)

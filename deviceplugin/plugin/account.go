@@ -11,50 +11,69 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/allocate"
 )
 
 // podResourcesTimeout bounds one read of the kubelet's PodResources API.
 const podResourcesTimeout = 5 * time.Second
 
-// account is one read of the kubelet's own account (PodResources): which
-// container of the pods in the cache holds which units. gen is the ledger's
-// generation when the read started: guesses made later are not in it.
+// account is one read of the kubelet's own account (PodResources) of one
+// resource: which container of the pods in the cache holds which devices.
+// gen is the resource ledger's generation when the read started: guesses
+// made later are not in it. ok is false when there was no read (no
+// PodResources for the resource, or the read failed): the plugin then
+// decides on its own memory.
 type account struct {
+	res      *resource
 	holdings []holding
 	gen      uint64
+	ok       bool
 }
 
-// readAccount reads the kubelet's account, pod by pod (PodResources Get,
-// never List: see KubeletPodResources). Called WITHOUT allocMu (gRPC
-// calls). false: no PodResources configured, or the read failed; the plugin
-// then decides on its own memory.
+// accounts are the reads of both resources' accounts (either may be absent).
+type accounts struct{ units, whole account }
+
+// readAccounts reads the kubelet's account of the gpu-mem units and/or of
+// the whole cards. Called WITHOUT allocMu (gRPC calls).
+func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
+	var a accounts
+	if units {
+		a.units = p.readAccount(ctx, p.units.res)
+	}
+	if whole {
+		a.whole = p.readAccount(ctx, p.whole.res)
+	}
+	return a
+}
+
+// readAccount reads the kubelet's account of one resource, pod by pod
+// (PodResources Get, never List: see KubeletPodResources). Called WITHOUT
+// allocMu (gRPC calls).
 //
-// The kubelet admits pods one at a time and records a container's units as
+// The kubelet admits pods one at a time and records a container's devices as
 // soon as its Allocate returns, so a read that starts when the kubelet asks
 // about the next container shows every container it has allocated so far:
 // those are not pending, whatever the plugin guessed (a guess the account
 // contradicts is dropped and its pod is reopened), and the only unknown left
 // is which of the still-pending containers the call is for.
-func (p *Plugin) readAccount(ctx context.Context) (account, bool) {
-	if p.podres == nil {
-		return account{}, false
+func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
+	if r.podres == nil {
+		return account{}
 	}
-	acct := account{gen: p.ledger.generation()}
+	acct := account{res: r, gen: r.ledger.generation(), ok: true}
 	pods, err := p.cluster.Pods()
 	if err != nil {
-		return account{}, false
+		return account{}
 	}
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
-	hs, err := p.podres.Get(ctx, pods)
+	hs, err := r.podres.Get(ctx, pods)
 	if errors.Is(err, ErrGetDisabled) {
 		p.getDisabled.Do(func() { p.log.Error(err, "Deciding on the plugin's own memory") })
-		return account{}, false
+		return account{}
 	}
 	if err != nil {
-		p.log.V(2).Info("PodResources unavailable; deciding on the plugin's own memory", "err", err)
-		return account{}, false
+		p.log.V(2).Info("PodResources unavailable; deciding on the plugin's own memory", "resource", r.name, "err", err)
+		return account{}
 	}
 	byName := make(map[string]*corev1.Pod, len(pods))
 	for _, pod := range pods {
@@ -66,25 +85,30 @@ func (p *Plugin) readAccount(ctx context.Context) (account, bool) {
 		if !ok {
 			continue // a pod the cache does not know (yet): nothing to record
 		}
-		card, err := allocate.CardOf(h.IDs)
+		cards, ids, err := r.cardsOf(h.IDs)
 		if err != nil {
 			p.log.Error(err, "Kubelet reports units of several cards for one container", "pod", klog.KObj(pod), "container", h.Container)
 			continue
 		}
-		acct.holdings = append(acct.holdings, holding{Namespace: h.Namespace, Pod: h.Pod, UID: pod.UID, Container: h.Container, Card: card, IDs: h.IDs})
+		acct.holdings = append(acct.holdings, holding{Namespace: h.Namespace, Pod: h.Pod, UID: pod.UID, Container: h.Container, Cards: cards, IDs: ids})
 	}
-	return acct, true
+	return acct
 }
 
-// merge puts an account into the ledger (callers hold allocMu) and returns
-// the pods it reopened. It merges, not replaces: the kubelet records a
-// container's units only after the Allocate it answers, so the latest
-// decision may not be in the account yet; and a guess made after the read
-// started is kept whatever the read says (ledger.confirm).
-func (p *Plugin) merge(acct account) []types.UID {
+// merge puts the accounts read into their ledgers (callers hold allocMu)
+// and returns the pods they reopened. It merges, not replaces: the kubelet
+// records a container's devices only after the Allocate it answers, so the
+// latest decision may not be in the account yet; and a guess made after
+// the read started is kept whatever the read says (ledger.confirm).
+func (a accounts) merge() []types.UID {
 	var reopened []types.UID
-	for _, h := range acct.holdings {
-		reopened = append(reopened, p.ledger.confirm(h, acct.gen)...)
+	for _, acct := range []account{a.units, a.whole} {
+		if !acct.ok {
+			continue
+		}
+		for _, h := range acct.holdings {
+			reopened = append(reopened, acct.res.ledger.confirm(h, acct.gen)...)
+		}
 	}
 	return reopened
 }
@@ -139,7 +163,7 @@ func (p *Plugin) refuseHeld(v podView, h holding, exact bool) bool {
 	if api.Admitted(pod) {
 		return true
 	}
-	return p.ledger.isStarted(h.UID, h.Container)
+	return p.state.units.isStarted(h.UID, h.Container)
 }
 
 // heldUnits is the set of units this account shows held by containers of
@@ -159,5 +183,5 @@ func (a account) heldUnits(v podView) map[string]bool {
 // heldErr says which pod holds the units, for the kubelet's event.
 func heldErr(h holding, ids []string) error {
 	return fmt.Errorf("%w: %d units of card %s, some held by pod %s/%s container %s; refused so that two containers do not share that memory (a PodResources List during an admission makes kubelet v1.34 forget a reservation: kubernetes/kubernetes#137534); recreate the pod",
-		errUnitsHeld, len(ids), h.Card, h.Namespace, h.Pod, h.Container)
+		errUnitsHeld, len(ids), h.card(), h.Namespace, h.Pod, h.Container)
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
 // memCluster is the API server and an informer that is always up to date:
@@ -153,7 +153,7 @@ func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod,
 	q := c.Resources.Limits[api.DefaultNames().ResourceName()]
 	size := int(q.Value())
 	avail := k.available()
-	pref, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}})
+	pref, err := p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: int32(size)}}})
 	if err != nil {
 		return nil, fmt.Errorf("GetPreferredAllocation: %w", err)
 	}
@@ -165,7 +165,7 @@ func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod,
 	if !valid { // the device manager then picks any free units
 		ids = avail[:size]
 	}
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		return nil, fmt.Errorf("Allocate: %w", err)
 	}
 	for _, id := range ids {
@@ -226,23 +226,9 @@ func TestSameSecondSameSizePods(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			src, err := nvml.ParseSource("spec:2x40GiB:Test-GPU")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cards, err := gpus.Cards()
-			if err != nil {
-				t.Fatal(err)
-			}
-			store, err := inventory.New(api.UnitGiB, cards)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+			sn := simtest.New(t, nodeName, "spec:2x40GiB:Test-GPU")
+			store := sn.Store
+			c0, c1 := sn.Cards[0], sn.Cards[1]
 			assigned := map[string]podtest.Card{"a": c0, "b": c0, "c": c1, "d": c1}
 			cl := &memCluster{arrival: map[types.UID]uint64{}}
 			for i, name := range tc.arrival {
@@ -274,7 +260,7 @@ func TestSameSecondSameSizePods(t *testing.T) {
 				if err != nil {
 					t.Fatalf("admission %d (pod %s, which has a valid assignment): %v", i+1, name, err)
 				}
-				h, ok := p.ledger.byDeviceIDs(ids)
+				h, ok := p.state.units.byDeviceIDs(ids)
 				if ok && before[h.Pod+"/"+h.Container] {
 					t.Errorf("admission %d (pod %s): the plugin took %s/%s for it, a container the kubelet had already admitted", i+1, name, h.Pod, h.Container)
 				}

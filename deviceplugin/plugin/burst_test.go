@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
-	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
@@ -36,10 +36,10 @@ func (c *observedCluster) UpdateAssignment(ctx context.Context, namespace, name 
 // PreStartContainer (the plugin registers PreStartRequired) and starts the
 // container once the call returns.
 func (k *kubeletModel) preStart(ctx context.Context, p *Plugin, ids []string) error {
-	if !options().PreStartRequired {
+	if !p.units.res.options.PreStartRequired {
 		return nil
 	}
-	_, err := p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+	_, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
 	return err
 }
 
@@ -67,23 +67,9 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 
 func testBurst(t *testing.T, order []string) {
 	ctx := context.Background()
-	src, err := nvml.ParseSource("spec:3x24GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	card := func(i int) podtest.Card { return podtest.Card{UUID: sim.UUID(i), Index: i} }
+	sn := simtest.New(t, nodeName, "spec:3x24GiB:Test-GPU")
+	sim, store := sn.Sim, sn.Store
+	card := func(i int) podtest.Card { return sn.Cards[i] }
 	names := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	for i, name := range names {

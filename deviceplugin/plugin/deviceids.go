@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
@@ -14,18 +15,16 @@ import (
 // (InvalidArgument), not a container to match.
 var errNotAdvertised = errors.New("device IDs name units this plugin does not advertise")
 
-// checkAdvertised reports whether every one of ids, all of card (as
-// allocate.CardOf found), is a unit ListAndWatch advertises for it
+// checkAdvertised reports whether every one of u's IDs, all of card (as
+// allocate.ParseUnits found), is a unit ListAndWatch advertises for it
 // (inventory.Store.Devices: api.UnitID(card, n) for n below the card's
 // units), each named once.
-func checkAdvertised(card nvml.Card, unit api.MemoryUnit, ids []string) error {
+func checkAdvertised(card nvml.Card, unit api.MemoryUnit, u allocate.Units) error {
 	units := unit.UnitsFromMiB(card.MemoryMiB)
-	seen := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		_, n, err := api.ParseUnitID(id)
+	seen := make(map[int64]bool, len(u.IDs))
+	for i, id := range u.IDs {
+		n := u.Numbers[i]
 		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %v", errNotAdvertised, err)
 		case id != api.UnitID(card.UUID, n):
 			return fmt.Errorf("%w: %q is not spelled as advertised (%q)", errNotAdvertised, id, api.UnitID(card.UUID, n))
 		case n >= units:

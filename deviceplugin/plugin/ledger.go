@@ -8,20 +8,24 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// holding is one container's units as the plugin knows them: from its own
-// Allocate decisions (a guess of which container the kubelet meant) or from
-// the kubelet's PodResources API (the truth).
+// holding is one container's devices of one resource (units of a card, or
+// cards whole) as the plugin knows them: from its own Allocate decisions (a
+// guess of which container the kubelet meant) or from the kubelet's
+// PodResources API (the truth).
 type holding struct {
 	Namespace, Pod string
 	UID            types.UID
 	Container      string
-	Card           string
-	IDs            []string
+	// Cards are the cards the devices are of: the one card of units; the
+	// cards themselves, sorted, for whole cards.
+	Cards []string
+	// IDs are the kubelet's device IDs.
+	IDs []string
 	// Guess: the plugin's decision at Allocate, not (yet) confirmed by the
 	// kubelet's account. Gen is the ledger generation it was made at.
 	Guess bool
 	Gen   uint64
-	// Unsure: a guess the record does not show (see Plugin.decide): the
+	// Unsure: a guess the record does not show (see units.decide): the
 	// container stays out of the queue, its record waits for the truth.
 	Unsure bool
 }
@@ -31,14 +35,29 @@ type ckey struct {
 	container string
 }
 
-// ledger remembers which container holds which units, which pods the plugin
-// refused, and which pods are reopened. Safe for concurrent use.
+// card is the card of a units holding.
+func (h holding) card() string {
+	if len(h.Cards) == 0 {
+		return ""
+	}
+	return h.Cards[0]
+}
+
+// ledger remembers, for one resource, which container holds which devices,
+// which pods the plugin refused, and which pods are reopened. Safe for
+// concurrent use. The node agent has one per resource it serves (gpu-mem
+// units, whole cards), alike but for what makes two holdings collide
+// (ledger.keys).
 //
 // Reopened: a pod one of whose guessed holdings the kubelet's account gave
 // to another container. Its containers the ledger does not show holding
 // units are pending again, whatever its record says, and its record drops
 // back to Assigned (allocate.State.Reopened is the same set).
 type ledger struct {
+	// whole: holdings collide when they share a device (a card); otherwise
+	// only when they are of exactly the same devices (units: a container is
+	// never re-allocated part of another's units).
+	whole    bool
 	mu       sync.Mutex
 	gen      uint64
 	byCont   map[ckey]holding
@@ -59,9 +78,9 @@ type ledger struct {
 	started map[ckey]bool
 }
 
-func newLedger() *ledger {
+func newLedger(whole bool) *ledger {
 	return &ledger{
-		byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{},
+		whole: whole, byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{},
 		reopened: map[types.UID]bool{}, named: map[types.UID]bool{}, contradicted: map[types.UID]bool{}, claimed: map[ckey]bool{}, started: map[ckey]bool{},
 	}
 }
@@ -70,6 +89,15 @@ func idsKey(ids []string) string {
 	s := append([]string(nil), ids...)
 	sort.Strings(s)
 	return strings.Join(s, ",")
+}
+
+// keys are the index keys of a holding of ids: each card for whole cards,
+// the set of IDs for units.
+func (l *ledger) keys(ids []string) []string {
+	if l.whole {
+		return ids
+	}
+	return []string{idsKey(ids)}
 }
 
 // generation is the number of guesses made so far. A PodResources read that
@@ -101,9 +129,11 @@ func (l *ledger) confirm(h holding, readGen uint64) (reopened []types.UID) {
 	if old, ok := l.byCont[k]; ok && old.Guess && old.Gen > readGen {
 		return nil
 	}
-	if other, ok := l.byIDs[idsKey(h.IDs)]; ok && other != k {
-		if o := l.byCont[other]; o.Guess && o.Gen > readGen {
-			return nil
+	for _, ik := range l.keys(h.IDs) {
+		if other, ok := l.byIDs[ik]; ok && other != k {
+			if o := l.byCont[other]; o.Guess && o.Gen > readGen {
+				return nil
+			}
 		}
 	}
 	h.Guess, h.Gen, h.Unsure = false, 0, false
@@ -111,16 +141,20 @@ func (l *ledger) confirm(h holding, readGen uint64) (reopened []types.UID) {
 }
 
 // setLocked records h, replacing what the container held before and any
-// other container recorded with the same units (a guess the truth
+// other container recorded with devices that collide (a guess the truth
 // corrects: that pod is reopened).
 func (l *ledger) setLocked(h holding) (reopened []types.UID) {
 	k := ckey{h.UID, h.Container}
 	if old, ok := l.byCont[k]; ok {
-		delete(l.byIDs, idsKey(old.IDs))
+		l.unindexLocked(k, old)
 	}
-	ik := idsKey(h.IDs)
-	if other, ok := l.byIDs[ik]; ok && other != k {
+	for _, ik := range l.keys(h.IDs) {
+		other, ok := l.byIDs[ik]
+		if !ok || other == k {
+			continue
+		}
 		o := l.byCont[other]
+		l.unindexLocked(other, o)
 		delete(l.byCont, other)
 		l.reopened[other.uid] = true
 		if o.Guess {
@@ -129,12 +163,23 @@ func (l *ledger) setLocked(h holding) (reopened []types.UID) {
 		reopened = append(reopened, other.uid)
 	}
 	l.byCont[k] = h
-	l.byIDs[ik] = k
+	for _, ik := range l.keys(h.IDs) {
+		l.byIDs[ik] = k
+	}
 	if !h.Unsure {
 		delete(l.reopened, h.UID)
 	}
 	delete(l.claimed, k)
 	return reopened
+}
+
+// unindexLocked drops the index entries of k's holding h.
+func (l *ledger) unindexLocked(k ckey, h holding) {
+	for _, ik := range l.keys(h.IDs) {
+		if l.byIDs[ik] == k {
+			delete(l.byIDs, ik)
+		}
+	}
 }
 
 // isReopened reports whether the pod is reopened (see ledger).
@@ -165,14 +210,40 @@ func (l *ledger) isContradicted(uid types.UID) bool {
 	return l.contradicted[uid]
 }
 
+// byDeviceIDs is the container holding exactly these devices.
 func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k, ok := l.byIDs[idsKey(ids)]
+	if len(ids) == 0 {
+		return holding{}, false
+	}
+	k, ok := l.byIDs[l.keys(ids)[0]]
 	if !ok {
 		return holding{}, false
 	}
-	return l.byCont[k], true
+	h := l.byCont[k]
+	if l.whole && idsKey(h.IDs) != idsKey(ids) {
+		return holding{}, false
+	}
+	return h, true
+}
+
+func (l *ledger) get(uid types.UID, container string) (holding, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.byCont[ckey{uid, container}]
+	return h, ok
+}
+
+// all returns every holding the ledger knows.
+func (l *ledger) all() []holding {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]holding, 0, len(l.byCont))
+	for _, h := range l.byCont {
+		out = append(out, h)
+	}
+	return out
 }
 
 func (l *ledger) has(uid types.UID, container string) bool {
@@ -260,8 +331,8 @@ func (l *ledger) retain(live map[types.UID]bool) {
 	defer l.mu.Unlock()
 	for k, h := range l.byCont {
 		if !live[k.uid] {
+			l.unindexLocked(k, h)
 			delete(l.byCont, k)
-			delete(l.byIDs, idsKey(h.IDs))
 		}
 	}
 	for _, m := range []map[ckey]bool{l.claimed, l.started} {

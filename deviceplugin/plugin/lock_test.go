@@ -18,8 +18,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
 // slowCluster holds every record write for one pod until release closes.
@@ -71,27 +71,13 @@ func (s *slowPodResources) Get(ctx context.Context, _ []*corev1.Pod) ([]Holding,
 // twoCards is a store of two simulated 8 GiB cards.
 func twoCards(t *testing.T) (*inventory.Store, [2]podtest.Card) {
 	t.Helper()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return store, [2]podtest.Card{{UUID: sim.UUID(0), Index: 0}, {UUID: sim.UUID(1), Index: 1}}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	return store, [2]podtest.Card(sn.Cards)
 }
 
 func allocateIDs(ctx context.Context, p *Plugin, ids []string) error {
-	_, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	return err
 }
 
@@ -186,9 +172,9 @@ func TestMalformedDeviceIDsAreInvalidArgument(t *testing.T) {
 			"Allocate": allocateIDs(ctx, p, ids),
 		}
 		if len(ids) > 0 {
-			_, calls["GetPreferredAllocation"] = p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids, AllocationSize: 1}}})
-			_, calls["GetPreferredAllocation (must include)"] = p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{good}, MustIncludeDeviceIDs: ids, AllocationSize: 1}}})
-			_, calls["PreStartContainer"] = p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+			_, calls["GetPreferredAllocation"] = p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: ids, AllocationSize: 1}}})
+			_, calls["GetPreferredAllocation (must include)"] = p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{good}, MustIncludeDeviceIDs: ids, AllocationSize: 1}}})
+			_, calls["PreStartContainer"] = p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
 		}
 		for call, err := range calls {
 			if status.Code(err) != codes.InvalidArgument {
@@ -215,7 +201,7 @@ func TestGetPreferredAllocationWaitsOnTheInjectedClock(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 4), AllocationSize: 2}}})
+		resp, err := p.units.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 4), AllocationSize: 2}}})
 		done <- answer{resp, err}
 	}()
 	for waited := time.Duration(0); waited < 2*time.Second; waited += allocatePoll {

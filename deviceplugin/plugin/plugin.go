@@ -1,27 +1,37 @@
-// Package plugin is the gpushare kubelet device plugin: the gRPC service the
-// kubelet calls (ListAndWatch, GetPreferredAllocation, Allocate,
-// PreStartContainer), its registration with the kubelet and its
+// Package plugin is the gpushare node agent's kubelet device plugin: the
+// gRPC service the kubelet calls (ListAndWatch, GetPreferredAllocation,
+// Allocate, PreStartContainer), its registration with the kubelet and its
 // re-registration when the kubelet restarts, and the reconciliation of pods'
 // assignment records with what the kubelet actually allocated.
 //
-// Which container an Allocate is for is decided by package allocate over a
-// snapshot of the pods bound to the node; this package supplies the snapshot,
-// records the decision, answers the kubelet and patches the pod. Where each
-// step lives:
+// The plugin serves two resources from the same cards, gpu-mem units and
+// whole cards, each as an instance of one design (as NVIDIA's device plugin
+// runs one server per resource): one server type (server.go), one ledger
+// type, one read of the kubelet's account, instantiated per resource; what
+// differs between the two is a kind (units.go, cards.go) whose decisions
+// are pure functions of package allocate. The node's state — which card is
+// held by whom, in what form — is one value both fronts read and write
+// (state.go). Where each step lives:
 //
-//   - service.go: the device plugin API methods (the kubelet's calls).
-//   - decide.go: one Allocate decision, made under allocMu, no I/O.
-//   - account.go: the kubelet's own account (PodResources), read outside the
-//     lock and merged into the ledger under it.
-//   - ledger.go: which container holds which units (guesses and truth).
-//   - records.go: writing the pods' assignment records, and reconciliation.
+//   - server.go: the device plugin API methods of one resource, and the
+//     Allocate flow they share (parse at the door, read the accounts, decide
+//     under the lock, answer, write the records after it).
+//   - units.go, cards.go: what is particular to gpu-mem units and to whole
+//     cards (devices, preferences, decisions, responses).
+//   - state.go: the node's state (both ledgers, the lock, the cards' use)
+//     and the one "lock, list the pods, merge the accounts" step.
+//   - account.go: the kubelet's own account (PodResources) of a resource,
+//     read outside the lock and merged into its ledger under it.
+//   - ledger.go: which container holds which devices (guesses and truth).
+//   - records.go, reconcile.go: writing the pods' assignment records, and
+//     reconciliation.
 //   - response.go: what a container gets (strategies, env, mounts).
 //   - status.go: errors to gRPC codes.
-//   - run.go: serving the socket and registering with the kubelet.
+//   - run.go: serving the sockets and registering with the kubelet.
 //
-// Locking: allocMu serialises decisions (snapshot, match, ledger update) and
-// is never held across a gRPC or API call; the PodResources read comes
-// before it and the record PATCH after it.
+// Locking: allocMu (nodeState.mu) serialises decisions (snapshot, match,
+// ledger update) and is never held across a gRPC or API call; the
+// PodResources reads come before it and the record PATCH after it.
 package plugin
 
 import (
@@ -36,6 +46,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 )
 
@@ -73,7 +84,7 @@ type Config struct {
 	// WholeCards serves the whole-card resource (api.Names.WholeResourceName) from
 	// the same cards, on its own socket WholeSocketName (default
 	// gpushare-whole.sock), with WholePodResources (may be nil) its kubelet
-	// account; see whole.go.
+	// account; see cards.go.
 	WholeCards        bool
 	WholeSocketName   string
 	WholePodResources PodResources
@@ -123,26 +134,21 @@ type Cluster interface {
 
 // Plugin serves the kubelet. Build it with New.
 type Plugin struct {
-	pluginapi.UnimplementedDevicePluginServer
-
 	cfg     Config
 	store   *inventory.Store
 	cluster Cluster
-	podres  PodResources // nil: the kubelet's PodResources API is not used
 	// getDisabled logs once that the kubelet does not serve PodResources Get.
 	getDisabled sync.Once
 	log         klog.Logger
 
-	// allocMu serialises decisions over the ledger and a pod snapshot; held
-	// for no I/O but the informer cache's List.
-	allocMu   sync.Mutex
-	ledger    *ledger
+	// state is the node's state: which card is held by whom, in what form.
+	state     nodeState
 	reconcile chan struct{}
 
-	// whole is the ledger of whole cards (whole.go); held signals changes
-	// of which cards are in use, one way or the other.
-	whole *wholeLedger
-	held  *broadcast
+	// units and whole are the two resources served: gpu-mem units and
+	// whole cards.
+	units *server[allocate.Units]
+	whole *server[allocate.Cards]
 
 	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
 	// streams open on that resource's endpoint (Serving).
@@ -179,17 +185,12 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Plugin{cfg: cfg, store: store, cluster: cluster, podres: podres, log: log, ledger: newLedger(), reconcile: make(chan struct{}, 1),
-		whole: newWholeLedger(), held: newBroadcast()}
+	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), state: newNodeState()}
+	// One server type per resource, each with its kind, account and ledger.
+	p.units = &server[allocate.Units]{p: p, kind: units{p}, res: &resource{name: cfg.Names.ResourceName(), socketName: cfg.SocketName, options: &unitOptions, podres: podres, ledger: p.state.units, cardsOf: unitCards}}
+	p.whole = &server[allocate.Cards]{p: p, kind: cards{p}, res: &resource{name: cfg.Names.WholeResourceName(), socketName: cfg.WholeSocketName, options: &cardOptions, podres: cfg.WholePodResources, ledger: p.state.whole, cardsOf: wholeCards}}
+	return p
 }
 
 // keys are the record keys in force now.
 func (p *Plugin) keys() api.RecordKeys { return api.KeysOf(p.cfg.RecordKeys) }
-
-// options are the device plugin options, at registration and on request.
-// PreStartRequired: the kubelet calls PreStartContainer, and waits for it,
-// before it starts each container; the plugin writes the container's true
-// record there (see PreStartContainer).
-func options() *pluginapi.DevicePluginOptions {
-	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true}
-}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
@@ -29,6 +30,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/health"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
@@ -153,23 +155,11 @@ func newHarness(t testing.TB, s setup) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{dir: dir, hup: make(chan os.Signal, 1)}
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	gpus, sim := sn.GPUs, sn.Sim
 	h.sim = sim
-	h.cards = [2]podtest.Card{{UUID: sim.UUID(0), Index: 0}, {UUID: sim.UUID(1), Index: 1}}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h.store, err = inventory.New(api.UnitGiB, cards); err != nil {
-		t.Fatal(err)
-	}
+	h.cards = [2]podtest.Card(sn.Cards)
+	h.store = sn.Store
 	h.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
 	if s.pods != nil {
 		for _, p := range s.pods(h.cards) {
@@ -704,7 +694,7 @@ func TestAllocate(t *testing.T) {
 		if _, err := h.client.CoreV1().Pods("ns").UpdateStatus(context.Background(), first, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the informer to see the first pod finished", func() bool { return !h.plugin.holds(first.UID) })
+		waitFor(t, "the informer to see the first pod finished", func() bool { return !holds(h.plugin, first.UID) })
 		h.mustAllocate(t, ids) // the kubelet reuses the freed units for "next"
 		if diff := cmp.Diff([]string{"Allocated", "c=" + h.cards[0].UUID}, cardsOf(h.record(t, "next"))); diff != "" {
 			t.Errorf("next's record (-want +got):\n%s", diff)
@@ -878,4 +868,14 @@ func TestGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 	if late.looked < 2 {
 		t.Errorf("the pod cache was read %d times: GetPreferredAllocation did not have to wait", late.looked)
 	}
+}
+
+// holds reports whether the kubelet may still call Allocate for the pod
+// with this UID, as the plugin's pod cache shows it (api.MayStartContainers).
+func holds(p *Plugin, uid types.UID) bool {
+	v, err := p.view()
+	if err != nil {
+		return false
+	}
+	return api.MayStartContainers(v.byUID[uid])
 }

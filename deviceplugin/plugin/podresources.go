@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpushare/gpushare/api"
 )
 
 // Holding is one container's devices of one resource, as the kubelet's
@@ -100,17 +102,7 @@ func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Hol
 }
 
 // asksFor reports whether a container of the pod (init containers too)
-// names the resource in its limits or requests.
+// names the resource in its limits or requests (api.KubeletDemand).
 func asksFor(p *corev1.Pod, res corev1.ResourceName) bool {
-	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for _, c := range cs {
-			if _, ok := c.Resources.Limits[res]; ok {
-				return true
-			}
-			if _, ok := c.Resources.Requests[res]; ok {
-				return true
-			}
-		}
-	}
-	return false
+	return len(api.KubeletDemand(p, res)) > 0
 }

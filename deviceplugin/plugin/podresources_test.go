@@ -14,8 +14,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
-	"github.com/gpushare/gpushare/deviceplugin/inventory"
-	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 )
 
 // kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
@@ -24,23 +23,9 @@ import (
 // to card 0 too, awaiting admission.
 func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podtest.Card) {
 	t.Helper()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	card0 := podtest.Card{UUID: sim.UUID(0), Index: 0}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	card0 := sn.Cards[0]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
 		podtest.Make(nodeName, "a", 0).Container("main", 4).Assign(api.PhaseAllocated, card0).Running().Obj(),
@@ -65,16 +50,16 @@ func TestKubeletAccountIsReadWithGetNeverList(t *testing.T) {
 	ctx := context.Background()
 	p, srv, mem, card0 := kubeletPlugin(t)
 	ids := unitIDs(card0.UUID, 4, 4)
-	if _, err := p.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+	if _, err := p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 		AvailableDeviceIDs: unitIDs(card0.UUID, 4, 4), AllocationSize: 4,
 	}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		t.Fatal(err)
 	}
 	srv.Hold("ns", "b", "main", ids...)
-	if _, err := p.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+	if _, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Reconcile(ctx); err != nil {
@@ -102,7 +87,7 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 	ctx := context.Background()
 	p, _, mem, card0 := kubeletPlugin(t)
 	held := unitIDs(card0.UUID, 0, 4) // pod a's
-	_, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: held}}})
+	_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: held}}})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Allocate of units pod a holds: %v; want FailedPrecondition", err)
 	}
@@ -111,11 +96,11 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 	}
 	// A partial overlap is refused too.
 	partial := append(unitIDs(card0.UUID, 2, 2), unitIDs(card0.UUID, 4, 2)...)
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: partial}}}); status.Code(err) != codes.FailedPrecondition {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: partial}}}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("Allocate of units 2–5 (2–3 held by pod a): %v; want FailedPrecondition", err)
 	}
 	// Free units are given as before.
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
 		t.Fatalf("Allocate of free units: %v", err)
 	}
 }
@@ -124,7 +109,7 @@ func TestAllocateRefusesUnitsTheKubeletShowsHeldByAnotherPod(t *testing.T) {
 // (a forgotten reservation), GetPreferredAllocation does not prefer them.
 func TestPreferredAllocationSkipsUnitsTheKubeletShowsHeld(t *testing.T) {
 	p, _, _, card0 := kubeletPlugin(t)
-	resp, err := p.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+	resp, err := p.units.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 		AvailableDeviceIDs: unitIDs(card0.UUID, 0, 8), AllocationSize: 4,
 	}}})
 	if err != nil {
@@ -143,7 +128,7 @@ func TestGetDisabledDecidesOnMemoryWithoutList(t *testing.T) {
 	ctx := context.Background()
 	p, srv, mem, card0 := kubeletPlugin(t)
 	srv.DisableGet()
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card0.UUID, 4, 4)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Reconcile(ctx); err != nil {
@@ -184,23 +169,9 @@ func (c *frozenCluster) Pods() ([]*corev1.Pod, error) {
 // else card 0's Allocated records hold x, a and b: 12 of 8 GiB.
 func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	ctx := context.Background()
-	src, err := nvml.ParseSource("spec:2x8GiB:Test-GPU")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gpus, sim, err := nvml.OpenSource(src, nodeName, nvml.Options{WaitTimeoutMs: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cards, err := gpus.Cards()
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := inventory.New(api.UnitGiB, cards)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c0, c1 := podtest.Card{UUID: sim.UUID(0), Index: 0}, podtest.Card{UUID: sim.UUID(1), Index: 1}
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	store := sn.Store
+	c0, c1 := sn.Cards[0], sn.Cards[1]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
 		podtest.Make(nodeName, "x", 0).Container("main", 4).Assign(api.PhaseAllocated, c0).Running().Obj(),
@@ -214,7 +185,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	podres.set(held...)
 	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	ids := unitIDs(c0.UUID, 4, 4)
-	if _, err := p.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		t.Fatal(err)
 	}
 	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {

@@ -28,7 +28,7 @@ func (p *Plugin) WholeSocketPath() string {
 
 // endpoint is one resource the plugin registers with the kubelet: its own
 // socket, registration and device plugin service. The plugin has two, gpu-mem
-// units and whole cards (whole.go), run side by side by Run.
+// units and whole cards (units.go, cards.go), run side by side by Run.
 type endpoint struct {
 	socketName string
 	resource   string
@@ -39,6 +39,11 @@ type endpoint struct {
 	// tried, when set, is closed after the first registration attempt.
 	tried     chan struct{}
 	triedOnce sync.Once
+}
+
+// endpoint is the resource's endpoint, to serve and register.
+func (s *server[R]) endpoint() *endpoint {
+	return &endpoint{socketName: s.res.socketName, resource: string(s.res.name), server: s, options: s.res.options}
 }
 
 func (e *endpoint) socketPath(p *Plugin) string { return filepath.Join(p.cfg.PluginDir, e.socketName) }
@@ -62,11 +67,12 @@ func (p *Plugin) KubeletSocketPath() string {
 // restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	go p.RunReconciler(ctx)
-	units := &endpoint{socketName: p.cfg.SocketName, resource: string(p.cfg.Names.ResourceName()), server: p, options: options(), tried: make(chan struct{})}
+	units := p.units.endpoint()
+	units.tried = make(chan struct{})
 	if !p.cfg.WholeCards {
 		return p.runEndpoint(ctx, restart, units)
 	}
-	whole := &endpoint{socketName: p.cfg.WholeSocketName, resource: string(p.cfg.Names.WholeResourceName()), server: &wholeServer{p: p}, options: wholeOptions()}
+	whole := p.whole.endpoint()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	r1, r2 := make(chan os.Signal, 1), make(chan os.Signal, 1)

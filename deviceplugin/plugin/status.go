@@ -17,11 +17,11 @@ var errUnknownCard = errors.New("device IDs name a card this plugin does not adv
 func toStatus(err error) error {
 	code := codes.Internal
 	switch {
-	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest), errors.Is(err, errCardInUse), errors.Is(err, errWholeNotScheduled), errors.Is(err, errUnitsHeld):
+	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest), errors.Is(err, allocate.ErrCardInUse), errors.Is(err, allocate.ErrCardsNotScheduled), errors.Is(err, errUnitsHeld):
 		code = codes.FailedPrecondition
-	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs), errors.Is(err, errWholeID):
+	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs), errors.Is(err, allocate.ErrCardID):
 		code = codes.InvalidArgument
-	case errors.Is(err, allocate.ErrNoPending), errors.Is(err, errNoWholePending):
+	case errors.Is(err, allocate.ErrNoPending), errors.Is(err, allocate.ErrNoPendingCards):
 		code = codes.NotFound
 	case errors.Is(err, errPodCache):
 		code = codes.Unavailable

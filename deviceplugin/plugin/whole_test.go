@@ -95,7 +95,7 @@ func TestWholeCardAllocateGivesEveryCardAndRecordsIt(t *testing.T) {
 		return []*corev1.Pod{podtest.Make(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
-	if diff := cmp.Diff([]string{u0 + "=Healthy", u1 + "=Healthy"}, healthOf(h.plugin.WholeDevices())); diff != "" {
+	if diff := cmp.Diff([]string{u0 + "=Healthy", u1 + "=Healthy"}, healthOf(h.plugin.whole.Devices())); diff != "" {
 		t.Errorf("whole-card devices (-want +got):\n%s", diff)
 	}
 	pref, err := whole.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{u1, u0}, AllocationSize: 2}}})
@@ -127,7 +127,7 @@ func TestWholeCardAllocateGivesEveryCardAndRecordsIt(t *testing.T) {
 		t.Errorf("repeated Allocate: %v", err)
 	}
 	// Held whole: every unit of both cards is Unhealthy to the kubelet.
-	if diff := cmp.Diff([]string{u0 + " units=Unhealthy", u1 + " units=Unhealthy"}, healthOf(h.plugin.unitDevices())); diff != "" {
+	if diff := cmp.Diff([]string{u0 + " units=Unhealthy", u1 + " units=Unhealthy"}, healthOf(h.plugin.units.Devices())); diff != "" {
 		t.Errorf("unit devices while held whole (-want +got):\n%s", diff)
 	}
 }
@@ -147,7 +147,7 @@ func TestUnitsOfACardHeldWholeAreRefused(t *testing.T) {
 	_, err := h.allocate(t, unitIDs(u0, 0, 2))
 	wantCode(t, err, codes.FailedPrecondition, "is held whole (example.com/gpu) by pod ns/w container train; none of its example.com/gpu-mem units can be allocated")
 	// The other card's units are untouched.
-	if diff := cmp.Diff([]string{u0 + " units=Unhealthy", h.cards[1].UUID + " units=Healthy"}, healthOf(h.plugin.unitDevices())); diff != "" {
+	if diff := cmp.Diff([]string{u0 + " units=Unhealthy", h.cards[1].UUID + " units=Healthy"}, healthOf(h.plugin.units.Devices())); diff != "" {
 		t.Errorf("unit devices (-want +got):\n%s", diff)
 	}
 }
@@ -161,7 +161,7 @@ func TestACardWithUnitsHeldIsNeverGivenWhole(t *testing.T) {
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
 	h.mustAllocate(t, unitIDs(u0, 0, 2))
-	if diff := cmp.Diff([]string{u0 + "=Unhealthy", u1 + "=Healthy"}, healthOf(h.plugin.WholeDevices())); diff != "" {
+	if diff := cmp.Diff([]string{u0 + "=Unhealthy", u1 + "=Healthy"}, healthOf(h.plugin.whole.Devices())); diff != "" {
 		t.Errorf("whole-card devices while units are held (-want +got):\n%s", diff)
 	}
 	_, err := allocateWhole(whole, u0)

@@ -98,6 +98,10 @@ type Sampler struct {
 	Unit api.MemoryUnit
 	// Names are the keys records are read from (zero: api.DefaultNames).
 	Names api.Names
+	// Keys, when set, are the record keys in force: grants are read only
+	// from records they trust (api.Names.TrustedAssignment), as the plugin
+	// reads them. nil: every record.
+	Keys api.RecordKeyring
 	// Proc is the host's /proc ("/proc" when the plugin runs with hostPID).
 	Proc string
 	// Pods lists the pods bound to the node (the plugin's informer cache).
@@ -150,7 +154,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 	}
 	// A container given cards whole (api.Names.WholeResourceName) is granted all
 	// of each card's memory.
-	if whole := wholeFromRecords(s.Names.OrDefault(), pods); len(whole) > 0 {
+	if whole := wholeFromRecords(s.Names.OrDefault(), api.KeysOf(s.Keys), pods); len(whole) > 0 {
 		mem := map[string]int64{}
 		for _, c := range s.Cards() {
 			mem[c.UUID] = c.MemoryMiB << 20
@@ -290,7 +294,7 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 	if s.PodResources != nil {
 		hs, err := s.PodResources.Get(ctx, pods)
 		if err != nil {
-			return fromRecords(s.Names.OrDefault(), pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
+			return fromRecords(s.Names.OrDefault(), api.KeysOf(s.Keys), pods, s.Unit), fmt.Errorf("reading the kubelet's PodResources: %w", err)
 		}
 		for _, h := range hs {
 			for _, id := range h.IDs {
@@ -303,20 +307,19 @@ func (s *Sampler) grants(ctx context.Context, pods []*corev1.Pod) (map[grantKey]
 		}
 		return out, nil
 	}
-	return fromRecords(s.Names.OrDefault(), pods, s.Unit), nil
+	return fromRecords(s.Names.OrDefault(), api.KeysOf(s.Keys), pods, s.Unit), nil
 }
 
 // wholeFromRecords are the containers given cards whole, by card, from the
 // pods' records (Allocated, or of a pod that runs): the device plugin keeps
 // them equal to what the kubelet allocated (docs/protocol.md, "Whole cards").
-func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
+func wholeFromRecords(names api.Names, keys api.RecordKeys, pods []*corev1.Pod) map[grantKey]bool {
 	out := map[grantKey]bool{}
 	for _, p := range pods {
-		if !api.HoldsUnits(p) {
-			continue
-		}
-		a, err := names.AssignmentFromPod(p)
-		if err != nil || a.Phase != api.PhaseAllocated && p.Status.Phase != corev1.PodRunning {
+		a, err := names.TrustedAssignment(p, keys)
+		// A running pod's whole cards are its own, whatever phase its
+		// record shows (whole cards have no PreStartContainer).
+		if err != nil || !api.RecordHolds(p, a) && !(api.HoldsUnits(p) && p.Status.Phase == corev1.PodRunning) {
 			continue
 		}
 		for _, w := range a.WholeCards {
@@ -328,14 +331,11 @@ func wholeFromRecords(names api.Names, pods []*corev1.Pod) map[grantKey]bool {
 	return out
 }
 
-func fromRecords(names api.Names, pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
+func fromRecords(names api.Names, keys api.RecordKeys, pods []*corev1.Pod, unit api.MemoryUnit) map[grantKey]int64 {
 	out := map[grantKey]int64{}
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		a, err := names.AssignmentFromPod(p)
-		if err != nil || a.Phase != api.PhaseAllocated {
+		a, err := names.TrustedAssignment(p, keys)
+		if err != nil || !api.RecordHolds(p, a) {
 			continue
 		}
 		for _, c := range a.Containers {

@@ -199,3 +199,51 @@ func TestSweepGrantsWholeCardsTheirMemory(t *testing.T) {
 		t.Errorf("usages (-want +got):\n%s", d)
 	}
 }
+
+// keyRing is a fixed api.RecordKeyring.
+type keyRing api.RecordKeys
+
+func (k keyRing) Keys() api.RecordKeys { return api.RecordKeys(k) }
+
+// With record keys, a record the keys do not verify grants nothing: a forged
+// record cannot raise a container's grant above what the extender signed.
+func TestSweepReadsOnlyTrustedRecordsWithRecordKeys(t *testing.T) {
+	keys := api.RecordKeys{Current: []byte("sampler-record-key-0123456789abcdef")}
+	n := newNode(t, 1)
+	record := func(p *corev1.Pod, sign bool) {
+		rec := api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: "node-a", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
+			Containers: []api.ContainerAssignment{{Name: "train", CardUUID: "GPU-0", Units: 6}}}
+		if sign {
+			var err error
+			if rec, err = keys.Sign(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := api.EncodeAssignment(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
+		p.Spec.NodeName = "node-a"
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(6, resource.DecimalSI)}
+	}
+	signed, forged := n.pod("signed", "train"), n.pod("forged", "train")
+	record(signed, true)
+	record(forged, false)
+	n.run(9, signed, 0, 0, 5*gib)
+	n.run(10, forged, 0, 0, 5*gib)
+	sm := n.sampler()
+	sm.PodResources = nil
+	sm.Keys = keyRing(keys)
+	got, err := sm.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants := map[string]bool{}
+	for _, u := range got.Usages {
+		grants[u.Ref.Pod] = u.Grant
+	}
+	if diff := cmp.Diff(map[string]bool{"signed": true, "forged": false}, grants); diff != "" {
+		t.Errorf("grants by pod (-want +got):\n%s", diff)
+	}
+}

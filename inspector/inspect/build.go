@@ -295,7 +295,7 @@ func placePod(names api.Names, p *corev1.Pod, b *nodeBuild, nodeExists bool, war
 		}
 	}
 
-	a, err := names.AssignmentFromPod(p)
+	a, err := names.TrustedAssignment(p, api.RecordKeys{}) // the inspector holds no record keys
 	switch {
 	case errors.Is(err, api.ErrNoAssignment):
 		if b == nil {

@@ -5,6 +5,24 @@
 // Everything here is a pure function of its arguments: no I/O, no locks, no
 // clock. The extender calls it on a snapshot taken from its cache; the
 // packing simulator calls the very same code in its replay loop.
+//
+// Laid out as Kubernetes' noderesources plugin is: one shared fit, one file
+// per strategy.
+//
+//   - allocator.go, cardfilter.go, choose.go: the snapshot (Node, Card), the
+//     request and the pod's card and model choice.
+//   - policy.go: the Policy type and its entry points (Decide, Evaluate);
+//     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
+//     decide.go: the one decision core every policy shares; reasons.go: why
+//     a node does not fit, for people and programs.
+//   - registry.go: the policies by configured name (Lookup, Names).
+//   - binpack.go, spread.go, bestfit.go: the simple policies' card choice
+//     and score.
+//   - frag*.go: the fragmentation-aware policies (frag, fgd) and, in
+//     frag_index.go, the workload index they read; workload.go: the
+//     workload itself. They stay in this package: frag builds Policy values
+//     that the registry here returns, so a package of its own would import
+//     allocator and be imported by it (an import cycle).
 package allocator
 
 import (

@@ -207,10 +207,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
 		var err error
-		a, err = c.names.AssignmentFromPod(pod)
-		if err == nil {
-			err = api.KeysOf(c.keys).Verify(a)
-		}
+		a, err = c.names.TrustedAssignment(pod, api.KeysOf(c.keys))
 		valid = err == nil && a.Node == pod.Spec.NodeName
 		if err != nil && !errors.Is(err, api.ErrNoAssignment) {
 			klog.V(4).InfoS("Ignoring pod's GPU assignment", "pod", klog.KObj(pod), "err", err)

@@ -90,7 +90,7 @@ extenders:
 	}
 	t.Cleanup(func() { _ = sched.Stop() })
 
-	node, inv := gpuNodeNamed(ctx, t, c, "alibaba-1", "1x40GiB:NVIDIA-A100,1x16GiB:NVIDIA-T4", names)
+	node, inv := gpuNode(ctx, t, c, "alibaba-1", "1x40GiB:NVIDIA-A100,1x16GiB:NVIDIA-T4", withNames(names))
 	ns := testNamespace(ctx, t, c, "alibaba")
 
 	var pod corev1.Pod

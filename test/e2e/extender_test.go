@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,38 +26,16 @@ func TestExtenderPlacesPodOnPolicyCardAndContainerGetsItsMount(t *testing.T) {
 	c := setup(t)
 	needRoot(t)
 	needExtender(t)
-	plugin := pluginBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	const name = "ext-node"
 
-	node, err := c.StartNode(cluster.NodeOptions{
-		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		Labels:       api.LabelEnabled + "=true",
-		PluginBinary: plugin,
-		PluginArgs:   []string{"--nvml=spec:1x80GiB:NVIDIA-H100,1x40GiB:NVIDIA-A100"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	node, inv := gpuNode(ctx, t, c, name, "1x80GiB:NVIDIA-H100,1x40GiB:NVIDIA-A100")
+	t.Cleanup(func() { // before the node goes (cleanups run last first)
 		for _, p := range []string{"one", "too-big"} {
 			_ = c.Client.CoreV1().Pods("default").Delete(context.Background(), p, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
-		if err := node.Stop(); err != nil {
-			t.Errorf("stopping node agent: %v", err)
-		}
-		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
-	var inv api.Inventory
-	if _, err := cluster.WaitNode(ctx, c.Client, name, 2*time.Minute, "Ready with inventory and capacity", func(n *corev1.Node) bool {
-		got, err := api.DefaultNames().InventoryFromNode(n)
-		q := n.Status.Allocatable[api.DefaultNames().ResourceName()]
-		inv = got
-		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
-	}); err != nil {
-		t.Fatalf("%v\nagent log: %s", err, node.LogFile())
-	}
 	var small api.Card
 	for _, card := range inv.Cards {
 		if small.UUID == "" || card.Units < small.Units {

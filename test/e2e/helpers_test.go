@@ -20,24 +20,23 @@ import (
 )
 
 // gpuNode starts a simulated GPU node running gpushare's device plugin with
-// the given simulated cards (--nvml=spec:...), waits until it is Ready with
-// its inventory and capacity, and removes it (pods in ns included) when the
-// test ends.
-func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) (*cluster.Node, api.Inventory) {
+// the given simulated cards (--nvml=spec:...), labelled for the plugin
+// (api.LabelEnabled), waits until it is Ready with its inventory and
+// capacity, and removes it when the test ends. Options change what the
+// tests need changed (withNames, withPluginArgs, withLabels).
+func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string, opts ...nodeOption) (*cluster.Node, api.Inventory) {
 	t.Helper()
-	return gpuNodeNamed(ctx, t, c, name, spec, api.DefaultNames())
-}
-
-// gpuNodeNamed is gpuNode with the plugin run under names (its --domain,
-// --resource-name and --whole-resource-name).
-func gpuNodeNamed(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string, names api.Names) (*cluster.Node, api.Inventory) {
-	t.Helper()
+	cfg := nodeConfig{names: api.DefaultNames(), labels: api.LabelEnabled + "=true"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	names := cfg.names
 	node, err := c.StartNode(cluster.NodeOptions{
 		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		Labels:       api.LabelEnabled + "=true",
+		Labels:       cfg.labels,
 		PluginBinary: pluginBinary(t),
-		PluginArgs: []string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
-			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())},
+		PluginArgs: append([]string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
+			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())}, cfg.args...),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +50,29 @@ func gpuNodeNamed(ctx context.Context, t *testing.T, c *cluster.Cluster, name, s
 	inv := waitInventoryAfter(ctx, t, c, names, node, "")
 	return node, inv
 }
+
+// nodeConfig is what gpuNode's options set.
+type nodeConfig struct {
+	names  api.Names
+	labels string
+	args   []string
+}
+
+// nodeOption changes how gpuNode starts a node.
+type nodeOption func(*nodeConfig)
+
+// withNames runs the plugin under names (its --domain, --resource-name and
+// --whole-resource-name).
+func withNames(names api.Names) nodeOption { return func(c *nodeConfig) { c.names = names } }
+
+// withPluginArgs adds flags to the plugin's command line.
+func withPluginArgs(args ...string) nodeOption {
+	return func(c *nodeConfig) { c.args = append(c.args, args...) }
+}
+
+// withLabels sets the node's labels ("k=v,k2=v2"; "" for none) in place of
+// the plugin's label alone.
+func withLabels(labels string) nodeOption { return func(c *nodeConfig) { c.labels = labels } }
 
 // waitInventory waits until the node is Ready with the plugin's inventory and
 // allocatable gpu-mem equal to the inventory's units.

@@ -39,23 +39,8 @@ func TestMemoryEnforcement(t *testing.T) {
 			defer cancel()
 			name := "mem-" + string(mode)
 			procs := filepath.Join(c.NodeStateDir(name), nodeagent.GPUProcessesFileName)
-			node, err := c.StartNode(cluster.NodeOptions{
-				Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-				Labels:       api.LabelEnabled + "=true,e2e-memory=" + string(mode),
-				PluginBinary: pluginBinary(t),
-				PluginArgs: []string{"--nvml=spec:1x16GiB", "--memory-enforcement=" + string(mode),
-					"--memory-sample-interval=250ms", "--memory-grace=2s", "--nvml-sim-processes=" + procs},
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := node.Stop(); err != nil {
-					t.Errorf("stopping node agent %s: %v", name, err)
-				}
-				_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-			})
-			waitInventory(ctx, t, c, node)
+			node, _ := gpuNode(ctx, t, c, name, "1x16GiB", withLabels(api.LabelEnabled+"=true,e2e-memory="+string(mode)),
+				withPluginArgs("--memory-enforcement="+string(mode), "--memory-sample-interval=250ms", "--memory-grace=2s", "--nvml-sim-processes="+procs))
 			ns := testNamespace(ctx, t, c, name)
 
 			use := func(p *corev1.Pod, v string) *corev1.Pod {
@@ -77,7 +62,7 @@ func TestMemoryEnforcement(t *testing.T) {
 
 			// The three processes, by the memory each uses.
 			var pids map[uint64]uint32
-			err = wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(context.Context) (bool, error) {
+			err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(context.Context) (bool, error) {
 				pids = simPIDs(procs)
 				return len(pids) == 3, nil
 			})

@@ -36,20 +36,7 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 	defer cancel()
 
 	const name = "repair-node"
-	node, err := c.StartNode(cluster.NodeOptions{
-		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		Labels:       api.LabelEnabled + "=true",
-		PluginBinary: pluginBinary(t),
-		PluginArgs:   []string{"--nvml=spec:1x24GiB:NVIDIA-L4", "--reconcile-interval=3s"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = node.Stop()
-		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	inv := waitInventory(ctx, t, c, node)
+	node, inv := gpuNode(ctx, t, c, name, "1x24GiB:NVIDIA-L4", withPluginArgs("--reconcile-interval=3s"))
 	ns := testNamespace(ctx, t, c, "repair")
 	onNode := func(p *corev1.Pod) *corev1.Pod {
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
@@ -118,6 +105,7 @@ func TestLostRecordIsStillCountedAndRepairedFromTheKubeletsAccount(t *testing.T)
 		start := time.Now()
 		var got *corev1.Pod
 		if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			var err error
 			got, err = c.Client.CoreV1().Pods(ns).Get(ctx, "full", metav1.GetOptions{})
 			if err != nil {
 				return false, nil

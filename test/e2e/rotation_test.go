@@ -82,20 +82,7 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 	vol := newKeyVolume(t, map[string]string{api.RecordKeyCurrent: oldKey})
 
 	const name = "rotation-node"
-	node, err := c.StartNode(cluster.NodeOptions{
-		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		Labels:       api.LabelEnabled + "=true",
-		PluginBinary: pluginBinary(t),
-		PluginArgs:   []string{"--nvml=spec:1x24GiB:NVIDIA-L4", "--record-key-dir", vol.dir, "--record-key-interval=1s", "--reconcile-interval=3s"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = node.Stop()
-		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	waitInventory(ctx, t, c, node)
+	node, _ := gpuNode(ctx, t, c, name, "1x24GiB:NVIDIA-L4", withPluginArgs("--record-key-dir", vol.dir, "--record-key-interval=1s", "--reconcile-interval=3s"))
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)

@@ -33,19 +33,7 @@ func TestForgedRecordGetsNoGPUWithoutThePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	const name = "signed-node"
-	node, err := c.StartNode(cluster.NodeOptions{
-		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		PluginBinary: pluginBinary(t),
-		PluginArgs:   []string{"--nvml=spec:1x24GiB:NVIDIA-L4", "--record-key-dir", dir},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = node.Stop()
-		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	inv := waitInventory(ctx, t, c, node)
+	node, inv := gpuNode(ctx, t, c, name, "1x24GiB:NVIDIA-L4", withLabels(""), withPluginArgs("--record-key-dir", dir))
 	ns := testNamespace(ctx, t, c, "signed")
 
 	// A pod placed by hand with a record naming the node's card, as a

@@ -134,6 +134,27 @@ func (b *Builder) AssignWhole(phase api.AssignmentPhase, shares []Card, whole []
 	return b
 }
 
+// InitContainer adds an init container limiting units of example.com/gpu-mem
+// (the contract refuses it; the kubelet still asks for it).
+func (b *Builder) InitContainer(name string, units int64) *Builder {
+	c := corev1.Container{Name: name, Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}}}
+	b.pod.Spec.InitContainers = append(b.pod.Spec.InitContainers, c)
+	return b
+}
+
+// Phase sets the pod's phase.
+func (b *Builder) Phase(p corev1.PodPhase) *Builder {
+	b.pod.Status.Phase = p
+	return b
+}
+
+// Started gives the pod a container status (the kubelet admitted it)
+// without changing its phase.
+func (b *Builder) Started() *Builder {
+	b.pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "x"}}
+	return b
+}
+
 // Running marks the pod admitted and running.
 func (b *Builder) Running() *Builder {
 	b.pod.Status.Phase = corev1.PodRunning

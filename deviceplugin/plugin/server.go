@@ -1,0 +1,242 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+// resource is one resource the plugin serves: its name and socket, the
+// kubelet's account of it, and its ledger in the node's state.
+type resource struct {
+	name       corev1.ResourceName
+	socketName string
+	options    *pluginapi.DevicePluginOptions
+	// podres is the kubelet's account of the resource (nil: not read).
+	podres PodResources
+	ledger *ledger
+	// cardsOf are the cards of a container's device IDs as the kubelet's
+	// account reports them, and the IDs as the ledger keeps them.
+	cardsOf func(ids []string) (cards, kept []string, err error)
+}
+
+// kind is what is particular to one resource; R is its device IDs, parsed
+// at the door (allocate.Units, allocate.Cards).
+type kind[R any] interface {
+	// devices is the device list ListAndWatch sends.
+	devices() []*pluginapi.Device
+	// parse checks and parses one container request's device IDs.
+	parse(ids []string) (R, error)
+	// admit runs before the accounts are read: a refusal of the whole call,
+	// and catching up on work left from earlier calls.
+	admit(ctx context.Context, reqs []R) error
+	// accounts reads the kubelet's accounts the decisions need.
+	accounts(ctx context.Context) accounts
+	// decide is one container request's decision (callers hold allocMu; no
+	// I/O): reopened are the pods the accounts' merge reopened.
+	decide(v podView, reopened []types.UID, req R, accts accounts) (decision, error)
+	// respond is what the container gets.
+	respond(d decision) *pluginapi.ContainerAllocateResponse
+	preferred(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error)
+	preStart(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error)
+}
+
+// server is the device plugin service of one resource.
+type server[R any] struct {
+	pluginapi.UnimplementedDevicePluginServer
+	p    *Plugin
+	res  *resource
+	kind kind[R]
+}
+
+// decision is one container request's outcome.
+type decision struct {
+	// cards are the cards the container gets (one for units); units, how
+	// many units of it (0 for whole cards).
+	cards []nvml.Card
+	units int64
+	// write names the pod whose record must be written after the lock
+	// (empty UID: nothing to write); reopened, pods the kubelet's account
+	// reopened on the way.
+	write    podRef
+	reopened []podRef
+}
+
+// Devices is the device list ListAndWatch sends now.
+func (s *server[R]) Devices() []*pluginapi.Device { return s.kind.devices() }
+
+// GetDevicePluginOptions implements the device plugin API.
+func (s *server[R]) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return s.res.options, nil
+}
+
+// ListAndWatch sends the device list, then again at every change of card
+// state (health, isolation) and of the cards held the other way (units of a
+// card held whole are Unhealthy meanwhile, and a card's whole-card device
+// while units of it are held), until the kubelet or the server ends the
+// stream. A wake-up that changes no device sends nothing.
+func (s *server[R]) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	var last []*pluginapi.Device
+	for {
+		changed, held := s.p.store.Changed(), s.p.state.held.wait()
+		devs := s.kind.devices()
+		if last == nil || !sameDevices(devs, last) {
+			if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+				return err
+			}
+			last = devs
+		}
+		select {
+		case <-changed:
+		case <-held:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+// sameDevices reports whether two device lists are equal.
+func sameDevices(a, b []*pluginapi.Device) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].ID != b[i].ID || a[i].Health != b[i].Health {
+			return false
+		}
+	}
+	return true
+}
+
+// GetPreferredAllocation implements the device plugin API (the kind's).
+func (s *server[R]) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return s.kind.preferred(ctx, req)
+}
+
+// PreStartContainer implements the device plugin API (the kind's).
+func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return s.kind.preStart(ctx, req)
+}
+
+// Allocate answers the kubelet for each container request: the device IDs
+// are parsed once, here; then which container each is for (decide, under
+// allocMu), what the container gets, and, after the lock, the records. A
+// failed record write does not fail the container: reconciliation retries
+// it.
+func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	p := s.p
+	reqs := make([]R, 0, len(req.GetContainerRequests()))
+	for _, cr := range req.GetContainerRequests() {
+		r, err := s.kind.parse(cr.GetDevicesIds())
+		if err != nil {
+			p.log.Error(err, "Allocate refused", "resource", s.res.name, "devices", cr.GetDevicesIds())
+			return nil, toStatus(err)
+		}
+		reqs = append(reqs, r)
+	}
+	if err := s.kind.admit(ctx, reqs); err != nil {
+		p.log.Error(err, "Allocate refused", "resource", s.res.name)
+		return nil, toStatus(err)
+	}
+	defer p.state.held.notify()
+	// Once per call, before the lock: a second container of the same call
+	// is not yet in the kubelet's account, and keeps the first one's
+	// decision (a guess newer than the read).
+	accts := s.kind.accounts(ctx)
+	resp := &pluginapi.AllocateResponse{}
+	var writes []podRef
+	for i, r := range reqs {
+		d, err := s.decideWaiting(ctx, r, accts)
+		writes = append(writes, d.reopened...)
+		if err != nil {
+			p.log.Error(err, "Allocate refused", "resource", s.res.name, "devices", len(req.GetContainerRequests()[i].GetDevicesIds()))
+			p.writeRecords(ctx, writes)
+			return nil, toStatus(err)
+		}
+		if d.write.UID != "" {
+			writes = append(writes, d.write)
+		}
+		resp.ContainerResponses = append(resp.ContainerResponses, s.kind.respond(d))
+	}
+	p.writeRecords(ctx, writes)
+	select {
+	case p.reconcile <- struct{}{}:
+	default:
+	}
+	return resp, nil
+}
+
+// allocatePoll is how often Allocate looks again for a pod the kubelet saw
+// before the plugin's informer.
+const allocatePoll = 100 * time.Millisecond
+
+// decideWaiting decides for one container request, waiting up to
+// Config.AllocateWait for a pod the kubelet knows before the informer does
+// (no waiting container of that size yet). allocMu is taken for each
+// attempt and released while waiting.
+func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (decision, error) {
+	var d decision
+	var err error
+	s.p.waitFor(ctx, func() bool {
+		d = decision{}
+		if lerr := s.p.locked(accts, func(v podView, reopened []types.UID) {
+			d, err = s.kind.decide(v, reopened, r, accts)
+		}); lerr != nil {
+			err = lerr
+		}
+		return !errors.Is(err, allocate.ErrNoPending) && !errors.Is(err, allocate.ErrNoPendingCards)
+	})
+	return d, err
+}
+
+// waitFor calls look, then again every allocatePoll (on the injected
+// clock), until it reports done, Config.AllocateWait has passed since the
+// first call, or ctx is done: the wait of Allocate and of both
+// GetPreferredAllocations for a pod the kubelet saw before the plugin's
+// informer. look takes allocMu itself; it is not held while waiting.
+func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
+	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
+	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.cfg.Clock.After(allocatePoll):
+		}
+	}
+}
+
+// waitForView is waitFor for a look at one listing of the pod cache, taken
+// under allocMu with accts merged; a cache that cannot be listed ends the
+// wait with its error.
+func (p *Plugin) waitForView(ctx context.Context, accts accounts, look func(v podView) (done bool)) error {
+	var err error
+	p.waitFor(ctx, func() bool {
+		done := false
+		err = p.locked(accts, func(v podView, _ []types.UID) { done = look(v) })
+		return err != nil || done
+	})
+	return err
+}
+
+// writeRecords writes each pod's record once (errors are logged: the
+// reconciler retries).
+func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
+	seen := map[podRef]bool{}
+	for _, r := range refs {
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		if err := p.writeRecord(ctx, r, kubeletCall); err != nil {
+			p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(r.Namespace, r.Name))
+		}
+	}
+}

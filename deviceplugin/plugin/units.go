@@ -1,0 +1,275 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+)
+
+// units is the kind of the gpu-mem resource (api.Names.ResourceName): one
+// kubelet device per unit of memory of a card, api.UnitID(card, n).
+type units struct{ p *Plugin }
+
+// unitOptions: PreStartRequired, the kubelet calls PreStartContainer, and
+// waits for it, before it starts each container; the plugin writes the
+// container's true record there (see preStart).
+var unitOptions = pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true, PreStartRequired: true}
+
+// unitCards is the card of a container's units in the kubelet's account.
+func unitCards(ids []string) ([]string, []string, error) {
+	card, err := allocate.CardOf(ids)
+	return []string{card}, ids, err
+}
+
+// devices is the units' device list: the store's, with the units of a card
+// held whole Unhealthy.
+func (k units) devices() []*pluginapi.Device {
+	p := k.p
+	devs := p.store.Devices()
+	v, err := p.view()
+	if err != nil {
+		return devs
+	}
+	use := p.cardUse(v)
+	if len(use.Whole) == 0 {
+		return devs
+	}
+	for _, d := range devs {
+		if card, _, err := api.ParseUnitID(d.ID); err == nil {
+			if _, ok := use.Whole[card]; ok {
+				d.Health = pluginapi.Unhealthy
+			}
+		}
+	}
+	return devs
+}
+
+func (units) parse(ids []string) (allocate.Units, error) { return allocate.ParseUnits(ids) }
+
+// admit refuses units of a card held whole (the kubelet's two accounts
+// never hand out one card both ways), then retries the swaps
+// reconciliation left for the kubelet's next call (see swap).
+func (k units) admit(ctx context.Context, reqs []allocate.Units) error {
+	p := k.p
+	accts := p.readAccounts(ctx, false, true)
+	var use allocate.Use
+	if err := p.locked(accts, func(v podView, _ []types.UID) { use = p.cardUse(v) }); err != nil {
+		return err
+	}
+	for _, r := range reqs {
+		if holder, ok := use.Whole[r.Card]; ok {
+			return fmt.Errorf("%w: card %s is held whole (%s) by pod %s; none of its %s units can be allocated until that pod ends", allocate.ErrCardInUse, r.Card, p.cfg.Names.WholeResourceName(), holder, p.cfg.Names.ResourceName())
+		}
+	}
+	p.swapDeferred(ctx)
+	return nil
+}
+
+func (k units) accounts(ctx context.Context) accounts { return k.p.readAccounts(ctx, true, false) }
+
+func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
+	return k.p.response(d.cards[0], d.units)
+}
+
+// decide is one Allocate decision (callers hold allocMu; no I/O): a refusal
+// of units the kubelet's account shows held by another live pod; else which
+// container the IDs are for, recorded in the ledger, and whether its record
+// is to be written. The decision's reopened are the pods the merge
+// reopened: their records are written after the lock too.
+//
+// The record shows a guess unless the guess is one the plugin already knows
+// to be unreliable: with the kubelet's account, a pod the account already
+// contradicted once (the kubelet admits in another order than the queue)
+// is not shown holding a second allocation while another pending container
+// of that size could as well be the one; its record waits for the
+// kubelet's account (PreStartContainer, reconciliation).
+func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, accts accounts) (decision, error) {
+	p, acct := k.p, accts.units
+	reopened := v.refs(reopenedUIDs)
+	if acct.ok {
+		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.refuseHeld(v, h, exact) {
+			return decision{reopened: reopened}, heldErr(h, u.IDs)
+		}
+	}
+	d, err := k.match(v, u, acct.ok)
+	d.reopened = reopened
+	return d, err
+}
+
+func (k units) match(v podView, u allocate.Units, account bool) (decision, error) {
+	p := k.p
+	card, ok := p.store.Card(u.Card)
+	if !ok {
+		return decision{}, fmt.Errorf("%w: %s", errUnknownCard, u.Card)
+	}
+	if err := checkAdvertised(card, p.store.Unit(), u); err != nil {
+		return decision{}, err
+	}
+	n := u.Size()
+	// With the kubelet's account, a container holding exactly these units is
+	// a retry (after a plugin restart too); without it, the plugin's memory.
+	if h, ok := p.state.units.byDeviceIDs(u.IDs); ok && api.MayStartContainers(v.byUID[h.UID]) {
+		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID, "kubeletAccount", account)
+		return decision{cards: []nvml.Card{card}, units: n}, nil
+	}
+	snap := p.snapshot(v, account)
+	d, err := allocate.MatchUnits(snap, u)
+	if errors.Is(err, allocate.ErrNotScheduled) || errors.Is(err, allocate.ErrPodRequest) {
+		p.state.units.reject(d.Entry.UID)
+	}
+	if err != nil {
+		return decision{}, err
+	}
+	e := d.Entry
+	unsure := account && p.state.units.isContradicted(e.UID) && otherCandidate(snap, e, n)
+	p.state.units.guess(holding{Namespace: e.Namespace, Pod: e.Pod, UID: e.UID, Container: e.Container, Cards: []string{d.CardUUID}, IDs: append([]string(nil), u.IDs...), Unsure: unsure})
+	p.log.Info("Allocated", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "units", n, "card", card.UUID, "cardIndex", card.Index, "assignedCard", e.Assigned.CardUUID, "corrected", d.Corrected, "repeat", d.Repeat, "recorded", !unsure)
+	out := decision{cards: []nvml.Card{card}, units: n}
+	if !unsure {
+		out.write = podRef{Namespace: e.Namespace, Name: e.Pod, UID: e.UID}
+	}
+	return out, nil
+}
+
+// otherCandidate reports whether a pending container of another pod asks
+// for the same units as e.
+func otherCandidate(s allocate.Snapshot, e allocate.Entry, units int64) bool {
+	for _, o := range s.Pending {
+		if o.UID != e.UID && o.Units == units {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot builds the matching's view of the node. account: the ledger
+// holds the kubelet's own account of what it has allocated.
+func (p *Plugin) snapshot(v podView, account bool) allocate.Snapshot {
+	l := p.state.units
+	return allocate.Build(v.pods, allocate.State{Allocated: l.has, Rejected: l.isRejected, Reopened: l.isReopened, KubeletAccount: account, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names})
+}
+
+// preferred steers the kubelet to units of the card assigned to the
+// container it is about to allocate (allocate.Preferred).
+func (k units) preferred(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	for _, cr := range req.GetContainerRequests() {
+		if err := allocate.CheckIDs(cr.GetAvailableDeviceIDs()); err != nil {
+			return nil, toStatus(err)
+		}
+		if err := allocate.CheckIDs(cr.GetMustIncludeDeviceIDs()); err != nil {
+			return nil, toStatus(err)
+		}
+		if cr.GetAllocationSize() < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "allocation size %d is negative", cr.GetAllocationSize())
+		}
+	}
+	sizes := make([]int, 0, len(req.GetContainerRequests()))
+	for _, cr := range req.GetContainerRequests() {
+		if len(cr.GetMustIncludeDeviceIDs()) == 0 {
+			sizes = append(sizes, int(cr.GetAllocationSize()))
+		}
+	}
+	snap, held, err := k.preferredSnapshot(ctx, sizes)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, cr := range req.GetContainerRequests() {
+		// Units the kubelet's own account shows held by a live pod are not
+		// offered, should the kubelet have forgotten their reservation
+		// (Allocate refuses them: account.heldByOther).
+		avail := cr.GetAvailableDeviceIDs()
+		if len(held) > 0 {
+			avail = slices.DeleteFunc(slices.Clone(avail), func(id string) bool { return held[id] })
+		}
+		ids := allocate.Preferred(snap, avail, cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and
+// the units the kubelet's account shows held. Like Allocate
+// (decideWaiting), it waits up to Config.AllocateWait, looking again every
+// allocatePoll, for a container of each requested size to be queued: the
+// kubelet may ask before the pod reaches the plugin's informer, and a
+// preference made without the pod would be a best-fit guess, not the card
+// the extender assigned (Allocate then corrects the record to the card the
+// kubelet gave). After the wait, or when the kubelet gives up, it answers
+// with what it knows. allocMu is taken for each look and released while
+// waiting.
+func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Snapshot, map[string]bool, error) {
+	p := k.p
+	accts := k.accounts(ctx)
+	var snap allocate.Snapshot
+	var held map[string]bool
+	err := p.waitForView(ctx, accts, func(v podView) bool {
+		held = nil
+		if accts.units.ok {
+			held = accts.units.heldUnits(v)
+		}
+		snap = p.snapshot(v, accts.units.ok)
+		return allocate.Explains(snap, sizes)
+	})
+	if err != nil {
+		return allocate.Snapshot{}, nil, err
+	}
+	return snap, held, nil
+}
+
+// preStart is called by the kubelet before it starts each container
+// (PreStartRequired), with the container's device IDs, and the container
+// starts only once it returns. With the kubelet's account the plugin learns
+// here, for certain, which container holds the IDs — the kubelet recorded
+// the allocation when Allocate returned — and writes that container's
+// record (and reverts any guess the account contradicts) before answering:
+// a running container's record names the card it got, at every
+// observation, however the plugin guessed at Allocate. Without the account
+// there is nothing to learn; Allocate already wrote the record.
+//
+// A failed write fails the call: the kubelet then retries the container
+// start, rather than run a container its record misnames.
+func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	p := k.p
+	u, err := allocate.ParseUnits(req.GetDevicesIds())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	p.swapDeferred(ctx)
+	accts := k.accounts(ctx)
+	if !accts.units.ok {
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	var refs []podRef
+	var h holding
+	var held bool
+	if err := p.locked(accts, func(v podView, reopened []types.UID) {
+		refs = v.refs(reopened)
+		h, held = p.state.units.byDeviceIDs(u.IDs)
+	}); err != nil {
+		return nil, toStatus(err)
+	}
+	p.writeRecords(ctx, refs)
+	if !held || h.Guess {
+		// Not (yet) in the kubelet's account: nothing certain to record.
+		p.log.V(2).Info("PreStartContainer for units the kubelet's account does not show", "devices", len(u.IDs))
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
+	p.state.units.start(h.UID, h.Container)
+	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
+	if err := p.writeRecord(ctx, ref, kubeletCall); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.card(), err)
+	}
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
