@@ -55,6 +55,7 @@ GPUSHARE_WHOLE_RESOURCE_NAME. No other environment variable changes what the plu
 	f.StringVarP(&o.Selector, "selector", "l", "", "label selector: on nodes in the node views, on pods in pending (e.g. pool=train)")
 	f.StringVar(&o.Model, "model", "", "keep only the cards of this model, matched like the card-models pod annotation (e.g. H100, A100-80GB)")
 	f.BoolVarP(&o.Watch, "watch", "w", false, "print the view again every --interval until interrupted")
+	f.StringVar(&o.ReleaseNamespace, "release-namespace", "gpushare-system", "health: the namespace gpushare's chart is installed in")
 	f.DurationVar(&o.Interval, "interval", defaultInterval, "how often --watch prints the view")
 	o.ConfigFlags.AddFlags(f)
 	names := pflag.NewFlagSet("names", pflag.ContinueOnError)
@@ -84,6 +85,28 @@ it if some memory were freed (and the pods holding it), or that no card is of th
 	}
 	pending.SetFlagErrorFunc(cli.FlagError)
 	cmd.AddCommand(pending)
+	health := &cobra.Command{
+		Use:   "health",
+		Short: "Say \"healthy\" or what is wrong with gpushare on this cluster (exit status 1 when unhealthy)",
+		Long: `Check an installation: the chart's device-plugin DaemonSet and scheduler Deployment in
+--release-namespace have every pod ready and updated, at least one node reports GPU cards, and every
+GPU node's inventory, capacity and pods' records agree (the warnings of the node view). Prints
+"healthy: ..." or "unhealthy:" with one line per problem saying what to do, and exits 1 then.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("health takes no NODE argument, got %d", len(args))
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Health = true
+			return o.execute(cmd, args)
+		},
+	}
+	health.SetFlagErrorFunc(cli.FlagError)
+	cmd.AddCommand(health)
 	return cmd
 }
 

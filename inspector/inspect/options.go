@@ -76,6 +76,10 @@ type Options struct {
 	// Pending selects the view of GPU pods waiting for a node
 	// (`kubectl inspect gpushare pending`).
 	Pending bool
+	// Health selects the health verdict (`kubectl inspect gpushare health`) and
+	// ReleaseNamespace is where it looks for the chart's workloads.
+	Health           bool
+	ReleaseNamespace string
 	// Namespace, when set, lists only that namespace's pods (-n).
 	Namespace string
 	// Selector is a label selector (-l): on nodes in the node views, on pods

@@ -53,6 +53,9 @@ func (o *Options) render(ctx context.Context, w io.Writer) error {
 	if o.Pending {
 		return o.renderPending(ctx, w)
 	}
+	if o.Health {
+		return o.renderHealth(ctx, w)
+	}
 	v, err := o.view(ctx)
 	if err != nil {
 		return err

@@ -370,6 +370,11 @@ func TestInstallLane(t *testing.T) {
 			t.Fatal(err)
 		}
 		gpu, gpuRecord = got, got.Annotations[names.AnnotationAssignment()]
+		if out, err := inspectHealth(t, c); err != nil || !strings.HasPrefix(out, "healthy: ") {
+			t.Errorf("kubectl inspect gpushare health after the install: %v\n%s", err, out)
+		} else {
+			t.Logf("kubectl inspect gpushare health: %s", strings.TrimSpace(out))
+		}
 		t.Logf("pod %s on card %d (%s), pod IP %s", gpu.Name, asg.Containers[0].CardIndex, asg.Containers[0].CardUUID, gpu.Status.PodIP)
 	}) {
 		return
@@ -447,6 +452,9 @@ func TestInstallLane(t *testing.T) {
 		if err != nil || got.Status.Phase != corev1.PodRunning {
 			t.Errorf("GPU pod after uninstall: %v %v, want it still Running", err, got.Status.Phase)
 		}
+		if out, err := inspectHealth(t, c); err == nil || !strings.Contains(out, "no gpushare device plugin DaemonSet in namespace "+installNamespace) {
+			t.Errorf("kubectl inspect gpushare health after the uninstall: %v, want it to fail naming the missing DaemonSet:\n%s", err, out)
+		}
 		remains := leftovers(ctx, t, c.Client, names.Domain())
 		t.Logf("left after helm uninstall:\n  %s", strings.Join(remains, "\n  "))
 		doc, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "docs", "install.md"))
@@ -508,6 +516,20 @@ func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *co
 	if err := keys.Verify(asg); err != nil {
 		t.Errorf("pod %s: record not signed with the chart's key: %v", pod.Name, err)
 	}
+}
+
+// inspectHealth runs `kubectl inspect gpushare health` (the inspector built from this tree)
+// against the lane's cluster.
+func inspectHealth(t *testing.T, c *cluster.Cluster) (string, error) {
+	t.Helper()
+	bin := filepath.Join(binDir, "kubectl-inspect-gpushare")
+	if _, err := os.Stat(bin); err != nil {
+		if err := goBuildProduct(bin, "./inspector"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(bin, "health", "--kubeconfig", c.Kubeconfig).CombinedOutput()
+	return string(out), err
 }
 
 // pendingReason is why a Pending pod waits for a node: its PodScheduled condition's message. A
