@@ -98,6 +98,27 @@ expect dedicated 'privileged: false'
 expect dedicated 'capabilities: {drop: \[ALL\]}'
 expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
 
+# What operators expect of a chart: names, annotations, extra flags, a runtime class, global values.
+render conventions --set fullnameOverride=gs --set scheduler.podAnnotations.team=ml \
+  --set devicePlugin.podAnnotations.backup=skip --set 'devicePlugin.extraArgs={--nvml=spec:1x16GiB}' \
+  --set 'scheduler.extender.extraArgs={--log-level=4}' --set 'scheduler.kubeScheduler.extraArgs={--kube-api-qps=100}' \
+  --set devicePlugin.runtimeClassName=nvidia --set global.imageRegistry=mirror.example.com
+expect conventions 'name: gs-device-plugin$'
+expect conventions 'name: gs-scheduler$'
+expect conventions 'name: gpushare-device-plugin' absent
+expect conventions 'team: ml$'
+expect conventions 'backup: skip$'
+expect conventions '- --nvml=spec:1x16GiB$'
+expect conventions '- --log-level=4$'
+expect conventions '- "--kube-api-qps=100"$'
+expect conventions 'runtimeClassName: nvidia$'
+render nameoverride --set nameOverride=gpu
+expect nameoverride 'app.kubernetes.io/name: gpu$'
+# The device plugin hands over without a gap where the kubelet can (1.37+: one endpoint per socket).
+expect dedicated 'maxSurge: 1$'
+expect dedicated 'name: GPUSHARE_INSTANCE$'
+expect dedicated 'path: /readyz, port: metrics'
+
 # The second kube-scheduler follows the cluster's version; the chart refuses versions outside the
 # supported range (Chart.yaml kubeVersion, docs/compatibility.md).
 kver() { # kver NAME KUBE_VERSION WANT_IMAGE_TAG ARGS...
