@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -310,20 +310,8 @@ func leftovers(ctx context.Context, t *testing.T, c kubernetes.Interface, domain
 	for _, s := range secrets.Items {
 		out = append(out, "secret "+s.Name)
 	}
-	return dedupSorted(out)
-}
-
-func dedupSorted(in []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, s := range in {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	sort.Strings(out)
-	return out
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // An operator's install, upgrade and uninstall of the chart as shipped (admission policies,
