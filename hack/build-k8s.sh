@@ -34,6 +34,14 @@ fi
 log() { printf '%s build-k8s: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
 mkdir -p "$BIN"
+# One build per version at a time: `make test` starts one in the background (hack/k8s-prebuild.sh);
+# another waits for it here and then skips what it built.
+exec 9>"$BIN/.lock"
+if ! flock -n 9; then
+	log "another build is writing $BIN (make test's background build logs to bin/k8s-prebuild.log): waiting for it"
+	flock 9
+	log "the other build is done"
+fi
 missing=()
 for b in "${WANT[@]}"; do
 	case "$b" in

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,10 +96,22 @@ func MissingBinaries(dir string) []string {
 	return missing
 }
 
-// RepoRoot is the repository root, found from this source file's path.
+// RepoRoot is the repository root: the nearest folder at or above the working directory that
+// holds hack/cluster.sh (tests run in their package's folder, the bench programs in the root).
+// It does not use this source file's path, which -trimpath builds (make test's) do not keep.
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	dir, err := os.Getwd()
+	if err != nil {
+		panic(fmt.Sprintf("cluster: working directory: %v", err))
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "hack", "cluster.sh")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			panic(fmt.Sprintf("cluster: no hack/cluster.sh in %s or a folder above it: run from inside the gpushare repository", dir))
+		}
+	}
 }
 
 // Start brings the control plane up with hack/cluster.sh on free ports and

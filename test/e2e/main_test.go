@@ -178,9 +178,10 @@ func needRoot(t *testing.T) {
 	t.Skip("the node agent's private mount namespace needs root")
 }
 
-// goBuild builds a package of the test module (path relative to test/).
+// goBuild builds a package of the test module (path relative to test/). Like every build make
+// test does, with -trimpath: one compile of the shared dependencies serves them all.
 func goBuild(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -191,7 +192,7 @@ func goBuild(out, pkg string) error {
 // goBuildProduct builds a package of the product module (path relative to
 // the repository root).
 func goBuildProduct(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = cluster.RepoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
