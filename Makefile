@@ -41,7 +41,7 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: k8s-prebuild lint unit fuzz-short chart-check playground-check docs-check image-check-amd64 e2e e2e-oldest ## the test command CI runs: lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
+test: k8s-prebuild lint unit fuzz-short chart-check playground-check docs-check image-check-amd64 e2e e2e-oldest ## the test command CI runs: the Kubernetes binaries started building in the background (k8s-prebuild), lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
 
 docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists (and the check catches a doc that names missing ones)
 	hack/docs-check.sh
