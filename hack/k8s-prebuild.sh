@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 K8S_VERSION="${K8S_VERSION:-$(cat hack/k8s-version)}"
-OLDEST_K8S_VERSION="${OLDEST_K8S_VERSION:?OLDEST_K8S_VERSION is not set (the Makefile sets it)}"
+OLDEST_K8S_VERSION="${OLDEST_K8S_VERSION:-}"
 CACHE="${GPUSHARE_CACHE:-$HOME/.cache/gpushare}"
 LOG=bin/k8s-prebuild.log
 PIDFILE=bin/k8s-prebuild.pid
@@ -35,6 +35,7 @@ built() {
 
 case "${1:-}" in
 start)
+	[[ -n $OLDEST_K8S_VERSION ]] || { echo "k8s-prebuild: OLDEST_K8S_VERSION is not set (make k8s-prebuild sets it)" >&2; exit 2; }
 	mkdir -p bin
 	if running; then
 		echo "k8s-prebuild: already running (pid $(cat "$PIDFILE"), log $LOG)"
