@@ -60,7 +60,7 @@ package allocator
 // grows least (ties: the least leftover, then the lowest index), as FGD
 // does. Cards with the same free share, model and capacity are
 // interchangeable, so each such group is measured once. Whole-card demands
-// take the smallest unused card (bestFit): all unused cards of a node look
+// take the smallest unused card (BestFitCard): all unused cards of a node look
 // alike to the measure.
 //
 // The pod's CPU and memory are not known here (Demand carries only the
@@ -69,7 +69,7 @@ package allocator
 func fragChooseCard(node *Node, free []int64, d Demand, w *Workload) int {
 	ix := w.index()
 	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || len(node.Cards) > maxStackCards {
-		return bestFit(node, free, d, w)
+		return BestFitCard(node, free, d, w)
 	}
 	// Candidates: one card per (free, model, capacity) group.
 	var cand [maxStackCards]int
@@ -173,7 +173,7 @@ func newFGDPolicy() *Policy {
 		Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
 		ChooseCard:  fragChooseCard,
 		Score:       fgdScore,
-		evaluate: shareFastPath(false, false, func(_ *Node, _ Request, _ *Workload, g float64, _ nodeTotals) float64 {
+		FastEvaluate: shareFastPath(false, false, func(_ *Node, _ Request, _ *Workload, g float64, _ nodeTotals) float64 {
 			return -g
 		}),
 	}
@@ -217,7 +217,7 @@ type FragOptions struct {
 func NewFragPolicy(o FragOptions) *Policy {
 	choose := fragChooseCard
 	if o.BestFitCard {
-		choose = bestFit
+		choose = BestFitCard
 	}
 	return &Policy{
 		Name:        o.Name,
@@ -228,7 +228,7 @@ func NewFragPolicy(o FragOptions) *Policy {
 			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
 			return o.score(node, req, w, g, t)
 		},
-		evaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
+		FastEvaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
 	}
 }
 

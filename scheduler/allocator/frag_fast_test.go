@@ -26,7 +26,7 @@ func TestFastPathEqualsDecide(t *testing.T) {
 		w, node, req := randomFragCase(rng)
 		for _, p := range policies {
 			want := p.decide(node, req, w, false, nil)
-			got, ok := p.evaluate(node, req, w)
+			got, ok := p.FastEvaluate(node, req, w)
 			common := len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 && len(req.Models) == 0 && want.Fits
 			if ok != common {
 				t.Fatalf("iteration %d (%s): fast path taken %v, want %v for %+v (fits %v)", iter, p.Name, ok, common, req, want.Fits)
@@ -154,7 +154,7 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 		}
 		for _, p := range []*Policy{fgd, frag} {
 			want := p.decide(node, req, w, false, nil)
-			if got, ok := p.evaluate(node, req, w); ok {
+			if got, ok := p.FastEvaluate(node, req, w); ok {
 				taken++
 				if !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
 					t.Fatalf("iteration %d (%s): fast path %+v, decide %+v", iter, p.Name, got, want)

@@ -347,7 +347,7 @@ func TestLevelTablesTooLargeFallBack(t *testing.T) {
 		req := Request{Demands: []Demand{{Units: int64(1+rng.Intn(20)) * 50}}, Host: HostResources{CPUMilli: int64(rng.Intn(200)), MemoryMiB: int64(rng.Intn(200))}}
 		free := make([]int64, len(node.Cards))
 		beforeFree(node, free)
-		i := bestFit(node, free, req.Demands[0], w)
+		i := BestFitCard(node, free, req.Demands[0], w)
 		if i < 0 {
 			continue
 		}

@@ -35,32 +35,9 @@ const DefaultPolicy = "frag"
 // here plus its two functions.
 func registry() map[string]*Policy {
 	return map[string]*Policy{
-		"binpack": {
-			Name:        "binpack",
-			Description: "fill the fullest card that fits (best fit) on the most allocated node, keeping whole cards and nodes free for large pods",
-			ChooseCard:  bestFit,
-			Score:       allocatedShare,
-			evaluate:    totalsFastPath(shareOf),
-
-			IgnoresWorkload: true,
-		},
-		"spread": {
-			Name:        "spread",
-			Description: "use the emptiest card on the least allocated node, spreading load (and the blast radius of a card failure)",
-			ChooseCard:  worstFit,
-			Score:       func(n *Node, free []int64, r Request, w *Workload) float64 { return 1 - allocatedShare(n, free, r, w) },
-			evaluate:    totalsFastPath(func(capacity, left int64) float64 { return 1 - shareOf(capacity, left) }),
-
-			IgnoresWorkload: true,
-		},
-		"bestfit": {
-			Name:        "bestfit",
-			Description: "the FGD paper's BestFit baseline: least CPU and GPU left on the node after placement (0.5·cores/128 + 0.5·cards/8), best-fit card",
-			ChooseCard:  bestFit,
-			Score:       bestFitScore,
-
-			IgnoresWorkload: true,
-		},
+		"binpack": NewBinpack(),
+		"spread":  NewSpread(),
+		"bestfit": NewBestFit(),
 		"frag": NewFragPolicy(FragOptions{
 			Name:           "frag",
 			Description:    "fragmentation-aware: best-fit card on the node where FGD's fragmentation growth, plus the growth of GPU stranded by CPU/memory, the scarcity of the models taken and a little binpack, costs least",

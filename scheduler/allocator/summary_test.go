@@ -86,7 +86,7 @@ func TestTotalsFastPathEqualsDecide(t *testing.T) {
 		for iter := 0; iter < 20000; iter++ {
 			node, req, summarized := randomSummaryCase(rng, a100)
 			want := p.decide(node, req, nil, false, nil)
-			got, ok := p.evaluate(node, req, nil)
+			got, ok := p.FastEvaluate(node, req, nil)
 			common := summarized && node.InventoryErr == nil && len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 &&
 				len(req.Models) == 0 && req.Cards == nil && want.Fits
 			if ok != common {
