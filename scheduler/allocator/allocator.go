@@ -217,41 +217,6 @@ func (d Decision) Message() string {
 	return s
 }
 
-// Workload is the distribution of demands seen so far, learned online from
-// the pods the scheduler has already handled; policies that care about
-// fragmentation weigh free space by it. A nil or empty Workload is allowed.
-// Build it with Observe (see workload.go), which also keeps the index those
-// policies read precomputed.
-type Workload struct {
-	Shapes []Shape
-	// ModelCapacity, optional, is the cluster's schedulable GPU capacity
-	// per card model: what the scheduler knows of its own cluster (the
-	// extender from its cache, the simulator from the trace's nodes), not
-	// of future pods. Policies that weigh how scarce a model is for the pods
-	// that insist on it (frag) read it; nil disables that. Call Reindex
-	// after changing it.
-	ModelCapacity map[string]ModelCapacity
-	idx           *fragIndex
-}
-
-// ModelCapacity is how many cards of one model a cluster has and their
-// total capacity in the nodes' unit.
-type ModelCapacity struct {
-	Cards int
-	Units int64
-}
-
-// Shape is one kind of demand and how often it was seen. A shape with
-// Units == 0 and WholeCards == 0 is a pod that asks for no GPU.
-type Shape struct {
-	Units      int64
-	WholeCards int
-	Models     []string
-	Weight     float64
-	// Host is the shape's CPU and memory request (zero when unknown).
-	Host HostResources
-}
-
 func quantity(units int64, unit api.MemoryUnit) string {
 	if unit == "" {
 		return fmt.Sprintf("%d units", units)

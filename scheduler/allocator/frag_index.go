@@ -7,6 +7,7 @@ import (
 	"strings"
 )
 
+// fragIndex is a workload's shapes arranged for the fragmentation measure:
 // GPU shapes grouped into classes that need the same cards, with weights
 // normalised to shares of all pods seen.
 type fragIndex struct {
@@ -385,16 +386,21 @@ func (ix *fragIndex) buildLevels(key func(HostResources) int64) levelTable {
 	return lt
 }
 
-// index returns the workload's precomputed index, or builds one when it is
-// missing or stale (Shapes changed without Reindex).
+// fragIndexKey is the key of the workload's index (Workload.Derived).
+type fragIndexKey struct{}
+
+// index returns the workload's index, built on first use and kept with the
+// workload (Workload.Derived); when Shapes changed since without Reindex,
+// a temporary one (correct, but slower and allocating on every call).
 func (w *Workload) index() *fragIndex {
 	if w == nil {
 		return nil
 	}
-	if ix := w.idx; ix != nil && ix.shapes == len(w.Shapes) {
-		return ix
+	ix := w.Derived(fragIndexKey{}, func(w *Workload) any { return buildFragIndex(w.Shapes, w.ModelCapacity) }).(*fragIndex)
+	if ix.shapes != len(w.Shapes) {
+		return buildFragIndex(w.Shapes, w.ModelCapacity)
 	}
-	return buildFragIndex(w.Shapes, w.ModelCapacity)
+	return ix
 }
 
 // modelPressure estimates, for each model, the share of its capacity that
