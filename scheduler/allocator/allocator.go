@@ -14,15 +14,16 @@
 //   - policy.go: the Policy type and its entry points (Decide, Evaluate);
 //     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
 //     decide.go: the one decision core every policy shares; reasons.go: why
-//     a node does not fit, for people and programs.
-//   - registry.go: the policies by configured name (Lookup, Names).
-//   - binpack.go, spread.go, bestfit.go: the simple policies' card choice
-//     and score.
-//   - frag*.go: the fragmentation-aware policies (frag, fgd) and, in
-//     frag_index.go, the workload index they read; workload.go: the
-//     workload itself. They stay in this package: frag builds Policy values
-//     that the registry here returns, so a package of its own would import
-//     allocator and be imported by it (an import cycle).
+//     a node does not fit, for people and programs; summary.go: a node's
+//     totals and the fast path of the policies that read only them.
+//   - workload.go: the workload the fragmentation-aware policies read, and
+//     what policies derive from it (Workload.Derived).
+//   - binpack.go, spread.go, bestfit.go: the simple policies (NewBinpack,
+//     NewSpread, NewBestFit), their card choice and score.
+//
+// The fragmentation-aware policies, fgd and frag, and the workload index
+// they read are package frag; package registry maps configured names to
+// every policy. Both import this package, which imports neither.
 package allocator
 
 import (

@@ -2,7 +2,8 @@ package allocator
 
 // Policy is a named placement strategy: how to pick a card for a demand on
 // a node, and how much to like the node once the pod is placed on it.
-// Policies are values; Lookup finds them by the name an operator configures.
+// Policies are values; registry.Lookup finds them by the name an operator
+// configures.
 type Policy struct {
 	// Name is what --policy selects.
 	Name string

@@ -77,11 +77,8 @@ func TestTotalsFastPathEqualsDecide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"binpack", "spread"} {
-		p, err := Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range []*Policy{NewBinpack(), NewSpread()} {
+		name := p.Name
 		taken := 0
 		for iter := 0; iter < 20000; iter++ {
 			node, req, summarized := randomSummaryCase(rng, a100)

@@ -47,3 +47,33 @@ func TestDerivedBuildsOnceAndAgainAfterObserveOrReindex(t *testing.T) {
 		t.Fatalf("after Reindex: value %d after %d builds, want 1 shape after 3 builds", *v, builds.Load())
 	}
 }
+
+func TestWorkloadNear(t *testing.T) {
+	shape := func(units int64, weight float64) Shape { return Shape{Units: units, Weight: weight} }
+	base := &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50)}}
+	for _, tc := range []struct {
+		name string
+		o    *Workload
+		tol  float64
+		want bool
+	}{
+		{"scaled weights, same shares", &Workload{Shapes: []Shape{shape(10, 100), shape(20, 100)}}, 0, true},
+		{"shares moved 0.005", &Workload{Shapes: []Shape{shape(10, 101), shape(20, 99)}}, 0.01, true},
+		{"shares moved 0.02", &Workload{Shapes: []Shape{shape(10, 104), shape(20, 96)}}, 0.01, false},
+		{"a new shape", &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50), shape(30, 0.001)}}, 0.5, false},
+		{"another shape", &Workload{Shapes: []Shape{shape(10, 50), shape(40, 50)}}, 0.5, false},
+		{"model capacity", &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50)}, ModelCapacity: map[string]ModelCapacity{"A": {Cards: 1, Units: 80}}}, 0.5, false},
+		{"none", nil, 0.5, false},
+	} {
+		if got := base.Near(tc.o, tc.tol); got != tc.want {
+			t.Errorf("%s: Near = %v, want %v", tc.name, got, tc.want)
+		}
+		if got := tc.o.Near(base, tc.tol); got != tc.want {
+			t.Errorf("%s, the other way: Near = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	var none *Workload
+	if !none.Near(nil, 0) {
+		t.Error("nil is not Near nil")
+	}
+}
