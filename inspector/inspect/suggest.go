@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // suggestPolicy decides fit for Suggest. Whether a pod fits a node is the
@@ -28,7 +29,7 @@ const suggestPolicy = "bestfit"
 // Worked example: a pod asks 20 on one card; node a's cards of 40 have 38
 // and 24 allocated (free 2 and 16): freeing 4 on card 1 places it.
 func Suggest(nodes []*allocator.Node, v View, req allocator.Request) Change {
-	policy, err := allocator.Lookup(suggestPolicy)
+	policy, err := registry.Lookup(suggestPolicy)
 	if err != nil {
 		return Change{Kind: ChangeNoCard, Message: err.Error()}
 	}

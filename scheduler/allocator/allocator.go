@@ -14,15 +14,16 @@
 //   - policy.go: the Policy type and its entry points (Decide, Evaluate);
 //     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
 //     decide.go: the one decision core every policy shares; reasons.go: why
-//     a node does not fit, for people and programs.
-//   - registry.go: the policies by configured name (Lookup, Names).
-//   - binpack.go, spread.go, bestfit.go: the simple policies' card choice
-//     and score.
-//   - frag*.go: the fragmentation-aware policies (frag, fgd) and, in
-//     frag_index.go, the workload index they read; workload.go: the
-//     workload itself. They stay in this package: frag builds Policy values
-//     that the registry here returns, so a package of its own would import
-//     allocator and be imported by it (an import cycle).
+//     a node does not fit, for people and programs; summary.go: a node's
+//     totals and the fast path of the policies that read only them.
+//   - workload.go: the workload the fragmentation-aware policies read, and
+//     what policies derive from it (Workload.Derived).
+//   - binpack.go, spread.go, bestfit.go: the simple policies (NewBinpack,
+//     NewSpread, NewBestFit), their card choice and score.
+//
+// The fragmentation-aware policies, fgd and frag, and the workload index
+// they read are package frag; package registry maps configured names to
+// every policy. Both import this package, which imports neither.
 package allocator
 
 import (
@@ -215,41 +216,6 @@ func (d Decision) Message() string {
 		s += "; " + r.Message
 	}
 	return s
-}
-
-// Workload is the distribution of demands seen so far, learned online from
-// the pods the scheduler has already handled; policies that care about
-// fragmentation weigh free space by it. A nil or empty Workload is allowed.
-// Build it with Observe (see workload.go), which also keeps the index those
-// policies read precomputed.
-type Workload struct {
-	Shapes []Shape
-	// ModelCapacity, optional, is the cluster's schedulable GPU capacity
-	// per card model: what the scheduler knows of its own cluster (the
-	// extender from its cache, the simulator from the trace's nodes), not
-	// of future pods. Policies that weigh how scarce a model is for the pods
-	// that insist on it (frag) read it; nil disables that. Call Reindex
-	// after changing it.
-	ModelCapacity map[string]ModelCapacity
-	idx           *fragIndex
-}
-
-// ModelCapacity is how many cards of one model a cluster has and their
-// total capacity in the nodes' unit.
-type ModelCapacity struct {
-	Cards int
-	Units int64
-}
-
-// Shape is one kind of demand and how often it was seen. A shape with
-// Units == 0 and WholeCards == 0 is a pod that asks for no GPU.
-type Shape struct {
-	Units      int64
-	WholeCards int
-	Models     []string
-	Weight     float64
-	// Host is the shape's CPU and memory request (zero when unknown).
-	Host HostResources
 }
 
 func quantity(units int64, unit api.MemoryUnit) string {

@@ -1,5 +1,18 @@
 package allocator
 
+// NewBestFit is the bestfit policy, the FGD paper's BestFit baseline: the
+// best-fit card on the node with the least CPU and GPU left (bestFitScore).
+func NewBestFit() *Policy {
+	return &Policy{
+		Name:        "bestfit",
+		Description: "the FGD paper's BestFit baseline: least CPU and GPU left on the node after placement (0.5·cores/128 + 0.5·cards/8), best-fit card",
+		ChooseCard:  BestFitCard,
+		Score:       bestFitScore,
+
+		IgnoresWorkload: true,
+	}
+}
+
 // bestFitScore is the FGD paper's BestFit baseline: prefer the node with the
 // least left after placement, CPU and GPU weighed equally against a 128-core,
 // 8-GPU reference node: score = −(0.5·CPU_left/128 cores + 0.5·GPU_left/8

@@ -1,8 +1,23 @@
 package allocator
 
-// bestFit picks the card that would have the least left after the demand
-// (for whole cards: the smallest unused card); ties go to the lowest index.
-func bestFit(node *Node, free []int64, d Demand, _ *Workload) int {
+// NewBinpack is the binpack policy: the best-fit card on the node whose
+// schedulable capacity is the most allocated after placement.
+func NewBinpack() *Policy {
+	return &Policy{
+		Name:         "binpack",
+		Description:  "fill the fullest card that fits (best fit) on the most allocated node, keeping whole cards and nodes free for large pods",
+		ChooseCard:   BestFitCard,
+		Score:        allocatedShare,
+		FastEvaluate: totalsFastPath(shareOf),
+
+		IgnoresWorkload: true,
+	}
+}
+
+// BestFitCard is a Policy's ChooseCard that picks the card that would have
+// the least left after the demand (for whole cards: the smallest unused
+// card); ties go to the lowest index. It never reads the workload.
+func BestFitCard(node *Node, free []int64, d Demand, _ *Workload) int {
 	best := -1
 	for i := range free {
 		if d.WholeCards > 0 {

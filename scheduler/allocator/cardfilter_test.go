@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 const (
@@ -106,7 +107,7 @@ func TestCardChoicePlacesOnlyOnChosenCards(t *testing.T) {
 			if policy == "" {
 				policy = "binpack"
 			}
-			p, err := allocator.Lookup(policy)
+			p, err := registry.Lookup(policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +146,7 @@ func TestCardChoicePlacesOnlyOnChosenCards(t *testing.T) {
 }
 
 func TestCardChoiceWholeCards(t *testing.T) {
-	p, _ := allocator.Lookup("binpack")
+	p, _ := registry.Lookup("binpack")
 	n := node(withModel(card(0, 80, 0), mH100), withModel(card(1, 40, 0), mA40), withModel(card(2, 80, 0), mH100))
 	req := allocator.Request{Demands: []allocator.Demand{{Container: "a", WholeCards: 2}},
 		Cards: allocator.NewCardFilter(choice(t, map[string]string{api.DefaultNames().AnnotationCardModels(): "H100"}), nil)}
@@ -191,7 +192,7 @@ func TestCardFilter(t *testing.T) {
 // On a node of one model the reason is written when the filter is made,
 // for the known models; it is the one written per node otherwise.
 func TestCardChoiceReasonOnANodeOfOneModel(t *testing.T) {
-	p, _ := allocator.Lookup("binpack")
+	p, _ := registry.Lookup("binpack")
 	n := node(withModel(card(0, 24, 0), mL4), withModel(card(1, 24, 0), mL4))
 	for _, tc := range []struct {
 		ann  map[string]string

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package allocator
+package allocator_test
 
 import "time"
 

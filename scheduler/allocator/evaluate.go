@@ -26,8 +26,8 @@ func (p *Policy) evaluateAll(done <-chan struct{}, nodes []*Node, req Request, w
 		if n == nil {
 			continue
 		}
-		if p.evaluate != nil {
-			if d, ok := p.evaluate(n, req, w); ok {
+		if p.FastEvaluate != nil {
+			if d, ok := p.FastEvaluate(n, req, w); ok {
 				out[i] = d
 				continue
 			}

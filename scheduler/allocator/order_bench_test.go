@@ -29,10 +29,7 @@ func manyContainers(n int) (*Node, Request) {
 // containers (binpack): before the ordering was n log n, the 16,384-container
 // pod of issue 16 cost seconds here.
 func BenchmarkDecideContainers(b *testing.B) {
-	p, err := Lookup("binpack")
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := NewBinpack()
 	for _, n := range []int{1, 8, 128, 1024, 16384} {
 		b.Run(fmt.Sprintf("containers=%d", n), func(b *testing.B) {
 			node, req := manyContainers(n)

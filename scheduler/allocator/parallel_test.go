@@ -1,4 +1,4 @@
-package allocator
+package allocator_test
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // Splitting the nodes of one call over goroutines must not change a single
@@ -16,20 +18,20 @@ func TestEvaluateParallelEqualsEvaluateAll(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	w := benchWorkload(rng)
 	nodes := benchNodes(rng, 1213)
-	ptrs := make([]*Node, len(nodes))
+	ptrs := make([]*allocator.Node, len(nodes))
 	for i := range nodes {
 		if i%97 != 0 {
 			ptrs[i] = &nodes[i]
 		}
 	}
-	req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
-	for _, name := range Names() {
-		p, _ := Lookup(name)
-		want := make([]Decision, len(ptrs))
+	req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+	for _, name := range registry.Names() {
+		p, _ := registry.Lookup(name)
+		want := make([]allocator.Decision, len(ptrs))
 		p.EvaluateAll(ptrs, req, w, want)
 		for _, workers := range []int{0, 1, 2, 3, 4, 7, 64} {
 			t.Run(fmt.Sprintf("%s/workers=%d", name, workers), func(t *testing.T) {
-				got := make([]Decision, len(ptrs))
+				got := make([]allocator.Decision, len(ptrs))
 				p.EvaluateParallel(ptrs, req, w, got, workers)
 				if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 					t.Errorf("EvaluateParallel differs from EvaluateAll (-want +got):\n%s", diff)
@@ -43,7 +45,7 @@ func TestEvaluateParallelEqualsEvaluateAll(t *testing.T) {
 // 1 and 2 (the default is one per CPU); workers=2 needs 2 cores (-cpu 2) to
 // gain anything.
 func BenchmarkFragEvaluateParallel(b *testing.B) {
-	p, err := Lookup("frag")
+	p, err := registry.Lookup("frag")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -53,16 +55,17 @@ func BenchmarkFragEvaluateParallel(b *testing.B) {
 			rng := rand.New(rand.NewSource(1))
 			w := benchWorkload(rng)
 			nodes := benchNodes(rng, n)
-			ptrs := make([]*Node, len(nodes))
+			ptrs := make([]*allocator.Node, len(nodes))
 			for i := range nodes {
 				ptrs[i] = &nodes[i]
 			}
-			req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
-			decisions := make([]Decision, len(nodes))
+			req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+			decisions := make([]allocator.Decision, len(nodes))
+			warm(p, ptrs[0], req, w)
 			b.ReportAllocs()
 			for b.Loop() {
 				p.EvaluateParallel(ptrs, req, w, decisions, workers)
-				_ = BestNodes(decisions)
+				_ = allocator.BestNodes(decisions)
 			}
 		})
 	}
@@ -75,26 +78,26 @@ func TestEvaluateParallelUntilStopsWhenDone(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	w := benchWorkload(rng)
 	ptrs := pointers(benchNodes(rng, 1213))
-	req := Request{Demands: []Demand{{Container: "c", Units: 300}, {Container: "d", Units: 200}}}
+	req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}, {Container: "d", Units: 200}}}
 	open, shut := make(chan struct{}), make(chan struct{})
 	close(shut)
-	for _, name := range Names() {
-		p, _ := Lookup(name)
-		want := make([]Decision, len(ptrs))
+	for _, name := range registry.Names() {
+		p, _ := registry.Lookup(name)
+		want := make([]allocator.Decision, len(ptrs))
 		p.EvaluateParallel(ptrs, req, w, want, 1)
 		for _, workers := range []int{1, 2, 4} {
-			got := make([]Decision, len(ptrs))
+			got := make([]allocator.Decision, len(ptrs))
 			if !p.EvaluateParallelUntil(open, ptrs, req, w, got, workers) {
 				t.Errorf("%s/workers=%d: not complete with done open", name, workers)
 			}
 			if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("%s/workers=%d: differs from EvaluateParallel (-want +got):\n%s", name, workers, diff)
 			}
-			got = make([]Decision, len(ptrs))
+			got = make([]allocator.Decision, len(ptrs))
 			if p.EvaluateParallelUntil(shut, ptrs, req, w, got, workers) {
 				t.Errorf("%s/workers=%d: complete with done closed", name, workers)
 			}
-			if diff := cmp.Diff(make([]Decision, len(ptrs)), got); diff != "" {
+			if diff := cmp.Diff(make([]allocator.Decision, len(ptrs)), got); diff != "" {
 				t.Errorf("%s/workers=%d: evaluated nodes after done closed:\n%s", name, workers, diff)
 			}
 		}
@@ -102,8 +105,8 @@ func TestEvaluateParallelUntilStopsWhenDone(t *testing.T) {
 }
 
 // pointers is &nodes[i] for every node.
-func pointers(nodes []Node) []*Node {
-	out := make([]*Node, len(nodes))
+func pointers(nodes []allocator.Node) []*allocator.Node {
+	out := make([]*allocator.Node, len(nodes))
 	for i := range nodes {
 		out[i] = &nodes[i]
 	}

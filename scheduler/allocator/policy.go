@@ -2,7 +2,8 @@ package allocator
 
 // Policy is a named placement strategy: how to pick a card for a demand on
 // a node, and how much to like the node once the pod is placed on it.
-// Policies are values; Lookup finds them by the name an operator configures.
+// Policies are values; registry.Lookup finds them by the name an operator
+// configures.
 type Policy struct {
 	// Name is what --policy selects.
 	Name string
@@ -22,12 +23,13 @@ type Policy struct {
 	// policy's decisions while new pods arrive (each changes the workload).
 	// TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny holds it.
 	IgnoresWorkload bool
-	// evaluate, when set, is a fast path of Evaluate that gives exactly
-	// what decide gives with ChooseCard and Score, for the requests and
-	// nodes it takes; ok is false for the others (see frag_fast.go,
-	// summary.go). A copy of a Policy keeps it: a caller that replaces
-	// ChooseCard or Score builds a new Policy value instead.
-	evaluate func(node *Node, req Request, w *Workload) (d Decision, ok bool)
+	// FastEvaluate, when set, is a fast path of Evaluate: for the requests
+	// and nodes it takes it returns ok and exactly what the decision core
+	// gives with ChooseCard and Score (Decide without the placements); for
+	// the others it returns !ok and the core decides (see summary.go and
+	// the frag package's fast path). A copy of a Policy keeps it: a caller
+	// that replaces ChooseCard or Score builds a new Policy value instead.
+	FastEvaluate func(node *Node, req Request, w *Workload) (d Decision, ok bool)
 }
 
 // Sentinels in the free slices a policy sees.
@@ -69,8 +71,8 @@ func (p *Policy) Decide(node *Node, req Request, w *Workload) Decision {
 // Evaluate is Decide without the placements: the filter and prioritize hot
 // path, which only needs the verdict, the reasons and the score.
 func (p *Policy) Evaluate(node *Node, req Request, w *Workload) Decision {
-	if p.evaluate != nil {
-		if d, ok := p.evaluate(node, req, w); ok {
+	if p.FastEvaluate != nil {
+		if d, ok := p.FastEvaluate(node, req, w); ok {
 			return d
 		}
 	}

@@ -1,7 +1,6 @@
 package allocator_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // card builds a healthy A100 card.
@@ -183,7 +183,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := allocator.Lookup(tc.policy)
+			p, err := registry.Lookup(tc.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +225,7 @@ func TestScores(t *testing.T) {
 		"spread":  {0.55, 0.8, 0.3},
 	}
 	for policy, scores := range want {
-		p, err := allocator.Lookup(policy)
+		p, err := registry.Lookup(policy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func TestSpreadAndBinpackChooseDifferentNodes(t *testing.T) {
 		{Name: "idle", Cards: []allocator.Card{card(0, 40, 0)}},
 	}
 	best := func(policy string) string {
-		p, _ := allocator.Lookup(policy)
+		p, _ := registry.Lookup(policy)
 		var ds []allocator.Decision
 		for _, n := range nodes {
 			ds = append(ds, p.Evaluate(n, shares(5), nil))
@@ -288,21 +288,6 @@ func TestBestNodesAndExtenderScores(t *testing.T) {
 	}
 }
 
-func TestLookup(t *testing.T) {
-	if _, err := allocator.Lookup(allocator.DefaultPolicy); err != nil {
-		t.Errorf("default policy: %v", err)
-	}
-	_, err := allocator.Lookup("tetris")
-	if err == nil {
-		t.Fatal("unknown policy accepted")
-	}
-	for _, n := range allocator.Names() {
-		if !strings.Contains(err.Error(), n) {
-			t.Errorf("error %q does not list %s", err, n)
-		}
-	}
-}
-
 func TestEvaluateAllEqualsEvaluatePerNode(t *testing.T) {
 	nodes := []*allocator.Node{
 		node(card(0, 40, 30), card(1, 16, 0)),
@@ -317,8 +302,8 @@ func TestEvaluateAllEqualsEvaluatePerNode(t *testing.T) {
 		node(card(0, 8, 0)),
 		{Name: "broken", InventoryErr: api.ErrNoInventory},
 	}
-	for _, name := range allocator.Names() {
-		p, _ := allocator.Lookup(name)
+	for _, name := range registry.Names() {
+		p, _ := registry.Lookup(name)
 		req := shares(10, 6)
 		got := make([]allocator.Decision, len(nodes))
 		got[1] = allocator.Decision{Node: "left alone"}

@@ -77,16 +77,13 @@ func TestTotalsFastPathEqualsDecide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"binpack", "spread"} {
-		p, err := Lookup(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, p := range []*Policy{NewBinpack(), NewSpread()} {
+		name := p.Name
 		taken := 0
 		for iter := 0; iter < 20000; iter++ {
 			node, req, summarized := randomSummaryCase(rng, a100)
 			want := p.decide(node, req, nil, false, nil)
-			got, ok := p.evaluate(node, req, nil)
+			got, ok := p.FastEvaluate(node, req, nil)
 			common := summarized && node.InventoryErr == nil && len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 &&
 				len(req.Models) == 0 && req.Cards == nil && want.Fits
 			if ok != common {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 func TestNewRequestCarriesWholeCardDemands(t *testing.T) {
@@ -32,8 +33,8 @@ func TestWholeCardsAreExclusiveUnderEveryPolicy(t *testing.T) {
 		{Index: 3, UUID: "u3", Capacity: 80, State: api.CardHealthy},
 	}}
 	req := allocator.Request{Demands: []allocator.Demand{{Container: "infer", Units: 70}, {Container: "train", WholeCards: 2}}}
-	for _, name := range allocator.Names() {
-		p, err := allocator.Lookup(name)
+	for _, name := range registry.Names() {
+		p, err := registry.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,51 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 )
+
+// Workload is the distribution of demands seen so far, learned online from
+// the pods the scheduler has already handled; policies that care about
+// fragmentation weigh free space by it. A nil or empty Workload is allowed.
+// Build it with Observe. Policies keep what they precompute from it with it
+// (Derived). A Workload must not be copied once in use.
+type Workload struct {
+	Shapes []Shape
+	// ModelCapacity, optional, is the cluster's schedulable GPU capacity
+	// per card model: what the scheduler knows of its own cluster (the
+	// extender from its cache, the simulator from the trace's nodes), not
+	// of future pods. Policies that weigh how scarce a model is for the pods
+	// that insist on it (frag) read it; nil disables that. Call Reindex
+	// after changing it.
+	ModelCapacity map[string]ModelCapacity
+	// derived is what policies precomputed from Shapes and ModelCapacity.
+	derived derivedValues
+}
+
+// ModelCapacity is how many cards of one model a cluster has and their
+// total capacity in the nodes' unit.
+type ModelCapacity struct {
+	Cards int
+	Units int64
+}
+
+// Shape is one kind of demand and how often it was seen. A shape with
+// Units == 0 and WholeCards == 0 is a pod that asks for no GPU.
+type Shape struct {
+	Units      int64
+	WholeCards int
+	Models     []string
+	Weight     float64
+	// Host is the shape's CPU and memory request (zero when unknown).
+	Host HostResources
+}
 
 // Observe records one more pod of shape s: its weight is added to an equal
 // shape already recorded (same Units, WholeCards, Models and Host), or s is
-// appended. A zero s.Weight counts as 1. Observe keeps the precomputed index
-// that fragmentation-aware policies read up to date, so it must not run
-// while another goroutine evaluates a policy with w: callers update a
+// appended. A zero s.Weight counts as 1. Observe drops what policies
+// precomputed from the shapes (Reindex), so it must not run while another
+// goroutine evaluates a policy with w: callers update a
 // workload between decisions (the simulator after each arrival, the
 // extender's cache under its lock) and hand policies a settled value.
 //
@@ -31,18 +69,69 @@ func (w *Workload) Observe(s Shape) {
 	w.Reindex()
 }
 
-// Reindex rebuilds the precomputed index from Shapes. Call it after changing
-// Shapes directly; policies given a workload whose index is missing or stale
-// build a temporary one on every call (correct, but slower and allocating).
-func (w *Workload) Reindex() {
-	w.idx = buildFragIndex(w.Shapes, w.ModelCapacity)
+// Reindex drops what policies precomputed from Shapes and ModelCapacity
+// (Derived): they compute it again, from the values as they are now, on
+// their next use. Call it after changing Shapes or ModelCapacity directly;
+// Observe calls it. Like Observe, it must not run while another goroutine
+// evaluates a policy with w.
+func (w *Workload) Reindex() { w.derived.values.Store(nil) }
+
+// Derived returns build(w) for key: built on the first call for that key
+// and kept with w until Observe or Reindex, so that a policy that
+// precomputes tables from the workload (the fragmentation-aware policies'
+// index) builds them once per workload value, not once per node. key
+// names what is built, as a context.Value key does: a comparable value of a
+// type of the caller's own package. build reads w's Shapes and
+// ModelCapacity and does not call Derived. Calls may run concurrently (the
+// first builds, the others wait for it and share the result); not with
+// Observe or Reindex.
+//
+// A value found costs one atomic load and a key comparison: policies call
+// it for every node they evaluate.
+func (w *Workload) Derived(key any, build func(*Workload) any) any {
+	if v, ok := w.derived.lookup(key); ok {
+		return v
+	}
+	w.derived.mu.Lock()
+	defer w.derived.mu.Unlock()
+	if v, ok := w.derived.lookup(key); ok {
+		return v
+	}
+	v := build(w)
+	var next []derivedValue
+	if old := w.derived.values.Load(); old != nil {
+		next = slices.Clone(*old)
+	}
+	next = append(next, derivedValue{key: key, value: v})
+	w.derived.values.Store(&next)
+	return v
+}
+
+// derivedValues is what policies derived from a workload (Derived): read
+// with one atomic load, written under mu, replaced whole.
+type derivedValues struct {
+	mu     sync.Mutex
+	values atomic.Pointer[[]derivedValue]
+}
+
+type derivedValue struct{ key, value any }
+
+// lookup is the value derived for key, if any.
+func (d *derivedValues) lookup(key any) (any, bool) {
+	if p := d.values.Load(); p != nil {
+		for _, e := range *p {
+			if e.key == key {
+				return e.value, true
+			}
+		}
+	}
+	return nil, false
 }
 
 func sameShape(a, b Shape) bool {
 	return a.Units == b.Units && a.WholeCards == b.WholeCards && a.Host == b.Host && slices.Equal(a.Models, b.Models)
 }
 
-// fragIndex is a workload's shapes arranged for the fragmentation measure:
 // WorkloadTolerance is how far the extender lets the workload its policies
 // read lag the pods it has seen (Near): each shape's share of the pods may
 // be off by up to this much, as a fraction of all pods (0.01: one pod in a

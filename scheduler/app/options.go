@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/server"
 )
 
@@ -33,7 +34,7 @@ type Options struct {
 	Parallelism int
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string
-	// Policy names the allocator policy (allocator.Names()).
+	// Policy names the allocator policy (registry.Names()).
 	Policy string
 	// AllowedPolicies are the policies a pod may name in its
 	// <domain>/policy annotation, besides Policy (always
@@ -113,7 +114,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{
 		ListenAddress: ":39999",
-		Policy:        allocator.DefaultPolicy,
+		Policy:        registry.Default,
 		FilterMode:    string(server.FilterBest),
 		KubeAPIQPS:    200,
 		KubeAPIBurst:  400,
@@ -147,7 +148,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AdminListenAddress, "admin-listen", o.AdminListenAddress, "optional second address serving only /healthz, /readyz, /metrics and /inspect")
 	fs.IntVar(&o.Parallelism, "parallelism", o.Parallelism, "goroutines evaluating the nodes of one filter/prioritize call; 0: one per CPU (GOMAXPROCS)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty uses the in-cluster service account")
-	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(allocator.Names(), ", "))
+	fs.StringVar(&o.Policy, "policy", o.Policy, "placement policy, one of "+strings.Join(registry.Names(), ", "))
 	fs.StringSliceVar(&o.AllowedPolicies, "allowed-policies", o.AllowedPolicies, "policies a pod may name in its <domain>/policy annotation (--domain), comma-separated (e.g. binpack,spread); --policy is always allowed; empty: pods run under --policy only")
 	fs.StringVar(&o.FilterMode, "filter-mode", o.FilterMode, "which fitting nodes filter keeps: best (only the policy's best-scoring nodes) or all")
 	fs.IntVar(&o.MaxBestNodes, "max-best-nodes", o.MaxBestNodes, "with --filter-mode=best, how many of the nodes tied for the best score filter keeps (a random sample); 0: all of them")
@@ -178,7 +179,7 @@ func (o *Options) Validate() error {
 	if _, err := o.Names.Names(); err != nil {
 		errs = append(errs, err)
 	}
-	if _, err := allocator.Lookup(o.Policy); err != nil {
+	if _, err := registry.Lookup(o.Policy); err != nil {
 		errs = append(errs, fmt.Errorf("--policy: %w", err))
 	}
 	if _, err := o.allowedPolicies(); err != nil {
@@ -253,7 +254,7 @@ func (o *Options) allowedPolicies() ([]*allocator.Policy, error) {
 		if name == "" {
 			return nil, fmt.Errorf("--allowed-policies %q has an empty entry: list policy names separated by one comma, e.g. binpack,spread", strings.Join(o.AllowedPolicies, ","))
 		}
-		p, err := allocator.Lookup(name)
+		p, err := registry.Lookup(name)
 		if err != nil {
 			return nil, fmt.Errorf("--allowed-policies: %w", err)
 		}

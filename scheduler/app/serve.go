@@ -21,7 +21,7 @@ import (
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/httpserve"
 	"github.com/gpushare/gpushare/internal/recordkey"
-	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/cardlimits"
 	"github.com/gpushare/gpushare/scheduler/server"
@@ -58,7 +58,7 @@ func (l readLimiter) Wait(ctx context.Context) error {
 // servers answer at once (readyz turns ready after the informers sync).
 func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listener) error {
 	logger := klog.FromContext(ctx)
-	policy, err := allocator.Lookup(o.Policy)
+	policy, err := registry.Lookup(o.Policy)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -159,7 +160,7 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 	if err != nil {
 		return api.Assignment{}, err
 	}
-	pol, err := allocator.Lookup("binpack")
+	pol, err := registry.Lookup("binpack")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,7 +751,7 @@ func TestWorkloadLagsWithinTheTolerance(t *testing.T) {
 // It fails if a snapshot is summarized before its cards are final, or not
 // at all.
 func TestEverySnapshotIsSummarizedFromItsFinalCards(t *testing.T) {
-	binpack, err := allocator.Lookup("binpack")
+	binpack, err := registry.Lookup("binpack")
 	if err != nil {
 		t.Fatal(err)
 	}

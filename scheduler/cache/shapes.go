@@ -116,8 +116,6 @@ func (c *Cache) Workload() *allocator.Workload {
 			// value handed out (a burst of pods of known shapes): the same
 			// value, so the extender's memo, keyed by it, holds.
 			w = c.workload
-		} else {
-			w.Reindex()
 		}
 		c.workload, c.workloadDirt = w, false
 	}

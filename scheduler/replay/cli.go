@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // Options configure a command-line replay (gpushare-simulate).
@@ -54,7 +55,7 @@ func Main(ctx context.Context, o Options) error {
 	}
 	var policies []*allocator.Policy
 	for _, name := range o.Policies {
-		p, err := allocator.Lookup(strings.TrimSpace(name))
+		p, err := registry.Lookup(strings.TrimSpace(name))
 		if err != nil {
 			return err
 		}

@@ -181,7 +181,6 @@ func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSp
 		seen.Observe(Shape(pod))
 		if w == nil || !w.Near(seen, tol) {
 			w = &allocator.Workload{Shapes: slices.Clone(seen.Shapes), ModelCapacity: seen.ModelCapacity}
-			w.Reindex()
 			run.Workloads++
 		}
 		arrived += t.GPURequest(pod)

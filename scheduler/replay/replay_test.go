@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // tinyNodes is one node with two cards and 10 cores.
@@ -137,7 +138,7 @@ func TestArrivalsShuffleThenInflateToTarget(t *testing.T) {
 
 func TestReplayPlacesFailsAndDrawsTheCurve(t *testing.T) {
 	tr := tinyTrace(t)
-	binpack, err := allocator.Lookup("binpack")
+	binpack, err := registry.Lookup("binpack")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestReplayPlacesFailsAndDrawsTheCurve(t *testing.T) {
 
 func TestReplayCountsFailuresBeforeFullArrival(t *testing.T) {
 	tr := tinyTrace(t)
-	binpack, _ := allocator.Lookup("binpack")
+	binpack, _ := registry.Lookup("binpack")
 	// c first (fails on CPU at 0% arrival), then a: one failure before 100%.
 	run := replayPods(tr, binpack, 0, []PodSpec{tr.Pods[3], tr.Pods[0]})
 	if run.Failed != 1 || run.FailedAt100 != 1 {
@@ -277,7 +278,7 @@ func TestReplaySampledSearchesWindowsRoundTheNodes(t *testing.T) {
 	if err := tr.validate(); err != nil {
 		t.Fatal(err)
 	}
-	binpack, _ := allocator.Lookup("binpack")
+	binpack, _ := registry.Lookup("binpack")
 	// used replays the pods and returns the nodes that got one.
 	used := func(percent int) []string {
 		t.Helper()
@@ -310,7 +311,7 @@ func TestReplaySampledSearchesWindowsRoundTheNodes(t *testing.T) {
 // gives one). ReplaySampled replays with the extender's tolerance.
 func TestReplayModelHandsOutFewerWorkloadsTheMoreTheyLag(t *testing.T) {
 	tr := tinyTrace(t)
-	frag, err := allocator.Lookup("frag")
+	frag, err := registry.Lookup("frag")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -158,7 +158,7 @@ func BenchmarkFilterHTTP(b *testing.B) {
 // default.
 func BenchmarkFilterPolicies(b *testing.B) {
 	const n = 5000
-	for _, policy := range allocator.Names() {
+	for _, policy := range registry.Names() {
 		for _, verb := range []string{"filter", "prioritize"} {
 			b.Run(fmt.Sprintf("policy=%s/verb=%s/nodes=%d", policy, verb, n), func(b *testing.B) {
 				e, names := benchEnvPolicy(b, n, policy)
@@ -208,7 +208,7 @@ func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 		for _, n := range []int{1000, 5000} {
 			for _, client := range []string{"go", "lean"} {
 				for _, gogc := range []int{0, 400} {
-					for _, policy := range []string{"binpack", allocator.DefaultPolicy} {
+					for _, policy := range []string{"binpack", registry.Default} {
 						if gogc != 0 && n < 5000 || memo == "mixed" && (n < 5000 || client == "go") {
 							continue
 						}

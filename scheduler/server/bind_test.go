@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -458,7 +459,7 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 // cards of different sizes, CPU and memory: the chosen node must be one the
 // filter kept, and no card may ever exceed its capacity.
 func TestEveryPolicyFiltersAndBindsWithinCapacity(t *testing.T) {
-	for _, policy := range allocator.Names() {
+	for _, policy := range registry.Names() {
 		t.Run(policy, func(t *testing.T) {
 			nodes := []*corev1.Node{
 				fixture.MakeNode("a").Card(0, 16).Card(1, 24).Allocatable("8", "32Gi").Obj(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 )
 
 // ErrPolicyNotAllowed is the pod-side error (wrapped) of a pod whose
@@ -53,9 +54,9 @@ func (s *Server) policyFor(req api.PodRequest) (podPolicy, error) {
 	if p, ok := ps.byName[req.Policy]; ok {
 		return p, nil
 	}
-	if _, err := allocator.Lookup(req.Policy); err != nil {
+	if _, err := registry.Lookup(req.Policy); err != nil {
 		return podPolicy{}, fmt.Errorf("%w: the pod's annotation %s names %q, which is no policy: allowed here are %s (known policies: %s); name one of those allowed or remove the annotation",
-			ErrPolicyNotAllowed, s.names.AnnotationPolicy(), req.Policy, ps.names, strings.Join(allocator.Names(), ", "))
+			ErrPolicyNotAllowed, s.names.AnnotationPolicy(), req.Policy, ps.names, strings.Join(registry.Names(), ", "))
 	}
 	return podPolicy{}, fmt.Errorf("%w: the pod's annotation %s names %q, which this cluster's operator does not allow (the extender's --allowed-policies): allowed here are %s; name one of those or remove the annotation",
 		ErrPolicyNotAllowed, s.names.AnnotationPolicy(), req.Policy, ps.names)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 	for _, tc := range cases {
 		b.Run(fmt.Sprintf("%s/nodes=%d", tc.name, n), func(b *testing.B) {
 			e, names := benchEnvPolicy(b, n, "binpack")
-			spread, err := allocator.Lookup("spread")
+			spread, err := registry.Lookup("spread")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -97,13 +98,13 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if !o.unsynced {
 		e.cache.MarkSynced()
 	}
-	pol, err := allocator.Lookup(o.policy)
+	pol, err := registry.Lookup(o.policy)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var allowed []*allocator.Policy
 	for _, name := range o.allowed {
-		p, err := allocator.Lookup(name)
+		p, err := registry.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
 		}

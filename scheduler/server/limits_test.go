@@ -12,6 +12,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -20,7 +21,7 @@ import (
 // runs on every call.
 func countingPolicy(t testing.TB, calls *atomic.Int64, onChoose func()) *allocator.Policy {
 	t.Helper()
-	bp, err := allocator.Lookup("binpack")
+	bp, err := registry.Lookup("binpack")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -39,10 +40,10 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 		names[i] = fmt.Sprintf("n%03d", i)
 		ns = append(ns, fixture.MakeNode(names[i]).Cards(1+i%4, 24+8*int64(i%3)).Obj())
 	}
-	e := newEnv(t, envOpts{policy: "frag", allowed: allocator.Names()}, ns)
+	e := newEnv(t, envOpts{policy: "frag", allowed: registry.Names()}, ns)
 	var allowed []*allocator.Policy
-	for _, name := range allocator.Names() {
-		p, err := allocator.Lookup(name)
+	for _, name := range registry.Names() {
+		p, err := registry.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.Whole("train", 2) },
 		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("big", 33) },
 	}
-	policies := append([]string{""}, allocator.Names()...)
+	policies := append([]string{""}, registry.Names()...)
 	var placed []*corev1.Pod
 	ctx := context.Background()
 	counts := func() (memo, evaluated float64) {
@@ -204,7 +205,7 @@ func TestMemoMakesATableTheSecondTimeAKeyIsSeenAndKeepsTheNewest(t *testing.T) {
 // TestMemoLeavesOutPodsWithACardChoiceAndSmallCalls: those are evaluated in
 // full every time.
 func TestMemoLeavesOutPodsWithACardChoiceAndSmallCalls(t *testing.T) {
-	p, _ := allocator.Lookup("binpack")
+	p, _ := registry.Lookup("binpack")
 	plain := api.PodRequest{Containers: []api.ContainerRequest{{Name: "main", Units: 8}}}
 	if _, ok := memoKeyFor(p, nil, plain, memoMinNodes); !ok {
 		t.Error("a plain pod at memoMinNodes nodes is not memoized")

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/replay"
 )
 
@@ -26,7 +27,7 @@ func main() {
 	flag.StringVar(&workloads, "workloads", "default", `comma-separated openb workloads ("default", "gpushare40", …) or "all" for the anchor's 17`)
 	flag.StringVar(&o.MemoryNodes, "memory-nodes", "", "node file of a memory-format trace (replaces -workloads)")
 	flag.StringVar(&o.MemoryPods, "memory-pods", "", "pod file of a memory-format trace")
-	flag.StringVar(&policies, "policies", strings.Join(allocator.Names(), ","), "comma-separated policies")
+	flag.StringVar(&policies, "policies", strings.Join(registry.Names(), ","), "comma-separated policies")
 	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
 	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")

@@ -1,4 +1,4 @@
-package allocator
+package frag
 
 import (
 	"math"
@@ -7,23 +7,25 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/allocatortest"
 )
 
 // The staged reference: fragGrowth as it was before the class pass was
 // fused (fit weights, class stats and growth in separate passes over
 // separate buffers). The fused fragGrowth must give the same number.
 
-func fragGrowthStaged(node *Node, free []int64, req Request, w *Workload, cpuOnly bool) float64 {
-	ix := w.index()
+func fragGrowthStaged(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool) float64 {
+	ix := index(w)
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
-	var hb, hbefore HostResources
+	var hb, hbefore allocator.HostResources
 	hostA := hostAfter(node, req, &hb)
 	hostB := node.HostFree
 	if cpuOnly && hostB != nil {
 		hb.MemoryMiB = math.MaxInt64
-		hbefore = HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
+		hbefore = allocator.HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
 		hostB = &hbefore
 	}
 	if len(node.Cards) > maxStackCards {
@@ -47,7 +49,7 @@ func fragGrowthStaged(node *Node, free []int64, req Request, w *Workload, cpuOnl
 	changed, f, fAfter := -1, int64(0), int64(0)
 	for i := range node.Cards {
 		a := free[i]
-		if a == Unusable {
+		if a == allocator.Unusable {
 			continue
 		}
 		if a < 0 {
@@ -115,85 +117,6 @@ func (ix *fragIndex) growthStaged(v *nodeView, st []classStat, fitB, fitA []floa
 	return g
 }
 
-// randomFragCase is a random workload (shares, whole cards, CPU-only pods,
-// model constraints, CPU and memory requests), node (mixed models and
-// capacities, unhealthy cards, CPU and memory free or unknown) and pod.
-func randomFragCase(rng *rand.Rand) (*Workload, *Node, Request) {
-	w := &Workload{}
-	models := []string{"A", "B", "C"}
-	for k := 0; k < 1+rng.Intn(30); k++ {
-		s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(16)) * 1000, MemoryMiB: int64(rng.Intn(16)) * 1024}}
-		switch rng.Intn(5) {
-		case 0:
-			s.WholeCards = 1 + rng.Intn(4)
-		case 1: // no GPU
-		default:
-			s.Units = int64(1+rng.Intn(20)) * 50
-		}
-		if rng.Intn(4) == 0 {
-			s.Models = []string{models[rng.Intn(3)]}
-			if rng.Intn(3) == 0 {
-				s.Models = append(s.Models, models[rng.Intn(3)])
-			}
-		}
-		s.Weight = float64(1 + rng.Intn(50))
-		w.Observe(s)
-	}
-	if rng.Intn(2) == 0 {
-		w.ModelCapacity = map[string]ModelCapacity{}
-		for _, m := range models[:1+rng.Intn(3)] {
-			n := 1 + rng.Intn(100)
-			w.ModelCapacity[m] = ModelCapacity{Cards: n, Units: int64(n) * 1000}
-		}
-		w.Reindex()
-	}
-	node := &Node{Name: "n"}
-	switch rng.Intn(7) {
-	case 0: // unknown
-	case 1: // blocks no shape
-		node.HostFree = &HostResources{CPUMilli: 1 << 20, MemoryMiB: 1 << 30}
-	case 2: // only CPU may block
-		node.HostFree = &HostResources{CPUMilli: int64(rng.Intn(24)) * 1000, MemoryMiB: 1 << 30}
-	case 3: // only memory may block
-		node.HostFree = &HostResources{CPUMilli: 1 << 20, MemoryMiB: int64(rng.Intn(24)) * 1024}
-	default:
-		node.HostFree = &HostResources{CPUMilli: int64(rng.Intn(24)) * 1000, MemoryMiB: int64(rng.Intn(24)) * 1024}
-	}
-	mixed := rng.Intn(3) == 0
-	for i := 0; i < 1+rng.Intn(maxStackCards); i++ {
-		c := Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy}
-		if mixed {
-			c.Model = models[rng.Intn(3)]
-			if rng.Intn(3) == 0 {
-				c.Capacity = 2000
-			}
-		}
-		switch rng.Intn(4) {
-		case 0:
-		case 1:
-			c.Used, c.Whole = c.Capacity, true
-		default:
-			c.Used = int64(rng.Intn(21)) * 50
-		}
-		if rng.Intn(12) == 0 {
-			c.State = api.CardUnhealthy
-		}
-		node.Cards = append(node.Cards, c)
-	}
-	req := Request{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(8)) * 1024}}
-	switch rng.Intn(4) {
-	case 0: // CPU-only
-	case 1:
-		req.Demands = []Demand{{Container: "c", WholeCards: 1 + rng.Intn(3)}}
-	default:
-		req.Demands = []Demand{{Container: "c", Units: int64(1+rng.Intn(20)) * 50}}
-	}
-	if rng.Intn(5) == 0 {
-		req.Models = []string{models[rng.Intn(3)]}
-	}
-	return w, node, req
-}
-
 // TestFusedGrowthMatchesStagedAndDefinition checks, on random nodes,
 // workloads and pods, that fragGrowth gives exactly what the staged
 // passes gave (to 1e-9 relative: sums in another order) and the card-by-card definition
@@ -204,12 +127,12 @@ func randomFragCase(rng *rand.Rand) (*Workload, *Node, Request) {
 // alikeGrowthLevels' (alike cards, memory or CPU blocking no shape).
 func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 	rng := rand.New(rand.NewSource(23))
-	fgd, _ := Lookup("fgd")
-	frag, _ := Lookup("frag")
+	fgd := NewFGD()
+	frag := New()
 	checked, closedForm, cpuLevels, memLevels, scarce := 0, 0, 0, 0, 0
 	for iter := 0; iter < 20000; iter++ {
-		w, node, req := randomFragCase(rng)
-		for _, p := range []*Policy{fgd, frag} {
+		w, node, req := allocatortest.RandomCase(rng, maxStackCards)
+		for _, p := range []*allocator.Policy{fgd, frag} {
 			d := p.Decide(node, req, w)
 			if !d.Fits {
 				continue
@@ -220,7 +143,7 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 				if usable(node.Cards[i], req.Models) {
 					free[i] = node.Cards[i].Free()
 				} else {
-					free[i] = Unusable
+					free[i] = allocator.Unusable
 				}
 			}
 			after := make([]int64, len(node.Cards))
@@ -228,7 +151,7 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 			for _, pl := range d.Placements {
 				for _, g := range pl.Grants {
 					if g.Whole {
-						free[g.Card] = TakenWhole
+						free[g.Card] = allocator.TakenWhole
 						after[g.Card] = 0
 					} else {
 						free[g.Card] -= g.Units
@@ -240,10 +163,10 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 			if p == frag {
 				tt := totalsOf(node, free, w)
 				want := -fragGrowthStaged(node, free, req, w, false)/tt.cardUnits() -
-					FragStrandWeight*tt.strandGrowth(node, req, w)/tt.cardUnits() -
-					FragScarcityWeight*tt.scarcity/tt.cardUnits()
+					StrandWeight*tt.strandGrowth(node, req, w)/tt.cardUnits() -
+					ScarcityWeight*tt.scarcity/tt.cardUnits()
 				if tt.capacity > 0 {
-					want += FragPackWeight * float64(tt.capacity-tt.after) / float64(tt.capacity)
+					want += PackWeight * float64(tt.capacity-tt.after) / float64(tt.capacity)
 				}
 				if math.Abs(d.Score-want) > 1e-9*max(1, math.Abs(want)) {
 					t.Fatalf("iteration %d: frag score %v, staged %v\nnode %+v\nreq %+v", iter, d.Score, want, node.Cards, req)
@@ -262,15 +185,15 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 				if staged := fragGrowthStaged(node, free, req, w, cpuOnly); math.Abs(got-staged) > 1e-9*max(1, math.Abs(staged)) {
 					t.Fatalf("iteration %d (%s, cpuOnly %v): fused %v, staged %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, staged, node.Cards, req)
 				}
-				ix := w.index()
+				ix := index(w)
 				bits := make([]uint64, len(node.Cards))
 				ix.modelBits(node, bits)
 				before := make([]int64, len(node.Cards))
 				beforeFree(node, before)
-				var hb, ha HostResources
+				var hb, ha allocator.HostResources
 				hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
 				if cpuOnly && hostB != nil {
-					hb = HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
+					hb = allocator.HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
 					hostB = &hb
 					ha.MemoryMiB = math.MaxInt64
 				}
@@ -303,7 +226,7 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 
 // alikeCards reports whether the node's cards that have free units are all
 // of one model and capacity.
-func alikeCards(node *Node) bool {
+func alikeCards(node *allocator.Node) bool {
 	first := -1
 	for i, c := range node.Cards {
 		if !c.Schedulable() || c.Free() <= 0 {
@@ -322,32 +245,32 @@ func alikeCards(node *Node) bool {
 // memory requests than the level tables may hold builds none, and the
 // growth on host-limited nodes still follows the definition.
 func TestLevelTablesTooLargeFallBack(t *testing.T) {
-	w := &Workload{}
+	w := &allocator.Workload{}
 	for i := 0; i < 2000; i++ {
-		w.Observe(Shape{Units: int64(1+i%20) * 50, Host: HostResources{CPUMilli: int64(i), MemoryMiB: int64(i)}})
+		w.Observe(allocator.Shape{Units: int64(1+i%20) * 50, Host: allocator.HostResources{CPUMilli: int64(i), MemoryMiB: int64(i)}})
 	}
-	ix := w.index()
+	ix := index(w)
 	if len(ix.byCPU.share) != 0 || len(ix.byMem.share) != 0 {
 		t.Fatalf("level tables built: %d and %d entries", len(ix.byCPU.share), len(ix.byMem.share))
 	}
-	small := &Workload{}
-	small.Observe(Shape{Units: 100, Host: HostResources{CPUMilli: 1000, MemoryMiB: 1000}})
-	if six := small.index(); len(six.byCPU.share) == 0 || len(six.byMem.share) == 0 {
+	small := &allocator.Workload{}
+	small.Observe(allocator.Shape{Units: 100, Host: allocator.HostResources{CPUMilli: 1000, MemoryMiB: 1000}})
+	if six := index(small); len(six.byCPU.share) == 0 || len(six.byMem.share) == 0 {
 		t.Fatalf("small workload: no level tables")
 	}
 	rng := rand.New(rand.NewSource(5))
 	for iter := 0; iter < 500; iter++ {
-		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(2500)), MemoryMiB: 1 << 30}}
+		node := &allocator.Node{HostFree: &allocator.HostResources{CPUMilli: int64(rng.Intn(2500)), MemoryMiB: 1 << 30}}
 		if rng.Intn(2) == 0 {
-			node.HostFree = &HostResources{CPUMilli: 1 << 30, MemoryMiB: int64(rng.Intn(2500))}
+			node.HostFree = &allocator.HostResources{CPUMilli: 1 << 30, MemoryMiB: int64(rng.Intn(2500))}
 		}
 		for i := 0; i < 8; i++ {
-			node.Cards = append(node.Cards, Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(21)) * 50})
+			node.Cards = append(node.Cards, allocator.Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(21)) * 50})
 		}
-		req := Request{Demands: []Demand{{Units: int64(1+rng.Intn(20)) * 50}}, Host: HostResources{CPUMilli: int64(rng.Intn(200)), MemoryMiB: int64(rng.Intn(200))}}
+		req := allocator.Request{Demands: []allocator.Demand{{Units: int64(1+rng.Intn(20)) * 50}}, Host: allocator.HostResources{CPUMilli: int64(rng.Intn(200)), MemoryMiB: int64(rng.Intn(200))}}
 		free := make([]int64, len(node.Cards))
 		beforeFree(node, free)
-		i := bestFit(node, free, req.Demands[0], w)
+		i := allocator.BestFitCard(node, free, req.Demands[0], w)
 		if i < 0 {
 			continue
 		}
@@ -355,7 +278,7 @@ func TestLevelTablesTooLargeFallBack(t *testing.T) {
 		free[i] -= req.Demands[0].Units
 		bits := make([]uint64, len(node.Cards))
 		ix.modelBits(node, bits)
-		var ha HostResources
+		var ha allocator.HostResources
 		want := ix.measure(node, free, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
 		if got := fragGrowth(node, free, req, w, false); math.Abs(got-want) > 1e-9*8000 {
 			t.Fatalf("iteration %d: growth %v, definition %v", iter, got, want)

@@ -1,12 +1,15 @@
-package allocator
+package frag
 
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/allocatortest"
 )
 
 // TestFastPathEqualsDecide checks, on random nodes, workloads and pods,
@@ -14,19 +17,19 @@ import (
 // gives (same fit, same score to the last bit), and that it takes the
 // common case: one share, no model constraint, some card fits.
 func TestFastPathEqualsDecide(t *testing.T) {
-	fgd, _ := Lookup("fgd")
-	frag, _ := Lookup("frag")
-	policies := []*Policy{fgd, frag,
-		NewFragPolicy(FragOptions{Name: "frag-fgd-card", PackWeight: FragPackWeight, StrandWeight: FragStrandWeight, ScarcityWeight: FragScarcityWeight}),
-		NewFragPolicy(FragOptions{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: FragPackWeight, StrandWeight: FragStrandWeight}),
+	fgd := NewFGD()
+	frag := New()
+	policies := []*allocator.Policy{fgd, frag,
+		newPolicy(options{Name: "frag-fgd-card", PackWeight: PackWeight, StrandWeight: StrandWeight, ScarcityWeight: ScarcityWeight}),
+		newPolicy(options{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: PackWeight, StrandWeight: StrandWeight}),
 	}
 	rng := rand.New(rand.NewSource(31))
 	taken, fgdChoices := 0, 0
 	for iter := 0; iter < 8000; iter++ {
-		w, node, req := randomFragCase(rng)
+		w, node, req := allocatortest.RandomCase(rng, maxStackCards)
 		for _, p := range policies {
-			want := p.decide(node, req, w, false, nil)
-			got, ok := p.evaluate(node, req, w)
+			want := core(p, node, req, w)
+			got, ok := p.FastEvaluate(node, req, w)
 			common := len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 && len(req.Models) == 0 && want.Fits
 			if ok != common {
 				t.Fatalf("iteration %d (%s): fast path taken %v, want %v for %+v (fits %v)", iter, p.Name, ok, common, req, want.Fits)
@@ -59,15 +62,15 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 	rng := rand.New(rand.NewSource(37))
 	alike := 0
 	for iter := 0; iter < 8000; iter++ {
-		w, node, req := randomFragCase(rng)
+		w, node, req := allocatortest.RandomCase(rng, maxStackCards)
 		if len(req.Demands) != 1 || req.Demands[0].Units <= 0 || req.Demands[0].WholeCards > 0 {
 			continue
 		}
-		ix := w.index()
+		ix := index(w)
 		d := req.Demands[0]
 		free := make([]int64, len(node.Cards))
 		for i, c := range node.Cards {
-			free[i] = Unusable
+			free[i] = allocator.Unusable
 			if usable(c, req.Models) {
 				free[i] = c.Free()
 			}
@@ -91,9 +94,9 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 			}
 			g := ix.takeGrowth(&s.viewB, st, fit, free[i], d.Units, node.Cards[i].Capacity, bits[i])
 			switch {
-			case want < 0 || g < wantGrowth-ScoreTolerance:
+			case want < 0 || g < wantGrowth-allocator.ScoreTolerance:
 				want, wantGrowth = i, g
-			case g <= wantGrowth+ScoreTolerance && free[i] < free[want]:
+			case g <= wantGrowth+allocator.ScoreTolerance && free[i] < free[want]:
 				want = i
 			}
 		}
@@ -112,10 +115,10 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 // scaleFragCase multiplies every quantity of GPU units in a random case by
 // k: with k large, shares exceed maxShareRank and the index searches its
 // share units instead of reading shareRank.
-func scaleFragCase(w *Workload, node *Node, req Request, k int64) (*Workload, *Node, Request) {
-	sw := &Workload{ModelCapacity: map[string]ModelCapacity{}}
+func scaleFragCase(w *allocator.Workload, node *allocator.Node, req allocator.Request, k int64) (*allocator.Workload, *allocator.Node, allocator.Request) {
+	sw := &allocator.Workload{ModelCapacity: map[string]allocator.ModelCapacity{}}
 	for m, c := range w.ModelCapacity {
-		sw.ModelCapacity[m] = ModelCapacity{Cards: c.Cards, Units: c.Units * k}
+		sw.ModelCapacity[m] = allocator.ModelCapacity{Cards: c.Cards, Units: c.Units * k}
 	}
 	if w.ModelCapacity == nil {
 		sw.ModelCapacity = nil
@@ -125,13 +128,13 @@ func scaleFragCase(w *Workload, node *Node, req Request, k int64) (*Workload, *N
 		sw.Observe(s)
 	}
 	sn := *node
-	sn.Cards = append([]Card(nil), node.Cards...)
+	sn.Cards = append([]allocator.Card(nil), node.Cards...)
 	for i := range sn.Cards {
 		sn.Cards[i].Capacity *= k
 		sn.Cards[i].Used *= k
 	}
 	sr := req
-	sr.Demands = append([]Demand(nil), req.Demands...)
+	sr.Demands = append([]allocator.Demand(nil), req.Demands...)
 	for i := range sr.Demands {
 		sr.Demands[i].Units *= k
 	}
@@ -142,19 +145,19 @@ func scaleFragCase(w *Workload, node *Node, req Request, k int64) (*Workload, *N
 // fast path still gives what decide gives, and the growth still follows
 // the definition.
 func TestLargeSharesSearchUnits(t *testing.T) {
-	fgd, _ := Lookup("fgd")
-	frag, _ := Lookup("frag")
+	fgd := NewFGD()
+	frag := New()
 	rng := rand.New(rand.NewSource(41))
 	taken := 0
 	for iter := 0; iter < 2000; iter++ {
-		w0, node0, req0 := randomFragCase(rng)
+		w0, node0, req0 := allocatortest.RandomCase(rng, maxStackCards)
 		w, node, req := scaleFragCase(w0, node0, req0, 97)
-		if ix := w.index(); len(ix.shareUnits) > 0 && len(ix.shareRank) > 0 {
+		if ix := index(w); len(ix.shareUnits) > 0 && len(ix.shareRank) > 0 {
 			t.Fatalf("iteration %d: shareRank built for shares up to %d units", iter, ix.shareUnits[len(ix.shareUnits)-1])
 		}
-		for _, p := range []*Policy{fgd, frag} {
-			want := p.decide(node, req, w, false, nil)
-			if got, ok := p.evaluate(node, req, w); ok {
+		for _, p := range []*allocator.Policy{fgd, frag} {
+			want := core(p, node, req, w)
+			if got, ok := p.FastEvaluate(node, req, w); ok {
 				taken++
 				if !cmp.Equal(got, want, cmpopts.EquateEmpty()) {
 					t.Fatalf("iteration %d (%s): fast path %+v, decide %+v", iter, p.Name, got, want)
@@ -168,7 +171,7 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 			beforeFree(node, after)
 			free := make([]int64, len(node.Cards))
 			for i := range node.Cards {
-				free[i] = Unusable
+				free[i] = allocator.Unusable
 				if usable(node.Cards[i], req.Models) {
 					free[i] = node.Cards[i].Free()
 				}
@@ -176,19 +179,19 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 			for _, pl := range d.Placements {
 				for _, g := range pl.Grants {
 					if g.Whole {
-						free[g.Card], after[g.Card] = TakenWhole, 0
+						free[g.Card], after[g.Card] = allocator.TakenWhole, 0
 					} else {
 						free[g.Card] -= g.Units
 						after[g.Card] -= g.Units
 					}
 				}
 			}
-			ix := w.index()
+			ix := index(w)
 			bits := make([]uint64, len(node.Cards))
 			ix.modelBits(node, bits)
 			before := make([]int64, len(node.Cards))
 			beforeFree(node, before)
-			var ha HostResources
+			var ha allocator.HostResources
 			def := ix.measure(node, after, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
 			scale := 0.0
 			for _, f := range before {
@@ -202,4 +205,18 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 	if taken < 800 {
 		t.Fatalf("fast path taken only %d times", taken)
 	}
+}
+
+// core is p's decision core alone (p.Evaluate without its fast path): what
+// FastEvaluate must give exactly.
+func core(p *allocator.Policy, node *allocator.Node, req allocator.Request, w *allocator.Workload) allocator.Decision {
+	c := *p
+	c.FastEvaluate = nil
+	return c.Evaluate(node, req, w)
+}
+
+// usable reports whether the decision core offers card c to a pod that
+// allows models: schedulable, and of one of them when there are any.
+func usable(c allocator.Card, models []string) bool {
+	return c.Schedulable() && (len(models) == 0 || slices.Contains(models, c.Model))
 }

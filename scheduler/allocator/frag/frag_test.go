@@ -1,4 +1,4 @@
-package allocator
+package frag
 
 import (
 	"math"
@@ -6,30 +6,31 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
 // fragNode has two 1,000-unit T4 cards, the first with 700 used, and 8
 // cores / 32 GiB free.
-func fragNode() *Node {
-	return &Node{
+func fragNode() *allocator.Node {
+	return &allocator.Node{
 		Name: "n",
-		Cards: []Card{
+		Cards: []allocator.Card{
 			{Index: 0, Model: "T4", Capacity: 1000, Used: 700, State: api.CardHealthy},
 			{Index: 1, Model: "T4", Capacity: 1000, State: api.CardHealthy},
 		},
-		HostFree: &HostResources{CPUMilli: 8000, MemoryMiB: 32768},
+		HostFree: &allocator.HostResources{CPUMilli: 8000, MemoryMiB: 32768},
 	}
 }
 
 // fragWorkload: 2 pods of 500 units (4 cores), 1 of a full card (4 cores),
 // 1 CPU-only (2 cores), 1 of 200 units that wants 16 cores.
-func fragWorkload() *Workload {
-	w := &Workload{}
-	w.Observe(Shape{Units: 500, Host: HostResources{CPUMilli: 4000}})
-	w.Observe(Shape{Units: 500, Host: HostResources{CPUMilli: 4000}})
-	w.Observe(Shape{Units: 1000, Host: HostResources{CPUMilli: 4000}})
-	w.Observe(Shape{Host: HostResources{CPUMilli: 2000}})
-	w.Observe(Shape{Units: 200, Host: HostResources{CPUMilli: 16000}})
+func fragWorkload() *allocator.Workload {
+	w := &allocator.Workload{}
+	w.Observe(allocator.Shape{Units: 500, Host: allocator.HostResources{CPUMilli: 4000}})
+	w.Observe(allocator.Shape{Units: 500, Host: allocator.HostResources{CPUMilli: 4000}})
+	w.Observe(allocator.Shape{Units: 1000, Host: allocator.HostResources{CPUMilli: 4000}})
+	w.Observe(allocator.Shape{Host: allocator.HostResources{CPUMilli: 2000}})
+	w.Observe(allocator.Shape{Units: 200, Host: allocator.HostResources{CPUMilli: 16000}})
 	return w
 }
 
@@ -37,7 +38,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
 
 func TestFragMeasureByHand(t *testing.T) {
 	node, w := fragNode(), fragWorkload()
-	ix := w.index()
+	ix := index(w)
 	if len(w.Shapes) != 4 {
 		t.Fatalf("Observe kept %d shapes, want 4 (the two 500-unit pods merge)", len(w.Shapes))
 	}
@@ -75,9 +76,9 @@ func TestFragMeasureByHand(t *testing.T) {
 func TestFastMeasureMatchesDefinition(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	for iter := 0; iter < 2000; iter++ {
-		w := &Workload{}
+		w := &allocator.Workload{}
 		for k := 0; k < 1+rng.Intn(12); k++ {
-			s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
+			s := allocator.Shape{Host: allocator.HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
 			switch rng.Intn(4) {
 			case 0:
 				s.WholeCards = 1 + rng.Intn(4)
@@ -91,10 +92,10 @@ func TestFastMeasureMatchesDefinition(t *testing.T) {
 			w.Observe(s)
 		}
 		n := 1 + rng.Intn(8)
-		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
+		node := &allocator.Node{HostFree: &allocator.HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
 		mixed := rng.Intn(2) == 0
 		for i := 0; i < n; i++ {
-			c := Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
+			c := allocator.Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
 			if mixed {
 				c.Model = []string{"A", "B"}[rng.Intn(2)]
 				if rng.Intn(3) == 0 {
@@ -103,7 +104,7 @@ func TestFastMeasureMatchesDefinition(t *testing.T) {
 			}
 			node.Cards = append(node.Cards, c)
 		}
-		ix := w.index()
+		ix := index(w)
 		vec, bits := make([]int64, n), make([]uint64, n)
 		ix.modelBits(node, bits)
 		beforeFree(node, vec)
@@ -145,11 +146,8 @@ func TestFastMeasureMatchesDefinition(t *testing.T) {
 
 func TestFGDPlacesWhereFragGrowsLeast(t *testing.T) {
 	node, w := fragNode(), fragWorkload()
-	fgd, err := Lookup("fgd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := Request{Demands: []Demand{{Container: "c", Units: 300}}, Host: HostResources{CPUMilli: 1000}}
+	fgd := NewFGD()
+	req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 1000}}
 	// On card 0 (300 → 0): free 0 and 1,000, T = 1,000, 7 cores left:
 	//   500u 0, 1000u 0, CPU-only 200, 200u@16c 200: frag 400, growth −300.
 	// On card 1 (1,000 → 700): free 300 and 700, T = 1,000:
@@ -169,36 +167,36 @@ func TestFGDPlacesWhereFragGrowsLeast(t *testing.T) {
 }
 
 func TestFGDCountsCPUBlockedAndExcludedModels(t *testing.T) {
-	w := &Workload{}
-	w.Observe(Shape{Units: 500, Models: []string{"V100"}})
+	w := &allocator.Workload{}
+	w.Observe(allocator.Shape{Units: 500, Models: []string{"V100"}})
 	node := fragNode()
 	// The only shape wants V100s: every T4 unit is lost, before and after,
 	// so placing a model-free pod of 200 units shrinks frag by exactly 200.
-	fgd, _ := Lookup("fgd")
-	d := fgd.Evaluate(node, Request{Demands: []Demand{{Units: 200}}}, w)
+	fgd := NewFGD()
+	d := fgd.Evaluate(node, allocator.Request{Demands: []allocator.Demand{{Units: 200}}}, w)
 	if !near(d.Score, 200) {
 		t.Errorf("score = %v, want 200", d.Score)
 	}
 }
 
 func TestFragWithoutWorkloadIsNeutral(t *testing.T) {
-	fgd, _ := Lookup("fgd")
-	d := fgd.Evaluate(fragNode(), Request{Demands: []Demand{{Units: 200}}}, nil)
+	fgd := NewFGD()
+	d := fgd.Evaluate(fragNode(), allocator.Request{Demands: []allocator.Demand{{Units: 200}}}, nil)
 	if !d.Fits || d.Score != 0 {
 		t.Errorf("decision = %+v, want a fit scored 0", d)
 	}
 }
 
 func TestObserveMergesEqualShapesAndIndexesClasses(t *testing.T) {
-	w := &Workload{}
-	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 1000}})
-	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 1000}})
-	w.Observe(Shape{Units: 500, Models: []string{"T4"}, Host: HostResources{CPUMilli: 2000}})
-	w.Observe(Shape{WholeCards: 2})
+	w := &allocator.Workload{}
+	w.Observe(allocator.Shape{Units: 500, Models: []string{"T4"}, Host: allocator.HostResources{CPUMilli: 1000}})
+	w.Observe(allocator.Shape{Units: 500, Models: []string{"T4"}, Host: allocator.HostResources{CPUMilli: 1000}})
+	w.Observe(allocator.Shape{Units: 500, Models: []string{"T4"}, Host: allocator.HostResources{CPUMilli: 2000}})
+	w.Observe(allocator.Shape{WholeCards: 2})
 	if len(w.Shapes) != 3 || w.Shapes[0].Weight != 2 {
 		t.Fatalf("shapes = %+v, want 3 with the first weighing 2", w.Shapes)
 	}
-	ix := w.index()
+	ix := index(w)
 	// One class for the 500-unit T4 pods (two host requests), one for 2 whole cards.
 	if len(ix.classes) != 2 {
 		t.Fatalf("classes = %+v, want 2", ix.classes)
@@ -216,27 +214,9 @@ func TestObserveMergesEqualShapesAndIndexesClasses(t *testing.T) {
 		cpu  int64
 		want float64
 	}{{1500, 0.5}, {500, 0}, {2000, 0.75}} {
-		if got := c.hostFitWeight(&HostResources{CPUMilli: tc.cpu}); !near(got, tc.want) {
+		if got := c.hostFitWeight(&allocator.HostResources{CPUMilli: tc.cpu}); !near(got, tc.want) {
 			t.Errorf("host-fit weight with %d millicores = %v, want %v", tc.cpu, got, tc.want)
 		}
-	}
-}
-
-func TestBestFitScoreByHand(t *testing.T) {
-	node := &Node{
-		Cards: []Card{
-			{Capacity: 1000, Used: 500, State: api.CardHealthy},
-			{Capacity: 1000, State: api.CardHealthy},
-			{Capacity: 1000, State: api.CardHealthy},
-		},
-		HostFree: &HostResources{CPUMilli: 40000, MemoryMiB: 1 << 20},
-	}
-	bf, _ := Lookup("bestfit")
-	// A whole card and 8 cores: 1.5 cards and 32 cores left:
-	// −(0.5·32/128 + 0.5·1.5/8) = −0.21875.
-	d := bf.Evaluate(node, Request{Demands: []Demand{{Units: 1000}}, Host: HostResources{CPUMilli: 8000}}, nil)
-	if !near(d.Score, -0.21875) {
-		t.Errorf("score = %v, want -0.21875", d.Score)
 	}
 }
 
@@ -268,50 +248,50 @@ func (v *nodeView) take(f, u, c int64, bit uint64) nodeView {
 }
 
 func TestStrandGrowthByHand(t *testing.T) {
-	node := &Node{HostFree: &HostResources{CPUMilli: 20000, MemoryMiB: 1 << 20}}
+	node := &allocator.Node{HostFree: &allocator.HostResources{CPUMilli: 20000, MemoryMiB: 1 << 20}}
 	for i := 0; i < 4; i++ {
-		node.Cards = append(node.Cards, Card{Index: i, Model: "G2", Capacity: 1000, State: api.CardHealthy})
+		node.Cards = append(node.Cards, allocator.Card{Index: i, Model: "G2", Capacity: 1000, State: api.CardHealthy})
 	}
-	w := &Workload{}
+	w := &allocator.Workload{}
 	// GPU pods ask for 10 cores per card: rc = 10,000/1,000 = 10 millicores
 	// per unit (no memory asked: memory never strands here).
-	w.Observe(Shape{Units: 1000, Host: HostResources{CPUMilli: 10000}})
+	w.Observe(allocator.Shape{Units: 1000, Host: allocator.HostResources{CPUMilli: 10000}})
 	// Before: 4,000 units free, 20 cores feed 2,000: 2,000 stranded.
 	// A CPU-only pod of 10 cores: 10 cores feed 1,000: 3,000 stranded.
-	cpuPod := Request{Host: HostResources{CPUMilli: 10000}}
+	cpuPod := allocator.Request{Host: allocator.HostResources{CPUMilli: 10000}}
 	free := []int64{1000, 1000, 1000, 1000}
 	if got := strandGrowth(node, free, cpuPod, w); !near(got, 1000) {
 		t.Errorf("strand growth of a CPU-only pod = %v, want 1000", got)
 	}
 	// A GPU pod of one card and 10 cores: 3,000 free, 10 cores feed 1,000:
 	// 2,000 stranded, no growth.
-	gpuPod := Request{Demands: []Demand{{Units: 1000}}, Host: HostResources{CPUMilli: 10000}}
+	gpuPod := allocator.Request{Demands: []allocator.Demand{{Units: 1000}}, Host: allocator.HostResources{CPUMilli: 10000}}
 	if got := strandGrowth(node, []int64{0, 1000, 1000, 1000}, gpuPod, w); !near(got, 0) {
 		t.Errorf("strand growth of a balanced GPU pod = %v, want 0", got)
 	}
 	// The frag policy charges the CPU-only pod one card for it.
-	frag, _ := Lookup("frag")
+	frag := New()
 	d := frag.Evaluate(node, cpuPod, w)
-	noStrand := NewFragPolicy(FragOptions{PackWeight: FragPackWeight, ScarcityWeight: FragScarcityWeight}).Evaluate(node, cpuPod, w)
-	if !near(noStrand.Score-d.Score, FragStrandWeight*1) {
-		t.Errorf("strand term = %v, want %v", noStrand.Score-d.Score, FragStrandWeight)
+	noStrand := newPolicy(options{PackWeight: PackWeight, ScarcityWeight: ScarcityWeight}).Evaluate(node, cpuPod, w)
+	if !near(noStrand.Score-d.Score, StrandWeight*1) {
+		t.Errorf("strand term = %v, want %v", noStrand.Score-d.Score, StrandWeight)
 	}
 }
 
 func TestModelPressureAndScarcityByHand(t *testing.T) {
-	w := &Workload{ModelCapacity: map[string]ModelCapacity{
+	w := &allocator.Workload{ModelCapacity: map[string]allocator.ModelCapacity{
 		"A": {Cards: 10, Units: 10000},
 		"B": {Cards: 30, Units: 30000},
 	}}
-	w.Observe(Shape{Units: 500, Models: []string{"A"}})
-	w.Observe(Shape{WholeCards: 2, Models: []string{"A", "B"}})
-	w.Observe(Shape{Units: 1000, Weight: 2})
+	w.Observe(allocator.Shape{Units: 500, Models: []string{"A"}})
+	w.Observe(allocator.Shape{WholeCards: 2, Models: []string{"A", "B"}})
+	w.Observe(allocator.Shape{Units: 1000, Weight: 2})
 	// Per pod seen (4): A-only 500/4 = 125 on A; 2 whole cards of the
 	// {A,B} mean 1,000 units: 2,000/4 = 500, split by capacity 125 on A and
 	// 375 on B; free pods 2·1,000/4 = 500. D = 1,125.
 	// pressure(A) = 250/1,125 · 40,000/10,000 = 0.8889
 	// pressure(B) = 375/1,125 · 40,000/30,000 = 0.4444
-	ix := w.index()
+	ix := index(w)
 	for _, tc := range []struct {
 		model string
 		want  float64
@@ -327,7 +307,7 @@ func TestModelPressureAndScarcityByHand(t *testing.T) {
 		}
 	}
 	// Taking a whole A card costs 1,000 × 0.8889 units.
-	node := &Node{Cards: []Card{{Model: "A", Capacity: 1000, State: api.CardHealthy}}}
+	node := &allocator.Node{Cards: []allocator.Card{{Model: "A", Capacity: 1000, State: api.CardHealthy}}}
 	if got := scarcityCost(node, []int64{0}, w); !near(got, 1000*250.0/1125*4) {
 		t.Errorf("scarcity cost = %v, want %v", got, 1000*250.0/1125*4)
 	}
@@ -344,11 +324,11 @@ func TestModelPressureAndScarcityByHand(t *testing.T) {
 // card by card, on random nodes, workloads and pods.
 func TestFGDScoreMatchesDefinition(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
-	fgd, _ := Lookup("fgd")
+	fgd := NewFGD()
 	for iter := 0; iter < 2000; iter++ {
-		w := &Workload{}
+		w := &allocator.Workload{}
 		for k := 0; k < 1+rng.Intn(10); k++ {
-			s := Shape{Host: HostResources{CPUMilli: int64(rng.Intn(8)) * 1000}}
+			s := allocator.Shape{Host: allocator.HostResources{CPUMilli: int64(rng.Intn(8)) * 1000}}
 			switch rng.Intn(4) {
 			case 0:
 				s.WholeCards = 1 + rng.Intn(3)
@@ -361,17 +341,17 @@ func TestFGDScoreMatchesDefinition(t *testing.T) {
 			}
 			w.Observe(s)
 		}
-		node := &Node{HostFree: &HostResources{CPUMilli: int64(rng.Intn(10)) * 1000, MemoryMiB: 1 << 20}}
+		node := &allocator.Node{HostFree: &allocator.HostResources{CPUMilli: int64(rng.Intn(10)) * 1000, MemoryMiB: 1 << 20}}
 		for i := 0; i < 1+rng.Intn(8); i++ {
-			c := Card{Index: i, Model: []string{"A", "B"}[rng.Intn(2)], Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
+			c := allocator.Card{Index: i, Model: []string{"A", "B"}[rng.Intn(2)], Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
 			node.Cards = append(node.Cards, c)
 		}
-		req := Request{Host: HostResources{CPUMilli: int64(rng.Intn(3)) * 1000}}
+		req := allocator.Request{Host: allocator.HostResources{CPUMilli: int64(rng.Intn(3)) * 1000}}
 		switch rng.Intn(3) {
 		case 0:
-			req.Demands = []Demand{{Units: int64(1+rng.Intn(10)) * 100}}
+			req.Demands = []allocator.Demand{{Units: int64(1+rng.Intn(10)) * 100}}
 		case 1:
-			req.Demands = []Demand{{WholeCards: 1 + rng.Intn(2)}}
+			req.Demands = []allocator.Demand{{WholeCards: 1 + rng.Intn(2)}}
 		}
 		d := fgd.Decide(node, req, w)
 		if !d.Fits {
@@ -386,12 +366,12 @@ func TestFGDScoreMatchesDefinition(t *testing.T) {
 				after[g.Card] -= g.Units
 			}
 		}
-		ix := w.index()
+		ix := index(w)
 		bits := make([]uint64, len(node.Cards))
 		ix.modelBits(node, bits)
 		before := make([]int64, len(node.Cards))
 		beforeFree(node, before)
-		hostA := HostResources{CPUMilli: node.HostFree.CPUMilli - req.Host.CPUMilli, MemoryMiB: node.HostFree.MemoryMiB}
+		hostA := allocator.HostResources{CPUMilli: node.HostFree.CPUMilli - req.Host.CPUMilli, MemoryMiB: node.HostFree.MemoryMiB}
 		want := ix.measure(node, after, bits, &hostA) - ix.measure(node, before, bits, node.HostFree)
 		if !near(-d.Score, want) {
 			t.Fatalf("iteration %d: growth %v, definition %v\nnode %+v\nreq %+v", iter, -d.Score, want, node.Cards, req)
@@ -400,16 +380,16 @@ func TestFGDScoreMatchesDefinition(t *testing.T) {
 }
 
 func TestFragWithoutHostOrCapacitiesStillPacks(t *testing.T) {
-	frag, _ := Lookup("frag")
-	w := &Workload{}
-	w.Observe(Shape{Units: 500})
+	frag := New()
+	w := &allocator.Workload{}
+	w.Observe(allocator.Shape{Units: 500})
 	// No HostFree, no ModelCapacity: only FGD's term and binpack count.
 	// Frag stays 0 either way (the busy node's half card is filled exactly;
 	// the empty node's card keeps a usable 500), so binpack decides: the
 	// busy node ends full (1.0), the empty one a quarter full.
-	busy := &Node{Cards: []Card{{Capacity: 1000, Used: 500, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
-	empty := &Node{Cards: []Card{{Capacity: 1000, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
-	req := Request{Demands: []Demand{{Units: 500}}}
+	busy := &allocator.Node{Cards: []allocator.Card{{Capacity: 1000, Used: 500, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
+	empty := &allocator.Node{Cards: []allocator.Card{{Capacity: 1000, State: api.CardHealthy}, {Index: 1, Capacity: 1000, State: api.CardHealthy}}}
+	req := allocator.Request{Demands: []allocator.Demand{{Units: 500}}}
 	b, e := frag.Evaluate(busy, req, w), frag.Evaluate(empty, req, w)
 	if !b.Fits || !e.Fits || b.Score <= e.Score {
 		t.Errorf("busy node %v, empty node %v: want the busy node preferred", b.Score, e.Score)

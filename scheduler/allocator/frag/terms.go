@@ -1,7 +1,9 @@
-package allocator
+package frag
+
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // The frag policy's terms besides the growth: node totals, stranded GPU and
-// model scarcity (see NewFragPolicy).
+// model scarcity (see New).
 
 // nodeTotals is one pass over a node's schedulable cards for the frag
 // policy's terms.
@@ -29,16 +31,16 @@ func (t *nodeTotals) add(capacity, before, after int64, pressure float64) {
 
 // totalsOf is the totals of node with the policy's free slice free (after
 // the pod). fragGrowthTotals gives the same from its own pass.
-func totalsOf(node *Node, free []int64, w *Workload) nodeTotals {
+func totalsOf(node *allocator.Node, free []int64, w *allocator.Workload) nodeTotals {
 	var t nodeTotals
 	var memo modelMemo
-	if memo.ix = w.index(); memo.ix == nil {
+	if memo.ix = index(w); memo.ix == nil {
 		memo.ix = &fragIndex{}
 	}
 	for i := range node.Cards {
 		// decide marks every unschedulable card Unusable.
 		c := &node.Cards[i]
-		if free[i] == Unusable && !c.Schedulable() {
+		if free[i] == allocator.Unusable && !c.Schedulable() {
 			continue
 		}
 		before := c.Free()
@@ -75,12 +77,12 @@ func (t nodeTotals) cardUnits() float64 {
 // Worked example: 4 free cards (4,000 units), 20 cores and plenty of memory
 // free, GPU pods asking 10 cores per card (rc = 10 millicores per unit):
 // usable min(4000, 20000/10) = 2,000, stranded 2,000 units (2 cards).
-func strandGrowth(node *Node, free []int64, req Request, w *Workload) float64 {
+func strandGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 	return totalsOf(node, free, w).strandGrowth(node, req, w)
 }
 
-func (t nodeTotals) strandGrowth(node *Node, req Request, w *Workload) float64 {
-	ix := w.index()
+func (t nodeTotals) strandGrowth(node *allocator.Node, req allocator.Request, w *allocator.Workload) float64 {
+	ix := index(w)
 	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 || t.cards == 0 {
 		return 0
 	}
@@ -90,11 +92,11 @@ func (t nodeTotals) strandGrowth(node *Node, req Request, w *Workload) float64 {
 	}
 	rc, rm := ix.gpuCPU/units, ix.gpuMem/units
 	h := *node.HostFree
-	ha := HostResources{CPUMilli: h.CPUMilli - req.Host.CPUMilli, MemoryMiB: h.MemoryMiB - req.Host.MemoryMiB}
+	ha := allocator.HostResources{CPUMilli: h.CPUMilli - req.Host.CPUMilli, MemoryMiB: h.MemoryMiB - req.Host.MemoryMiB}
 	return stranded(float64(t.after), ha, rc, rm) - stranded(float64(t.before), h, rc, rm)
 }
 
-func stranded(g float64, h HostResources, rc, rm float64) float64 {
+func stranded(g float64, h allocator.HostResources, rc, rm float64) float64 {
 	usable := g
 	if rc > 0 {
 		usable = min(usable, max(0, float64(h.CPUMilli))/rc)
@@ -110,6 +112,6 @@ func stranded(g float64, h HostResources, rc, rm float64) float64 {
 // pod that could run elsewhere costs the pods that cannot. For a pod that
 // insists on one model it is the same on every node it fits, so it only
 // steers pods that have a choice.
-func scarcityCost(node *Node, free []int64, w *Workload) float64 {
+func scarcityCost(node *allocator.Node, free []int64, w *allocator.Workload) float64 {
 	return totalsOf(node, free, w).scarcity
 }

@@ -1,12 +1,30 @@
-package allocator
+package registry
 
 import (
 	"math/rand"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/gpushare/gpushare/scheduler/allocator"
+	"github.com/gpushare/gpushare/scheduler/allocator/allocatortest"
 )
+
+func TestLookup(t *testing.T) {
+	if _, err := Lookup(Default); err != nil {
+		t.Errorf("default policy: %v", err)
+	}
+	_, err := Lookup("tetris")
+	if err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+	for _, n := range Names() {
+		if !strings.Contains(err.Error(), n) {
+			t.Errorf("error %q does not list %s", err, n)
+		}
+	}
+}
 
 // TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny: a policy marked
 // IgnoresWorkload decides every random node and pod the same under two
@@ -27,9 +45,10 @@ func TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny(t *testing.T) {
 	if marked == 0 {
 		t.Fatal("no policy is marked IgnoresWorkload")
 	}
+	// Nodes of up to 16 cards, as frag's own property tests draw them.
 	for iter := 0; iter < 4000; iter++ {
-		w, node, req := randomFragCase(rng)
-		other, _, _ := randomFragCase(rng)
+		w, node, req := allocatortest.RandomCase(rng, 16)
+		other, _, _ := allocatortest.RandomCase(rng, 16)
 		for _, name := range Names() {
 			p, _ := Lookup(name)
 			isFrag := name == "frag"
@@ -37,7 +56,7 @@ func TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny(t *testing.T) {
 				continue
 			}
 			want := p.Evaluate(node, req, w)
-			for _, w2 := range []*Workload{other, nil} {
+			for _, w2 := range []*allocator.Workload{other, nil} {
 				got := p.Evaluate(node, req, w2)
 				same := cmp.Diff(want, got, cmpopts.EquateEmpty()) == ""
 				switch {
@@ -54,34 +73,4 @@ func TestPoliciesThatIgnoreTheWorkloadDecideTheSameUnderAny(t *testing.T) {
 		t.Fatal("frag decided every case the same under every workload: the cases do not exercise the workload")
 	}
 	t.Logf("%d policies marked; frag differed in %d comparisons", marked, fragDiffers)
-}
-
-func TestWorkloadNear(t *testing.T) {
-	shape := func(units int64, weight float64) Shape { return Shape{Units: units, Weight: weight} }
-	base := &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50)}}
-	for _, tc := range []struct {
-		name string
-		o    *Workload
-		tol  float64
-		want bool
-	}{
-		{"scaled weights, same shares", &Workload{Shapes: []Shape{shape(10, 100), shape(20, 100)}}, 0, true},
-		{"shares moved 0.005", &Workload{Shapes: []Shape{shape(10, 101), shape(20, 99)}}, 0.01, true},
-		{"shares moved 0.02", &Workload{Shapes: []Shape{shape(10, 104), shape(20, 96)}}, 0.01, false},
-		{"a new shape", &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50), shape(30, 0.001)}}, 0.5, false},
-		{"another shape", &Workload{Shapes: []Shape{shape(10, 50), shape(40, 50)}}, 0.5, false},
-		{"model capacity", &Workload{Shapes: []Shape{shape(10, 50), shape(20, 50)}, ModelCapacity: map[string]ModelCapacity{"A": {Cards: 1, Units: 80}}}, 0.5, false},
-		{"none", nil, 0.5, false},
-	} {
-		if got := base.Near(tc.o, tc.tol); got != tc.want {
-			t.Errorf("%s: Near = %v, want %v", tc.name, got, tc.want)
-		}
-		if got := tc.o.Near(base, tc.tol); got != tc.want {
-			t.Errorf("%s, the other way: Near = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-	var none *Workload
-	if !none.Near(nil, 0) {
-		t.Error("nil is not Near nil")
-	}
 }

@@ -1,7 +1,9 @@
-package allocator
+package frag
+
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // The fragmentation measure as defined (see frag.go): the reference that the
-// faster computations in frag_view.go, frag_growth.go and frag_closed.go are
+// faster computations in view.go, growth.go and closed.go are
 // tested against, and the path for nodes of more than maxStackCards cards.
 
 // maxStackCards is how many cards the faster computations handle without
@@ -13,7 +15,7 @@ const maxStackCards = 16
 // negative: nothing), host the node's free CPU and memory in that state
 // (nil: unknown, never blocking), bits[i] the model bit of card i in
 // ix.models (0 when no shape names its model).
-func (ix *fragIndex) measure(node *Node, free []int64, bits []uint64, host *HostResources) float64 {
+func (ix *fragIndex) measure(node *allocator.Node, free []int64, bits []uint64, host *allocator.HostResources) float64 {
 	var total int64
 	for _, f := range free {
 		if f > 0 {
@@ -75,7 +77,7 @@ func (ix *fragIndex) modelBit(model string) (bit uint64, pos int, known bool) {
 }
 
 // modelBits fills bits[i] with the model bit of card i.
-func (ix *fragIndex) modelBits(node *Node, bits []uint64) {
+func (ix *fragIndex) modelBits(node *allocator.Node, bits []uint64) {
 	for i := range node.Cards {
 		if i > 0 && node.Cards[i].Model == node.Cards[i-1].Model {
 			bits[i] = bits[i-1]
@@ -86,7 +88,7 @@ func (ix *fragIndex) modelBits(node *Node, bits []uint64) {
 }
 
 // beforeFree is what each schedulable card has free before the pod.
-func beforeFree(node *Node, out []int64) {
+func beforeFree(node *allocator.Node, out []int64) {
 	for i, c := range node.Cards {
 		if c.Schedulable() {
 			out[i] = c.Free()
@@ -98,7 +100,7 @@ func beforeFree(node *Node, out []int64) {
 
 // afterFree turns a policy's free slice into what each card really has free
 // after the pod: cards this pod could not use keep their free share.
-func afterFree(node *Node, free []int64, out []int64) {
+func afterFree(node *allocator.Node, free []int64, out []int64) {
 	for i := range node.Cards {
 		out[i] = cardAfter(&node.Cards[i], free[i])
 	}
@@ -107,11 +109,11 @@ func afterFree(node *Node, free []int64, out []int64) {
 // cardAfter is what card c really has free after the pod, given f, what a
 // policy's free slice holds for it: a card the pod could not use (Unusable)
 // keeps its free share if schedulable, a card taken whole has none.
-func cardAfter(c *Card, f int64) int64 {
+func cardAfter(c *allocator.Card, f int64) int64 {
 	switch {
 	case f >= 0:
 		return f
-	case f == Unusable && c.Schedulable():
+	case f == allocator.Unusable && c.Schedulable():
 		return c.Free()
 	}
 	return 0
@@ -119,10 +121,10 @@ func cardAfter(c *Card, f int64) int64 {
 
 // hostAfter is the node's free CPU and memory once req is placed, or nil
 // when the node's are unknown.
-func hostAfter(node *Node, req Request, buf *HostResources) *HostResources {
+func hostAfter(node *allocator.Node, req allocator.Request, buf *allocator.HostResources) *allocator.HostResources {
 	if node.HostFree == nil {
 		return nil
 	}
-	*buf = HostResources{CPUMilli: node.HostFree.CPUMilli - req.Host.CPUMilli, MemoryMiB: node.HostFree.MemoryMiB - req.Host.MemoryMiB}
+	*buf = allocator.HostResources{CPUMilli: node.HostFree.CPUMilli - req.Host.CPUMilli, MemoryMiB: node.HostFree.MemoryMiB - req.Host.MemoryMiB}
 	return buf
 }

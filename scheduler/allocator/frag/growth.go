@@ -1,10 +1,14 @@
-package allocator
+package frag
 
-import "math"
+import (
+	"math"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
 
 // The growth of frag when a pod is placed on a node: one pass over the
 // node's cards (scan), then the cheapest exact computation for what it
-// found: the closed forms on alike cards (frag_closed.go), one pass over
+// found: the closed forms on alike cards (closed.go), one pass over
 // the classes on unlike cards (classGrowth), both states measured when the
 // pod changes several cards (growthMeasured), the definition on nodes too
 // large for the stack buffers.
@@ -13,14 +17,14 @@ import "math"
 // (negative when placing the pod makes the node less fragmented, e.g. a
 // pod that exactly fills a card's unusable leftover). free is the policy's
 // free slice after placement (Unusable, TakenWhole when negative).
-func fragGrowth(node *Node, free []int64, req Request, w *Workload, cpuOnly bool) float64 {
+func fragGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool) float64 {
 	return fragGrowthTotals(node, free, req, w, cpuOnly, nil)
 }
 
 // fragGrowthTotals is fragGrowth that also fills *tot, when not nil, with
 // totalsOf(node, free, w), from the same pass over the cards.
-func fragGrowthTotals(node *Node, free []int64, req Request, w *Workload, cpuOnly bool, tot *nodeTotals) float64 {
-	ix := w.index()
+func fragGrowthTotals(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool, tot *nodeTotals) float64 {
+	ix := index(w)
 	if ix == nil || ix.weight == 0 {
 		if tot != nil {
 			*tot = totalsOf(node, free, w)
@@ -28,7 +32,7 @@ func fragGrowthTotals(node *Node, free []int64, req Request, w *Workload, cpuOnl
 		return 0
 	}
 	hb, ha, known := hostStates(node, req, cpuOnly)
-	var hostB, hostA *HostResources
+	var hostB, hostA *allocator.HostResources
 	if known {
 		hostB, hostA = &hb, &ha
 	}
@@ -52,7 +56,7 @@ func fragGrowthTotals(node *Node, free []int64, req Request, w *Workload, cpuOnl
 // hostStates is the node's free CPU and memory before and after req
 // (known is false when the node's are unknown); with cpuOnly, memory
 // counts as unlimited.
-func hostStates(node *Node, req Request, cpuOnly bool) (before, after HostResources, known bool) {
+func hostStates(node *allocator.Node, req allocator.Request, cpuOnly bool) (before, after allocator.HostResources, known bool) {
 	if node.HostFree == nil {
 		return before, after, false
 	}
@@ -66,7 +70,7 @@ func hostStates(node *Node, req Request, cpuOnly bool) (before, after HostResour
 
 // oneCardGrowth is the growth for a scan in which the pod changed at most
 // one card.
-func (ix *fragIndex) oneCardGrowth(s *nodeScan, hostB, hostA *HostResources) float64 {
+func (ix *fragIndex) oneCardGrowth(s *nodeScan, hostB, hostA *allocator.HostResources) float64 {
 	v := &s.before
 	switch {
 	case v.total == 0: // nothing free before, nor after
@@ -94,16 +98,16 @@ type nodeScan struct {
 // scan fills s from node and free, the policy's free slice after the pod.
 // decide marks every card that is not schedulable Unusable, so only those
 // need their state looked at.
-func (s *nodeScan) scan(node *Node, free []int64, ix *fragIndex) {
+func (s *nodeScan) scan(node *allocator.Node, free []int64, ix *fragIndex) {
 	s.lastModel.ix = ix
 	for i := range node.Cards {
 		c := &node.Cards[i]
-		if free[i] == Unusable && !c.Schedulable() {
+		if free[i] == allocator.Unusable && !c.Schedulable() {
 			continue
 		}
 		before, after := c.Free(), free[i]
 		switch {
-		case after == Unusable:
+		case after == allocator.Unusable:
 			after = before
 		case after < 0:
 			after = 0
@@ -156,7 +160,7 @@ func (m *modelMemo) lookup(model string) (bit uint64, pressure float64) {
 // takes the before state's class stats, the host fit weights before and
 // after, and X, what the class loses: T when the node cannot host it, else
 // lost (see takeGrowth for how the taken card moves it).
-func (ix *fragIndex) classGrowth(v *nodeView, hostB, hostA *HostResources, took bool, f, u, cp int64, b uint64) float64 {
+func (ix *fragIndex) classGrowth(v *nodeView, hostB, hostA *allocator.HostResources, took bool, f, u, cp int64, b uint64) float64 {
 	allB := hostB == nil || hostB.Fits(ix.maxHost)
 	allA := hostA == nil || hostA.Fits(ix.maxHost)
 	t := float64(v.total)
@@ -204,7 +208,7 @@ func (ix *fragIndex) classGrowth(v *nodeView, hostB, hostA *HostResources, took 
 // growthMeasured is frag after minus frag before for a pod that changes
 // several cards (whole cards): both states are measured. vb is the before
 // state's view.
-func (ix *fragIndex) growthMeasured(node *Node, free []int64, vb *nodeView, hostB, hostA *HostResources) float64 {
+func (ix *fragIndex) growthMeasured(node *allocator.Node, free []int64, vb *nodeView, hostB, hostA *allocator.HostResources) float64 {
 	var s fragScratch
 	n := len(node.Cards)
 	vec, bits := s.vec[:n], s.bits[:n]
@@ -219,7 +223,7 @@ func (ix *fragIndex) growthMeasured(node *Node, free []int64, vb *nodeView, host
 
 // growthByDefinition is the growth from the definition, for nodes of more
 // than maxStackCards cards.
-func (ix *fragIndex) growthByDefinition(node *Node, free []int64, hostB, hostA *HostResources) float64 {
+func (ix *fragIndex) growthByDefinition(node *allocator.Node, free []int64, hostB, hostA *allocator.HostResources) float64 {
 	vec, bits := make([]int64, len(node.Cards)), make([]uint64, len(node.Cards))
 	ix.modelBits(node, bits)
 	afterFree(node, free, vec)

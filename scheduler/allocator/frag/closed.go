@@ -1,4 +1,6 @@
-package allocator
+package frag
+
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // Closed forms of the growth on nodes whose cards are alike (one model and
 // capacity, the common case): a few lookups in per-workload cumulative
@@ -37,7 +39,7 @@ type rowBuf struct {
 // the cumulative weights when the host blocks no shape, a level table's
 // row when one of its resources blocks none. ok is false when both may
 // block (see computeRow).
-func (ix *fragIndex) tableRow(slot int, host *HostResources) (r fitRow, ok bool) {
+func (ix *fragIndex) tableRow(slot int, host *allocator.HostResources) (r fitRow, ok bool) {
 	switch {
 	case host == nil || host.Fits(ix.maxHost):
 		return fitRow{ix.shareCum[slot], ix.wholeCum[slot][:]}, true
@@ -53,7 +55,7 @@ func (ix *fragIndex) tableRow(slot int, host *HostResources) (r fitRow, ok bool)
 
 // computeRow builds the fitRow of slot for host from the classes' host
 // requests, in buf.
-func (ix *fragIndex) computeRow(slot int, host *HostResources, buf *rowBuf) fitRow {
+func (ix *fragIndex) computeRow(slot int, host *allocator.HostResources, buf *rowBuf) fitRow {
 	r, k := buf.start(len(ix.shareUnits)), 0
 	for i := range ix.classes {
 		c := &ix.classes[i]
@@ -68,7 +70,7 @@ func (ix *fragIndex) computeRow(slot int, host *HostResources, buf *rowBuf) fitR
 
 // computeRows is computeRow for two hosts at once (one walk over a class's
 // host requests for both when it can, see hostFitWeights).
-func (ix *fragIndex) computeRows(slot int, hostB, hostA *HostResources, bufB, bufA *rowBuf) (rb, ra fitRow) {
+func (ix *fragIndex) computeRows(slot int, hostB, hostA *allocator.HostResources, bufB, bufA *rowBuf) (rb, ra fitRow) {
 	rb, ra = bufB.start(len(ix.shareUnits)), bufA.start(len(ix.shareUnits))
 	k := 0
 	for i := range ix.classes {
@@ -121,7 +123,7 @@ func (r fitRow) finish() fitRow {
 
 // alikeGrowthHosts is alikeGrowth with the rows of hosts hostB (before the
 // pod) and hostA (after).
-func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, took bool, f, u int64) float64 {
+func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *allocator.HostResources, took bool, f, u int64) float64 {
 	slot := v.slot(ix)
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
@@ -137,7 +139,7 @@ func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *HostResources, 
 // the missing ones are computed into buf (computeRow, or computeRows for
 // both). Callers look the rows up first and declare buf only when one is
 // missing: zeroing it for every node would cost more than the tables save.
-func (ix *fragIndex) computeMissing(slot int, hostB, hostA *HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
+func (ix *fragIndex) computeMissing(slot int, hostB, hostA *allocator.HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
 	switch {
 	case !okB && !okA:
 		return ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])

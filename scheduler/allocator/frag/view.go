@@ -1,10 +1,14 @@
-package allocator
+package frag
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
 
 // The measure on a node's view, class by class: what measure computes, on
 // the cards that have free units gathered once with their model bits.
-// frag_growth.go and frag_closed.go build on it.
+// growth.go and closed.go build on it.
 
 // maxFastClasses is how many workload classes the view computations handle
 // with stack buffers; larger workloads use heap buffers.
@@ -13,7 +17,7 @@ const maxFastClasses = 64
 // nodeView is one node state reduced to what the measure reads: the free
 // share, capacity and model bit of the cards that have any free, in card
 // order, and whether those cards are all alike (same model bit and
-// capacity), which allows the closed forms of frag_closed.go.
+// capacity), which allows the closed forms of closed.go.
 type nodeView struct {
 	k     int
 	total int64
@@ -30,7 +34,7 @@ type nodeView struct {
 
 // load fills the view from free (card i has free[i], ≤ 0: nothing).
 // It reports false when the node has more cards than the view holds.
-func (v *nodeView) load(node *Node, free []int64, bits []uint64) bool {
+func (v *nodeView) load(node *allocator.Node, free []int64, bits []uint64) bool {
 	if len(free) > maxStackCards {
 		return false
 	}
@@ -107,7 +111,7 @@ func (ix *fragIndex) classStats(v *nodeView, st []classStat) {
 
 // fitWeights fills fit[c] with the part of class c's weight whose CPU and
 // memory fit in host.
-func (ix *fragIndex) fitWeights(host *HostResources, fit []float64) {
+func (ix *fragIndex) fitWeights(host *allocator.HostResources, fit []float64) {
 	if host == nil || host.Fits(ix.maxHost) {
 		copy(fit, ix.weights)
 		return

@@ -1,6 +1,6 @@
-package allocator
-
-// Fragmentation-aware policies (see docs/packing.md).
+// Package frag holds gpushare's fragmentation-aware placement policies, fgd
+// and frag (New, NewFGD), over allocator's shared decision core, and the
+// index of the workload they read (see docs/packing.md).
 //
 // The measure is FGD's (Weng et al., "Beware of Fragmentation", USENIX ATC
 // 2023): for a node and a target workload (the shapes of the pods seen so
@@ -19,13 +19,14 @@ package allocator
 //     whole-card demand: cards already partly used).
 //
 // FGD places a pod where frag grows least (its "gradient descent"); the
-// fgd policy does that. The workload is learned online (Workload.Observe):
+// fgd policy does that. The workload is learned online
+// (allocator.Workload.Observe):
 // nothing reads ahead.
 //
 // The frag policy places a share on the best-fit card of a node (on the
 // openb traces it packs as well as FGD's least-fragmentation card, for a
 // third less work) and adds three terms to FGD's node score, all in cards
-// (see NewFragPolicy and docs/packing.md for the measurements behind them):
+// (see New and docs/packing.md for the measurements behind them):
 //   - stranded GPU (strandGrowth): FGD looks one pod ahead, so a CPU-only or
 //     CPU-heavy pod that leaves a node's free cards without the CPU or
 //     memory to feed them costs nothing until a single pod no longer fits.
@@ -34,7 +35,7 @@ package allocator
 //   - model scarcity (scarcityCost): a pod that may run on several models
 //     pays for taking capacity of a model that the pods insisting on it will
 //     need (needs Workload.ModelCapacity, the cluster's cards per model);
-//   - binpack (allocatedShare), with a small weight: among nodes that the
+//   - binpack's score (the allocated share), with a small weight: among nodes that the
 //     other terms rate alike, the fuller one, keeping empty nodes for
 //     8-card pods.
 //
@@ -43,33 +44,41 @@ package allocator
 // half for one whole card): for the 500 shape the card with 300 free is
 // unusable (300); for the whole-card shape the partly used card is unusable
 // (300) and the other one fits: frag = 0.5·300 + 0.5·300 = 300.
-
+//
 // Where the computation lives:
-//   - frag_measure.go: the measure as defined, card by card (the reference
+//   - frag.go: the two policies, their card choice and score;
+//   - index.go: the workload's shapes grouped into classes, with the
+//     cumulative tables the closed forms read, built once per workload
+//     value and kept with it (allocator.Workload.Derived);
+//   - measure.go: the measure as defined, card by card (the reference
 //     the property tests check the rest against);
-//   - frag_view.go: the measure on a node's view, class by class;
-//   - frag_growth.go: the growth when a pod is placed, from one pass over
+//   - view.go: the measure on a node's view, class by class;
+//   - growth.go: the growth when a pod is placed, from one pass over
 //     the node's cards;
-//   - frag_closed.go: the closed forms on nodes of alike cards, from the
-//     workload's cumulative tables (workload.go builds them);
-//   - frag_terms.go: the frag policy's other terms;
-//   - frag_fast.go: both policies' Evaluate for the common request (one
+//   - closed.go: the closed forms on nodes of alike cards, from the
+//     index's cumulative tables;
+//   - terms.go: the frag policy's other terms;
+//   - fast.go: both policies' Evaluate for the common request (one
 //     share, no model constraint) in one pass over the cards.
+
+package frag
+
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // fragChooseCard places a share demand on the card where the node's frag
 // grows least (ties: the least leftover, then the lowest index), as FGD
 // does. Cards with the same free share, model and capacity are
 // interchangeable, so each such group is measured once. Whole-card demands
-// take the smallest unused card (bestFit): all unused cards of a node look
-// alike to the measure.
+// take the smallest unused card (allocator.BestFitCard): all unused cards
+// of a node look alike to the measure.
 //
 // The pod's CPU and memory are not known here (Demand carries only the
 // GPU part), so the comparison uses the node's free CPU and memory before
 // the pod; it is the same for every candidate card.
-func fragChooseCard(node *Node, free []int64, d Demand, w *Workload) int {
-	ix := w.index()
+func fragChooseCard(node *allocator.Node, free []int64, d allocator.Demand, w *allocator.Workload) int {
+	ix := index(w)
 	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || len(node.Cards) > maxStackCards {
-		return bestFit(node, free, d, w)
+		return allocator.BestFitCard(node, free, d, w)
 	}
 	// Candidates: one card per (free, model, capacity) group.
 	var cand [maxStackCards]int
@@ -120,9 +129,9 @@ func leastGrowth(cand []int, g []float64, free []int64) int {
 	best, bestGrowth := cand[0], g[0]
 	for k, i := range cand[1:] {
 		switch gk := g[k+1]; {
-		case gk < bestGrowth-ScoreTolerance:
+		case gk < bestGrowth-allocator.ScoreTolerance:
 			best, bestGrowth = i, gk
-		case gk <= bestGrowth+ScoreTolerance && free[i] < free[best]:
+		case gk <= bestGrowth+allocator.ScoreTolerance && free[i] < free[best]:
 			best = i
 		}
 	}
@@ -133,7 +142,7 @@ func leastGrowth(cand []int, g []float64, free []int64) int {
 // taken from card cand[k] of a node whose view v is alike and whose free
 // CPU and memory are host, less the part every candidate shares (u times
 // the fit weight of all classes and noGPU): −takeDelta.
-func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *HostResources, free []int64, u int64, cand []int, g []float64) {
+func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *allocator.HostResources, free []int64, u int64, cand []int, g []float64) {
 	slot := v.slot(ix)
 	row, ok := ix.tableRow(slot, host)
 	if !ok {
@@ -148,7 +157,7 @@ func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *HostResources, free []i
 
 // takeGrowths is alikeTakeGrowths on a view of unlike cards, class by class
 // (takeGrowth).
-func (ix *fragIndex) takeGrowths(v *nodeView, node *Node, free []int64, u int64, cand []int, g []float64) {
+func (ix *fragIndex) takeGrowths(v *nodeView, node *allocator.Node, free []int64, u int64, cand []int, g []float64) {
 	var s fragScratch
 	fit, _ := s.fits(ix)
 	ix.fitWeights(node.HostFree, fit)
@@ -162,18 +171,18 @@ func (ix *fragIndex) takeGrowths(v *nodeView, node *Node, free []int64, u int64,
 }
 
 // fgdScore is FGD's node score: the less frag grows, the better.
-func fgdScore(node *Node, free []int64, req Request, w *Workload) float64 {
+func fgdScore(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 	return -fragGrowth(node, free, req, w, false)
 }
 
-// newFGDPolicy is the fgd policy: FGD's card choice and score.
-func newFGDPolicy() *Policy {
-	return &Policy{
+// NewFGD is the fgd policy: FGD's card choice and node score, nothing else.
+func NewFGD() *allocator.Policy {
+	return &allocator.Policy{
 		Name:        "fgd",
 		Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
 		ChooseCard:  fragChooseCard,
 		Score:       fgdScore,
-		evaluate: shareFastPath(false, false, func(_ *Node, _ Request, _ *Workload, g float64, _ nodeTotals) float64 {
+		FastEvaluate: shareFastPath(false, false, func(_ *allocator.Node, _ allocator.Request, _ *allocator.Workload, g float64, _ nodeTotals) float64 {
 			return -g
 		}),
 	}
@@ -184,13 +193,27 @@ func newFGDPolicy() *Policy {
 // within 0.05 points; the pack term mostly breaks near-ties; the scarcity
 // weight was tried at 0.5, 1 and 2 on gpuspec33).
 const (
-	FragPackWeight     = 0.01
-	FragStrandWeight   = 1.0
-	FragScarcityWeight = 2.0
+	PackWeight     = 0.01
+	StrandWeight   = 1.0
+	ScarcityWeight = 2.0
 )
 
-// FragOptions tune the fragmentation-aware policy family (NewFragPolicy).
-type FragOptions struct {
+// New is the frag policy: best-fit card, and a node score of FGD's
+// (−Δfrag, in cards) with the stranded-GPU, scarcity and binpack terms at
+// the weights above.
+func New() *allocator.Policy {
+	return newPolicy(options{
+		Name:           "frag",
+		Description:    "fragmentation-aware: best-fit card on the node where FGD's fragmentation growth, plus the growth of GPU stranded by CPU/memory, the scarcity of the models taken and a little binpack, costs least",
+		PackWeight:     PackWeight,
+		StrandWeight:   StrandWeight,
+		ScarcityWeight: ScarcityWeight,
+		BestFitCard:    true,
+	})
+}
+
+// options tune the fragmentation-aware policy family (newPolicy).
+type options struct {
 	Name, Description string
 	// PackWeight adds PackWeight × the node's allocated GPU share after
 	// placement (0..1, binpack's score) to the main term, −Δfrag in cards.
@@ -211,29 +234,29 @@ type FragOptions struct {
 	ScarcityWeight float64
 }
 
-// NewFragPolicy builds a fragmentation-aware policy: FGD's card choice (or
+// newPolicy builds a fragmentation-aware policy: FGD's card choice (or
 // best fit with BestFitCard), and a node score of −Δfrag (in cards) plus the
 // options' terms.
-func NewFragPolicy(o FragOptions) *Policy {
+func newPolicy(o options) *allocator.Policy {
 	choose := fragChooseCard
 	if o.BestFitCard {
-		choose = bestFit
+		choose = allocator.BestFitCard
 	}
-	return &Policy{
+	return &allocator.Policy{
 		Name:        o.Name,
 		Description: o.Description,
 		ChooseCard:  choose,
-		Score: func(node *Node, free []int64, req Request, w *Workload) float64 {
+		Score: func(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 			var t nodeTotals
 			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
 			return o.score(node, req, w, g, t)
 		},
-		evaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
+		FastEvaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
 	}
 }
 
 // score is the policy's node score from the growth g and the node totals t.
-func (o *FragOptions) score(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64 {
+func (o *options) score(node *allocator.Node, req allocator.Request, w *allocator.Workload, g float64, t nodeTotals) float64 {
 	unit := t.cardUnits()
 	s := -g / unit
 	if o.PackWeight != 0 && t.capacity > 0 {

@@ -1,4 +1,6 @@
-package allocator
+package frag
+
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // The fast path of the fgd and frag policies: Evaluate for the common
 // request, one container asking for a share of one card with no model
@@ -11,26 +13,26 @@ package allocator
 // a node where no card fits (decide says why), goes to decide.
 
 // shareFastPath returns the fast path of a frag-family policy: bestFitCard
-// as in FragOptions (else FGD's card), cpuOnly as in FragOptions, and score
+// as in options (else FGD's card), cpuOnly as in options, and score
 // the policy's score from the growth and the node totals.
-func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request, w *Workload, g float64, t nodeTotals) float64) func(*Node, Request, *Workload) (Decision, bool) {
-	return func(node *Node, req Request, w *Workload) (Decision, bool) {
-		ix := w.index()
+func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, w *allocator.Workload, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
+	return func(node *allocator.Node, req allocator.Request, w *allocator.Workload) (allocator.Decision, bool) {
+		ix := index(w)
 		if len(req.Demands) != 1 || len(req.Models) != 0 || req.Cards != nil || ix == nil || ix.weight == 0 ||
 			node.InventoryErr != nil || len(node.Cards) > maxStackCards {
-			return Decision{}, false
+			return allocator.Decision{}, false
 		}
 		d := req.Demands[0]
 		if d.WholeCards > 0 || d.Units <= 0 {
-			return Decision{}, false
+			return allocator.Decision{}, false
 		}
 		var p sharePass
 		p.run(node, ix, d.Units, !bestFitCard)
 		if p.fits == 0 {
-			return Decision{}, false
+			return allocator.Decision{}, false
 		}
 		hb, ha, known := hostStates(node, req, cpuOnly)
-		var hostB, hostA *HostResources
+		var hostB, hostA *allocator.HostResources
 		if known {
 			hostB, hostA = &hb, &ha
 		}
@@ -54,14 +56,14 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *Node, req Request
 			s := &p.scan
 			g = ix.classGrowth(&s.before, hostB, hostA, true, s.f, s.u, s.cp, s.bit)
 		}
-		return Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
+		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
 	}
 }
 
 // alikeShare places the share of u units on a node of alike cards and
 // returns the growth: on card, or with fgdCard on FGD's card, chosen with
 // the row of the node's host before the pod that the growth reads too.
-func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgdCard bool, hostB, hostA *HostResources) float64 {
+func (ix *fragIndex) alikeShare(p *sharePass, node *allocator.Node, u int64, card int, fgdCard bool, hostB, hostA *allocator.HostResources) float64 {
 	slot := p.scan.before.slot(ix)
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
@@ -73,7 +75,7 @@ func (ix *fragIndex) alikeShare(p *sharePass, node *Node, u int64, card int, fgd
 }
 
 // alikeShareRows is alikeShare with the rows before (rb) and after (ra).
-func (ix *fragIndex) alikeShareRows(p *sharePass, node *Node, u int64, card int, fgdCard bool, rb, ra fitRow) float64 {
+func (ix *fragIndex) alikeShareRows(p *sharePass, node *allocator.Node, u int64, card int, fgdCard bool, rb, ra fitRow) float64 {
 	v := &p.scan.before
 	if fgdCard {
 		card = p.cand[0]
@@ -109,7 +111,7 @@ type sharePass struct {
 }
 
 // run fills p from node; withCandidates gathers FGD's candidates.
-func (p *sharePass) run(node *Node, ix *fragIndex, u int64, withCandidates bool) {
+func (p *sharePass) run(node *allocator.Node, ix *fragIndex, u int64, withCandidates bool) {
 	p.scan.lastModel.ix = ix
 	for i := range node.Cards {
 		c := &node.Cards[i]
@@ -141,7 +143,7 @@ func (p *sharePass) run(node *Node, ix *fragIndex, u int64, withCandidates bool)
 
 // grouped reports whether card i has the free share, model and capacity of
 // a candidate already found.
-func (p *sharePass) grouped(node *Node, i int) bool {
+func (p *sharePass) grouped(node *allocator.Node, i int) bool {
 	for _, j := range p.cand[:p.nc] {
 		if p.free[j] == p.free[i] && node.Cards[j].Model == node.Cards[i].Model && node.Cards[j].Capacity == node.Cards[i].Capacity {
 			return true
@@ -152,7 +154,7 @@ func (p *sharePass) grouped(node *Node, i int) bool {
 
 // place records the share of u units on card i in p.scan, as scan records
 // the card the pod changed.
-func (p *sharePass) place(node *Node, i int, u int64) {
+func (p *sharePass) place(node *allocator.Node, i int, u int64) {
 	c := &node.Cards[i]
 	bit, pressure := p.scan.lastModel.lookup(c.Model)
 	s := &p.scan
@@ -162,7 +164,7 @@ func (p *sharePass) place(node *Node, i int, u int64) {
 }
 
 // fgdCard is fragChooseCard's choice for the pass's candidates.
-func (ix *fragIndex) fgdCard(p *sharePass, node *Node, u int64) int {
+func (ix *fragIndex) fgdCard(p *sharePass, node *allocator.Node, u int64) int {
 	if p.nc == 1 {
 		return p.cand[0]
 	}

@@ -1,12 +1,15 @@
-package allocator
+package frag
 
 import (
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
+// fragIndex is a workload's shapes arranged for the fragmentation measure:
 // GPU shapes grouped into classes that need the same cards, with weights
 // normalised to shares of all pods seen.
 type fragIndex struct {
@@ -22,7 +25,7 @@ type fragIndex struct {
 	// weights[i] is classes[i].weight; maxHost bounds every GPU shape's
 	// CPU and memory request (a node with that much free blocks none).
 	weights []float64
-	maxHost HostResources
+	maxHost allocator.HostResources
 	// GPU pods' totals, each pod weighted by its share: CPU and memory
 	// requested, share units and whole cards. Their ratio is how much CPU
 	// and memory the workload's GPU pods want per GPU unit.
@@ -96,7 +99,7 @@ type fragClass struct {
 	// nodes need not look at hosts at all.
 	weight           float64
 	hosts            []hostWeight
-	minHost, maxHost HostResources
+	minHost, maxHost allocator.HostResources
 }
 
 // accepts reports whether the class may use cards of model slot slot (the
@@ -107,13 +110,13 @@ func (c *fragClass) accepts(slot, models int) bool {
 }
 
 type hostWeight struct {
-	host   HostResources
+	host   allocator.HostResources
 	weight float64
 }
 
 // hostFitWeight is the part of the class's weight whose CPU and memory fit
 // in free (all of it when free is unknown).
-func (c *fragClass) hostFitWeight(free *HostResources) float64 {
+func (c *fragClass) hostFitWeight(free *allocator.HostResources) float64 {
 	if free == nil || free.Fits(c.maxHost) {
 		return c.weight
 	}
@@ -135,7 +138,7 @@ func (c *fragClass) hostFitWeight(free *HostResources) float64 {
 // hostFitWeights is hostFitWeight for two hosts at once, the second
 // holding at most the first's CPU (a node's free CPU and memory before and
 // after a pod): one walk over the host requests.
-func (c *fragClass) hostFitWeights(b, a *HostResources) (wb, wa float64) {
+func (c *fragClass) hostFitWeights(b, a *allocator.HostResources) (wb, wa float64) {
 	if b == nil || b.Fits(c.maxHost) {
 		return c.weight, c.hostFitWeight(a)
 	}
@@ -166,7 +169,7 @@ func (c *fragClass) hostFitWeights(b, a *HostResources) (wb, wa float64) {
 	return wb, wa
 }
 
-func buildFragIndex(shapes []Shape, capacity map[string]ModelCapacity) *fragIndex {
+func buildFragIndex(shapes []allocator.Shape, capacity map[string]allocator.ModelCapacity) *fragIndex {
 	ix := &fragIndex{shapes: len(shapes)}
 	for _, s := range shapes {
 		if s.Weight > 0 {
@@ -311,14 +314,14 @@ func (ix *fragIndex) buildCumulative() {
 			}
 		}
 	}
-	ix.byCPU = ix.buildLevels(func(h HostResources) int64 { return h.CPUMilli })
-	ix.byMem = ix.buildLevels(func(h HostResources) int64 { return h.MemoryMiB })
+	ix.byCPU = ix.buildLevels(func(h allocator.HostResources) int64 { return h.CPUMilli })
+	ix.byMem = ix.buildLevels(func(h allocator.HostResources) int64 { return h.MemoryMiB })
 }
 
 // buildLevels builds the level table of the host resource key returns.
 // Level by level, each class's fit grows by its requests at that level
 // (one pass over the requests, sorted by key).
-func (ix *fragIndex) buildLevels(key func(HostResources) int64) levelTable {
+func (ix *fragIndex) buildLevels(key func(allocator.HostResources) int64) levelTable {
 	type item struct {
 		k      int64
 		class  int
@@ -385,16 +388,21 @@ func (ix *fragIndex) buildLevels(key func(HostResources) int64) levelTable {
 	return lt
 }
 
-// index returns the workload's precomputed index, or builds one when it is
-// missing or stale (Shapes changed without Reindex).
-func (w *Workload) index() *fragIndex {
+// indexKey is the key of a workload's index (Workload.Derived).
+type indexKey struct{}
+
+// index returns w's index, built on first use and kept with w
+// (Workload.Derived); when w's Shapes changed since without Reindex, a
+// temporary one (correct, but slower and allocating on every call).
+func index(w *allocator.Workload) *fragIndex {
 	if w == nil {
 		return nil
 	}
-	if ix := w.idx; ix != nil && ix.shapes == len(w.Shapes) {
-		return ix
+	ix := w.Derived(indexKey{}, func(w *allocator.Workload) any { return buildFragIndex(w.Shapes, w.ModelCapacity) }).(*fragIndex)
+	if ix.shapes != len(w.Shapes) {
+		return buildFragIndex(w.Shapes, w.ModelCapacity)
 	}
-	return buildFragIndex(w.Shapes, w.ModelCapacity)
+	return ix
 }
 
 // modelPressure estimates, for each model, the share of its capacity that
@@ -410,7 +418,7 @@ func (w *Workload) index() *fragIndex {
 // Worked example (openb gpuspec33): T4 holds 842 of 6,212 cards, and pods
 // that insist on T4 ask for 1,049 cards' worth at 100% arrival: pressure 1;
 // G2 holds 4,392 cards and G2-only pods ask for 393: pressure 0.09.
-func modelPressure(shapes []Shape, capacity map[string]ModelCapacity, models []string, total float64) []float64 {
+func modelPressure(shapes []allocator.Shape, capacity map[string]allocator.ModelCapacity, models []string, total float64) []float64 {
 	if len(capacity) == 0 || total == 0 || len(models) == 0 {
 		return nil
 	}
