@@ -72,22 +72,27 @@ type Runner struct {
 	live  map[string]types.UID
 	// rejected are the pods already counted in Report.Rejected.
 	rejected map[types.UID]bool
-	mu       sync.Mutex
+	// events are the kills and isolations by node, for AdmissionCause.
+	events map[string][]NodeEvent
+	mu     sync.Mutex
 }
 
 // Report is what a run did and found.
 type Report struct {
-	Seed       uint64
-	Ops        int
-	Planned    int
-	Kinds      map[Kind]int
-	Restarts   map[Kind]int
-	Created    int
-	Refused    map[string]int // creations the API server refused, by message
-	Rejected   map[string]int // pods the kubelet rejected (Failed), by reason
-	Deleted    int
-	Checks     int
-	Violations []Violation
+	Seed     uint64
+	Ops      int
+	Planned  int
+	Kinds    map[Kind]int
+	Restarts map[Kind]int
+	Created  int
+	Refused  map[string]int // creations the API server refused, by message
+	Rejected map[string]int // pods the kubelet rejected (Failed), by reason
+	// AdmissionCauses are the pods the kubelet rejected for their devices
+	// (UnexpectedAdmissionError), by cause (AdmissionCause).
+	AdmissionCauses map[Cause]int
+	Deleted         int
+	Checks          int
+	Violations      []Violation
 	// FirstViolationOp is the operation after which the first violation was
 	// seen (0: none, -1: at the end).
 	FirstViolationOp int
@@ -118,8 +123,8 @@ func (r *Report) Summary() string {
 	for _, n := range r.Rejected {
 		rejected += n
 	}
-	return fmt.Sprintf("seed %d: %d of %d operations, %d checks, %d restarts survived (%s), %d pods created, %d refused at creation, %d deleted by the run, %d rejected by the kubelet at admission; violations: %d; %v",
-		r.Seed, r.Ops, r.Planned, r.Checks, total, strings.Join(restarts, ", "), r.Created, refused, r.Deleted, rejected, len(r.Violations), r.Duration.Round(time.Second))
+	return fmt.Sprintf("seed %d: %d of %d operations, %d checks, %d restarts survived (%s), %d pods created, %d refused at creation, %d deleted by the run, %d rejected by the kubelet at admission (for their devices, by cause: %s); violations: %d; %v",
+		r.Seed, r.Ops, r.Planned, r.Checks, total, strings.Join(restarts, ", "), r.Created, refused, r.Deleted, rejected, causesText(r.AdmissionCauses), len(r.Violations), r.Duration.Round(time.Second))
 }
 
 // Text is the whole report: summary, violations, replay, log and state.
@@ -160,7 +165,8 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 	r.start = time.Now()
 	r.live = map[string]types.UID{}
 	r.rejected = map[types.UID]bool{}
-	rep := &Report{Seed: r.Seed, Planned: len(plan), Kinds: map[Kind]int{}, Restarts: map[Kind]int{}, Refused: map[string]int{}, Rejected: map[string]int{}, States: map[string]string{}}
+	r.events = map[string][]NodeEvent{}
+	rep := &Report{Seed: r.Seed, Planned: len(plan), Kinds: map[Kind]int{}, Restarts: map[Kind]int{}, Refused: map[string]int{}, Rejected: map[string]int{}, AdmissionCauses: map[Cause]int{}, States: map[string]string{}}
 	if r.Logf == nil {
 		r.Logf = func(string, ...any) {}
 	}
@@ -314,12 +320,14 @@ func (r *Runner) do(ctx context.Context, op Op, rep *Report) error {
 		rep.Restarts[op.Kind]++
 		r.logf("%s → restarted", op)
 	case KindKillPlugin:
+		r.nodeEvent(op.Node, NodeEvent{Kind: op.Kind})
 		if err := r.Hooks.KillPlugin(ctx, op.Node); err != nil {
 			return err
 		}
 		rep.Restarts[op.Kind]++
 		r.logf("%s → killed (its agent restarts it)", op)
 	case KindKillAgent:
+		r.nodeEvent(op.Node, NodeEvent{Kind: op.Kind})
 		if err := r.Hooks.KillAgent(ctx, op.Node); err != nil {
 			return err
 		}
@@ -405,6 +413,7 @@ func (r *Runner) scale(ctx context.Context, op Op) {
 }
 
 func (r *Runner) isolate(ctx context.Context, op Op) {
+	r.nodeEvent(op.Node, NodeEvent{Kind: op.Kind, Isolated: len(op.Isolate) > 0})
 	var value *string
 	if len(op.Isolate) > 0 {
 		parts := make([]string, len(op.Isolate))
@@ -634,13 +643,35 @@ func activeOf(obs *Observation, deployment string) int {
 
 // countRejected counts the pods the kubelet rejected at admission, each
 // once, by reason and message, as observations first show them Failed.
+// Those rejected for their devices are also attributed to a cause.
 func (r *Runner) countRejected(obs *Observation, rep *Report) {
-	for _, p := range obs.Pods {
+	var held map[string]bool
+	for i, p := range obs.Pods {
 		if p.Status.Phase == corev1.PodFailed && !r.rejected[p.UID] {
 			r.rejected[p.UID] = true
 			rep.Rejected[p.Status.Reason+": "+shorten(p.Status.Message)]++
+			if p.Status.Reason != admissionFailure {
+				continue
+			}
+			if held == nil {
+				held = WholeHeldNodes(obs.Pods, api.DefaultNames())
+			}
+			r.mu.Lock()
+			events := r.events[p.Spec.NodeName]
+			r.mu.Unlock()
+			cause := AdmissionCause(&obs.Pods[i], obs.At, events, held[p.Spec.NodeName])
+			rep.AdmissionCauses[cause]++
+			r.logf("rejected at admission: %s on %s (%s): %s", p.Name, p.Spec.NodeName, cause, shorten(p.Status.Message))
 		}
 	}
+}
+
+// nodeEvent records a kill or an isolation of a node, now.
+func (r *Runner) nodeEvent(node string, e NodeEvent) {
+	e.At = time.Now()
+	r.mu.Lock()
+	r.events[node] = append(r.events[node], e)
+	r.mu.Unlock()
 }
 
 // inspectorView is the part of `kubectl inspect gpushare -o json` the run

@@ -1,0 +1,109 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/api"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Cause is why, as far as the run can tell, the kubelet rejected a pod at admission.
+type Cause string
+
+const (
+	// CauseRestart: the pod's node had its plugin or agent killed within RestartWindow before the
+	// rejection was first seen, or the kubelet's message says the plugin's connection broke during
+	// the call. The kubelet marks a resource's devices unhealthy while its plugin is gone.
+	CauseRestart Cause = "restart"
+	// CauseIsolation: the pod's node had cards isolated after the pod was created (the extender
+	// chose a card the node then took away).
+	CauseIsolation Cause = "isolated after bind"
+	// CauseWholeHold: a pod holding whole cards was on the node (whole-card holds make the held
+	// cards' memory units unhealthy).
+	CauseWholeHold Cause = "whole-card hold"
+	// CauseOther: none of the above.
+	CauseOther Cause = "other"
+)
+
+// Causes lists every Cause in the order the summary prints them.
+var Causes = []Cause{CauseRestart, CauseIsolation, CauseWholeHold, CauseOther}
+
+// RestartWindow is how long after a kill of a node's plugin or agent a rejection on that node
+// counts as the restart's: the restart, the plugin's registration and the kubelet's first
+// ListAndWatch answer take a few seconds; the observation that sees the pod Failed comes after the
+// next operation.
+const RestartWindow = 30 * time.Second
+
+// NodeEvent is an operation the run did to one node, when it did it.
+type NodeEvent struct {
+	At   time.Time
+	Kind Kind
+	// Isolated: the operation isolated at least one card (lifting an isolation is not a cause).
+	Isolated bool
+}
+
+// brokenCall are the kubelet's messages for a plugin that died during Allocate or
+// GetPreferredAllocation.
+var brokenCall = []string{"connection closing", "EOF", "Unavailable", "connection refused"}
+
+// AdmissionCause attributes one rejected pod: seen is when the run first saw it Failed, events
+// are its node's NodeEvents, wholeHeld whether a pod holding whole cards was bound to its node
+// then. A restart explains a rejection before an isolation does, and both before a whole-card
+// hold.
+func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld bool) Cause {
+	for _, m := range brokenCall {
+		if strings.Contains(p.Status.Message, m) {
+			return CauseRestart
+		}
+	}
+	for _, e := range events {
+		if (e.Kind == KindKillPlugin || e.Kind == KindKillAgent) && !e.At.After(seen) && seen.Sub(e.At) <= RestartWindow {
+			return CauseRestart
+		}
+	}
+	created := p.CreationTimestamp.Time
+	for _, e := range events {
+		if e.Isolated && e.At.After(created) && !e.At.After(seen) {
+			return CauseIsolation
+		}
+	}
+	if wholeHeld {
+		return CauseWholeHold
+	}
+	return CauseOther
+}
+
+// WholeHeldNodes are the nodes with a pod that holds whole cards (asks for names' whole-card
+// resource) and has not finished.
+func WholeHeldNodes(pods []corev1.Pod, names api.Names) map[string]bool {
+	held := map[string]bool{}
+	for i := range pods {
+		p := &pods[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if len(api.KubeletDemand(p, names.WholeResourceName())) > 0 {
+			held[p.Spec.NodeName] = true
+		}
+	}
+	return held
+}
+
+// admissionFailure is the kubelet's reason for a pod it rejected for its devices.
+const admissionFailure = "UnexpectedAdmissionError"
+
+// causesText is the counts by cause in Causes' order ("restart 3, other 1"), "none" when empty.
+func causesText(counts map[Cause]int) string {
+	var parts []string
+	for _, c := range Causes {
+		if counts[c] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", c, counts[c]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

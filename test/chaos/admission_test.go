@@ -1,0 +1,82 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/api"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func rejectedPod(created time.Time, msg string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", CreationTimestamp: metav1.NewTime(created)},
+		Spec:       corev1.PodSpec{NodeName: "n1"},
+		Status:     corev1.PodStatus{Phase: corev1.PodFailed, Reason: admissionFailure, Message: msg},
+	}
+}
+
+func TestAdmissionCause(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	seen := t0.Add(time.Minute)
+	unhealthy := "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/gpu-mem, which is unexpected"
+	for _, tc := range []struct {
+		name      string
+		msg       string
+		events    []NodeEvent
+		wholeHeld bool
+		want      Cause
+	}{
+		{"the plugin died during the call", "Allocate failed due to rpc error: code = Unavailable desc = error reading from server: EOF, which is unexpected", nil, false, CauseRestart},
+		{"plugin killed 10 s before", unhealthy, []NodeEvent{{At: seen.Add(-10 * time.Second), Kind: KindKillPlugin}}, false, CauseRestart},
+		{"agent killed 30 s before", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow), Kind: KindKillAgent}}, false, CauseRestart},
+		{"a kill long before is not the cause", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow - time.Second), Kind: KindKillPlugin}}, false, CauseOther},
+		{"a kill after the rejection was seen is not the cause", unhealthy, []NodeEvent{{At: seen.Add(time.Second), Kind: KindKillPlugin}}, false, CauseOther},
+		{"an extender restart is not the node's", unhealthy, []NodeEvent{{At: seen.Add(-time.Second), Kind: KindKillExtender}}, false, CauseOther},
+		{"cards isolated after the pod was created", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate, Isolated: true}}, false, CauseIsolation},
+		{"isolated before the pod existed", unhealthy, []NodeEvent{{At: t0.Add(-time.Second), Kind: KindIsolate, Isolated: true}}, false, CauseOther},
+		{"an isolation lifted is not the cause", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate}}, false, CauseOther},
+		{"whole cards held on the node", unhealthy, nil, true, CauseWholeHold},
+		{"a restart explains it before an isolation or a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate, Isolated: true}, {At: seen.Add(-time.Second), Kind: KindKillPlugin}}, true, CauseRestart},
+		{"an isolation before a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindWriters, Isolated: true}}, true, CauseIsolation},
+		{"nothing known", "Allocate failed due to requested number of devices unavailable for example.com/gpu-mem. Requested: 4, Available: 2, which is unexpected", nil, false, CauseOther},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AdmissionCause(rejectedPod(t0, tc.msg), seen, tc.events, tc.wholeHeld); got != tc.want {
+				t.Errorf("AdmissionCause = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWholeHeldNodes(t *testing.T) {
+	names := api.DefaultNames()
+	pod := func(node string, res corev1.ResourceName, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{res: resource.MustParse("1")}}}}},
+			Status: corev1.PodStatus{Phase: phase},
+		}
+	}
+	got := WholeHeldNodes([]corev1.Pod{
+		pod("whole", names.WholeResourceName(), corev1.PodRunning),
+		pod("units", names.ResourceName(), corev1.PodRunning),
+		pod("finished", names.WholeResourceName(), corev1.PodSucceeded),
+		pod("", names.WholeResourceName(), corev1.PodPending),
+	}, names)
+	if len(got) != 1 || !got["whole"] {
+		t.Errorf("WholeHeldNodes = %v, want only the node whose pod holds whole cards and runs", got)
+	}
+}
+
+func TestCausesText(t *testing.T) {
+	if got := causesText(nil); got != "none" {
+		t.Errorf("causesText(nil) = %q", got)
+	}
+	got := causesText(map[Cause]int{CauseOther: 1, CauseRestart: 3, CauseWholeHold: 0})
+	if want := "restart 3, other 1"; got != want {
+		t.Errorf("causesText = %q, want %q", got, want)
+	}
+}
