@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gpushare/gpushare/internal/oneof"
 )
 
 // MaxUnits bounds any single quantity of units the programs accept (a card's
@@ -24,11 +26,7 @@ const (
 
 // ParseMemoryUnit returns the unit named s ("GiB" or "MiB").
 func ParseMemoryUnit(s string) (MemoryUnit, error) {
-	switch u := MemoryUnit(s); u {
-	case UnitGiB, UnitMiB:
-		return u, nil
-	}
-	return "", fmt.Errorf("unknown memory unit %q: use %q or %q", s, UnitGiB, UnitMiB)
+	return oneof.Parse("memory unit", s, UnitGiB, UnitMiB)
 }
 
 // MiB is the number of MiB in one unit.
@@ -192,26 +190,49 @@ func (n Names) RequestFromPod(pod *corev1.Pod) (PodRequest, error) {
 
 // gpuRequest is PodRequest.Containers (see RequestFromPod).
 func (n Names) gpuRequest(pod *corev1.Pod) ([]ContainerRequest, error) {
-	for _, c := range pod.Spec.InitContainers {
-		units, err := n.containerUnits(c)
-		if err != nil {
-			return nil, err
-		}
-		if units > 0 {
-			return nil, fmt.Errorf("%w: init container %q asks for %d", n.errInitContainer(), c.Name, units)
-		}
-	}
 	var out []ContainerRequest
-	for _, c := range pod.Spec.Containers {
-		units, err := n.containerUnits(c)
-		if err != nil {
-			return nil, err
-		}
-		if units > 0 {
+	err := eachAsk(pod, n.containerUnits,
+		func(name string, units int64) error {
+			return fmt.Errorf("%w: init container %q asks for %d", n.errInitContainer(), name, units)
+		},
+		func(c corev1.Container, units int64) error {
 			out = append(out, ContainerRequest{Name: c.Name, Units: units})
-		}
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// eachAsk walks pod's containers for one GPU resource, read by ask (0: the
+// container does not ask for it; an error: it asks wrongly). Init
+// containers may not ask for it: the first that does is refused with the
+// error refuseInit words. Each app container that asks is handed to use, in
+// spec order. The first error, in spec order, ends the walk.
+func eachAsk[T int | int64](pod *corev1.Pod, ask func(corev1.Container) (T, error), refuseInit func(name string, v T) error, use func(c corev1.Container, v T) error) error {
+	for _, c := range pod.Spec.InitContainers {
+		v, err := ask(c)
+		if err != nil {
+			return err
+		}
+		if v > 0 {
+			return refuseInit(c.Name, v)
+		}
+	}
+	for _, c := range pod.Spec.Containers {
+		v, err := ask(c)
+		if err != nil {
+			return err
+		}
+		if v == 0 {
+			continue
+		}
+		if err := use(c, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hostRequest is PodRequest.Host (see RequestFromPod).

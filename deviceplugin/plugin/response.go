@@ -1,13 +1,13 @@
 package plugin
 
 import (
-	"fmt"
 	"strconv"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/oneof"
 )
 
 // Strategy is how a container is told which card it has.
@@ -23,11 +23,7 @@ const (
 
 // ParseStrategy parses --pass-device-specs-strategy style names.
 func ParseStrategy(s string) (Strategy, error) {
-	switch v := Strategy(s); v {
-	case StrategyVolumeMounts, StrategyEnvvar:
-		return v, nil
-	}
-	return "", fmt.Errorf("unknown device list strategy %q: use %q or %q", s, StrategyVolumeMounts, StrategyEnvvar)
+	return oneof.Parse("device list strategy", s, StrategyVolumeMounts, StrategyEnvvar)
 }
 
 // DeviceIDStrategy is what names the card inside the container.
@@ -42,11 +38,7 @@ const (
 
 // ParseDeviceIDStrategy parses "uuid" or "index".
 func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
-	switch v := DeviceIDStrategy(s); v {
-	case DeviceIDUUID, DeviceIDIndex:
-		return v, nil
-	}
-	return "", fmt.Errorf("unknown device ID strategy %q: use %q or %q", s, DeviceIDUUID, DeviceIDIndex)
+	return oneof.Parse("device ID strategy", s, DeviceIDUUID, DeviceIDIndex)
 }
 
 // response is what the container gets for units of card. It depends on the

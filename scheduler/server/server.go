@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/oneof"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 )
@@ -50,12 +51,7 @@ var FilterModes = []FilterMode{FilterBest, FilterAll}
 
 // ParseFilterMode returns the mode named s, or an error listing the valid ones.
 func ParseFilterMode(s string) (FilterMode, error) {
-	for _, m := range FilterModes {
-		if string(m) == s {
-			return m, nil
-		}
-	}
-	return "", fmt.Errorf("unknown filter mode %q: use %q or %q", s, FilterBest, FilterAll)
+	return oneof.Parse("filter mode", s, FilterModes...)
 }
 
 // Cache is what the server needs from the cluster view (package cache
