@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -96,11 +95,10 @@ func (a Assignment) Validate() error {
 	}
 	names := map[string]bool{}
 	for _, c := range a.Containers {
+		if err := checkEntryName(names, c.Name, "a container"); err != nil {
+			return err
+		}
 		switch {
-		case c.Name == "":
-			return fmt.Errorf("%w: a container has no name", ErrInvalidAssignment)
-		case names[c.Name]:
-			return fmt.Errorf("%w: container %q appears twice", ErrInvalidAssignment, c.Name)
 		case c.CardUUID == "":
 			return fmt.Errorf("%w: container %q has no card UUID", ErrInvalidAssignment, c.Name)
 		case c.CardIndex < 0:
@@ -108,9 +106,22 @@ func (a Assignment) Validate() error {
 		case c.Units <= 0 || c.Units > MaxUnits:
 			return fmt.Errorf("%w: container %q has %d units, want 1..%d", ErrInvalidAssignment, c.Name, c.Units, MaxUnits)
 		}
-		names[c.Name] = true
 	}
 	return a.validateWhole(names)
+}
+
+// checkEntryName checks the name of one entry of a record (what says which
+// kind, e.g. "a container"): it is set and not among names, the entries
+// already seen; it is then added to names.
+func checkEntryName(names map[string]bool, name, what string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: %s has no name", ErrInvalidAssignment, what)
+	case names[name]:
+		return fmt.Errorf("%w: container %q appears twice", ErrInvalidAssignment, name)
+	}
+	names[name] = true
+	return nil
 }
 
 // Container returns the assignment of the named container.
@@ -159,16 +170,30 @@ func (a Assignment) matches(n Names, pod *corev1.Pod) error {
 	if err := a.matchesWhole(n, whole); err != nil {
 		return err
 	}
-	if len(req) != len(a.Containers) {
-		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), n.resource, len(a.Containers))
+	return matchGrants(n.resource, "units", req, func(c ContainerRequest) (string, int64) { return c.Name, c.Units },
+		len(a.Containers), func(name string) (int64, bool) {
+			c, ok := a.Container(name)
+			return c.Units, ok
+		})
+}
+
+// matchGrants checks one kind of a record's entries against the pod's
+// request of resource: as many entries as containers asking for it, and for
+// each container asking (its name and amount: ask), an entry granting that
+// amount (granted looks it up by name). what names the amount's unit in
+// errors ("units", "whole cards").
+func matchGrants[R any, A int | int64](resource corev1.ResourceName, what string, asking []R, ask func(R) (string, A), entries int, granted func(name string) (A, bool)) error {
+	if len(asking) != entries {
+		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(asking), resource, entries)
 	}
-	for _, c := range req {
-		got, ok := a.Container(c.Name)
+	for _, r := range asking {
+		name, want := ask(r)
+		got, ok := granted(name)
 		if !ok {
-			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, n.resource)
+			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, name, resource)
 		}
-		if got.Units != c.Units {
-			return fmt.Errorf("%w: container %q requests %d units, the record grants %d", ErrInvalidAssignment, c.Name, c.Units, got.Units)
+		if got != want {
+			return fmt.Errorf("%w: container %q requests %d %s, the record grants %d", ErrInvalidAssignment, name, want, what, got)
 		}
 	}
 	return nil
@@ -176,26 +201,12 @@ func (a Assignment) matches(n Names, pod *corev1.Pod) error {
 
 // EncodeAssignment validates a and returns its annotation value.
 func EncodeAssignment(a Assignment) (string, error) {
-	if err := a.Validate(); err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(a)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
-	}
-	return string(b), nil
+	return encodeRecord(a, ErrInvalidAssignment)
 }
 
 // DecodeAssignment parses and validates an annotation value.
 func DecodeAssignment(s string) (Assignment, error) {
-	var a Assignment
-	if err := json.Unmarshal([]byte(s), &a); err != nil {
-		return Assignment{}, fmt.Errorf("%w: %v", ErrInvalidAssignment, err)
-	}
-	if err := a.Validate(); err != nil {
-		return Assignment{}, err
-	}
-	return a, nil
+	return decodeRecord[Assignment](s, ErrInvalidAssignment)
 }
 
 // AssignmentFromPod decodes the pod's assignment (n.AnnotationAssignment)
@@ -206,15 +217,13 @@ func (n Names) AssignmentFromPod(pod *corev1.Pod) (Assignment, error) {
 	if pod == nil {
 		return Assignment{}, ErrNoAssignment
 	}
-	s, ok := pod.Annotations[n.AnnotationAssignment()]
-	if !ok {
-		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, missingKey(ErrNoAssignment, "pod has no "+n.AnnotationAssignment()+" annotation (was it scheduled by the gpushare extender?)"))
+	a, err := annotationRecord(pod.Annotations, n.AnnotationAssignment(), DecodeAssignment, func() error {
+		return missingKey(ErrNoAssignment, "pod has no "+n.AnnotationAssignment()+" annotation (was it scheduled by the gpushare extender?)")
+	})
+	if err == nil {
+		err = a.matches(n, pod)
 	}
-	a, err := DecodeAssignment(s)
 	if err != nil {
-		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	if err := a.matches(n, pod); err != nil {
 		return Assignment{}, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return a, nil

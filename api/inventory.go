@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -137,26 +136,12 @@ func (inv Inventory) TotalUnits() int64 {
 
 // EncodeInventory validates inv and returns its annotation value.
 func EncodeInventory(inv Inventory) (string, error) {
-	if err := inv.Validate(); err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(inv)
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", ErrInvalidInventory, err)
-	}
-	return string(b), nil
+	return encodeRecord(inv, ErrInvalidInventory)
 }
 
 // DecodeInventory parses and validates an annotation value.
 func DecodeInventory(s string) (Inventory, error) {
-	var inv Inventory
-	if err := json.Unmarshal([]byte(s), &inv); err != nil {
-		return Inventory{}, fmt.Errorf("%w: %v", ErrInvalidInventory, err)
-	}
-	if err := inv.Validate(); err != nil {
-		return Inventory{}, err
-	}
-	return inv, nil
+	return decodeRecord[Inventory](s, ErrInvalidInventory)
 }
 
 // InventoryFromNode decodes the node's inventory annotation
@@ -166,11 +151,9 @@ func (n Names) InventoryFromNode(node *corev1.Node) (Inventory, error) {
 	if node == nil {
 		return Inventory{}, ErrNoInventory
 	}
-	s, ok := node.Annotations[n.AnnotationInventory()]
-	if !ok {
-		return Inventory{}, fmt.Errorf("node %s: %w", node.Name, missingKey(ErrNoInventory, "node has no "+n.AnnotationInventory()+" annotation (is the gpushare device plugin running on it?)"))
-	}
-	inv, err := DecodeInventory(s)
+	inv, err := annotationRecord(node.Annotations, n.AnnotationInventory(), DecodeInventory, func() error {
+		return missingKey(ErrNoInventory, "node has no "+n.AnnotationInventory()+" annotation (is the gpushare device plugin running on it?)")
+	})
 	if err != nil {
 		return Inventory{}, fmt.Errorf("node %s: %w", node.Name, err)
 	}

@@ -1,9 +1,10 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -61,26 +62,16 @@ func (iso Isolation) Union(other Isolation) Isolation {
 	return out.normalized()
 }
 
+// normalized has each index and UUID once, in ascending order (nil when
+// there are none), in new slices.
 func (iso Isolation) normalized() Isolation {
-	seenI := map[int]bool{}
-	var idx []int
-	for _, i := range iso.Index {
-		if !seenI[i] {
-			seenI[i] = true
-			idx = append(idx, i)
-		}
-	}
-	sort.Ints(idx)
-	seenU := map[string]bool{}
-	var uu []string
-	for _, u := range iso.UUID {
-		if !seenU[u] {
-			seenU[u] = true
-			uu = append(uu, u)
-		}
-	}
-	sort.Strings(uu)
-	return Isolation{Index: idx, UUID: uu}
+	return Isolation{Index: sortedSet(iso.Index), UUID: sortedSet(iso.UUID)}
+}
+
+// sortedSet is xs without repeats, ascending, in a new slice (nil when xs is
+// empty).
+func sortedSet[T cmp.Ordered](xs []T) []T {
+	return slices.Compact(slices.Sorted(slices.Values(xs)))
 }
 
 // String renders the annotation form: indexes first, then UUIDs.

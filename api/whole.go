@@ -48,28 +48,20 @@ func (r PodRequest) WholeCardTotal() int {
 // containers may not ask for it (ErrInitContainerRequest), for the reason
 // they may not ask for ResourceName; a container may not ask for both kinds.
 func (n Names) wholeRequest(pod *corev1.Pod) ([]WholeCardRequest, error) {
-	for _, c := range pod.Spec.InitContainers {
-		cards, err := n.containerCards(c)
-		if err != nil {
-			return nil, err
-		}
-		if cards > 0 {
-			return nil, fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", n.errInitContainer(), n.whole, c.Name, cards)
-		}
-	}
 	var out []WholeCardRequest
-	for _, c := range pod.Spec.Containers {
-		cards, err := n.containerCards(c)
-		if err != nil {
-			return nil, err
-		}
-		if cards == 0 {
-			continue
-		}
-		if _, share := containerQuantity(c, n.resource); share {
-			return nil, fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", missingKey(ErrMixedRequest, "a container may ask for "+string(n.whole)+" (whole cards) or "+string(n.resource)+" (memory on one card), not both"), c.Name)
-		}
-		out = append(out, WholeCardRequest{Name: c.Name, Cards: cards})
+	err := eachAsk(pod, n.containerCards,
+		func(name string, cards int) error {
+			return fmt.Errorf("%w (nor %s): init container %q asks for %d whole cards", n.errInitContainer(), n.whole, name, cards)
+		},
+		func(c corev1.Container, cards int) error {
+			if _, share := containerQuantity(c, n.resource); share {
+				return fmt.Errorf("%w: container %q asks for both; put the whole cards and the shared memory in separate containers", missingKey(ErrMixedRequest, "a container may ask for "+string(n.whole)+" (whole cards) or "+string(n.resource)+" (memory on one card), not both"), c.Name)
+			}
+			out = append(out, WholeCardRequest{Name: c.Name, Cards: cards})
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -148,17 +140,15 @@ func (a Assignment) validateWhole(names map[string]bool) error {
 	}
 	seen := map[string]string{}
 	for _, w := range a.WholeCards {
+		if err := checkEntryName(names, w.Name, "a whole-card container"); err != nil {
+			return err
+		}
 		switch {
-		case w.Name == "":
-			return fmt.Errorf("%w: a whole-card container has no name", ErrInvalidAssignment)
-		case names[w.Name]:
-			return fmt.Errorf("%w: container %q appears twice", ErrInvalidAssignment, w.Name)
 		case len(w.CardUUIDs) == 0 || len(w.CardUUIDs) > MaxWholeCards:
 			return fmt.Errorf("%w: container %q has %d whole cards, want 1..%d", ErrInvalidAssignment, w.Name, len(w.CardUUIDs), MaxWholeCards)
 		case len(w.CardIndexes) != len(w.CardUUIDs):
 			return fmt.Errorf("%w: container %q has %d card UUIDs but %d card indexes", ErrInvalidAssignment, w.Name, len(w.CardUUIDs), len(w.CardIndexes))
 		}
-		names[w.Name] = true
 		for i, u := range w.CardUUIDs {
 			switch {
 			case u == "":
@@ -178,19 +168,11 @@ func (a Assignment) validateWhole(names map[string]bool) error {
 
 // matchesWhole checks the whole-card entries against the pod's request.
 func (a Assignment) matchesWhole(n Names, req []WholeCardRequest) error {
-	if len(req) != len(a.WholeCards) {
-		return fmt.Errorf("%w: %d containers request %s, the record has %d", ErrInvalidAssignment, len(req), n.whole, len(a.WholeCards))
-	}
-	for _, c := range req {
-		got, ok := a.WholeCard(c.Name)
-		if !ok {
-			return fmt.Errorf("%w: container %q requests %s but has no entry", ErrInvalidAssignment, c.Name, n.whole)
-		}
-		if got.Cards() != c.Cards {
-			return fmt.Errorf("%w: container %q requests %d whole cards, the record grants %d", ErrInvalidAssignment, c.Name, c.Cards, got.Cards())
-		}
-	}
-	return nil
+	return matchGrants(n.whole, "whole cards", req, func(c WholeCardRequest) (string, int) { return c.Name, c.Cards },
+		len(a.WholeCards), func(name string) (int, bool) {
+			w, ok := a.WholeCard(name)
+			return w.Cards(), ok
+		})
 }
 
 // HoldsWhole reports whether the record gives card uuid whole.
