@@ -73,37 +73,8 @@ func (s *Server) decode(c *gin.Context, v any) error {
 func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r := gin.New()
 	r.Use(gin.Recovery())
-	r.POST("/filter", func(c *gin.Context) {
-		var args extenderv1.ExtenderArgs
-		cands, err := s.decodeArgs(c, &args)
-		if err != nil {
-			respond(c, nil, err)
-			return
-		}
-		defer releaseNames(&args)
-		defer s.putCandidates(cands)
-		res, err := s.filter(c.Request.Context(), &args, cands)
-		if err == nil {
-			var b []byte
-			if b, err = encodeFilter(res); err == nil {
-				c.Data(http.StatusOK, "application/json; charset=utf-8", b)
-				return
-			}
-		}
-		respond(c, nil, err)
-	})
-	r.POST("/prioritize", func(c *gin.Context) {
-		var args extenderv1.ExtenderArgs
-		cands, err := s.decodeArgs(c, &args)
-		if err != nil {
-			respond(c, nil, err)
-			return
-		}
-		defer releaseNames(&args)
-		defer s.putCandidates(cands)
-		res, err := s.prioritize(c.Request.Context(), &args, cands)
-		respond(c, res, err)
-	})
+	r.POST("/filter", func(c *gin.Context) { s.serveArgs(c, verbFilter) })
+	r.POST("/prioritize", func(c *gin.Context) { s.serveArgs(c, verbPrioritize) })
 	r.POST("/bind", func(c *gin.Context) {
 		var args extenderv1.ExtenderBindingArgs
 		if err := s.decode(c, &args); err != nil {
@@ -118,6 +89,42 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 		respond(c, nil, fmt.Errorf("%w: %s %s", ErrNotFound, c.Request.Method, c.Request.URL.Path))
 	})
 	return r
+}
+
+// argsVerb names an extender verb whose body is ExtenderArgs.
+type argsVerb int
+
+const (
+	verbFilter argsVerb = iota
+	verbPrioritize
+)
+
+// serveArgs answers a verb whose body is ExtenderArgs: the body decoded with
+// its candidates resolved, the verb's answer written, then the pooled names
+// and candidates given back.
+func (s *Server) serveArgs(c *gin.Context, verb argsVerb) {
+	var args extenderv1.ExtenderArgs
+	cands, err := s.decodeArgs(c, &args)
+	if err != nil {
+		respond(c, nil, err)
+		return
+	}
+	defer releaseNames(&args)
+	defer s.putCandidates(cands)
+	if verb == verbPrioritize {
+		res, err := s.prioritize(c.Request.Context(), &args, cands)
+		respond(c, res, err)
+		return
+	}
+	res, err := s.filter(c.Request.Context(), &args, cands)
+	if err == nil {
+		var b []byte
+		if b, err = encodeFilter(res); err == nil {
+			c.Data(http.StatusOK, "application/json; charset=utf-8", b)
+			return
+		}
+	}
+	respond(c, nil, err)
 }
 
 // ReadOnlyHandler returns only the read-only routes (/inspect, /healthz,

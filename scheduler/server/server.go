@@ -284,14 +284,24 @@ func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
 	return nil, fmt.Errorf("%w: neither NodeNames nor Nodes is set", ErrBadRequest)
 }
 
-func checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
+// checkArgs returns the candidate node names of a filter or prioritize
+// call, or why the call cannot be answered: a malformed body
+// (ErrBadRequest), or a cache that has not synced yet (ErrNotReady).
+func (s *Server) checkArgs(args *extenderv1.ExtenderArgs) ([]string, error) {
 	if args == nil {
 		return nil, fmt.Errorf("%w: empty body", ErrBadRequest)
 	}
 	if args.Pod == nil {
 		return nil, fmt.Errorf("%w: Pod is missing", ErrBadRequest)
 	}
-	return candidateNames(args)
+	names, err := candidateNames(args)
+	if err != nil {
+		return nil, err
+	}
+	if !s.cache.Synced() {
+		return nil, ErrNotReady
+	}
+	return names, nil
 }
 
 // evaluate runs the pod's policy (its api.Names.AnnotationPolicy, else the
@@ -373,12 +383,9 @@ func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*ex
 // (decodeArgs), if it did.
 func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (*extenderv1.ExtenderFilterResult, error) {
 	defer s.metrics.observe("filter", s.clock, s.clock.Now())
-	names, err := checkArgs(args)
+	names, err := s.checkArgs(args)
 	if err != nil {
 		return nil, err
-	}
-	if !s.cache.Synced() {
-		return nil, ErrNotReady
 	}
 	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
@@ -466,12 +473,9 @@ func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) 
 // them, if it did.
 func (s *Server) prioritize(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (extenderv1.HostPriorityList, error) {
 	defer s.metrics.observe("prioritize", s.clock, s.clock.Now())
-	names, err := checkArgs(args)
+	names, err := s.checkArgs(args)
 	if err != nil {
 		return nil, err
-	}
-	if !s.cache.Synced() {
-		return nil, ErrNotReady
 	}
 	out := make(extenderv1.HostPriorityList, len(names))
 	for i, n := range names {
