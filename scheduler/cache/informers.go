@@ -24,33 +24,11 @@ func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.Pod
 	if err := nodes.Informer().SetTransform(stripManagedFields); err != nil {
 		return nil, fmt.Errorf("node informer transform: %w", err)
 	}
-	podReg, err := pods.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onPod(obj) },
-		UpdateFunc: func(_, obj any) { c.onPod(obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if p, ok := obj.(*corev1.Pod); ok {
-				c.DeletePod(p.UID)
-			}
-		},
-	})
+	podReg, err := pods.Informer().AddEventHandler(handlers(c.SetPod, func(p *corev1.Pod) { c.DeletePod(p.UID) }))
 	if err != nil {
 		return nil, fmt.Errorf("pod informer: %w", err)
 	}
-	nodeReg, err := nodes.Informer().AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.onNode(obj) },
-		UpdateFunc: func(_, obj any) { c.onNode(obj) },
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if n, ok := obj.(*corev1.Node); ok {
-				c.DeleteNode(n.Name)
-			}
-		},
-	})
+	nodeReg, err := nodes.Informer().AddEventHandler(handlers(c.SetNode, func(n *corev1.Node) { c.DeleteNode(n.Name) }))
 	if err != nil {
 		return nil, fmt.Errorf("node informer: %w", err)
 	}
@@ -60,15 +38,27 @@ func (c *Cache) Attach(factory informers.SharedInformerFactory) (corelisters.Pod
 	return pods.Lister(), nil
 }
 
-func (c *Cache) onPod(obj any) {
-	if p, ok := obj.(*corev1.Pod); ok {
-		c.SetPod(p)
+// handlers are an informer's event handlers for objects of type T: set on
+// every add and update, remove on every delete, including one the informer
+// only learnt of after the fact (a DeletedFinalStateUnknown tombstone).
+// Objects of another type are ignored.
+func handlers[T any](set, remove func(T)) toolscache.ResourceEventHandlerFuncs {
+	upsert := func(obj any) {
+		if o, ok := obj.(T); ok {
+			set(o)
+		}
 	}
-}
-
-func (c *Cache) onNode(obj any) {
-	if n, ok := obj.(*corev1.Node); ok {
-		c.SetNode(n)
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(T); ok {
+				remove(o)
+			}
+		},
 	}
 }
 

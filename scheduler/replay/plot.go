@@ -7,7 +7,6 @@ import (
 	"image/draw"
 	"image/png"
 	"io"
-	"os"
 	"strconv"
 
 	"golang.org/x/image/font"
@@ -37,14 +36,9 @@ func SeriesOf(sums []Summary) []Series {
 // workload, the mean curve over seeds of each of the given anchor policies
 // (e.g. "05-BestFit", "06-FGD"), in that order; missing ones are skipped.
 func ReadAnchorCurves(path, workload string, policies ...string) ([]Series, error) {
-	f, err := os.Open(path)
+	t, err := readTableFile(path, "workload", "sc_policy", "0")
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	t, err := readTable(f, "workload", "sc_policy", "0")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var out []Series
 	for _, pol := range policies {

@@ -87,6 +87,12 @@ func readFile[T any](path string, read func(io.Reader) (T, error)) (T, error) {
 	return v, nil
 }
 
+// readTableFile is readTable of the file at path; errors other than a file
+// that cannot be opened name the path.
+func readTableFile(path string, required ...string) (*table, error) {
+	return readFile(path, func(r io.Reader) (*table, error) { return readTable(r, required...) })
+}
+
 // table is a CSV read into rows addressed by column name.
 type table struct {
 	cols map[string]int
@@ -141,6 +147,19 @@ func (t *table) num(row []string, line int, col string) (int64, error) {
 	return v, nil
 }
 
+// nums is num of each of cols, in order; the first bad one is the error.
+func (t *table) nums(row []string, line int, cols ...string) ([]int64, error) {
+	out := make([]int64, len(cols))
+	for i, c := range cols {
+		v, err := t.num(row, line, c)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
 // ReadNodes reads a node list in format (FormatOpenb or FormatMemory).
 func ReadNodes(r io.Reader, format string) ([]NodeSpec, error) {
 	var nameCol string
@@ -161,17 +180,12 @@ func ReadNodes(r io.Reader, format string) ([]NodeSpec, error) {
 	nodes := make([]NodeSpec, 0, len(t.rows))
 	for k, row := range t.rows {
 		line := k + 2
-		n := NodeSpec{Name: t.str(row, nameCol)}
-		if n.CPUMilli, err = t.num(row, line, "cpu_milli"); err != nil {
-			return nil, err
-		}
-		if n.MemoryMiB, err = t.num(row, line, "memory_mib"); err != nil {
-			return nil, err
-		}
-		gpus, err := t.num(row, line, "gpu")
+		v, err := t.nums(row, line, "cpu_milli", "memory_mib", "gpu")
 		if err != nil {
 			return nil, err
 		}
+		n := NodeSpec{Name: t.str(row, nameCol), CPUMilli: v[0], MemoryMiB: v[1]}
+		gpus := v[2]
 		capacity := int64(OpenbCardUnits)
 		if format == FormatMemory {
 			if capacity, err = t.num(row, line, "card_gib"); err != nil {
@@ -208,21 +222,12 @@ func ReadPods(r io.Reader, format string) ([]PodSpec, error) {
 	pods := make([]PodSpec, 0, len(t.rows))
 	for k, row := range t.rows {
 		line := k + 2
-		p := PodSpec{Name: t.str(row, "name"), Models: splitModels(t.str(row, "gpu_spec"))}
-		if p.CPUMilli, err = t.num(row, line, "cpu_milli"); err != nil {
-			return nil, err
-		}
-		if p.MemoryMiB, err = t.num(row, line, "memory_mib"); err != nil {
-			return nil, err
-		}
-		gpus, err := t.num(row, line, "num_gpu")
+		v, err := t.nums(row, line, "cpu_milli", "memory_mib", "num_gpu", shareCol)
 		if err != nil {
 			return nil, err
 		}
-		share, err := t.num(row, line, shareCol)
-		if err != nil {
-			return nil, err
-		}
+		p := PodSpec{Name: t.str(row, "name"), Models: splitModels(t.str(row, "gpu_spec")), CPUMilli: v[0], MemoryMiB: v[1]}
+		gpus, share := v[2], v[3]
 		switch {
 		case gpus > 1:
 			p.WholeCards = int(gpus)

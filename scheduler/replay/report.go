@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,14 +152,9 @@ type AnchorRow struct {
 
 // ReadAnchor reads fgd_anchor_unallocated.csv.
 func ReadAnchor(path string) ([]AnchorRow, error) {
-	f, err := os.Open(path)
+	t, err := readTableFile(path, "workload", "policy", "unalloc_at_100")
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	t, err := readTable(f, "workload", "policy", "unalloc_at_100")
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var out []AnchorRow
 	for k, row := range t.rows {
