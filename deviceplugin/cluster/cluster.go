@@ -190,25 +190,13 @@ func (c *Cluster) Pods() ([]*corev1.Pod, error) {
 // concurrent writer is never overwritten. A pod that is gone or has another
 // UID (deleted and re-created) is left alone.
 func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if pod.UID != uid {
-			return nil
-		}
+	return c.rewriteRecord(ctx, namespace, name, uid, func(pod *corev1.Pod) (api.Assignment, bool, error) {
 		a, err := c.names.TrustedAssignment(pod, api.RecordKeys{}) // the caller's mutate verifies
 		if err != nil {
-			return err
+			return a, false, err
 		}
-		if !mutate(&a) {
-			return nil
-		}
-		return c.patchRecord(ctx, pod, a)
+		changed := mutate(&a)
+		return a, changed, nil
 	})
 }
 
@@ -219,6 +207,18 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 // rebuild called again on the pod as read. A pod that is gone or has another
 // UID is left alone.
 func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error {
+	return c.rewriteRecord(ctx, namespace, name, uid, func(pod *corev1.Pod) (api.Assignment, bool, error) {
+		a, ok := rebuild(pod)
+		return a, ok, nil
+	})
+}
+
+// rewriteRecord reads the pod from the API server and writes the record
+// next returns for it, when next says to (true), with patchRecord; a
+// conflict starts over, next called again on the pod as read. A pod that is
+// gone or has another UID (deleted and re-created) is left alone; an error
+// of next is returned as is.
+func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid types.UID, next func(*corev1.Pod) (api.Assignment, bool, error)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -230,9 +230,9 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 		if pod.UID != uid {
 			return nil
 		}
-		a, ok := rebuild(pod)
-		if !ok {
-			return nil
+		a, write, err := next(pod)
+		if err != nil || !write {
+			return err
 		}
 		return c.patchRecord(ctx, pod, a)
 	})

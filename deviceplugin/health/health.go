@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/periodic"
 )
 
 // Monitor watches NVML events for the store's cards.
@@ -46,16 +47,7 @@ func (m *Monitor) Run(ctx context.Context) {
 		}
 	}()
 	if m.recheck > 0 {
-		t := m.clock.NewTicker(m.recheck)
-		defer t.Stop()
-		for done := false; !done; {
-			select {
-			case <-ctx.Done():
-				done = true
-			case <-t.C():
-				m.Recheck()
-			}
-		}
+		periodic.Run(ctx, m.clock, m.recheck, nil, m.Recheck)
 	}
 	wg.Wait()
 }

@@ -183,32 +183,16 @@ func (l *ledger) unindexLocked(k ckey, h holding) {
 }
 
 // isReopened reports whether the pod is reopened (see ledger).
-func (l *ledger) isReopened(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.reopened[uid]
-}
+func (l *ledger) isReopened(uid types.UID) bool { return marked(l, l.reopened, uid) }
 
 // reopen marks the pod reopened (see ledger): its record drops back to
 // Assigned at its next write.
-func (l *ledger) reopen(uid types.UID) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.reopened[uid] = true
-}
+func (l *ledger) reopen(uid types.UID) { mark(l, l.reopened, uid) }
 
 // isNamed reports whether a guess of the plugin ever named the pod.
-func (l *ledger) isNamed(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.named[uid]
-}
+func (l *ledger) isNamed(uid types.UID) bool { return marked(l, l.named, uid) }
 
-func (l *ledger) isContradicted(uid types.UID) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.contradicted[uid]
-}
+func (l *ledger) isContradicted(uid types.UID) bool { return marked(l, l.contradicted, uid) }
 
 // byDeviceIDs is the container holding exactly these devices.
 func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
@@ -301,28 +285,30 @@ func (l *ledger) unclaim(uid types.UID, container string) {
 }
 
 // start marks a container as started (see ledger.started).
-func (l *ledger) start(uid types.UID, container string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.started[ckey{uid, container}] = true
-}
+func (l *ledger) start(uid types.UID, container string) { mark(l, l.started, ckey{uid, container}) }
 
 func (l *ledger) isStarted(uid types.UID, container string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.started[ckey{uid, container}]
+	return marked(l, l.started, ckey{uid, container})
 }
 
-func (l *ledger) reject(uid types.UID) {
+func (l *ledger) reject(uid types.UID) { mark(l, l.rejected, uid) }
+
+func (l *ledger) isRejected(uid types.UID) bool { return marked(l, l.rejected, uid) }
+
+// mark adds k to set, one of the ledger's sets of pods or containers, under
+// the ledger's lock.
+func mark[K comparable](l *ledger, set map[K]bool, k K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.rejected[uid] = true
+	set[k] = true
 }
 
-func (l *ledger) isRejected(uid types.UID) bool {
+// marked reports whether k is in set, one of the ledger's sets of pods or
+// containers, under the ledger's lock.
+func marked[K comparable](l *ledger, set map[K]bool, k K) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.rejected[uid]
+	return set[k]
 }
 
 // retain forgets pods not in live.

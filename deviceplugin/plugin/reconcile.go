@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/periodic"
 )
 
 // Reconcile makes the pods' records match what the kubelet allocated: it
@@ -214,17 +215,9 @@ func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
 // RunReconciler reconciles after every Allocate and every ReconcileInterval
 // until ctx is done.
 func (p *Plugin) RunReconciler(ctx context.Context) {
-	t := p.cfg.Clock.NewTicker(p.cfg.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-p.reconcile:
-		}
+	periodic.Run(ctx, p.cfg.Clock, p.cfg.ReconcileInterval, p.reconcile, func() {
 		if err := p.Reconcile(ctx); err != nil {
 			p.log.Error(err, "Reconciling assignment records")
 		}
-	}
+	})
 }

@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/periodic"
 )
 
 // DefaultInterval is how often Run reads the directory again. Reading two
@@ -132,14 +133,7 @@ func (r *Ring) Run(ctx context.Context, clk clock.WithTicker, interval time.Dura
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	t := clk.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	periodic.Run(ctx, clk, interval, nil, func() {
 		switch err := r.Reload(); {
 		case errors.Is(err, ErrUnchanged):
 		case err != nil:
@@ -148,7 +142,7 @@ func (r *Ring) Run(ctx context.Context, clk clock.WithTicker, interval time.Dura
 			k := r.Keys()
 			r.log.Info("Record keys reloaded", "dir", r.dir, "previousKey", len(k.Previous) > 0)
 		}
-	}
+	})
 }
 
 // readRaw is the directory's key files as one byte string (a file that

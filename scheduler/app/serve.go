@@ -16,10 +16,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/httpserve"
+	"github.com/gpushare/gpushare/internal/periodic"
 	"github.com/gpushare/gpushare/internal/recordkey"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
@@ -135,18 +137,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 			publisher.Run(ctx, nodesChanged, cardLimitsResync)
 		}
 	}()
-	go func() {
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.CleanupExpired()
-			}
-		}
-	}()
+	go periodic.Run(ctx, clock.RealClock{}, time.Minute, nil, func() { c.CleanupExpired() })
 
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
