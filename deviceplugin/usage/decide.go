@@ -126,12 +126,7 @@ type Verdict struct {
 // failed sweep neither starts nor resets anybody's clock.
 func Decide(prev State, s Sample, p Policy) (State, []Verdict) {
 	next := State{}
-	failed := map[string]bool{}
-	for _, c := range s.Cards {
-		if c.Err != nil {
-			failed[c.UUID] = true
-		}
-	}
+	failed := s.failedCards()
 	for k, o := range prev {
 		if failed[k.Card] {
 			next[k] = o

@@ -9,6 +9,7 @@
 package usage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -209,12 +210,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		out.Cards = append(out.Cards, cs)
 	}
 	s.owners = owners
-	failed := map[string]bool{}
-	for _, cs := range out.Cards {
-		if cs.Err != nil {
-			failed[cs.UUID] = true
-		}
-	}
+	failed := out.failedCards()
 	for _, u := range usages {
 		if failed[u.Card] {
 			continue
@@ -231,21 +227,27 @@ type usageKey struct {
 	ref  Ref
 }
 
+// less orders usages by card, then namespace, pod, pod UID and container.
 func (u Usage) less(v Usage) bool {
-	if u.Card != v.Card {
-		return u.Card < v.Card
-	}
 	a, b := u.Ref, v.Ref
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
+	return cmp.Or(
+		cmp.Compare(u.Card, v.Card),
+		cmp.Compare(a.Namespace, b.Namespace),
+		cmp.Compare(a.Pod, b.Pod),
+		cmp.Compare(a.UID, b.UID),
+		cmp.Compare(a.Container, b.Container),
+	) < 0
+}
+
+// failedCards are the UUIDs of the cards NVML could not list this sweep.
+func (s Sample) failedCards() map[string]bool {
+	failed := map[string]bool{}
+	for _, c := range s.Cards {
+		if c.Err != nil {
+			failed[c.UUID] = true
+		}
 	}
-	if a.Pod != b.Pod {
-		return a.Pod < b.Pod
-	}
-	if a.UID != b.UID {
-		return a.UID < b.UID
-	}
-	return a.Container < b.Container
+	return failed
 }
 
 // resolve names the owner's pod and container from the pod cache: the

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -380,35 +381,16 @@ func internalIP(n *corev1.Node) string {
 	return ""
 }
 
+// podLess and uncountedLess order by namespace, pod name, then container.
 func podLess(a, b Pod) bool {
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	if a.Name != b.Name {
-		return a.Name < b.Name
-	}
-	return a.Container < b.Container
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Container, b.Container)) < 0
 }
 
 func uncountedLess(a, b Uncounted) bool {
-	if a.Namespace != b.Namespace {
-		return a.Namespace < b.Namespace
-	}
-	if a.Name != b.Name {
-		return a.Name < b.Name
-	}
-	return a.Container < b.Container
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Container, b.Container)) < 0
 }
 
+// warningLess orders by node, pod, code, then message.
 func warningLess(a, b Warning) bool {
-	if a.Node != b.Node {
-		return a.Node < b.Node
-	}
-	if a.Pod != b.Pod {
-		return a.Pod < b.Pod
-	}
-	if a.Code != b.Code {
-		return a.Code < b.Code
-	}
-	return a.Message < b.Message
+	return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Message, b.Message)) < 0
 }

@@ -63,51 +63,45 @@ GPUSHARE_WHOLE_RESOURCE_NAME. No other environment variable changes what the plu
 	cli.BindEnv(names, func(flag string) string { return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) })
 	f.AddFlagSet(names)
 
-	pending := &cobra.Command{
-		Use:   "pending",
-		Short: "List the GPU pods waiting for a node, why, and what would place them",
-		Long: `List the GPU pods no node has been chosen for: what each asks for, the scheduler's reason
+	cmd.AddCommand(o.subcommand("pending",
+		"List the GPU pods waiting for a node, why, and what would place them",
+		`List the GPU pods no node has been chosen for: what each asks for, the scheduler's reason
 (the message of its PodScheduled condition, where the gpushare extender says why each node
 was refused), and the smallest change found that would place it: the node that would take
 it if some memory were freed (and the pods holding it), or that no card is of that size.`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("pending takes no NODE argument, got %d", len(args))
-			}
-			return nil
-		},
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Pending = true
-			return o.execute(cmd, args)
-		},
-	}
-	pending.SetFlagErrorFunc(cli.FlagError)
-	cmd.AddCommand(pending)
-	health := &cobra.Command{
-		Use:   "health",
-		Short: "Say \"healthy\" or what is wrong with gpushare on this cluster (exit status 1 when unhealthy)",
-		Long: `Check an installation: the chart's device-plugin DaemonSet and scheduler Deployment in
+		&o.Pending))
+	cmd.AddCommand(o.subcommand("health",
+		"Say \"healthy\" or what is wrong with gpushare on this cluster (exit status 1 when unhealthy)",
+		`Check an installation: the chart's device-plugin DaemonSet and scheduler Deployment in
 --release-namespace have every pod ready and updated, at least one node reports GPU cards, and every
 GPU node's inventory, capacity and pods' records agree (the warnings of the node view). Prints
 "healthy: ..." or "unhealthy:" with one line per problem saying what to do, and exits 1 then.`,
+		&o.Health))
+	return cmd
+}
+
+// subcommand is a view of the command that takes no NODE argument (pending,
+// health): it sets view, then runs like the command itself.
+func (o *Options) subcommand(use, short, long string, view *bool) *cobra.Command {
+	c := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("health takes no NODE argument, got %d", len(args))
+				return usagef("%s takes no NODE argument, got %d", use, len(args))
 			}
 			return nil
 		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.Health = true
+			*view = true
 			return o.execute(cmd, args)
 		},
 	}
-	health.SetFlagErrorFunc(cli.FlagError)
-	cmd.AddCommand(health)
-	return cmd
+	c.SetFlagErrorFunc(cli.FlagError)
+	return c
 }
 
 // execute is one run of the command: Complete, Validate, Run.

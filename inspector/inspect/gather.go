@@ -75,33 +75,28 @@ func Gather(ctx context.Context, client kubernetes.Interface, names api.Names, n
 }
 
 func listNodes(ctx context.Context, client kubernetes.Interface) ([]corev1.Node, error) {
-	opts := metav1.ListOptions{Limit: pageSize}
-	var out []corev1.Node
-	for {
-		l, err := client.CoreV1().Nodes().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("cannot list nodes: %w", err)
-		}
-		out = append(out, l.Items...)
-		if l.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = l.Continue
-	}
+	return listAll(ctx, metav1.ListOptions{}, "nodes", client.CoreV1().Nodes().List, func(l *corev1.NodeList) []corev1.Node { return l.Items })
 }
 
 func listPods(ctx context.Context, client kubernetes.Interface, fieldSelector string) ([]corev1.Pod, error) {
-	opts := metav1.ListOptions{Limit: pageSize, FieldSelector: fieldSelector}
-	var out []corev1.Pod
+	return listAll(ctx, metav1.ListOptions{FieldSelector: fieldSelector}, "pods", client.CoreV1().Pods(metav1.NamespaceAll).List, func(l *corev1.PodList) []corev1.Pod { return l.Items })
+}
+
+// listAll lists every object list returns for opts, pageSize at a time,
+// following the continue token; items takes a page's objects. what names
+// the objects in the error.
+func listAll[L interface{ GetContinue() string }, T any](ctx context.Context, opts metav1.ListOptions, what string, list func(context.Context, metav1.ListOptions) (L, error), items func(L) []T) ([]T, error) {
+	opts.Limit = pageSize
+	var out []T
 	for {
-		l, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		l, err := list(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("cannot list pods: %w", err)
+			return nil, fmt.Errorf("cannot list %s: %w", what, err)
 		}
-		out = append(out, l.Items...)
-		if l.Continue == "" {
+		out = append(out, items(l)...)
+		if l.GetContinue() == "" {
 			return out, nil
 		}
-		opts.Continue = l.Continue
+		opts.Continue = l.GetContinue()
 	}
 }
