@@ -133,34 +133,20 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 
 // newCommand is NewCommand with the options and what runs them injected.
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "gpushare-device-plugin",
-		Short: "gpushare's kubelet device plugin: GPU memory as extended-resource units",
-		Long: `gpushare-device-plugin advertises GPU memory as units of --resource-name (default
+	long := `gpushare-device-plugin advertises GPU memory as units of --resource-name (default
 ` + string(api.DefaultResourceName) + `) and whole cards as --whole-resource-name (default ` + string(api.DefaultWholeResourceName) + `), gives
 each container the card the gpushare scheduler extender assigned, and publishes the node's GPU
 inventory under --domain (default ` + api.DefaultDomain + `; docs/deviceplugin.md). Every gpushare program of a
 cluster must be given the same three names. It does not register on a node where another GPU
-device plugin already advertises NVIDIA GPUs (docs/install.md).
-
-Every flag can also be set by the environment variable named in its description (the command
-line wins; a variable set to "" gives the flag the empty value).`,
-		Args:          cli.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cli.ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
-				return err
-			}
-			// Checked before the client is built, so that a missing
-			// NODE_NAME is reported as such outside a cluster too.
-			if err := o.Validate(); err != nil {
-				return err
-			}
-			return run(klog.NewContext(cmd.Context(), klog.Background()), *o)
-		},
-	}
-	cmd.SetFlagErrorFunc(cli.FlagError)
+device plugin already advertises NVIDIA GPUs (docs/install.md).`
+	cmd := cli.Command("gpushare-device-plugin", "gpushare's kubelet device plugin: GPU memory as extended-resource units", long, lookupEnv, func(cmd *cobra.Command) error {
+		// Checked before the client is built, so that a missing
+		// NODE_NAME is reported as such outside a cluster too.
+		if err := o.Validate(); err != nil {
+			return err
+		}
+		return run(klog.NewContext(cmd.Context(), klog.Background()), *o)
+	})
 	o.AddFlags(cmd.Flags())
 	return cmd
 }
@@ -331,17 +317,9 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var keys api.RecordKeyring
-	if o.RecordKeyDir != "" {
-		ring, err := recordkey.Load(o.RecordKeyDir, log.WithName("record-key"))
-		if err != nil {
-			return cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
-		}
-		if err := ring.Register(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)); err != nil {
-			return err
-		}
-		go ring.Run(ctx, nil, o.RecordKeyInterval)
-		keys = ring
+	keys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	if err != nil {
+		return err
 	}
 	socket, wholeSocket := SocketNames(o.Instance)
 	p := plugin.New(plugin.Config{

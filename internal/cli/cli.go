@@ -84,6 +84,34 @@ func NoArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// Command is a program's root command, the one shape of gpushare's
+// daemons: it takes flags only (NoArgs), a flag error is a usage error
+// (FlagError), cobra prints neither usage nor errors (Run prints the error),
+// and the flags' environment variables are applied (ApplyEnv with
+// lookupEnv) before run is called; its long help ends with a paragraph
+// saying so. The caller adds the flags.
+func Command(use, short, long string, lookupEnv func(string) (string, bool), run func(cmd *cobra.Command) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: long + `
+
+Every flag can also be set by the environment variable named in its description (the command
+line wins; a variable set to "" gives the flag the empty value).`,
+		Args:          NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
+				return err
+			}
+			return run(cmd)
+		},
+	}
+	cmd.SetFlagErrorFunc(FlagError)
+	return cmd
+}
+
 // ExitCode maps a command's error to the process exit status: ExitOK for
 // nil, ExitUsage for usage errors, ExitError otherwise.
 func ExitCode(err error) int {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
 
@@ -100,5 +101,41 @@ func TestExitCode(t *testing.T) {
 	}
 	if u := Usage(inner); !errors.Is(u, inner) || u.Error() != inner.Error() {
 		t.Errorf("Usage(err) = %v: must read as err and wrap it", u)
+	}
+}
+
+func TestCommandAppliesTheEnvironmentBeforeRunAndRefusesArguments(t *testing.T) {
+	var s settings
+	var got settings
+	runs := 0
+	newCmd := func() *cobra.Command {
+		cmd := Command("prog", "short", "Long text.", env(map[string]string{"T_NAME": "from-env"}), func(*cobra.Command) error {
+			runs++
+			got = s
+			return nil
+		})
+		cmd.Flags().AddFlagSet(flags(&s))
+		return cmd
+	}
+	cmd := newCmd()
+	cmd.SetArgs([]string{"--count=3"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got.name != "from-env" || got.count != 3 || runs != 1 {
+		t.Errorf("run saw %+v after %d runs, want the variable's name and the flag's count once", got, runs)
+	}
+	if !strings.HasPrefix(cmd.Long, "Long text.\n\nEvery flag can also be set by the environment variable") {
+		t.Errorf("Long = %q, want the text then the environment paragraph", cmd.Long)
+	}
+	cmd = newCmd()
+	cmd.SetArgs([]string{"extra"})
+	if err := cmd.Execute(); !errors.Is(err, ErrUsage) || runs != 1 {
+		t.Errorf("an argument: err = %v after %d runs, want a usage error and no run", err, runs)
+	}
+	cmd = newCmd()
+	cmd.SetArgs([]string{"--nope"})
+	if err := cmd.Execute(); !errors.Is(err, ErrUsage) || runs != 1 {
+		t.Errorf("an unknown flag: err = %v after %d runs, want a usage error and no run", err, runs)
 	}
 }

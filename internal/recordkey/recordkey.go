@@ -28,6 +28,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/periodic"
 )
 
@@ -75,6 +76,26 @@ func Load(dir string, log klog.Logger) (*Ring, error) {
 	}
 	r.inForce.Set(1)
 	return r, nil
+}
+
+// Start is what a program does with its --record-key-dir flag: nothing when
+// dir is "" (a nil keyring: records are neither signed nor checked); else it
+// loads the keys (a usage error naming the flag if they do not load),
+// registers the ring's metrics on reg and reloads the keys every interval
+// (DefaultInterval when 0) until ctx ends.
+func Start(ctx context.Context, dir string, interval time.Duration, log klog.Logger, reg prometheus.Registerer) (api.RecordKeyring, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	ring, err := Load(dir, log)
+	if err != nil {
+		return nil, cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
+	}
+	if err := ring.Register(reg); err != nil {
+		return nil, err
+	}
+	go ring.Run(ctx, nil, interval)
+	return ring, nil
 }
 
 // Register adds the ring's metrics to reg.

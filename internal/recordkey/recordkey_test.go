@@ -18,6 +18,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/cli"
 )
 
 // secretDir writes a directory the way the kubelet writes a Secret volume
@@ -216,5 +217,33 @@ func TestLoadRefusesAMissingOrShortKey(t *testing.T) {
 	_, err := Load(s.dir, ktesting.NewLogger(t, ktesting.DefaultConfig))
 	if err == nil || !strings.Contains(err.Error(), "want at least 32") {
 		t.Errorf("Load of a short key = %v, want an error saying the size to use", err)
+	}
+}
+
+// Start is the programs' --record-key-dir: no directory, no keyring; a
+// directory that does not load is a usage error naming the flag; one that
+// does gives the ring in force with its metrics registered.
+func TestStartFollowsTheRecordKeyDirFlag(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := ktesting.NewLogger(t, ktesting.DefaultConfig)
+	if keys, err := Start(ctx, "", 0, log, prometheus.NewRegistry()); keys != nil || err != nil {
+		t.Errorf("Start without a directory = %v, %v; want no keyring and no error", keys, err)
+	}
+	_, err := Start(ctx, filepath.Join(t.TempDir(), "none"), 0, log, prometheus.NewRegistry())
+	if !errors.Is(err, cli.ErrUsage) || !strings.HasPrefix(err.Error(), "--record-key-dir: ") {
+		t.Errorf("Start of a missing directory = %v, want a usage error naming --record-key-dir", err)
+	}
+	s := newSecretDir(t, map[string]string{api.RecordKeyCurrent: oldKey})
+	reg := prometheus.NewRegistry()
+	keys, err := Start(ctx, s.dir, time.Hour, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keys.Keys().Current; string(got) != oldKey {
+		t.Errorf("keys in force = %q, want the directory's", got)
+	}
+	if n, err := testutil.GatherAndCount(reg, MetricInForce); err != nil || n != 1 {
+		t.Errorf("%s registered %d times (%v), want once", MetricInForce, n, err)
 	}
 }

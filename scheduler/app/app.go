@@ -39,29 +39,15 @@ func NewCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
 
 // newCommand is NewCommand with the options and what runs them injected.
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "gpushare-scheduler",
-		Short: "The gpushare scheduler extender: filter, prioritize and bind for pods requesting GPU memory",
-		Long: `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
+	long := `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
 request GPU memory (--resource-name, default ` + string(api.DefaultResourceName) + `) or whole cards
 (--whole-resource-name, default ` + string(api.DefaultWholeResourceName) + `), placing each container on one
 GPU card (docs/design.md). Its records and the inventories it reads are annotations under --domain
-(default ` + api.DefaultDomain + `); every gpushare program of a cluster must be given the same three names.
-
-Every flag can also be set by the environment variable named in its description (the command
-line wins; a variable set to "" gives the flag the empty value).`,
-		Args:          cli.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := cli.ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
-				return err
-			}
-			ctx := klog.NewContext(cmd.Context(), klog.Background().WithName("gpushare-scheduler"))
-			return run(ctx, *o)
-		},
-	}
-	cmd.SetFlagErrorFunc(cli.FlagError)
+(default ` + api.DefaultDomain + `); every gpushare program of a cluster must be given the same three names.`
+	cmd := cli.Command("gpushare-scheduler", "The gpushare scheduler extender: filter, prioritize and bind for pods requesting GPU memory", long, lookupEnv, func(cmd *cobra.Command) error {
+		ctx := klog.NewContext(cmd.Context(), klog.Background().WithName("gpushare-scheduler"))
+		return run(ctx, *o)
+	})
 	o.AddFlags(cmd.Flags())
 	return cmd
 }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/httpserve"
 	"github.com/gpushare/gpushare/internal/periodic"
 	"github.com/gpushare/gpushare/internal/recordkey"
@@ -79,17 +78,9 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var keys api.RecordKeyring
-	if o.RecordKeyDir != "" {
-		ring, err := recordkey.Load(o.RecordKeyDir, logger.WithName("record-key"))
-		if err != nil {
-			return cli.Usage(fmt.Errorf("--record-key-dir: %w", err))
-		}
-		if err := ring.Register(reg); err != nil {
-			return err
-		}
-		go ring.Run(ctx, nil, o.RecordKeyInterval)
-		keys = ring
+	keys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, logger.WithName("record-key"), reg)
+	if err != nil {
+		return err
 	}
 	c := cache.New(cache.WithRecordKeys(keys), cache.WithNames(names))
 	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
