@@ -24,6 +24,7 @@ import (
 	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/memlimit"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 	"github.com/gpushare/gpushare/scheduler/server"
 )
@@ -115,11 +116,11 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 // kube-scheduler would: readyz, filter, prioritize, bind; then the informer
 // confirms the bound pod.
 func TestServeOnRandomPort(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	client := fake.NewClientset(
 		fixture.MakeNode("n1").Card(0, 40).Obj(),
 		fixture.MakeNode("n2").Card(0, 40).Obj(),
-		fixture.MakePod("ns", "resident").GPU("main", 20).Assign("n2", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "resident").GPU("main", 20).AssignOn("n2", api.PhaseAllocated, 0).Obj(),
 		pod,
 	)
 	fixture.ServeBindings(client, nil)

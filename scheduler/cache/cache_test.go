@@ -19,6 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
@@ -69,27 +70,27 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 func TestRebuildFromAssignmentsOnStart(t *testing.T) {
-	other := fixture.MakePod("ns", "copied").GPU("main", 5).Obj()
-	copied := fixture.AssignmentFor(other, "n1", api.PhaseAssigned, 1)
+	other := podtest.Make("ns", "copied").GPU("main", 5).Obj()
+	copied := podtest.AssignmentFor(other, "n1", api.PhaseAssigned, 1)
 	copied.PodUID = "uid-of-another-pod"
 
 	objs := []runtime.Object{
 		fixture.MakeNode("n1").Card(0, 40).Card(1, 80).Obj(),
 		fixture.MakeNode("n2").Card(0, 24).Obj(),
 		// Counted: bound, valid assignment, running or pending.
-		fixture.MakePod("ns", "a").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
-		fixture.MakePod("ns", "b").GPU("x", 20).GPU("y", 30).Assign("n1", api.PhaseAssigned, 1, 1).Obj(),
-		fixture.MakePod("ns", "c").GPU("main", 24).Assign("n2", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("ns", "a").GPU("main", 10).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("ns", "b").GPU("x", 20).GPU("y", 30).AssignOn("n1", api.PhaseAssigned, 1, 1).Obj(),
+		podtest.Make("ns", "c").GPU("main", 24).AssignOn("n2", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
 		// Not counted: finished.
-		fixture.MakePod("ns", "done").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(),
-		fixture.MakePod("ns", "failed").GPU("main", 7).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(),
+		podtest.Make("ns", "done").GPU("main", 7).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(),
+		podtest.Make("ns", "failed").GPU("main", 7).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(),
 		// Not counted: an assignment copied from another pod (wrong UID).
-		fixture.MakePod("ns", "copied").GPU("main", 5).Node("n1").Annotation(api.DefaultNames().AnnotationAssignment(), fixture.MustEncode(copied)).Obj(),
+		podtest.Make("ns", "copied").GPU("main", 5).Node("n1").Annotation(api.DefaultNames().AnnotationAssignment(), podtest.MustEncode(copied)).Obj(),
 		// Not counted: an annotation but not bound.
-		fixture.MakePod("ns", "unbound").GPU("main", 5).Annotation(api.DefaultNames().AnnotationAssignment(),
-			fixture.MustEncode(fixture.AssignmentFor(fixture.MakePod("ns", "unbound").GPU("main", 5).Obj(), "n1", api.PhaseAssigned, 0))).Obj(),
+		podtest.Make("ns", "unbound").GPU("main", 5).Annotation(api.DefaultNames().AnnotationAssignment(),
+			podtest.MustEncode(podtest.AssignmentFor(podtest.Make("ns", "unbound").GPU("main", 5).Obj(), "n1", api.PhaseAssigned, 0))).Obj(),
 		// Not counted: bound to another node than its assignment names.
-		fixture.MakePod("ns", "elsewhere").GPU("main", 5).Assign("n1", api.PhaseAssigned, 0).Node("n2").Obj(),
+		podtest.Make("ns", "elsewhere").GPU("main", 5).AssignOn("n1", api.PhaseAssigned, 0).Node("n2").Obj(),
 	}
 	c := startInformers(t, fake.NewClientset(objs...))
 
@@ -107,9 +108,9 @@ func TestReleaseOnDeleteAndCompletion(t *testing.T) {
 	ctx := context.Background()
 	client := fake.NewClientset(
 		fixture.MakeNode("n1").Card(0, 40).Obj(),
-		fixture.MakePod("ns", "deleted").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
-		fixture.MakePod("ns", "completes").GPU("main", 20).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
-		fixture.MakePod("ns", "terminating").GPU("main", 5).Assign("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("ns", "deleted").GPU("main", 10).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("ns", "completes").GPU("main", 20).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("ns", "terminating").GPU("main", 5).AssignOn("n1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
 	)
 	c := startInformers(t, client)
 	if got := used(c, "n1")[0]; got != 35 {
@@ -144,7 +145,7 @@ func TestReleaseOnDeleteAndCompletion(t *testing.T) {
 	}
 	// The informer delivers events in order: once a pod created after the
 	// update is counted, the update has been handled.
-	if _, err := client.CoreV1().Pods("ns").Create(ctx, fixture.MakePod("ns", "marker").GPU("main", 1).Assign("n1", api.PhaseAssigned, 0).Obj(), metav1.CreateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podtest.Make("ns", "marker").GPU("main", 1).AssignOn("n1", api.PhaseAssigned, 0).Obj(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "marker pod counted", func() bool { _, ok := c.PodState("uid-ns-marker"); return ok })
@@ -176,14 +177,14 @@ func decideAndAssume(t *testing.T, c *cache.Cache, pod *corev1.Pod, node string)
 	for _, p := range d.Placements {
 		idx = append(idx, p.Grants[0].Card)
 	}
-	a := fixture.AssignmentFor(pod, node, api.PhaseAssigned, idx...)
+	a := podtest.AssignmentFor(pod, node, api.PhaseAssigned, idx...)
 	return a, c.Assume(pod, preq, a, snap)
 }
 
 func TestAssumeForgetConfirm(t *testing.T) {
 	ctx := context.Background()
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	pod := fixture.MakePod("ns", "p").GPU("main", 30).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 30).Obj()
 	client := fake.NewClientset(fixture.MakeNode("n1").Card(0, 40).Card(1, 80).Obj(), pod)
 	c := startInformers(t, client, cache.WithClock(clk), cache.WithAssumeTTL(time.Minute))
 
@@ -212,7 +213,7 @@ func TestAssumeForgetConfirm(t *testing.T) {
 	c.FinishBinding(pod.UID)
 	bound := pod.DeepCopy()
 	bound.Spec.NodeName = "n1"
-	bound.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(a)}
+	bound.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): podtest.MustEncode(a)}
 	if _, err := client.CoreV1().Pods("ns").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +233,8 @@ func TestAssumedPodExpiresOnlyAfterBindFinishedAndTTL(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	c := cache.New(cache.WithClock(clk), cache.WithAssumeTTL(time.Minute))
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
-	inFlight := fixture.MakePod("ns", "in-flight").GPU("main", 10).Obj()
-	finished := fixture.MakePod("ns", "finished").GPU("main", 10).Obj()
+	inFlight := podtest.Make("ns", "in-flight").GPU("main", 10).Obj()
+	finished := podtest.Make("ns", "finished").GPU("main", 10).Obj()
 	for _, p := range []*corev1.Pod{inFlight, finished} {
 		if _, err := decideAndAssume(t, c, p, "n1"); err != nil {
 			t.Fatal(err)
@@ -259,8 +260,8 @@ func TestAssumedPodExpiresOnlyAfterBindFinishedAndTTL(t *testing.T) {
 func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
-	first := fixture.MakePod("ns", "first").GPU("main", 30).Obj()
-	second := fixture.MakePod("ns", "second").GPU("main", 30).Obj()
+	first := podtest.Make("ns", "first").GPU("main", 30).Obj()
+	second := podtest.Make("ns", "second").GPU("main", 30).Obj()
 	snap, err := c.NodeSnapshot("n1")
 	if err != nil {
 		t.Fatal(err)
@@ -269,8 +270,8 @@ func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	// second was decided on the snapshot from before first's assumption.
-	a := fixture.AssignmentFor(second, "n1", api.PhaseAssigned, 0)
-	if err := c.Assume(second, fixture.Request(second), a, snap); !errors.Is(err, cache.ErrStale) {
+	a := podtest.AssignmentFor(second, "n1", api.PhaseAssigned, 0)
+	if err := c.Assume(second, podtest.Request(second), a, snap); !errors.Is(err, cache.ErrStale) {
 		t.Fatalf("assume on a stale snapshot: err = %v, want ErrStale", err)
 	}
 	// Decided again on the fresh snapshot, it does not fit.
@@ -285,25 +286,25 @@ func TestAssumeOnStaleSnapshotIsRefused(t *testing.T) {
 func TestAssumeNeverExceedsCapacity(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).CardOf(1, 80, "A100", api.CardUnhealthy).Obj())
-	pod := fixture.MakePod("ns", "p").GPU("main", 50).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 50).Obj()
 	snap, _ := c.NodeSnapshot("n1")
 	for name, a := range map[string]api.Assignment{
-		"more than the card holds": fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 0),
-		"an unhealthy card":        fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 1),
-		"a card not in inventory":  fixture.AssignmentFor(pod, "n1", api.PhaseAssigned, 7),
+		"more than the card holds": podtest.AssignmentFor(pod, "n1", api.PhaseAssigned, 0),
+		"an unhealthy card":        podtest.AssignmentFor(pod, "n1", api.PhaseAssigned, 1),
+		"a card not in inventory":  podtest.AssignmentFor(pod, "n1", api.PhaseAssigned, 7),
 	} {
-		if err := c.Assume(pod, fixture.Request(pod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
+		if err := c.Assume(pod, podtest.Request(pod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
 			t.Errorf("%s: err = %v, want ErrOverCapacity", name, err)
 		}
 	}
-	if err := c.Assume(pod, fixture.Request(pod), fixture.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
+	if err := c.Assume(pod, podtest.Request(pod), podtest.AssignmentFor(pod, "n2", api.PhaseAssigned, 0), snap); !errors.Is(err, cache.ErrUnknownNode) {
 		t.Errorf("unknown node: err = %v, want ErrUnknownNode", err)
 	}
 }
 
 func TestDevicePluginRewriteMovesUsage(t *testing.T) {
 	ctx := context.Background()
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n1", api.PhaseAssigned, 0).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).AssignOn("n1", api.PhaseAssigned, 0).Obj()
 	client := fake.NewClientset(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj(), pod)
 	c := startInformers(t, client)
 	if diff := cmp.Diff(map[int]int64{0: 10, 1: 0}, used(c, "n1")); diff != "" {
@@ -312,7 +313,7 @@ func TestDevicePluginRewriteMovesUsage(t *testing.T) {
 	// The kubelet handed the container card 1: the device plugin corrects
 	// the record and marks it Allocated.
 	rewritten := pod.DeepCopy()
-	rewritten.Annotations[api.DefaultNames().AnnotationAssignment()] = fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
+	rewritten.Annotations[api.DefaultNames().AnnotationAssignment()] = podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
 	if _, err := client.CoreV1().Pods("ns").Update(ctx, rewritten, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -418,13 +419,13 @@ func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())
 	c.SetNode(fixture.MakeNode("n2").CardOf(0, 80, "H100", api.CardHealthy).Obj())
-	p1 := fixture.MakePod("ns", "p1").GPU("a", 10).GPU("b", 20).Host("4", "8Gi").Obj()
-	p2 := fixture.MakePod("ns", "p2").GPU("a", 10).Host("2", "4Gi").Obj()
+	p1 := podtest.Make("ns", "p1").GPU("a", 10).GPU("b", 20).Host("4", "8Gi").Obj()
+	p2 := podtest.Make("ns", "p2").GPU("a", 10).Host("2", "4Gi").Obj()
 	c.SetPod(p1)
 	c.SetPod(p1) // an update: not counted twice
 	c.SetPod(p2)
-	c.SetPod(fixture.MakePod("ns", "cpu").Container("main").Host("1", "1Gi").Obj())
-	c.SetPod(fixture.MakePod("ns", "invalid").InitGPU("i", 1).Obj()) // not learned
+	c.SetPod(podtest.Make("ns", "cpu").Container("main").Host("1", "1Gi").Obj())
+	c.SetPod(podtest.Make("ns", "invalid").InitGPU("i", 1).Obj()) // not learned
 	w := c.Workload()
 	want := []allocator.Shape{
 		{Units: 0, Host: allocator.HostResources{CPUMilli: 1000, MemoryMiB: 1024}, Weight: 1},
@@ -446,11 +447,11 @@ func TestWorkloadLearnsDemandShapesOncePerPod(t *testing.T) {
 	// annotations, a pod bound) keep the same value: the extender's memo is
 	// keyed by it.
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Annotation("example.com/touched", "yes").Obj())
-	c.SetPod(fixture.MakePod("ns", "p2").GPU("a", 10).Host("2", "4Gi").Assign("n1", api.PhaseAllocated, 0).Obj())
+	c.SetPod(podtest.Make("ns", "p2").GPU("a", 10).Host("2", "4Gi").AssignOn("n1", api.PhaseAllocated, 0).Obj())
 	if c.Workload() != w {
 		t.Error("a node update and a bind that change nothing the workload counts gave a new workload value")
 	}
-	c.SetPod(fixture.MakePod("ns", "p3").GPU("a", 10).Host("2", "4Gi").Obj())
+	c.SetPod(podtest.Make("ns", "p3").GPU("a", 10).Host("2", "4Gi").Obj())
 	if w3 := c.Workload(); w3 == w || w3.Shapes[1].Weight != 3 {
 		t.Errorf("a new pod did not give a new workload with its shape counted: %+v", w3.Shapes)
 	}
@@ -469,10 +470,10 @@ func TestHostFreeCountsEveryBoundPod(t *testing.T) {
 	if diff := cmp.Diff(&allocator.HostResources{CPUMilli: 16000, MemoryMiB: 65536}, host()); diff != "" {
 		t.Errorf("empty node (-want +got):\n%s", diff)
 	}
-	gpu := fixture.MakePod("ns", "gpu").GPU("main", 10).Host("4", "16Gi").Assign("n1", api.PhaseAllocated, 0).Obj()
-	web := fixture.MakePod("ns", "web").Container("main").Host("2", "1Gi").Node("n1").Obj()
-	pending := fixture.MakePod("ns", "pending").Container("main").Host("8", "8Gi").Obj()
-	done := fixture.MakePod("ns", "done").Container("main").Host("8", "8Gi").Node("n1").Phase(corev1.PodSucceeded).Obj()
+	gpu := podtest.Make("ns", "gpu").GPU("main", 10).Host("4", "16Gi").AssignOn("n1", api.PhaseAllocated, 0).Obj()
+	web := podtest.Make("ns", "web").Container("main").Host("2", "1Gi").Node("n1").Obj()
+	pending := podtest.Make("ns", "pending").Container("main").Host("8", "8Gi").Obj()
+	done := podtest.Make("ns", "done").Container("main").Host("8", "8Gi").Node("n1").Phase(corev1.PodSucceeded).Obj()
 	for _, p := range []*corev1.Pod{gpu, web, pending, done} {
 		c.SetPod(p)
 	}
@@ -495,7 +496,7 @@ func TestHostFreeCountsEveryBoundPod(t *testing.T) {
 func TestStatusUpdateKeepsSnapshot(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n1", api.PhaseAllocated, 0).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).AssignOn("n1", api.PhaseAllocated, 0).Obj()
 	c.SetPod(pod)
 	before, _ := c.NodeSnapshot("n1")
 	pod.Status.Phase = corev1.PodRunning
@@ -514,13 +515,13 @@ func TestStatusUpdateKeepsSnapshot(t *testing.T) {
 // kubelet really gave it), and a finished pod frees its units.
 func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 	keys := api.RecordKeys{Current: []byte("0123456789abcdef0123456789abcdef")}
-	pod := fixture.MakePod("ns", "p").GPU("main", 30).Node("n1").Phase(corev1.PodRunning).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 30).Node("n1").Phase(corev1.PodRunning).Obj()
 	signed := func(cards ...int) string {
-		a, err := keys.Sign(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, cards...))
+		a, err := keys.Sign(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, cards...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fixture.MustEncode(a)
+		return podtest.MustEncode(a)
 	}
 	tests := []struct {
 		name string
@@ -528,15 +529,15 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 		// valid is the record the cache sees first; lost, the one after.
 		valid, lost string
 	}{
-		{"record removed", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), ""},
-		{"record garbled", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), `{"version":1,`},
-		{"record of another pod", nil, fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)),
-			fixture.MustEncode(func() api.Assignment {
-				a := fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1)
+		{"record removed", nil, podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), ""},
+		{"record garbled", nil, podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)), `{"version":1,`},
+		{"record of another pod", nil, podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 0)),
+			podtest.MustEncode(func() api.Assignment {
+				a := podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 1)
 				a.PodUID = "someone-else"
 				return a
 			}())},
-		{"with keys: record replaced by an unsigned one on another card", keys, signed(0), fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))},
+		{"with keys: record replaced by an unsigned one on another card", keys, signed(0), podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))},
 		{"with keys: record removed", keys, signed(0), ""},
 	}
 	for _, tt := range tests {
@@ -563,7 +564,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 			if st, ok := c.PodState(pod.UID); !ok || st != cache.Remembered {
 				t.Errorf("state %q, want %q", st, cache.Remembered)
 			}
-			if _, err := decideAndAssume(t, c, fixture.MakePod("ns", "next").GPU("main", 20).Obj(), "n1"); err != nil {
+			if _, err := decideAndAssume(t, c, podtest.Make("ns", "next").GPU("main", 20).Obj(), "n1"); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(map[int]int64{0: 30, 1: 20}, used(c, "n1")); diff != "" {
@@ -571,7 +572,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 			}
 			// The device plugin rewrites the record from the kubelet's
 			// account: card 1.
-			repaired := fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
+			repaired := podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 1))
 			if tt.keys != nil {
 				repaired = signed(1)
 			}
@@ -597,7 +598,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
-		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
 		c.SetPod(p)
 		if diff := cmp.Diff(map[int]int64{0: 30}, used(c, "n1")); diff != "" {
 			t.Errorf("after the repair (-want +got):\n%s", diff)
@@ -608,7 +609,7 @@ func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
 		c := cache.New(cache.WithRecordKeys(keys))
 		c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
 		p := pod.DeepCopy()
-		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): fixture.MustEncode(fixture.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
+		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): podtest.MustEncode(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, 0))}
 		c.SetPod(p)
 		if diff := cmp.Diff(map[int]int64{0: 0}, used(c, "n1")); diff != "" {
 			t.Errorf("an unsigned record counted (-want +got):\n%s", diff)
@@ -643,7 +644,7 @@ func TestNodeIDsAreUniqueKeptAndReused(t *testing.T) {
 	}
 	before := id("n1")
 	c.SetNode(fixture.MakeNode("n1").Cards(2, 40).Obj())
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Assign("n2", api.PhaseAllocated, 0).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).AssignOn("n2", api.PhaseAllocated, 0).Obj()
 	c.SetPod(pod)
 	if id("n1") != before {
 		t.Errorf("an update changed n1's ID from %d to %d", before, id("n1"))
@@ -703,7 +704,7 @@ func TestWorkloadLagsWithinTheTolerance(t *testing.T) {
 	add := func(units int64, n int) {
 		for i := 0; i < n; i++ {
 			seq++
-			c.SetPod(fixture.MakePod("ns", fmt.Sprintf("p%d", seq)).GPU("main", units).Obj())
+			c.SetPod(podtest.Make("ns", fmt.Sprintf("p%d", seq)).GPU("main", units).Obj())
 		}
 	}
 	add(10, 500)
@@ -778,12 +779,12 @@ func TestEverySnapshotIsSummarizedFromItsFinalCards(t *testing.T) {
 		}
 	}
 	check("empty")
-	c.SetPod(fixture.MakePod("ns", "a").GPU("main", 30).Assign("mixed", api.PhaseAllocated, 1).Obj())
-	c.SetPod(fixture.MakePod("ns", "b").GPU("main", 25).Assign("isolated", api.PhaseAllocated, 0).Obj())
-	whole := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("mixed", api.PhaseAllocated, nil, []int{0}).Obj()
+	c.SetPod(podtest.Make("ns", "a").GPU("main", 30).AssignOn("mixed", api.PhaseAllocated, 1).Obj())
+	c.SetPod(podtest.Make("ns", "b").GPU("main", 25).AssignOn("isolated", api.PhaseAllocated, 0).Obj())
+	whole := podtest.Make("ns", "w").Whole("main", 1).AssignWholeOn("mixed", api.PhaseAllocated, nil, []int{0}).Obj()
 	c.SetPod(whole)
 	check("bound pods and a whole card")
-	pod := fixture.MakePod("ns", "p").GPU("main", 50).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 50).Obj()
 	if _, err := decideAndAssume(t, c, pod, "mixed"); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
@@ -34,7 +35,7 @@ func wholeOn(t *testing.T, c *cache.Cache, node string) []int {
 
 func TestInformerCountsWholeCardsUntilThePodFinishes(t *testing.T) {
 	ctx := context.Background()
-	pod := fixture.MakePod("ns", "p").GPU("infer", 10).Whole("train", 2).AssignWhole("n1", api.PhaseAllocated, []int{0}, []int{1, 3}).Obj()
+	pod := podtest.Make("ns", "p").GPU("infer", 10).Whole("train", 2).AssignWholeOn("n1", api.PhaseAllocated, []int{0}, []int{1, 3}).Obj()
 	client := fake.NewClientset(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Card(2, 40).Card(3, 40).Obj(), pod)
 	c := startInformers(t, client)
 	if diff := cmp.Diff([]int{1, 3}, wholeOn(t, c, "n1")); diff != "" {
@@ -59,32 +60,32 @@ func TestInformerCountsWholeCardsUntilThePodFinishes(t *testing.T) {
 func TestAssumeKeepsWholeCardsExclusive(t *testing.T) {
 	c := cache.New()
 	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())
-	c.SetPod(fixture.MakePod("ns", "share").GPU("main", 5).Assign("n1", api.PhaseAllocated, 0).Obj())
-	c.SetPod(fixture.MakePod("ns", "whole").Whole("main", 1).AssignWhole("n1", api.PhaseAllocated, nil, []int{1}).Obj())
+	c.SetPod(podtest.Make("ns", "share").GPU("main", 5).AssignOn("n1", api.PhaseAllocated, 0).Obj())
+	c.SetPod(podtest.Make("ns", "whole").Whole("main", 1).AssignWholeOn("n1", api.PhaseAllocated, nil, []int{1}).Obj())
 	snap, _ := c.NodeSnapshot("n1")
 
-	wholePod := fixture.MakePod("ns", "w").Whole("main", 1).Obj()
-	onShared := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("n1", api.PhaseAssigned, nil, []int{0}).Obj()
-	onWhole := fixture.MakePod("ns", "w").Whole("main", 1).AssignWhole("n1", api.PhaseAssigned, nil, []int{1}).Obj()
+	wholePod := podtest.Make("ns", "w").Whole("main", 1).Obj()
+	onShared := podtest.Make("ns", "w").Whole("main", 1).AssignWholeOn("n1", api.PhaseAssigned, nil, []int{0}).Obj()
+	onWhole := podtest.Make("ns", "w").Whole("main", 1).AssignWholeOn("n1", api.PhaseAssigned, nil, []int{1}).Obj()
 	for name, pod := range map[string]*corev1.Pod{"a card with shared memory given whole": onShared, "a card held whole given whole again": onWhole} {
 		a, err := api.DefaultNames().AssignmentFromPod(pod)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Assume(wholePod, fixture.Request(wholePod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
+		if err := c.Assume(wholePod, podtest.Request(wholePod), a, snap); !errors.Is(err, cache.ErrOverCapacity) {
 			t.Errorf("%s: err = %v, want ErrOverCapacity", name, err)
 		}
 	}
-	sharePod := fixture.MakePod("ns", "s").GPU("main", 1).Obj()
-	if err := c.Assume(sharePod, fixture.Request(sharePod), fixture.AssignmentFor(sharePod, "n1", api.PhaseAssigned, 1), snap); !errors.Is(err, cache.ErrOverCapacity) {
+	sharePod := podtest.Make("ns", "s").GPU("main", 1).Obj()
+	if err := c.Assume(sharePod, podtest.Request(sharePod), podtest.AssignmentFor(sharePod, "n1", api.PhaseAssigned, 1), snap); !errors.Is(err, cache.ErrOverCapacity) {
 		t.Errorf("a share on a card held whole: err = %v, want ErrOverCapacity", err)
 	}
 }
 
 func TestWorkloadLearnsWholeCardShapes(t *testing.T) {
 	c := cache.New()
-	c.SetPod(fixture.MakePod("ns", "p1").GPU("a", 10).Whole("b", 2).Host("4", "8Gi").Obj())
-	c.SetPod(fixture.MakePod("ns", "p2").Whole("a", 2).Host("2", "4Gi").Obj())
+	c.SetPod(podtest.Make("ns", "p1").GPU("a", 10).Whole("b", 2).Host("4", "8Gi").Obj())
+	c.SetPod(podtest.Make("ns", "p2").Whole("a", 2).Host("2", "4Gi").Obj())
 	want := []allocator.Shape{
 		{Units: 10, Host: allocator.HostResources{CPUMilli: 2000, MemoryMiB: 4096}, Weight: 1},
 		{WholeCards: 2, Host: allocator.HostResources{CPUMilli: 2000, MemoryMiB: 4096}, Weight: 2},

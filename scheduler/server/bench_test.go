@@ -24,6 +24,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -74,7 +75,7 @@ func benchEnvMemo(b *testing.B, nodes int, policy string) (*env, []string) {
 			continue
 		}
 		used[key] += units
-		e.cache.SetPod(fixture.MakePod("bench", fmt.Sprintf("p%05d", i)).GPU("main", units).Assign(node, api.PhaseAllocated, cardIdx).Obj())
+		e.cache.SetPod(podtest.Make("bench", fmt.Sprintf("p%05d", i)).GPU("main", units).AssignOn(node, api.PhaseAllocated, cardIdx).Obj())
 	}
 	return e, names
 }
@@ -90,7 +91,7 @@ func BenchmarkFilter(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			e, names := benchEnv(b, n)
-			args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+			args := &extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -111,7 +112,7 @@ func BenchmarkPrioritize(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			e, names := benchEnv(b, n)
-			args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+			args := &extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
 			ctx := context.Background()
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -134,7 +135,7 @@ func BenchmarkFilterHTTP(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			e, names := benchEnv(b, n)
-			body := mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names})
+			body := mustJSON(b, extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", 10).Obj(), NodeNames: &names})
 			h := e.srv.Handler(nil)
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -162,7 +163,7 @@ func BenchmarkFilterPolicies(b *testing.B) {
 		for _, verb := range []string{"filter", "prioritize"} {
 			b.Run(fmt.Sprintf("policy=%s/verb=%s/nodes=%d", policy, verb, n), func(b *testing.B) {
 				e, names := benchEnvPolicy(b, n, policy)
-				args := &extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
+				args := &extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}
 				ctx := context.Background()
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -247,7 +248,7 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, policy string
 	var (
 		e     *env
 		names []string
-		burst []*fixture.PodWrapper
+		burst []*podtest.Builder
 	)
 	sizes := 1
 	if memo == "mixed" {
@@ -263,16 +264,16 @@ func benchFilterHTTPConcurrent(b *testing.B, callers, n int, memo, policy string
 		e, names = benchEnvMemo(b, n, policy)
 		rng := rand.New(rand.NewSource(2))
 		for i := 0; i < b.N; i++ {
-			p := fixture.MakePod("burst", fmt.Sprintf("b%06d", i)).GPU("main", size(i))
+			p := podtest.Make("burst", fmt.Sprintf("b%06d", i)).GPU("main", size(i))
 			e.cache.SetPod(p.Obj()) // pending: counted in the workload
-			burst = append(burst, p.Assign(names[rng.Intn(n)], api.PhaseAllocated, rng.Intn(benchCardsPerNode)))
+			burst = append(burst, p.AssignOn(names[rng.Intn(n)], api.PhaseAllocated, rng.Intn(benchCardsPerNode)))
 		}
 	} else {
 		e, names = benchEnvPolicy(b, n, policy)
 	}
 	bodies := make([]string, sizes)
 	for k := range bodies {
-		bodies[k] = mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", size(k)).Obj(), NodeNames: &names})
+		bodies[k] = mustJSON(b, extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", size(k)).Obj(), NodeNames: &names})
 	}
 	srv := httptest.NewServer(e.srv.Handler(nil))
 	defer srv.Close()

@@ -22,6 +22,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/cache"
@@ -34,10 +35,10 @@ func bindArgs(pod *corev1.Pod, node string) *extenderv1.ExtenderBindingArgs {
 
 func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 	// A stale annotation (another pod's record) must be overwritten.
-	stale := fixture.AssignmentFor(fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Obj(), "n1", api.PhaseAllocated, 0, 0)
+	stale := podtest.AssignmentFor(podtest.Make("ns", "p").GPU("a", 10).GPU("b", 30).Obj(), "n1", api.PhaseAllocated, 0, 0)
 	stale.PodUID = "someone-else"
-	pod := fixture.MakePod("ns", "p").GPU("a", 10).GPU("b", 30).Annotation(api.DefaultNames().AnnotationAssignment(), fixture.MustEncode(stale)).Obj()
-	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 1).Obj()
+	pod := podtest.Make("ns", "p").GPU("a", 10).GPU("b", 30).Annotation(api.DefaultNames().AnnotationAssignment(), podtest.MustEncode(stale)).Obj()
+	resident := podtest.Make("ns", "resident").GPU("main", 30).AssignOn("n1", api.PhaseAllocated, 1).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj()}, pod, resident)
 
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
@@ -64,8 +65,8 @@ func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 	// lowest index wins the tie.
 	want := api.Assignment{Version: 1, PodUID: pod.UID, Node: "n1", Unit: api.UnitGiB, Phase: api.PhaseAssigned,
 		Containers: []api.ContainerAssignment{
-			{Name: "a", CardUUID: fixture.CardUUID("n1", 0), CardIndex: 0, Units: 10},
-			{Name: "b", CardUUID: fixture.CardUUID("n1", 0), CardIndex: 0, Units: 30},
+			{Name: "a", CardUUID: podtest.CardUUID("n1", 0), CardIndex: 0, Units: 10},
+			{Name: "b", CardUUID: podtest.CardUUID("n1", 0), CardIndex: 0, Units: 30},
 		}}
 	if diff := cmp.Diff(want, assignment(t, got)); diff != "" {
 		t.Errorf("assignment (-want +got):\n%s", diff)
@@ -83,7 +84,7 @@ func TestBindWritesOneBindingCarryingTheAssignment(t *testing.T) {
 
 func TestBindFailuresWriteNothing(t *testing.T) {
 	node := fixture.MakeNode("n1").Card(0, 40).Obj()
-	fits := fixture.MakePod("ns", "fits").GPU("main", 10).Obj()
+	fits := podtest.Make("ns", "fits").GPU("main", 10).Obj()
 	tests := []struct {
 		name    string
 		pods    []*corev1.Pod
@@ -93,8 +94,8 @@ func TestBindFailuresWriteNothing(t *testing.T) {
 	}{
 		{
 			name:    "pod no longer fits: nothing is written",
-			pods:    []*corev1.Pod{fixture.MakePod("ns", "late").GPU("main", 20).Obj(), fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 0).Obj()},
-			args:    bindArgs(fixture.MakePod("ns", "late").Obj(), "n1"),
+			pods:    []*corev1.Pod{podtest.Make("ns", "late").GPU("main", 20).Obj(), podtest.Make("ns", "resident").GPU("main", 30).AssignOn("n1", api.PhaseAllocated, 0).Obj()},
+			args:    bindArgs(podtest.Make("ns", "late").Obj(), "n1"),
 			wantErr: `bind ns/late: pod no longer fits on node n1: no single card has 20 GiB free for container "main"; largest free is 10 GiB on card 0`,
 			outcome: outcomeNoFit,
 		},
@@ -113,8 +114,8 @@ func TestBindFailuresWriteNothing(t *testing.T) {
 		},
 		{
 			name:    "pod already bound",
-			pods:    []*corev1.Pod{fixture.MakePod("ns", "bound").GPU("main", 1).Assign("n1", api.PhaseAllocated, 0).Obj()},
-			args:    bindArgs(fixture.MakePod("ns", "bound").Obj(), "n1"),
+			pods:    []*corev1.Pod{podtest.Make("ns", "bound").GPU("main", 1).AssignOn("n1", api.PhaseAllocated, 0).Obj()},
+			args:    bindArgs(podtest.Make("ns", "bound").Obj(), "n1"),
 			wantErr: "bind ns/bound: pod is already bound to n1",
 			outcome: outcomeInvalid,
 		},
@@ -127,8 +128,8 @@ func TestBindFailuresWriteNothing(t *testing.T) {
 		},
 		{
 			name:    "init container asks for gpu-mem",
-			pods:    []*corev1.Pod{fixture.MakePod("ns", "init").InitGPU("i", 1).GPU("main", 1).Obj()},
-			args:    bindArgs(fixture.MakePod("ns", "init").Obj(), "n1"),
+			pods:    []*corev1.Pod{podtest.Make("ns", "init").InitGPU("i", 1).GPU("main", 1).Obj()},
+			args:    bindArgs(podtest.Make("ns", "init").Obj(), "n1"),
 			wantErr: `bind ns/init: init containers may not request example.com/gpu-mem: init container "i" asks for 1`,
 			outcome: outcomeInvalid,
 		},
@@ -161,7 +162,7 @@ func TestBindFailuresWriteNothing(t *testing.T) {
 // only pods asking for gpu-mem) cannot bind an arbitrary pod: nothing is
 // written, and the error says why.
 func TestBindRefusesAPodAskingNoGPU(t *testing.T) {
-	pod := fixture.MakePod("ns", "web").Container("c").Obj()
+	pod := podtest.Make("ns", "web").Container("c").Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("cpu").NoGPU().Obj()}, pod)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "cpu"))
 	if err != nil || !strings.Contains(res.Error, "the pod asks for no example.com/gpu-mem; the gpushare extender binds only pods that do") {
@@ -187,7 +188,7 @@ func TestRefusedBindingForgetsTheAssumptionAndLeavesNoRecord(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+			pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 			e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
 			e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 				if a.GetSubresource() == "binding" {
@@ -223,7 +224,7 @@ func TestRefusedBindingForgetsTheAssumptionAndLeavesNoRecord(t *testing.T) {
 // the pod again — so it was not bound — the retry replaces them instead of
 // failing or counting them twice.
 func TestBindWithUnknownOutcomeKeepsUnitsUntilTheRetry(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 30).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 30).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj()}, pod)
 	var calls atomic.Int32
 	e.client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -284,8 +285,8 @@ func TestBindFailsAtOnceWhenTheWriteBudgetCannotStartItInTime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			first := fixture.MakePod("ns", "first").GPU("main", 10).Obj()
-			second := fixture.MakePod("ns", "second").GPU("main", 10).Obj()
+			first := podtest.Make("ns", "first").GPU("main", 10).Obj()
+			second := podtest.Make("ns", "second").GPU("main", 10).Obj()
 			fc := testingclock.NewFakeClock(now)
 			e := newEnv(t, envOpts{writes: rate.NewLimiter(1, 1), bindTimeout: tc.bindTimeout, clock: fc},
 				[]*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, first, second)
@@ -325,8 +326,8 @@ func TestBindFailsAtOnceWhenTheWriteBudgetCannotStartItInTime(t *testing.T) {
 // A caller that goes away while its bind waits for the write budget leaves
 // nothing behind: no write, no units, and the budget's token is returned.
 func TestBindCancelledWhileWaitingWritesNothing(t *testing.T) {
-	first := fixture.MakePod("ns", "first").GPU("main", 10).Obj()
-	second := fixture.MakePod("ns", "second").GPU("main", 10).Obj()
+	first := podtest.Make("ns", "first").GPU("main", 10).Obj()
+	second := podtest.Make("ns", "second").GPU("main", 10).Obj()
 	fc := testingclock.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	e := newEnv(t, envOpts{writes: rate.NewLimiter(1, 1), clock: fc}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, first, second)
 	if res, err := e.srv.Bind(context.Background(), bindArgs(first, "n1")); err != nil || res.Error != "" {
@@ -385,7 +386,7 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 	node := fixture.MakeNode("n1").Card(0, 40).Card(1, 24).Card(2, 16).Obj()
 	var all []*corev1.Pod
 	for i := 0; i < pods; i++ {
-		all = append(all, fixture.MakePod("ns", fmt.Sprintf("p%02d", i)).GPU("main", 6).Obj())
+		all = append(all, podtest.Make("ns", fmt.Sprintf("p%02d", i)).GPU("main", 6).Obj())
 	}
 	wrap := func(c *cache.Cache) Cache { return &barrierCache{Cache: c, n: pods, release: make(chan struct{})} }
 	e := newEnv(t, envOpts{wrap: wrap}, []*corev1.Node{node}, all...)
@@ -441,7 +442,7 @@ func TestConcurrentBindsNeverExceedCapacity(t *testing.T) {
 			perCard[ca.CardUUID] += ca.Units
 		}
 	}
-	capacity := map[string]int64{fixture.CardUUID("n1", 0): 40, fixture.CardUUID("n1", 1): 24, fixture.CardUUID("n1", 2): 16}
+	capacity := map[string]int64{podtest.CardUUID("n1", 0): 40, podtest.CardUUID("n1", 1): 24, podtest.CardUUID("n1", 2): 16}
 	for uuid, u := range perCard {
 		if u > capacity[uuid] {
 			t.Errorf("API: card %s has %d units assigned, capacity %d", uuid, u, capacity[uuid])
@@ -468,7 +469,7 @@ func TestEveryPolicyFiltersAndBindsWithinCapacity(t *testing.T) {
 			}
 			var pods []*corev1.Pod
 			for i, u := range []int64{8, 12, 4, 16, 6, 10, 3, 12, 9, 5, 7, 2, 11, 4} {
-				pods = append(pods, fixture.MakePod("ns", fmt.Sprintf("p%02d", i)).GPU("main", u).Host("1", "2Gi").Obj())
+				pods = append(pods, podtest.Make("ns", fmt.Sprintf("p%02d", i)).GPU("main", u).Host("1", "2Gi").Obj())
 			}
 			e := newEnv(t, envOpts{policy: policy}, nodes, pods...)
 			names := []string{"a", "b", "c"}
@@ -527,7 +528,7 @@ func waitForTimer(t *testing.T, fc *testingclock.FakeClock) {
 // plugin holding the same key can tell it from a forged one.
 func TestBindSignsTheRecordWithTheRecordKey(t *testing.T) {
 	keys := api.RecordKeys{Current: []byte(strings.Repeat("s", 32))}
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	e := newEnv(t, envOpts{keys: keys}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
 	if err != nil || res.Error != "" {

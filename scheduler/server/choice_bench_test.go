@@ -8,9 +8,9 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
-	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
 // BenchmarkFilterCardChoice is BenchmarkFilterPolicies' filter at 5,000
@@ -33,7 +33,7 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 		{"card-models=A100", map[string]string{api.DefaultNames().AnnotationCardModels(): "A100"}, 10},
 		{"exclude-card-models=H100", map[string]string{api.DefaultNames().AnnotationExcludeCardModels(): "H100"}, 10},
 		{"card-models=nowhere", map[string]string{api.DefaultNames().AnnotationCardModels(): "B200"}, 10},
-		{"card-uuids=one", map[string]string{api.DefaultNames().AnnotationCardUUIDs(): fixture.CardUUID("node-00042", 3)}, 10},
+		{"card-uuids=one", map[string]string{api.DefaultNames().AnnotationCardUUIDs(): podtest.CardUUID("node-00042", 3)}, 10},
 		{"policy=spread", map[string]string{api.DefaultNames().AnnotationPolicy(): "spread"}, 10},
 	}
 	for _, tc := range cases {
@@ -44,7 +44,7 @@ func BenchmarkFilterCardChoice(b *testing.B) {
 				b.Fatal(err)
 			}
 			e.srv.allowed = newAllowedPolicies(e.srv.policy, []*allocator.Policy{spread})
-			pw := fixture.MakePod("ns", "p").GPU("main", tc.units)
+			pw := podtest.Make("ns", "p").GPU("main", tc.units)
 			for k, v := range tc.ann {
 				pw.Annotation(k, v)
 			}

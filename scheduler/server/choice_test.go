@@ -10,6 +10,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -29,9 +30,9 @@ func choiceNodes() ([]*corev1.Node, []*corev1.Pod) {
 		fixture.MakeNode("l4").CardOf(0, 24, modelL4, api.CardHealthy).Obj(),
 	}
 	pods := []*corev1.Pod{
-		fixture.MakePod("ns", "h100-full").GPU("main", 80).Assign("h100", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "a100-part").GPU("main", 10).Assign("a100", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "a100-part2").GPU("main", 10).Assign("a100", api.PhaseAllocated, 1).Obj(),
+		podtest.Make("ns", "h100-full").GPU("main", 80).AssignOn("h100", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "a100-part").GPU("main", 10).AssignOn("a100", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "a100-part2").GPU("main", 10).AssignOn("a100", api.PhaseAllocated, 1).Obj(),
 	}
 	return nodes, pods
 }
@@ -80,7 +81,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 		},
 		{
 			// binpack would take card 0 (the lower index of a tie); the pod names card 1.
-			name: "a card by UUID: only its node, and that card", ann: map[string]string{api.DefaultNames().AnnotationCardUUIDs(): fixture.CardUUID("a100", 1)}, units: 5,
+			name: "a card by UUID: only its node, and that card", ann: map[string]string{api.DefaultNames().AnnotationCardUUIDs(): podtest.CardUUID("a100", 1)}, units: 5,
 			kept: []string{"a100"},
 			unresolvable: map[string]string{
 				"h100": `card GPU-a100-1 is not on this node (annotation gpushare.example.com/card-uuids)`,
@@ -113,7 +114,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := choiceNodes()
-			pw := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", tc.units)
+			pw := podtest.Make("ns", "p").UID("uid-p").GPU("main", tc.units)
 			for k, v := range tc.ann {
 				pw.Annotation(k, v)
 			}
@@ -160,7 +161,7 @@ func TestFilterAndBindObeyThePodsCardChoice(t *testing.T) {
 
 func TestBindRefusesACardTheChoiceExcludes(t *testing.T) {
 	nodes, pods := choiceNodes()
-	pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 4).Annotation(api.DefaultNames().AnnotationCardModels(), "H100").Obj()
+	pod := podtest.Make("ns", "p").UID("uid-p").GPU("main", 4).Annotation(api.DefaultNames().AnnotationCardModels(), "H100").Obj()
 	e := newEnv(t, envOpts{}, nodes, append(pods, pod)...)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "l4"))
 	if err != nil {
@@ -183,8 +184,8 @@ func policyNodes() ([]*corev1.Node, []*corev1.Pod) {
 		fixture.MakeNode("two").Card(0, 40).Card(1, 40).Obj(),
 	}
 	pods := []*corev1.Pod{
-		fixture.MakePod("ns", "r1").GPU("main", 30).Assign("busy", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "r2").GPU("main", 10).Assign("two", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "r1").GPU("main", 30).AssignOn("busy", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "r2").GPU("main", 10).AssignOn("two", api.PhaseAllocated, 0).Obj(),
 	}
 	return nodes, pods
 }
@@ -204,7 +205,7 @@ func TestPerPodPolicyDecidesNodeAndCard(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := policyNodes()
-			pw := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 5)
+			pw := podtest.Make("ns", "p").UID("uid-p").GPU("main", 5)
 			if tc.policy != "" {
 				pw.Annotation(api.DefaultNames().AnnotationPolicy(), tc.policy)
 			}
@@ -271,7 +272,7 @@ func TestAPolicyNotAllowedIsUnresolvableAndNamesTheAllowedOnes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := policyNodes()
-			pod := fixture.MakePod("ns", "p").UID("uid-p").GPU("main", 5).Annotation(api.DefaultNames().AnnotationPolicy(), tc.policy).Obj()
+			pod := podtest.Make("ns", "p").UID("uid-p").GPU("main", 5).Annotation(api.DefaultNames().AnnotationPolicy(), tc.policy).Obj()
 			e := newEnv(t, envOpts{allowed: tc.allowed}, nodes, append(pods, pod)...)
 			ctx := context.Background()
 			res, err := e.srv.Filter(ctx, &extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("busy", "idle")})

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
@@ -19,7 +20,7 @@ import (
 // decodeArgsSeeds are bodies for FuzzDecodeArgs and TestDecodeArgs: what
 // kube-scheduler sends, and shapes only encoding/json may decide.
 func decodeArgsSeeds() []string {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	names := []string{"n1", "node-2.example.com", "ghost"}
 	var seeds []string
 	for _, v := range []any{
@@ -168,7 +169,7 @@ func BenchmarkDecodeArgs(b *testing.B) {
 		names[i] = fmt.Sprintf("node-%05d", i)
 		c.SetNode(fixture.MakeNode(names[i]).Cards(8, 80).Obj())
 	}
-	body := []byte(mustJSON(b, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}))
+	body := []byte(mustJSON(b, extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "p").GPU("main", 10).Obj(), NodeNames: &names}))
 	srv := &Server{cache: c}
 	for _, resolved := range []bool{true, false} {
 		name := "names=copied"

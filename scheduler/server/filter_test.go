@@ -12,6 +12,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -35,11 +36,11 @@ func TestFilter(t *testing.T) {
 		fixture.MakeNode("full").Card(0, 24).Card(1, 24).Card(2, 24).Card(3, 24).Obj(),
 	}
 	pods := []*corev1.Pod{
-		fixture.MakePod("ns", "resident").GPU("main", 30).Assign("half", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "f0").GPU("main", 24).Assign("full", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "f1").GPU("main", 24).Assign("full", api.PhaseAllocated, 1).Obj(),
-		fixture.MakePod("ns", "f2").GPU("main", 24).Assign("full", api.PhaseAllocated, 2).Obj(),
-		fixture.MakePod("ns", "f3").GPU("main", 4).Assign("full", api.PhaseAllocated, 3).Obj(),
+		podtest.Make("ns", "resident").GPU("main", 30).AssignOn("half", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "f0").GPU("main", 24).AssignOn("full", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "f1").GPU("main", 24).AssignOn("full", api.PhaseAllocated, 1).Obj(),
+		podtest.Make("ns", "f2").GPU("main", 24).AssignOn("full", api.PhaseAllocated, 2).Obj(),
+		podtest.Make("ns", "f3").GPU("main", 4).AssignOn("full", api.PhaseAllocated, 3).Obj(),
 	}
 	tests := []struct {
 		name  string
@@ -50,7 +51,7 @@ func TestFilter(t *testing.T) {
 	}{
 		{
 			name:  "best mode keeps only the policy's preferred node; other fitting nodes are in neither failed list",
-			pod:   fixture.MakePod("ns", "p").GPU("main", 10).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 10).Obj(),
 			nodes: []string{"half", "empty", "big"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("half"),
@@ -61,7 +62,7 @@ func TestFilter(t *testing.T) {
 		{
 			name:  "all mode keeps every fitting node",
 			mode:  FilterAll,
-			pod:   fixture.MakePod("ns", "p").GPU("main", 10).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 10).Obj(),
 			nodes: []string{"half", "empty", "big"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("half", "empty", "big"),
@@ -71,7 +72,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:  "exact fit fills a card to the last unit",
-			pod:   fixture.MakePod("ns", "p").GPU("main", 10).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 10).Obj(),
 			nodes: []string{"half"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("half"),
@@ -81,7 +82,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:  "full cards fail resolvably with the largest free card named; too-small cards fail unresolvably",
-			pod:   fixture.MakePod("ns", "p").GPU("main", 24).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 24).Obj(),
 			nodes: []string{"half", "full", "small", "big"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames: names("big"),
@@ -96,7 +97,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:  "unhealthy and isolated cards, a node without inventory and an unknown node fail unresolvably",
-			pod:   fixture.MakePod("ns", "p").GPU("main", 8).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 8).Obj(),
 			nodes: []string{"sick", "bare", "ghost"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:   names(),
@@ -110,7 +111,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name:  "multi-container pod needs a card for each container",
-			pod:   fixture.MakePod("ns", "p").GPU("a", 30).GPU("b", 20).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("a", 30).GPU("b", 20).Obj(),
 			nodes: []string{"empty", "big"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("big"),
@@ -144,7 +145,7 @@ func TestFilterCapsTiedBestNodes(t *testing.T) {
 		all = append(all, n)
 	}
 	nodes = append(nodes, fixture.MakeNode("tiny").Card(0, 4).Obj())
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	candidates := append(slices.Clone(all), "tiny")
 	tests := []struct {
 		name     string
@@ -163,7 +164,7 @@ func TestFilterCapsTiedBestNodes(t *testing.T) {
 			ns := nodes
 			var pods []*corev1.Pod
 			if tc.policy == "binpack" {
-				pods = append(pods, fixture.MakePod("ns", "resident").GPU("main", 10).Assign("n07", api.PhaseAllocated, 0).Obj())
+				pods = append(pods, podtest.Make("ns", "resident").GPU("main", 10).AssignOn("n07", api.PhaseAllocated, 0).Obj())
 			}
 			e := newEnv(t, envOpts{policy: tc.policy, maxBest: tc.maxBest}, ns, pods...)
 			seen := map[string]bool{}
@@ -199,7 +200,7 @@ func TestFilterCapsTiedBestNodes(t *testing.T) {
 
 func TestFilterPodWithoutGPUPassesUntouched(t *testing.T) {
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj(), fixture.MakeNode("cpu").NoGPU().Obj()})
-	pod := fixture.MakePod("ns", "web").Container("main").Obj()
+	pod := podtest.Make("ns", "web").Container("main").Obj()
 	nn := []string{"n1", "cpu", "not-in-cache"}
 	got, err := e.srv.Filter(context.Background(), &extenderv1.ExtenderArgs{Pod: pod, NodeNames: &nn})
 	if err != nil {
@@ -216,15 +217,15 @@ func TestFilterInvalidDemandFailsEveryNodeUnresolvably(t *testing.T) {
 		pod  *corev1.Pod
 		want string
 	}{
-		{"init container asks for gpu-mem", fixture.MakePod("ns", "p").InitGPU("setup", 4).GPU("main", 4).Obj(),
+		{"init container asks for gpu-mem", podtest.Make("ns", "p").InitGPU("setup", 4).GPU("main", 4).Obj(),
 			`init containers may not request example.com/gpu-mem: init container "setup" asks for 4`},
-		{"negative request", fixture.MakePod("ns", "p").GPUQuantity("main", "-2").Obj(),
+		{"negative request", podtest.Make("ns", "p").GPUQuantity("main", "-2").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for -2, which is negative`},
-		{"fractional request", fixture.MakePod("ns", "p").GPUQuantity("main", "1500m").Obj(),
+		{"fractional request", podtest.Make("ns", "p").GPUQuantity("main", "1500m").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 1500m, which is not a whole number of units`},
-		{"explicit zero request", fixture.MakePod("ns", "p").GPUQuantity("main", "0").Obj(),
+		{"explicit zero request", podtest.Make("ns", "p").GPUQuantity("main", "0").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 0; ask for at least 1, or leave example.com/gpu-mem out to ask for no GPU`},
-		{"absurd request", fixture.MakePod("ns", "p").GPUQuantity("main", "4Ti").Obj(),
+		{"absurd request", podtest.Make("ns", "p").GPUQuantity("main", "4Ti").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 4Ti, more than the maximum 1099511627776 units`},
 	}
 	for _, tc := range tests {
@@ -251,7 +252,7 @@ func TestFilterWithNodeObjects(t *testing.T) {
 	n2 := fixture.MakeNode("n2").Card(0, 8).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{n1, n2})
 	got, err := e.srv.Filter(context.Background(), &extenderv1.ExtenderArgs{
-		Pod:   fixture.MakePod("ns", "p").GPU("main", 10).Obj(),
+		Pod:   podtest.Make("ns", "p").GPU("main", 10).Obj(),
 		Nodes: &corev1.NodeList{Items: []corev1.Node{*n1, *n2}},
 	})
 	if err != nil {
@@ -275,10 +276,10 @@ func TestPrioritize(t *testing.T) {
 		fixture.MakeNode("small").Card(0, 8).Obj(),
 	}
 	pods := []*corev1.Pod{
-		fixture.MakePod("ns", "q").GPU("main", 10).Assign("quarter", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "h").GPU("main", 20).Assign("half", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "q").GPU("main", 10).AssignOn("quarter", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "h").GPU("main", 20).AssignOn("half", api.PhaseAllocated, 0).Obj(),
 	}
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	tests := []struct {
 		name   string
 		policy string
@@ -289,9 +290,9 @@ func TestPrioritize(t *testing.T) {
 			extenderv1.HostPriorityList{{Host: "quarter", Score: 5}, {Host: "empty", Score: 0}, {Host: "half", Score: 10}, {Host: "small", Score: 0}}},
 		{"spread prefers the emptiest node", "spread", pod,
 			extenderv1.HostPriorityList{{Host: "quarter", Score: 5}, {Host: "empty", Score: 10}, {Host: "half", Score: 0}, {Host: "small", Score: 0}}},
-		{"a pod without gpu-mem scores 0 everywhere", "binpack", fixture.MakePod("ns", "web").Container("c").Obj(),
+		{"a pod without gpu-mem scores 0 everywhere", "binpack", podtest.Make("ns", "web").Container("c").Obj(),
 			extenderv1.HostPriorityList{{Host: "quarter"}, {Host: "empty"}, {Host: "half"}, {Host: "small"}}},
-		{"an invalid demand scores 0 everywhere", "binpack", fixture.MakePod("ns", "bad").InitGPU("i", 1).Obj(),
+		{"an invalid demand scores 0 everywhere", "binpack", podtest.Make("ns", "bad").InitGPU("i", 1).Obj(),
 			extenderv1.HostPriorityList{{Host: "quarter"}, {Host: "empty"}, {Host: "half"}, {Host: "small"}}},
 	}
 	for _, tc := range tests {

@@ -11,6 +11,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -20,11 +21,11 @@ import (
 // naming the problem; never a panic (gin's recovery would answer 500) and
 // never a 5xx for bad input.
 func FuzzExtenderVerbs(f *testing.F) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	names := []string{"n1", "n2", "ghost"}
 	for _, v := range []any{
 		extenderv1.ExtenderArgs{Pod: pod, NodeNames: &names},
-		extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "big").GPU("a", 50).GPU("b", 1).Obj(), NodeNames: &names},
+		extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "big").GPU("a", 50).GPU("b", 1).Obj(), NodeNames: &names},
 		extenderv1.ExtenderArgs{Pod: pod, Nodes: &corev1.NodeList{Items: []corev1.Node{*fixture.MakeNode("n1").Card(0, 40).Obj()}}},
 		// More gpu-mem containers than MaxGPUContainers: refused on every node.
 		extenderv1.ExtenderArgs{Pod: podOfContainers("over-cap", MaxGPUContainers+1), NodeNames: &names},
@@ -42,7 +43,7 @@ func FuzzExtenderVerbs(f *testing.F) {
 		}
 	}
 	nodes := []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 24).Obj(), fixture.MakeNode("n2").Card(0, 80).Obj()}
-	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 0).Obj()
+	resident := podtest.Make("ns", "resident").GPU("main", 30).AssignOn("n1", api.PhaseAllocated, 0).Obj()
 	e := newEnv(f, envOpts{maxBody: 1 << 20}, nodes, pod, resident)
 	h := e.srv.Handler(nil)
 	f.Fuzz(func(t *testing.T, verb, body string) {

@@ -14,6 +14,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/cache"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
@@ -36,7 +37,7 @@ func do(t testing.TB, h http.Handler, method, path, body string) *httptest.Respo
 }
 
 func TestHTTPBadInput(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	podJSON := mustJSON(t, pod)
 	tests := []struct {
 		name       string
@@ -91,8 +92,8 @@ func TestHTTPBadInput(t *testing.T) {
 }
 
 func TestHTTPVerbs(t *testing.T) {
-	pod := fixture.MakePod("ns", "p").GPU("main", 10).Obj()
-	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 0).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
+	resident := podtest.Make("ns", "resident").GPU("main", 30).AssignOn("n1", api.PhaseAllocated, 0).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj(), fixture.MakeNode("n2").Card(0, 40).Obj()}, pod, resident)
 	h := e.srv.Handler(e.reg)
 
@@ -135,7 +136,7 @@ func TestHTTPVerbs(t *testing.T) {
 		t.Fatalf("inspect: %d %v %s", rec.Code, err, rec.Body)
 	}
 	wantNI := api.ExtenderNode{Name: "n1", Unit: api.UnitGiB, Cards: []api.ExtenderCard{{
-		Index: 0, UUID: fixture.CardUUID("n1", 0), Model: "A100", State: api.CardHealthy, Capacity: 40, Used: 40,
+		Index: 0, UUID: podtest.CardUUID("n1", 0), Model: "A100", State: api.CardHealthy, Capacity: 40, Used: 40,
 		Pods: []api.ExtenderPod{
 			{Namespace: "ns", Name: "p", UID: pod.UID, Container: "main", Units: 10, State: cache.Assumed, Phase: api.PhaseAssigned},
 			{Namespace: "ns", Name: "resident", UID: resident.UID, Container: "main", Units: 30, State: cache.Confirmed, Phase: api.PhaseAllocated},

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
@@ -39,7 +40,7 @@ func countingPolicy(t testing.TB, calls *atomic.Int64, onChoose func()) *allocat
 
 // podOfContainers is a pod of n containers asking for 1 unit each.
 func podOfContainers(name string, n int) *corev1.Pod {
-	p := fixture.MakePod("ns", name)
+	p := podtest.Make("ns", name)
 	for i := 0; i < n; i++ {
 		p.GPU(fmt.Sprint("c", i), 1)
 	}
@@ -129,7 +130,7 @@ func TestVerbsStopEvaluatingWhenTheRequestEnds(t *testing.T) {
 		nodes = append(nodes, fixture.MakeNode(n).Card(0, 40).Obj())
 		candidates = append(candidates, n)
 	}
-	pod := fixture.MakePod("ns", "p").GPU("main", 4).Obj()
+	pod := podtest.Make("ns", "p").GPU("main", 4).Obj()
 	e := newEnv(t, envOpts{}, nodes, pod)
 	for _, workers := range []int{0, 2, 4} {
 		for _, verb := range []string{"filter", "prioritize"} {

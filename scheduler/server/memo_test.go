@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
@@ -55,12 +56,12 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 	}
 	fresh.memo = nil
 
-	shapes := []func(p *fixture.PodWrapper) *fixture.PodWrapper{
-		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("main", 8) },
-		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("main", 20) },
-		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("a", 4).GPU("b", 12) },
-		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.Whole("train", 2) },
-		func(p *fixture.PodWrapper) *fixture.PodWrapper { return p.GPU("big", 33) },
+	shapes := []func(p *podtest.Builder) *podtest.Builder{
+		func(p *podtest.Builder) *podtest.Builder { return p.GPU("main", 8) },
+		func(p *podtest.Builder) *podtest.Builder { return p.GPU("main", 20) },
+		func(p *podtest.Builder) *podtest.Builder { return p.GPU("a", 4).GPU("b", 12) },
+		func(p *podtest.Builder) *podtest.Builder { return p.Whole("train", 2) },
+		func(p *podtest.Builder) *podtest.Builder { return p.GPU("big", 33) },
 	}
 	policies := append([]string{""}, registry.Names()...)
 	var placed []*corev1.Pod
@@ -75,7 +76,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 		case r < 4: // a pod placed on a random node and card (a bind)
 			seq++
 			n := names[rng.Intn(nodes)]
-			p := fixture.MakePod("ns", fmt.Sprintf("p%d", seq)).GPU("main", int64(1+rng.Intn(6))).Assign(n, api.PhaseAllocated, 0).Obj()
+			p := podtest.Make("ns", fmt.Sprintf("p%d", seq)).GPU("main", int64(1+rng.Intn(6))).AssignOn(n, api.PhaseAllocated, 0).Obj()
 			e.cache.SetPod(p)
 			placed = append(placed, p)
 		case r < 6 && len(placed) > 0: // a pod gone
@@ -110,7 +111,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 			}
 		case r < 9: // a pending pod seen: the workload changes
 			seq++
-			e.cache.SetPod(shapes[rng.Intn(len(shapes))](fixture.MakePod("ns", fmt.Sprintf("pending%d", seq))).Obj())
+			e.cache.SetPod(shapes[rng.Intn(len(shapes))](podtest.Make("ns", fmt.Sprintf("pending%d", seq))).Obj())
 		}
 		// Several calls per step: the later ones find the memo, whole when
 		// nothing changed since, in part when one node did.
@@ -124,7 +125,7 @@ func TestMemoGivesTheDecisionsOfAFullEvaluation(t *testing.T) {
 				e.cache.DeletePod(placed[i].UID)
 				placed = append(placed[:i], placed[i+1:]...)
 			}
-			w := shapes[shape](fixture.MakePod("ns", "asking"))
+			w := shapes[shape](podtest.Make("ns", "asking"))
 			if pol != "" {
 				w = w.Annotation(api.DefaultNames().AnnotationPolicy(), pol)
 			}
@@ -240,7 +241,7 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 	e := newEnv(t, envOpts{policy: "frag", mode: FilterAll}, ns)
 	srv := httptest.NewServer(e.srv.Handler(nil))
 	defer srv.Close()
-	body := mustJSON(t, extenderv1.ExtenderArgs{Pod: fixture.MakePod("ns", "asking").GPU("main", 6).Obj(), NodeNames: &names})
+	body := mustJSON(t, extenderv1.ExtenderArgs{Pod: podtest.Make("ns", "asking").GPU("main", 6).Obj(), NodeNames: &names})
 	stop := make(chan struct{})
 	var changes sync.WaitGroup
 	changes.Add(1)
@@ -252,7 +253,7 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 				return
 			default:
 			}
-			p := fixture.MakePod("ns", fmt.Sprintf("p%d", i%50)).GPU("main", 4).Assign(names[i%nodes], api.PhaseAllocated, i%2).Obj()
+			p := podtest.Make("ns", fmt.Sprintf("p%d", i%50)).GPU("main", 4).AssignOn(names[i%nodes], api.PhaseAllocated, i%2).Obj()
 			if i%3 == 0 {
 				e.cache.DeletePod(p.UID)
 			} else {
@@ -290,7 +291,7 @@ func TestMemoUnderConcurrentCallsAndChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh.memo = nil
-	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+	pod := podtest.Make("ns", "asking").GPU("main", 6).Obj()
 	got, _, _, _, err1 := e.srv.evaluate(context.Background(), pod, names, candidates{})
 	want, _, _, _, err2 := fresh.evaluate(context.Background(), pod, names, candidates{})
 	if err1 != nil || err2 != nil {
@@ -320,7 +321,7 @@ func TestMemoMatchesNodesByNameWhateverTheirOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	fresh.memo = nil
-	pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+	pod := podtest.Make("ns", "asking").GPU("main", 6).Obj()
 	ctx := context.Background()
 	for k := 0; k < 2; k++ { // seen, then a table filled
 		if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
@@ -358,7 +359,7 @@ func TestMemoTellsApartANodeThatTookAGoneNodesID(t *testing.T) {
 				ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16).Obj())
 			}
 			e := newEnv(t, envOpts{policy: "binpack"}, ns)
-			pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+			pod := podtest.Make("ns", "asking").GPU("main", 6).Obj()
 			ctx := context.Background()
 			for k := 0; k < 2; k++ { // seen, then a table filled
 				if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
@@ -417,7 +418,7 @@ func TestMemoKeepsDecisionsAcrossNewPodsForPoliciesThatIgnoreTheWorkload(t *test
 				ns = append(ns, fixture.MakeNode(names[i]).Cards(2, 16+int64(i%3)).Obj())
 			}
 			e := newEnv(t, envOpts{policy: tc.policy}, ns)
-			pod := fixture.MakePod("ns", "asking").GPU("main", 6).Obj()
+			pod := podtest.Make("ns", "asking").GPU("main", 6).Obj()
 			ctx := context.Background()
 			for k := 0; k < 2; k++ { // seen, then a table filled
 				if _, _, _, _, err := e.srv.evaluate(ctx, pod, names, candidates{}); err != nil {
@@ -425,7 +426,7 @@ func TestMemoKeepsDecisionsAcrossNewPodsForPoliciesThatIgnoreTheWorkload(t *test
 				}
 			}
 			w0 := e.cache.Workload()
-			e.cache.SetPod(fixture.MakePod("ns", "newcomer").GPU("main", 3).Obj())
+			e.cache.SetPod(podtest.Make("ns", "newcomer").GPU("main", 3).Obj())
 			if e.cache.Workload() == w0 {
 				t.Fatal("a new pod left the workload as it was: the test proves nothing")
 			}

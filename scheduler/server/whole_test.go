@@ -10,6 +10,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/scheduler/internal/fixture"
 )
 
@@ -25,8 +26,8 @@ func TestFilterWholeCards(t *testing.T) {
 		fixture.MakeNode("sick").Card(0, 40).CardOf(1, 40, "A100", api.CardUnhealthy).Obj(),
 	}
 	pods := []*corev1.Pod{
-		fixture.MakePod("ns", "share").GPU("main", 10).Assign("withshare", api.PhaseAllocated, 0).Obj(),
-		fixture.MakePod("ns", "holder").Whole("main", 1).AssignWhole("heldwhole", api.PhaseAllocated, nil, []int{0}).Obj(),
+		podtest.Make("ns", "share").GPU("main", 10).AssignOn("withshare", api.PhaseAllocated, 0).Obj(),
+		podtest.Make("ns", "holder").Whole("main", 1).AssignWholeOn("heldwhole", api.PhaseAllocated, nil, []int{0}).Obj(),
 	}
 	tests := []struct {
 		name  string
@@ -36,7 +37,7 @@ func TestFilterWholeCards(t *testing.T) {
 	}{
 		{
 			name:  "a whole-card pod never lands on a card with shared memory, nor on one held whole; too few cards is unresolvable",
-			pod:   fixture.MakePod("ns", "p").Whole("train", 2).Obj(),
+			pod:   podtest.Make("ns", "p").Whole("train", 2).Obj(),
 			nodes: []string{"withshare", "heldwhole", "one", "free", "sick"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames: names("free"),
@@ -52,7 +53,7 @@ func TestFilterWholeCards(t *testing.T) {
 		},
 		{
 			name:  "a shared pod never lands on a card held whole",
-			pod:   fixture.MakePod("ns", "p").GPU("main", 35).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("main", 35).Obj(),
 			nodes: []string{"heldwhole", "withshare"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:                  names("heldwhole"),
@@ -62,7 +63,7 @@ func TestFilterWholeCards(t *testing.T) {
 		},
 		{
 			name:  "a mixed pod needs its shares beside its whole cards",
-			pod:   fixture.MakePod("ns", "p").GPU("infer", 40).Whole("train", 1).Obj(),
+			pod:   podtest.Make("ns", "p").GPU("infer", 40).Whole("train", 1).Obj(),
 			nodes: []string{"heldwhole", "one"},
 			want: &extenderv1.ExtenderFilterResult{
 				NodeNames:   names(),
@@ -88,18 +89,18 @@ func TestFilterWholeCards(t *testing.T) {
 }
 
 func TestFilterInvalidWholeCardDemandFailsEveryNodeUnresolvably(t *testing.T) {
-	mixed := fixture.MakePod("ns", "p").GPU("main", 4).Obj()
-	mixed.Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()] = fixture.MakePod("", "").Whole("x", 1).Obj().Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()]
+	mixed := podtest.Make("ns", "p").GPU("main", 4).Obj()
+	mixed.Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()] = podtest.Make("", "").Whole("x", 1).Obj().Spec.Containers[0].Resources.Limits[api.DefaultNames().WholeResourceName()]
 	tests := []struct {
 		name string
 		pod  *corev1.Pod
 		want string
 	}{
-		{"zero whole cards", fixture.MakePod("ns", "p").WholeQuantity("main", "0").Obj(),
+		{"zero whole cards", podtest.Make("ns", "p").WholeQuantity("main", "0").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 0 example.com/gpu; ask for at least 1 card, or leave example.com/gpu out to ask for no whole card`},
-		{"fractional whole cards", fixture.MakePod("ns", "p").WholeQuantity("main", "1500m").Obj(),
+		{"fractional whole cards", podtest.Make("ns", "p").WholeQuantity("main", "1500m").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for 1500m example.com/gpu, which is not a whole number of cards; for part of a card ask for example.com/gpu-mem (memory) instead`},
-		{"negative whole cards", fixture.MakePod("ns", "p").WholeQuantity("main", "-1").Obj(),
+		{"negative whole cards", podtest.Make("ns", "p").WholeQuantity("main", "-1").Obj(),
 			`invalid example.com/gpu-mem request: container "main" asks for -1 example.com/gpu, which is negative; ask for a whole number of cards from 1 to 256`},
 		{"both kinds in one container", mixed,
 			`a container may ask for example.com/gpu (whole cards) or example.com/gpu-mem (memory on one card), not both: container "main" asks for both; put the whole cards and the shared memory in separate containers`},
@@ -126,16 +127,16 @@ func TestFilterInvalidWholeCardDemandFailsEveryNodeUnresolvably(t *testing.T) {
 func TestBindMixedPodRecordsWholeCardsApartFromShares(t *testing.T) {
 	// Card 0 holds a share, so the two whole cards are 1 and 2; the share
 	// of the new pod best-fits card 0 (never a card it takes whole).
-	resident := fixture.MakePod("ns", "resident").GPU("main", 30).Assign("n1", api.PhaseAllocated, 0).Obj()
-	pod := fixture.MakePod("ns", "p").GPU("infer", 10).Whole("train", 2).Obj()
+	resident := podtest.Make("ns", "resident").GPU("main", 30).AssignOn("n1", api.PhaseAllocated, 0).Obj()
+	pod := podtest.Make("ns", "p").GPU("infer", 10).Whole("train", 2).Obj()
 	e := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Card(2, 40).Card(3, 80).Obj()}, pod, resident)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
 	if err != nil || res.Error != "" {
 		t.Fatalf("bind: %v %s", err, res.Error)
 	}
 	want := api.Assignment{Version: 1, PodUID: pod.UID, Node: "n1", Unit: api.UnitGiB, Phase: api.PhaseAssigned,
-		Containers: []api.ContainerAssignment{{Name: "infer", CardUUID: fixture.CardUUID("n1", 0), CardIndex: 0, Units: 10}},
-		WholeCards: []api.WholeCardAssignment{{Name: "train", CardUUIDs: []string{fixture.CardUUID("n1", 1), fixture.CardUUID("n1", 2)}, CardIndexes: []int{1, 2}}},
+		Containers: []api.ContainerAssignment{{Name: "infer", CardUUID: podtest.CardUUID("n1", 0), CardIndex: 0, Units: 10}},
+		WholeCards: []api.WholeCardAssignment{{Name: "train", CardUUIDs: []string{podtest.CardUUID("n1", 1), podtest.CardUUID("n1", 2)}, CardIndexes: []int{1, 2}}},
 	}
 	if diff := cmp.Diff(want, assignment(t, e.apiPod(t, "p"))); diff != "" {
 		t.Errorf("assignment (-want +got):\n%s", diff)
@@ -165,10 +166,10 @@ func TestBindMixedPodRecordsWholeCardsApartFromShares(t *testing.T) {
 	}
 
 	// The next whole-card pod takes the last free card; then none is left.
-	next := fixture.MakePod("ns", "next").Whole("main", 1).Obj()
-	last := fixture.MakePod("ns", "last").Whole("main", 1).Obj()
+	next := podtest.Make("ns", "next").Whole("main", 1).Obj()
+	last := podtest.Make("ns", "last").Whole("main", 1).Obj()
 	e2 := newEnv(t, envOpts{}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Card(2, 40).Card(3, 80).Obj()}, next, last, resident,
-		fixture.MakePod("ns", "p").GPU("infer", 10).Whole("train", 2).AssignWhole("n1", api.PhaseAllocated, []int{0}, []int{1, 2}).Obj())
+		podtest.Make("ns", "p").GPU("infer", 10).Whole("train", 2).AssignWholeOn("n1", api.PhaseAllocated, []int{0}, []int{1, 2}).Obj())
 	if res, err := e2.srv.Bind(context.Background(), bindArgs(next, "n1")); err != nil || res.Error != "" {
 		t.Fatalf("bind next: %v %s", err, res.Error)
 	}
