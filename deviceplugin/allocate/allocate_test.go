@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const (
@@ -56,11 +56,11 @@ func TestQueue(t *testing.T) {
 		{
 			name: "same creation time is ordered by arrival, pods not seen yet last, then by UID",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "a", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "b", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "c", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "d", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "older", 0).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "a", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "b", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "c", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "d", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "older", 0).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			arrival: map[string]uint64{"uid-d": 7, "uid-b": 9, "uid-older": 10},
 			want:    []key{{"older", "c"}, {"d", "c"}, {"b", "c"}, {"a", "c"}, {"c", "c"}},
@@ -68,8 +68,8 @@ func TestQueue(t *testing.T) {
 		{
 			name: "with the kubelet's account an Allocated record is pending unless the kubelet shows the container",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "guessed-before-restart", 1).Container("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
-				podtest.Make(node, "really-done", 1).Container("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
+				podtest.Bound(node, "guessed-before-restart", 1).GPU("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Bound(node, "really-done", 1).GPU("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
 			},
 			allocated: map[key]bool{{"uid-really-done", "c"}: true},
 			account:   true,
@@ -78,8 +78,8 @@ func TestQueue(t *testing.T) {
 		{
 			name: "an Allocated record the kubelet contradicted is pending again",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "guessed-wrong", 1).Container("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
-				podtest.Make(node, "really-done", 2).Container("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
+				podtest.Bound(node, "guessed-wrong", 1).GPU("c", 6).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Bound(node, "really-done", 2).GPU("c", 6).Assign(api.PhaseAllocated, c1).Obj(),
 			},
 			reopened: map[string]bool{"uid-guessed-wrong": true},
 			want:     []key{{"guessed-wrong", "c"}},
@@ -87,28 +87,28 @@ func TestQueue(t *testing.T) {
 		{
 			name: "pods in creation order, containers in spec order, non-gpu containers skipped",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "young", 2).Container("a", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "old", 1).Container("a", 2).Container("sidecar", 0).Container("b", 3).Assign(api.PhaseAssigned, c0, c1).Obj(),
+				podtest.Bound(node, "young", 2).GPU("a", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "old", 1).GPU("a", 2).Container("sidecar").GPU("b", 3).Assign(api.PhaseAssigned, c0, c1).Obj(),
 			},
 			want: []key{{"old", "a"}, {"old", "b"}, {"young", "a"}},
 		},
 		{
 			name: "same creation time is ordered by UID",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "b", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
-				podtest.Make(node, "a", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "b", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "a", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			want: []key{{"a", "c"}, {"b", "c"}},
 		},
 		{
 			name: "admitted, terminal, allocated and rejected pods leave the queue",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "running", 1).Container("c", 1).Assign(api.PhaseAssigned, c0).Phase(corev1.PodRunning).Obj(),
-				podtest.Make(node, "started", 2).Container("c", 1).Assign(api.PhaseAssigned, c0).Started().Obj(),
-				podtest.Make(node, "failed", 3).Container("c", 1).Phase(corev1.PodFailed).Obj(),
-				podtest.Make(node, "done", 4).Container("c", 1).Assign(api.PhaseAllocated, c0).Obj(),
-				podtest.Make(node, "rejected", 5).Container("c", 1).Obj(),
-				podtest.Make(node, "waiting", 6).Container("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "running", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Phase(corev1.PodRunning).Obj(),
+				podtest.Bound(node, "started", 2).GPU("c", 1).Assign(api.PhaseAssigned, c0).Started().Obj(),
+				podtest.Bound(node, "failed", 3).GPU("c", 1).Phase(corev1.PodFailed).Obj(),
+				podtest.Bound(node, "done", 4).GPU("c", 1).Assign(api.PhaseAllocated, c0).Obj(),
+				podtest.Bound(node, "rejected", 5).GPU("c", 1).Obj(),
+				podtest.Bound(node, "waiting", 6).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
 			},
 			rejected: map[string]bool{"uid-rejected": true},
 			want:     []key{{"waiting", "c"}},
@@ -116,7 +116,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "a container already allocated leaves the queue, its sibling stays",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "p", 1).Container("a", 1).Container("b", 1).Assign(api.PhaseAssigned, c0, c1).Obj(),
+				podtest.Bound(node, "p", 1).GPU("a", 1).GPU("b", 1).Assign(api.PhaseAssigned, c0, c1).Obj(),
 			},
 			allocated: map[key]bool{{"uid-p", "a"}: true},
 			want:      []key{{"p", "b"}},
@@ -124,7 +124,7 @@ func TestQueue(t *testing.T) {
 		{
 			name: "init containers come first (and make the pod invalid)",
 			pods: []*corev1.Pod{
-				podtest.Make(node, "p", 1).InitContainer("init", 2).Container("a", 1).Obj(),
+				podtest.Bound(node, "p", 1).InitGPU("init", 2).GPU("a", 1).Obj(),
 			},
 			want: []key{{"p", "init"}, {"p", "a"}},
 		},
@@ -162,56 +162,56 @@ func TestMatch(t *testing.T) {
 	}{
 		{
 			name:    "re-allocation of an admitted container on its recorded card is a repeat",
-			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			ids:     ids(card1, 4, 2),
 			wantPod: "p", wantContainer: "c", wantCard: card1, wantRepeat: true,
 		},
 		{
 			name:    "re-allocation on another card than recorded is not explained",
-			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantErr: ErrNoPending,
 		},
 		{
 			name:    "single container gets its assigned card",
-			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c1).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 0, 4),
 			wantPod: "p", wantContainer: "c", wantCard: card1,
 		},
 		{
 			name:    "the entry requesting exactly len(ids) units is chosen, skipping other sizes",
-			pods:    []*corev1.Pod{podtest.Make(node, "big", 1).Container("c", 8).Assign(api.PhaseAssigned, c0).Obj(), podtest.Make(node, "small", 2).Container("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "big", 1).GPU("c", 8).Assign(api.PhaseAssigned, c0).Obj(), podtest.Bound(node, "small", 2).GPU("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 3, 2),
 			wantPod: "small", wantContainer: "c", wantCard: card1,
 		},
 		{
 			name:    "two same-size pods swapped: the oldest gets the offered card and its record is corrected",
-			pods:    []*corev1.Pod{podtest.Make(node, "a", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj(), podtest.Make(node, "b", 2).Container("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "a", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj(), podtest.Bound(node, "b", 2).GPU("c", 2).Assign(api.PhaseAssigned, c1).Obj()},
 			ids:     ids(card1, 0, 2),
 			wantPod: "a", wantContainer: "c", wantCard: card1, wantCorrected: true,
 		},
 		{
 			name:    "a bypass pod at the head of its size is refused",
-			pods:    []*corev1.Pod{podtest.Make(node, "bypass", 1).Container("c", 2).Obj(), podtest.Make(node, "ok", 2).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "bypass", 1).GPU("c", 2).Obj(), podtest.Bound(node, "ok", 2).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantPod: "bypass", wantContainer: "c",
 			wantErr: ErrNotScheduled,
 		},
 		{
 			name:    "a bypass pod of another size does not block",
-			pods:    []*corev1.Pod{podtest.Make(node, "bypass", 1).Container("c", 3).Obj(), podtest.Make(node, "ok", 2).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "bypass", 1).GPU("c", 3).Obj(), podtest.Bound(node, "ok", 2).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 2),
 			wantPod: "ok", wantContainer: "c", wantCard: card0,
 		},
 		{
 			name:    "ids of two cards are refused",
-			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     append(ids(card0, 0, 1), ids(card1, 0, 1)...),
 			wantErr: ErrSpansCards,
 		},
 		{
 			name:    "no pending container of that size",
-			pods:    []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			ids:     ids(card0, 0, 3),
 			wantErr: ErrNoPending,
 		},
@@ -230,7 +230,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestMatchBypassMessageSaysWhy(t *testing.T) {
-	s := Build([]*corev1.Pod{podtest.Make(node, "by-hand", 1).Container("c", 1).Obj()}, State{})
+	s := Build([]*corev1.Pod{podtest.Bound(node, "by-hand", 1).GPU("c", 1).Obj()}, State{})
 	_, err := Match(s, ids(card0, 0, 1))
 	want := "pod ns/by-hand has no gpushare assignment: pods requesting example.com/gpu-mem must be scheduled by gpushare-scheduler"
 	if err == nil || len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
@@ -250,19 +250,19 @@ func TestPreferred(t *testing.T) {
 	}{
 		{
 			name:      "steers to the head's assigned card",
-			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c1).Obj()},
+			pods:      []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c1).Obj()},
 			available: avail, size: 3,
 			want: ids(card1, 0, 3),
 		},
 		{
 			name:      "lowest unit numbers first, whatever the order offered",
-			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:      []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()},
 			available: []string{api.UnitID(card0, 3), api.UnitID(card0, 1), api.UnitID(card0, 2)}, size: 2,
 			want: []string{api.UnitID(card0, 1), api.UnitID(card0, 2)},
 		},
 		{
 			name:      "the assigned card is full: best fit among the cards with room",
-			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 5).Assign(api.PhaseAssigned, c0).Obj()},
+			pods:      []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 5).Assign(api.PhaseAssigned, c0).Obj()},
 			available: avail, size: 5,
 			want: ids(card1, 0, 5),
 		},
@@ -273,7 +273,7 @@ func TestPreferred(t *testing.T) {
 		},
 		{
 			name:      "no pending head: the recorded card of a running container of that size",
-			pods:      []*corev1.Pod{podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
+			pods:      []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAllocated, c1).Phase(corev1.PodRunning).Obj()},
 			available: avail, size: 2,
 			want: ids(card1, 0, 2),
 		},

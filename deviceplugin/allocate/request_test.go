@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // A pod's demand is read by the contract's one reader (api.Names.RequestFromPod).
@@ -19,8 +19,8 @@ import (
 // will ask, so its Allocate finds it, and is refused with the contract's
 // reason rather than taken for a valid pod.
 func TestContractBreakingPodsAreRefusedWithTheContractsReason(t *testing.T) {
-	withInit := podtest.Make(node, "init-gpu", 1).Container("c", 2).Assign(api.PhaseAssigned, c0).InitContainer("setup", 2).Obj()
-	next := podtest.Make(node, "valid", 2).Container("c", 2).Assign(api.PhaseAssigned, c0).Obj()
+	withInit := podtest.Bound(node, "init-gpu", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).InitGPU("setup", 2).Obj()
+	next := podtest.Bound(node, "valid", 2).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()
 	s := Build([]*corev1.Pod{withInit, next}, State{})
 	d, err := Match(s, ids(card0, 0, 2))
 	if !errors.Is(err, ErrPodRequest) || !errors.Is(err, api.ErrInitContainerRequest) {
@@ -37,7 +37,7 @@ func TestContractBreakingPodsAreRefusedWithTheContractsReason(t *testing.T) {
 // A container asking for an explicit 0 makes the pod invalid (the contract),
 // but the kubelet asks nothing for it: it adds no queue entry.
 func TestZeroRequestAddsNoEntry(t *testing.T) {
-	p := podtest.Make(node, "zero", 1).Container("c", 2).Obj()
+	p := podtest.Bound(node, "zero", 1).GPU("c", 2).Obj()
 	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "z", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(0, resource.DecimalSI)}}})
 	p.CreationTimestamp = metav1.NewTime(podtest.Epoch)
 	q := Queue([]*corev1.Pod{p}, State{})

@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 func TestMatchCards(t *testing.T) {
@@ -25,36 +25,36 @@ func TestMatchCards(t *testing.T) {
 	}{
 		{
 			name:  "the first waiting container of that size gets the cards",
-			pods:  []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0, c1}).Obj(), podtest.Make(node, "b", 0).Whole("w", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0}).Obj()},
+			pods:  []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0, c1}).Obj(), podtest.Bound(node, "b", 0).Whole("w", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0}).Obj()},
 			cards: both, want: "a/w",
 		},
 		{
 			name:  "a card holding units is refused",
-			pods:  []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0, c1}).Obj()},
+			pods:  []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0, c1}).Obj()},
 			use:   Use{Shared: map[string]string{card1: "ns/x container c"}},
 			cards: both, err: ErrCardInUse,
 		},
 		{
 			name:  "without the kubelet's account, a record giving exactly these cards is a repeat",
-			pods:  []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c0, c1}).Obj()},
+			pods:  []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c0, c1}).Obj()},
 			use:   Use{Whole: map[string]string{card0: "ns/a container w"}},
 			cards: both, want: "a/w", repeat: true,
 		},
 		{
 			name:    "with the kubelet's account the record proves nothing: the cards are in use",
-			pods:    []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c0, c1}).Running().Obj()},
+			pods:    []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 2).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c0, c1}).Phase(corev1.PodRunning).Obj()},
 			account: true,
 			use:     Use{Whole: map[string]string{card0: "ns/a container w"}},
 			cards:   both, err: ErrCardInUse,
 		},
 		{
 			name:  "a pod without a record is refused",
-			pods:  []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 2).Obj()},
+			pods:  []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 2).Obj()},
 			cards: both, want: "a/w", err: ErrCardsNotScheduled,
 		},
 		{
 			name:  "no waiting container of that size",
-			pods:  []*corev1.Pod{podtest.Make(node, "a", 1).Whole("w", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0}).Obj()},
+			pods:  []*corev1.Pod{podtest.Bound(node, "a", 1).Whole("w", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c0}).Obj()},
 			cards: both, err: ErrNoPendingCards,
 		},
 	}

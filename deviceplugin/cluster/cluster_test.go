@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const node = "gpu-node"
@@ -72,7 +72,7 @@ func TestCheckNode(t *testing.T) {
 
 func TestUpdateAssignment(t *testing.T) {
 	ctx := context.Background()
-	pod := podtest.Make(node, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
+	pod := podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
 	client := fake.NewClientset(pod)
 	c := New(client, node)
 	setAllocated := func(a *api.Assignment) bool { a.Phase = api.PhaseAllocated; return true }
@@ -99,7 +99,7 @@ func TestUpdateAssignment(t *testing.T) {
 // rebuild declines.
 func TestRepairAssignment(t *testing.T) {
 	ctx := context.Background()
-	pod := podtest.Make(node, "p", 1).Container("c", 2).Obj()
+	pod := podtest.Bound(node, "p", 1).GPU("c", 2).Obj()
 	client := fake.NewClientset(pod)
 	c := New(client, node)
 	rebuilt := api.Assignment{Version: api.AssignmentVersion, PodUID: pod.UID, Node: node, Unit: api.UnitGiB, Phase: api.PhaseAllocated,
@@ -153,12 +153,12 @@ func TestArrivalFollowsTheOrderPodsAreBound(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	unbound := podtest.Make("", "late", 1).Container("c", 1).Obj()
+	unbound := podtest.Bound("", "late", 1).GPU("c", 1).Obj()
 	if _, err := client.CoreV1().Pods("ns").Create(ctx, unbound, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"z", "a"} {
-		if _, err := client.CoreV1().Pods("ns").Create(ctx, podtest.Make(node, name, 1).Container("c", 1).Obj(), metav1.CreateOptions{}); err != nil {
+		if _, err := client.CoreV1().Pods("ns").Create(ctx, podtest.Bound(node, name, 1).GPU("c", 1).Obj(), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

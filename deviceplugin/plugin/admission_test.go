@@ -13,9 +13,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // memCluster is the API server and an informer that is always up to date:
@@ -236,7 +236,7 @@ func TestSameSecondSameSizePods(t *testing.T) {
 			}
 			byName := map[string]*corev1.Pod{}
 			for _, name := range []string{"a", "b", "c", "d"} {
-				p := podtest.Make(nodeName, name, 1).Container("main", 20).Assign(api.PhaseAssigned, assigned[name]).Obj()
+				p := podtest.Bound(nodeName, name, 1).GPU("main", 20).Assign(api.PhaseAssigned, assigned[name]).Obj()
 				cl.pods = append(cl.pods, p)
 				byName[name] = p
 			}

@@ -12,9 +12,9 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // observedCluster is a memCluster that calls after once each record write
@@ -74,7 +74,7 @@ func testBurst(t *testing.T, order []string) {
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	for i, name := range names {
 		mem.arrival[types.UID("uid-"+name)] = uint64(i)
-		mem.pods = append(mem.pods, podtest.Make(nodeName, name, 1).Container("main", 8).Assign(api.PhaseAssigned, card(i/3)).Obj())
+		mem.pods = append(mem.pods, podtest.Bound(nodeName, name, 1).GPU("main", 8).Assign(api.PhaseAssigned, card(i/3)).Obj())
 	}
 	// The pod cache lists pods in no particular order: here newest first,
 	// so that a pod the plugin guessed comes after the pods that really got

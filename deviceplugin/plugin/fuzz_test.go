@@ -14,7 +14,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // notAdvertisedCodes are the gRPC codes an Allocate of device IDs this
@@ -115,9 +115,9 @@ func allParse(ids []string) bool {
 func FuzzAllocate(f *testing.F) {
 	h := newHarness(quietTB{f}, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj(),
-			podtest.Make(nodeName, "q", 2).Container("c", 1).Assign(api.PhaseAssigned, c[0]).Obj(),
-			podtest.Make(nodeName, "r", 3).Container("c", 2).Obj(),
+			podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj(),
+			podtest.Bound(nodeName, "q", 2).GPU("c", 1).Assign(api.PhaseAssigned, c[0]).Obj(),
+			podtest.Bound(nodeName, "r", 3).GPU("c", 2).Obj(),
 		}
 	}})
 	advertised := advertisedUnits(h)

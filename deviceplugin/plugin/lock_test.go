@@ -17,9 +17,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // slowCluster holds every record write for one pod until release closes.
@@ -92,8 +92,8 @@ func TestASlowCallDoesNotBlockAnotherAllocate(t *testing.T) {
 			defer cancel()
 			store, c := twoCards(t)
 			mem := &memCluster{pods: []*corev1.Pod{
-				podtest.Make(nodeName, "slow", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
-				podtest.Make(nodeName, "fast", 2).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Bound(nodeName, "slow", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "fast", 2).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj(),
 			}}
 			var cl Cluster = mem
 			var podres PodResources

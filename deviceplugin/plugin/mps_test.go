@@ -9,7 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 func TestMPSModeLimitsTheContainerToItsGrant(t *testing.T) {
@@ -17,7 +17,7 @@ func TestMPSModeLimitsTheContainerToItsGrant(t *testing.T) {
 	for _, strategy := range []Strategy{StrategyVolumeMounts, StrategyEnvvar} {
 		t.Run(string(strategy), func(t *testing.T) {
 			h := newHarness(t, setup{cfg: Config{Strategy: strategy, DeviceIDStrategy: DeviceIDUUID, MPS: mps}, pods: func(c [2]podtest.Card) []*corev1.Pod {
-				return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+				return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
 			}})
 			r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 3))
 			// 3 GiB granted (the harness's unit): 3072 MiB on CUDA device 0,
@@ -47,7 +47,7 @@ func TestMPSModeLimitsTheContainerToItsGrant(t *testing.T) {
 
 func TestMPSModeOffAddsNothing(t *testing.T) {
 	h := newHarness(t, setup{cfg: Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDUUID}, pods: func(c [2]podtest.Card) []*corev1.Pod {
-		return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
+		return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
 	}})
 	r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 1))
 	if _, ok := r.Envs[api.EnvMPSPinnedDeviceMemLimit]; ok || len(r.Mounts) != 0 {

@@ -29,10 +29,10 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/health"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const nodeName = "gpu-node"
@@ -488,7 +488,7 @@ func TestListAndWatchFollowsHealth(t *testing.T) {
 
 func TestGetPreferredAllocationSteersToAssignedCard(t *testing.T) {
 	h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-		return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+		return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
 	}})
 	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)
 	resp, err := h.dp.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 3}}})
@@ -511,7 +511,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestAllocate(t *testing.T) {
 	t.Run("single container gets its card and the record becomes Allocated", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()}
 		}})
 		r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
 		if got := mountedCard(t, r); got != h.cards[1].UUID {
@@ -535,7 +535,7 @@ func TestAllocate(t *testing.T) {
 
 	t.Run("each container of a multi-container pod gets its own card", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("a", 2).Container("no-gpu", 0).Container("b", 2).Assign(api.PhaseAssigned, c[0], c[1]).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("a", 2).Container("no-gpu").GPU("b", 2).Assign(api.PhaseAssigned, c[0], c[1]).Obj()}
 		}})
 		ra := h.mustAllocate(t, unitIDs(h.cards[0].UUID, 0, 2))
 		if got := cardsOf(h.record(t, "p"))[0]; got != "Assigned" {
@@ -553,8 +553,8 @@ func TestAllocate(t *testing.T) {
 	t.Run("two same-size pods admitted in swapped order: no card overbooked, records follow reality", func(t *testing.T) {
 		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "older", 1).Container("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
-				podtest.Make(nodeName, "younger", 2).Container("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Bound(nodeName, "older", 1).GPU("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "younger", 2).GPU("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
 			}
 		}})
 		// The kubelet hands out card 1 first, then card 0 (6 of 8 units each:
@@ -597,8 +597,8 @@ func TestAllocate(t *testing.T) {
 	t.Run("the kubelet's truth arriving between two same-size admissions reopens the wrongly guessed pod", func(t *testing.T) {
 		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "older", 1).Container("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
-				podtest.Make(nodeName, "younger", 2).Container("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Bound(nodeName, "older", 1).GPU("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "younger", 2).GPU("c", 6).Assign(api.PhaseAssigned, c[1]).Obj(),
 			}
 		}})
 		// The kubelet admits the younger pod first, on card 0; the plugin guesses "older".
@@ -634,8 +634,8 @@ func TestAllocate(t *testing.T) {
 	t.Run("a pod without assignment is refused with a reason, and the next pod is not blocked", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "by-hand", 1).Container("c", 2).Obj(),
-				podtest.Make(nodeName, "scheduled", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "by-hand", 1).GPU("c", 2).Obj(),
+				podtest.Bound(nodeName, "scheduled", 2).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
 			}
 		}})
 		_, err := h.allocate(t, unitIDs(h.cards[0].UUID, 0, 2))
@@ -658,8 +658,8 @@ func TestAllocate(t *testing.T) {
 	t.Run("a retried Allocate for the same container gives the same card and consumes no queue entry", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "first", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
-				podtest.Make(nodeName, "second", 2).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Bound(nodeName, "first", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "second", 2).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
 			}
 		}})
 		ids := unitIDs(h.cards[0].UUID, 0, 2)
@@ -680,8 +680,8 @@ func TestAllocate(t *testing.T) {
 	t.Run("units freed by a finished pod and handed to the next pod are not taken for a retry", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "first", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
-				podtest.Make(nodeName, "next", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "first", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "next", 2).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
 			}
 		}})
 		ids := unitIDs(h.cards[0].UUID, 0, 2)
@@ -706,8 +706,8 @@ func TestAllocate(t *testing.T) {
 			return []*corev1.Pod{
 				// "pending" is older: without recognising the retry, the
 				// plugin would hand its queue entry to the retried call.
-				podtest.Make(nodeName, "pending", 1).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
-				podtest.Make(nodeName, "running", 2).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "pending", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj(),
+				podtest.Bound(nodeName, "running", 2).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
 			}
 		}})
 		// The kubelet holds units of card 0 for "running" (allocated by a previous plugin process).
@@ -724,7 +724,7 @@ func TestAllocate(t *testing.T) {
 
 	t.Run("units of two cards are refused", func(t *testing.T) {
 		h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c[0]).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[0]).Obj()}
 		}})
 		_, err := h.allocate(t, append(unitIDs(h.cards[0].UUID, 0, 1), unitIDs(h.cards[1].UUID, 0, 1)...))
 		if status.Code(err) != codes.InvalidArgument {
@@ -768,7 +768,7 @@ func TestContainerResponseStrategies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, setup{cfg: tt.cfg, pods: func(c [2]podtest.Card) []*corev1.Pod {
-				return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
+				return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
 			}})
 			r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 7, 1))
 			if got := r.Envs[api.EnvNvidiaVisibleDevices]; got != tt.wantEnv(h) {
@@ -828,7 +828,7 @@ func TestAllocateWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 		cfg:  Config{AllocateWait: 5 * time.Second},
 		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
 		pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
 		},
 	})
 	r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 2))
@@ -852,7 +852,7 @@ func TestGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 		cfg:  Config{AllocateWait: 5 * time.Second},
 		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
 		pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
 		},
 	})
 	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)

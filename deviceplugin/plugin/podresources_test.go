@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
@@ -28,8 +28,8 @@ func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podt
 	card0 := sn.Cards[0]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
-		podtest.Make(nodeName, "a", 0).Container("main", 4).Assign(api.PhaseAllocated, card0).Running().Obj(),
-		podtest.Make(nodeName, "b", 1).Container("main", 4).Assign(api.PhaseAssigned, card0).Obj(),
+		podtest.Bound(nodeName, "a", 0).GPU("main", 4).Assign(api.PhaseAllocated, card0).Phase(corev1.PodRunning).Obj(),
+		podtest.Bound(nodeName, "b", 1).GPU("main", 4).Assign(api.PhaseAssigned, card0).Obj(),
 	)
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
@@ -174,9 +174,9 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	c0, c1 := sn.Cards[0], sn.Cards[1]
 	mem := &memCluster{arrival: map[types.UID]uint64{}}
 	mem.pods = append(mem.pods,
-		podtest.Make(nodeName, "x", 0).Container("main", 4).Assign(api.PhaseAllocated, c0).Running().Obj(),
-		podtest.Make(nodeName, "a", 1).Container("main", 4).Assign(api.PhaseAssigned, c0).Obj(),
-		podtest.Make(nodeName, "b", 2).Container("main", 4).Assign(api.PhaseAssigned, c1).Obj(),
+		podtest.Bound(nodeName, "x", 0).GPU("main", 4).Assign(api.PhaseAllocated, c0).Phase(corev1.PodRunning).Obj(),
+		podtest.Bound(nodeName, "a", 1).GPU("main", 4).Assign(api.PhaseAssigned, c0).Obj(),
+		podtest.Bound(nodeName, "b", 2).GPU("main", 4).Assign(api.PhaseAssigned, c1).Obj(),
 	)
 	cl := &frozenCluster{memCluster: mem}
 	cl.freeze()

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // withRecord sets the pod's record annotation to s verbatim ("" removes it).
@@ -52,21 +52,21 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 		{
 			name: "record removed",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return withRecord(podtest.Make(nodeName, "p", 1).Container("c", 4).Running().Obj(), "")
+				return withRecord(podtest.Bound(nodeName, "p", 1).GPU("c", 4).Phase(corev1.PodRunning).Obj(), "")
 			},
 			held: true, want: []string{"Allocated", "c=card1"},
 		},
 		{
 			name: "record garbled",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return withRecord(podtest.Make(nodeName, "p", 1).Container("c", 4).Running().Obj(), garbage)
+				return withRecord(podtest.Bound(nodeName, "p", 1).GPU("c", 4).Phase(corev1.PodRunning).Obj(), garbage)
 			},
 			held: true, want: []string{"Allocated", "c=card1"},
 		},
 		{
 			name: "record granting other units than the container asks",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				p := podtest.Make(nodeName, "p", 1).Container("c", 4).Running().Obj()
+				p := podtest.Bound(nodeName, "p", 1).GPU("c", 4).Phase(corev1.PodRunning).Obj()
 				a := api.Assignment{Version: 1, PodUID: p.UID, Node: nodeName, Unit: api.UnitGiB, Phase: api.PhaseAllocated,
 					Containers: []api.ContainerAssignment{{Name: "c", CardUUID: c[0].UUID, Units: 2}}}
 				s, _ := api.EncodeAssignment(a)
@@ -77,7 +77,7 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 		{
 			name: "record for another node",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				p := podtest.Make(nodeName, "p", 1).Container("c", 4).Running().Obj()
+				p := podtest.Bound(nodeName, "p", 1).GPU("c", 4).Phase(corev1.PodRunning).Obj()
 				a := api.Assignment{Version: 1, PodUID: p.UID, Node: "elsewhere", Unit: api.UnitGiB, Phase: api.PhaseAllocated,
 					Containers: []api.ContainerAssignment{{Name: "c", CardUUID: c[1].UUID, CardIndex: 1, Units: 4}}}
 				s, _ := api.EncodeAssignment(a)
@@ -89,7 +89,7 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			name: "with a key: unsigned record naming another card",
 			keys: keys,
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAllocated, c[0]).Running().Obj()
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAllocated, c[0]).Phase(corev1.PodRunning).Obj()
 			},
 			held: true, want: []string{"Allocated", "c=card1"},
 		},
@@ -97,8 +97,8 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			name: "with a key: signed record moved to another card afterwards",
 			keys: keys,
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAllocated, c[1]).
-					Sign(keys, func(a *api.Assignment) { a.Containers[0].CardUUID, a.Containers[0].CardIndex = c[0].UUID, 0 }).Running().Obj()
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAllocated, c[1]).
+					Sign(keys).EditAssignment(func(a *api.Assignment) { a.Containers[0].CardUUID, a.Containers[0].CardIndex = c[0].UUID, 0 }).Phase(corev1.PodRunning).Obj()
 			},
 			held: true, want: []string{"Allocated", "c=card1"},
 		},
@@ -106,7 +106,7 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			name: "with a key: record signed by the previous key is signed again",
 			keys: keys,
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAllocated, c[1]).Sign(oldKey, nil).Running().Obj()
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAllocated, c[1]).Sign(oldKey).Phase(corev1.PodRunning).Obj()
 			},
 			held: true, want: []string{"Allocated", "c=card1"},
 		},
@@ -114,13 +114,13 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 			name: "the kubelet holds nothing for the pod: left alone",
 			keys: keys,
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return withRecord(podtest.Make(nodeName, "p", 1).Container("c", 4).Obj(), garbage)
+				return withRecord(podtest.Bound(nodeName, "p", 1).GPU("c", 4).Obj(), garbage)
 			},
 		},
 		{
 			name: "finished pod: left alone",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				p := withRecord(podtest.Make(nodeName, "p", 1).Container("c", 4).Obj(), garbage)
+				p := withRecord(podtest.Bound(nodeName, "p", 1).GPU("c", 4).Obj(), garbage)
 				p.Status.Phase = corev1.PodSucceeded
 				return p
 			},

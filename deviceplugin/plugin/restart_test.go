@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // A guess an earlier plugin process recorded at Allocate (the ledger is in
@@ -26,8 +26,8 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 				// The earlier process guessed "guessed" for the kubelet's
 				// Allocate of units 0-5 of card 0 and recorded it; the
 				// kubelet meant "holder", whose record is still the plan.
-				podtest.Make(nodeName, "guessed", 1).Container("c", 6).Assign(api.PhaseAllocated, c[0]).Obj(),
-				podtest.Make(nodeName, "holder", 2).Container("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
+				podtest.Bound(nodeName, "guessed", 1).GPU("c", 6).Assign(api.PhaseAllocated, c[0]).Obj(),
+				podtest.Bound(nodeName, "holder", 2).GPU("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
 			}
 		}})
 		h.podres.set(Holding{Namespace: "ns", Pod: "holder", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)})
@@ -51,7 +51,7 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 	t.Run("units: the kubelet holds nothing for the pod", func(t *testing.T) {
 		h := newHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "guessed", 1).Container("a", 2).Container("b", 2).Assign(api.PhaseAllocated, c[0], c[1]).Obj(),
+				podtest.Bound(nodeName, "guessed", 1).GPU("a", 2).GPU("b", 2).Assign(api.PhaseAllocated, c[0], c[1]).Obj(),
 			}
 		}})
 		// Container a's units are the kubelet's; b's guess is not.
@@ -68,12 +68,12 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 		for _, withAccount := range []bool{true, false} {
 			h := newHarness(t, setup{podres: withAccount, pods: func(c [2]podtest.Card) []*corev1.Pod {
 				return []*corev1.Pod{
-					podtest.Make(nodeName, "held", 1).Container("c", 2).Assign(api.PhaseAllocated, c[0]).Obj(),
+					podtest.Bound(nodeName, "held", 1).GPU("c", 2).Assign(api.PhaseAllocated, c[0]).Obj(),
 					// Admitted, and not in the account: only its own
 					// account could change its record.
-					podtest.Make(nodeName, "running", 2).Container("c", 2).Assign(api.PhaseAllocated, c[1]).Running().Obj(),
+					podtest.Bound(nodeName, "running", 2).GPU("c", 2).Assign(api.PhaseAllocated, c[1]).Phase(corev1.PodRunning).Obj(),
 					// Without the account there is no truth to revert to.
-					podtest.Make(nodeName, "unknown", 3).Container("c", 2).Assign(api.PhaseAllocated, c[1]).Obj(),
+					podtest.Bound(nodeName, "unknown", 3).GPU("c", 2).Assign(api.PhaseAllocated, c[1]).Obj(),
 				}
 			}})
 			wantUnknown := "Allocated"
@@ -95,8 +95,8 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 	t.Run("whole cards: the kubelet's account shows the pod holding none", func(t *testing.T) {
 		h, _ := wholeHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{
-				podtest.Make(nodeName, "guessed", 0).Whole("train", 1).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c[0]}).Obj(),
-				podtest.Make(nodeName, "holder", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
+				podtest.Bound(nodeName, "guessed", 0).Whole("train", 1).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c[0]}).Obj(),
+				podtest.Bound(nodeName, "holder", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
 			}
 		}})
 		h.plugin.cfg.WholePodResources.(*fakePodResources).set(Holding{Namespace: "ns", Pod: "holder", Container: "train", IDs: []string{h.cards[0].UUID}})

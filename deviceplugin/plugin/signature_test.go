@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // With record keys, a container gets a card only from a record the extender
@@ -28,7 +28,7 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 		{
 			name: "unsigned (forged) record",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Obj()
 			},
 			want: "its gpushare assignment record is not trusted, so it gets no GPU: the assignment record is not signed",
 			err:  api.ErrUnsigned,
@@ -36,8 +36,8 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 		{
 			name: "signed, then moved to another card",
 			pod: func(c [2]podtest.Card) *corev1.Pod {
-				return podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[0]).
-					Sign(keys, func(a *api.Assignment) { a.Containers[0].CardUUID, a.Containers[0].CardIndex = c[1].UUID, c[1].Index }).Obj()
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[0]).
+					Sign(keys).EditAssignment(func(a *api.Assignment) { a.Containers[0].CardUUID, a.Containers[0].CardIndex = c[1].UUID, c[1].Index }).Obj()
 			},
 			want: "the assignment record's signature does not match",
 			err:  api.ErrBadSignature,
@@ -62,7 +62,7 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 
 	t.Run("signed record", func(t *testing.T) {
 		h := newHarness(t, setup{cfg: Config{RecordKeys: keys}, pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "p", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(keys, nil).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(keys).Obj()}
 		}})
 		r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
 		if got := mountedCard(t, r); got != h.cards[1].UUID {
@@ -106,8 +106,8 @@ func TestAllocateUsesTheKeysInForceNow(t *testing.T) {
 	ring := &swappableKeys{keys: oldKeys}
 	h := newHarness(t, setup{cfg: Config{RecordKeys: ring}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "a", 1).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys, nil).Obj(),
-			podtest.Make(nodeName, "b", 2).Container("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys, nil).Obj(),
+			podtest.Bound(nodeName, "a", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys).Obj(),
+			podtest.Bound(nodeName, "b", 2).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(newKeys).Obj(),
 		}
 	}})
 	if _, err := h.allocate(t, unitIDs(h.cards[1].UUID, 0, 4)); err == nil || !strings.Contains(err.Error(), "signature does not match") {

@@ -16,7 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // wholeHarness is a harness with the whole-card resource registered too,
@@ -92,7 +92,7 @@ func TestWholeCardsRegisterOnTheirOwnSocket(t *testing.T) {
 
 func TestWholeCardAllocateGivesEveryCardAndRecordsIt(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-		return []*corev1.Pod{podtest.Make(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}
+		return []*corev1.Pod{podtest.Bound(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
 	if diff := cmp.Diff([]string{u0 + "=Healthy", u1 + "=Healthy"}, healthOf(h.plugin.whole.Devices())); diff != "" {
@@ -135,9 +135,9 @@ func TestWholeCardAllocateGivesEveryCardAndRecordsIt(t *testing.T) {
 func TestUnitsOfACardHeldWholeAreRefused(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
+			podtest.Bound(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
 			// A record that (wrongly) puts a share on the card held whole.
-			podtest.Make(nodeName, "s", 1).Container("main", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+			podtest.Bound(nodeName, "s", 1).GPU("main", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
 		}
 	}})
 	u0 := h.cards[0].UUID
@@ -155,8 +155,8 @@ func TestUnitsOfACardHeldWholeAreRefused(t *testing.T) {
 func TestACardWithUnitsHeldIsNeverGivenWhole(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "s", 0).Container("main", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
-			podtest.Make(nodeName, "w", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
+			podtest.Bound(nodeName, "s", 0).GPU("main", 2).Assign(api.PhaseAssigned, c[0]).Obj(),
+			podtest.Bound(nodeName, "w", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
 		}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
@@ -175,7 +175,7 @@ func TestACardWithUnitsHeldIsNeverGivenWhole(t *testing.T) {
 
 func TestWholeCardsBadInput(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
-		return []*corev1.Pod{podtest.Make(nodeName, "bypass", 0).Whole("main", 1).Obj()}
+		return []*corev1.Pod{podtest.Bound(nodeName, "bypass", 0).Whole("main", 1).Obj()}
 	}})
 	u0 := h.cards[0].UUID
 	_, err := allocateWhole(whole, api.UnitID(u0, 0))
@@ -196,8 +196,8 @@ func TestWholeCardsBadInput(t *testing.T) {
 func TestRestartKeepsWholeCardsFromTheRecords(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c[1]}).Running().Obj(),
-			podtest.Make(nodeName, "s", 1).Container("main", 1).Assign(api.PhaseAssigned, c[1]).Obj(),
+			podtest.Bound(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAllocated, nil, []podtest.Card{c[1]}).Phase(corev1.PodRunning).Obj(),
+			podtest.Bound(nodeName, "s", 1).GPU("main", 1).Assign(api.PhaseAssigned, c[1]).Obj(),
 		}
 	}})
 	u1 := h.cards[1].UUID
@@ -213,8 +213,8 @@ func TestRestartKeepsWholeCardsFromTheRecords(t *testing.T) {
 func TestKubeletAccountCorrectsTheWholeCardRecord(t *testing.T) {
 	h, _ := wholeHarness(t, setup{podres: true, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
-			podtest.Make(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Running().Obj(),
-			podtest.Make(nodeName, "s", 1).Container("main", 1).Assign(api.PhaseAssigned, c[1]).Obj(),
+			podtest.Bound(nodeName, "w", 0).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Phase(corev1.PodRunning).Obj(),
+			podtest.Bound(nodeName, "s", 1).GPU("main", 1).Assign(api.PhaseAssigned, c[1]).Obj(),
 		}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
@@ -242,7 +242,7 @@ func TestWholeGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T)
 		cfg:  Config{AllocateWait: 5 * time.Second},
 		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
 		pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Make(nodeName, "w", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[1]}).Obj()}
+			return []*corev1.Pod{podtest.Bound(nodeName, "w", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[1]}).Obj()}
 		},
 	})
 	late.mu.Lock()

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const gib = int64(1) << 30
@@ -80,14 +80,11 @@ func cid(i int) string { return fmt.Sprintf("%064x", i) }
 // container i has ID cid(podIndex*100+i).
 func (n *node) pod(name string, containers ...string) *corev1.Pod {
 	n.nextID++
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: uid(n.nextID)},
-		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
-	}
+	b := podtest.Make("ns", name).UID(string(uid(n.nextID))).Phase(corev1.PodRunning)
 	for i, c := range containers {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
-		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c, ContainerID: "containerd://" + cid(n.nextID*100+i)})
+		b.Container(c).ContainerStatus(c, "containerd://"+cid(n.nextID*100+i))
 	}
+	p := b.Obj()
 	n.pods = append(n.pods, p)
 	return p
 }

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/internal/podtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // Node is a node's simulated cards.
