@@ -20,14 +20,14 @@ func TestBuildAgreesWithTheExtendersCache(t *testing.T) {
 		*makeNode(t, "gpu-b", "10.0.0.2").inventory(api.UnitGiB, gpu("gpu-b", 0, a100, 40)).obj(),
 	}
 	pods := []corev1.Pod{
-		*makePod(t, "ns", "running").container("c", 4).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
-		*makePod(t, "ns", "terminating").container("c", 8).node("gpu-a").assign(api.PhaseAllocated, on{"c", 1, 8}).deleting().obj(),
-		*makePod(t, "ns", "unknown").container("c", 2).node("gpu-b").assign(api.PhaseAllocated, on{"c", 0, 2}).phase(corev1.PodUnknown).obj(),
-		*makePod(t, "ns", "pending").container("c", 3).node("gpu-b").assign(api.PhaseAssigned, on{"c", 0, 3}).phase(corev1.PodPending).obj(),
-		*makePod(t, "ns", "succeeded").container("c", 16).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 16}).phase(corev1.PodSucceeded).obj(),
-		*makePod(t, "ns", "failed").container("c", 16).node("gpu-b").assign(api.PhaseAllocated, on{"c", 0, 16}).phase(corev1.PodFailed).obj(),
-		*makePod(t, "ns", "failed-terminating").container("c", 16).node("gpu-a").assign(api.PhaseAllocated, on{"c", 1, 16}).phase(corev1.PodFailed).deleting().obj(),
-		*makePod(t, "ns", "unbound").container("c", 5).phase(corev1.PodPending).obj(),
+		*runningPod("ns", "running").GPU("c", 4).AssignOn("gpu-a", api.PhaseAllocated, 0).Obj(),
+		*runningPod("ns", "terminating").GPU("c", 8).AssignOn("gpu-a", api.PhaseAllocated, 1).Deleting().Obj(),
+		*runningPod("ns", "unknown").GPU("c", 2).AssignOn("gpu-b", api.PhaseAllocated, 0).Phase(corev1.PodUnknown).Obj(),
+		*runningPod("ns", "pending").GPU("c", 3).AssignOn("gpu-b", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
+		*runningPod("ns", "succeeded").GPU("c", 16).AssignOn("gpu-a", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(),
+		*runningPod("ns", "failed").GPU("c", 16).AssignOn("gpu-b", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(),
+		*runningPod("ns", "failed-terminating").GPU("c", 16).AssignOn("gpu-a", api.PhaseAllocated, 1).Phase(corev1.PodFailed).Deleting().Obj(),
+		*runningPod("ns", "unbound").GPU("c", 5).Phase(corev1.PodPending).Obj(),
 	}
 
 	type cardKey struct {

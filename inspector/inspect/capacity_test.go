@@ -25,22 +25,22 @@ func TestFreeMemory(t *testing.T) {
 		{"largest free share is the emptiest healthy card", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
 				makeNode(t, "n", "").inventory(api.UnitGiB, gpu("n", 0, a100, 40), gpu("n", 1, a100, 40)).obj(),
-				makePod(t, "ml", "a").container("c", 38).node("n").assign(api.PhaseAllocated, on{"c", 0, 38}).obj(),
-				makePod(t, "ml", "b").container("c", 24).node("n").assign(api.PhaseAssigned, on{"c", 1, 24}).obj(),
+				runningPod("ml", "a").GPU("c", 38).AssignOn("n", api.PhaseAllocated, 0).Obj(),
+				runningPod("ml", "b").GPU("c", 24).AssignOn("n", api.PhaseAssigned, 1).Obj(),
 			}
 		}, free{Free: 18, LargestFree: 16, InServiceAllocated: 62, InService: 80}},
 		{"unhealthy and isolated cards offer nothing and leave the utilisation", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
 				makeNode(t, "n", "").annotate(api.DefaultNames().AnnotationIsolation(), "2").inventory(api.UnitGiB, gpu("n", 0, a100, 40),
 					withState(gpu("n", 1, a100, 40), api.CardUnhealthy, "XID 48"), gpu("n", 2, a100, 40)).obj(),
-				makePod(t, "ml", "a").container("c", 10).node("n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
-				makePod(t, "ml", "b").container("c", 30).node("n").assign(api.PhaseAllocated, on{"c", 1, 30}).obj(),
+				runningPod("ml", "a").GPU("c", 10).AssignOn("n", api.PhaseAllocated, 0).Obj(),
+				runningPod("ml", "b").GPU("c", 30).AssignOn("n", api.PhaseAllocated, 1).Obj(),
 			}
 		}, free{Free: 30, LargestFree: 30, InServiceAllocated: 10, InService: 40}},
 		{"an empty healthy card can be given whole; a card held whole is not free", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
 				makeNode(t, "n", "").inventory(api.UnitGiB, gpu("n", 0, a100, 40), gpu("n", 1, a100, 40)).obj(),
-				makePod(t, "ml", "w").wholeContainer("c", 1).node("n").assignWhole(api.PhaseAllocated, "c", []int{0}).obj(),
+				runningPod("ml", "w").Whole("c", 1).AssignWholeOn("n", api.PhaseAllocated, nil, []int{0}).Obj(),
 			}
 		}, free{Free: 40, LargestFree: 40, FreeCards: 1, InServiceAllocated: 40, InService: 80}},
 		{"a cordoned node offers nothing", func(t *testing.T) []runtime.Object {
@@ -52,8 +52,8 @@ func TestFreeMemory(t *testing.T) {
 		{"an overcommitted card has nothing free, not less than nothing", func(t *testing.T) []runtime.Object {
 			return []runtime.Object{
 				makeNode(t, "n", "").inventory(api.UnitGiB, gpu("n", 0, t4, 15)).obj(),
-				makePod(t, "ml", "a").container("c", 10).node("n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
-				makePod(t, "ml", "b").container("c", 10).node("n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+				runningPod("ml", "a").GPU("c", 10).AssignOn("n", api.PhaseAllocated, 0).Obj(),
+				runningPod("ml", "b").GPU("c", 10).AssignOn("n", api.PhaseAllocated, 0).Obj(),
 			}
 		}, free{InServiceAllocated: 20, InService: 15}},
 	}

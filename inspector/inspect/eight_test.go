@@ -33,13 +33,11 @@ func eightCardsScenario(t *testing.T) []runtime.Object {
 		makeNode(t, "gpu-node-01", "10.1.0.1").inventory(api.UnitGiB, busy...).capacity(640, 320).obj(),
 		makeNode(t, "gpu-node-02", "10.1.0.2").cordoned().inventory(api.UnitGiB, cards("gpu-node-02")...).obj(),
 		makeNode(t, "gpu-node-03", "10.1.0.3").inventory(api.UnitGiB, sampled...).obj(),
-		makePod(t, "ml", "trainer").wholeContainer("main", 2).node("gpu-node-01").assignWhole(api.PhaseAllocated, "main", []int{0, 1}).obj(),
+		runningPod("ml", "trainer").Whole("main", 2).AssignWholeOn("gpu-node-01", api.PhaseAllocated, nil, []int{0, 1}).Obj(),
 	}
 	for i := 2; i < 8; i++ {
-		objs = append(objs, makePod(t, "ml", fmt.Sprintf("serve-%d", i)).container("c", int64(10*i)).node("gpu-node-01").
-			assign(api.PhaseAllocated, on{"c", i, int64(10 * i)}).obj())
-		objs = append(objs, makePod(t, "ml", fmt.Sprintf("infer-%d", i)).container("c", int64(8*i)).node("gpu-node-03").
-			assign(api.PhaseAllocated, on{"c", i, int64(8 * i)}).obj())
+		objs = append(objs, runningPod("ml", fmt.Sprintf("serve-%d", i)).GPU("c", int64(10*i)).AssignOn("gpu-node-01", api.PhaseAllocated, i).Obj())
+		objs = append(objs, runningPod("ml", fmt.Sprintf("infer-%d", i)).GPU("c", int64(8*i)).AssignOn("gpu-node-03", api.PhaseAllocated, i).Obj())
 	}
 	return objs
 }

@@ -50,7 +50,7 @@ const (
 //   - every warning code is one of the documented ones.
 func FuzzViewOfMalformedAnnotations(f *testing.F) {
 	validInv := makeNode(f, "n1", "").rawInventory(api.UnitGiB, gpu("n1", 0, a100, 40), gpu("n1", 1, a100, 40)).obj().Annotations[api.DefaultNames().AnnotationInventory()]
-	valid := makePod(f, "ns", "p").container("c", 4).node("n1").assign(api.PhaseAllocated, on{"c", 1, 4}).obj().Annotations[api.DefaultNames().AnnotationAssignment()]
+	valid := runningPod("ns", "p").GPU("c", 4).AssignOn("n1", api.PhaseAllocated, 1).Obj().Annotations[api.DefaultNames().AnnotationAssignment()]
 	all := uint8(hasInventory | hasIsolation | hasAssignment | hasCapacity)
 	for _, s := range []struct {
 		inv, iso, assign, capacity string
@@ -84,7 +84,7 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 	} {
 		f.Add(s.inv, s.iso, s.assign, s.capacity, s.present)
 	}
-	okPod := makePod(f, "ns", "ok").container("c", 2).node("n1").assign(api.PhaseAllocated, on{"c", 0, 2}).obj()
+	okPod := runningPod("ns", "ok").GPU("c", 2).AssignOn("n1", api.PhaseAllocated, 0).Obj()
 
 	f.Fuzz(func(t *testing.T, inv, iso, assign, capacity string, present uint8) {
 		node := makeNode(t, "n1", "10.0.0.1").label(api.LabelEnabled, "true")
@@ -99,11 +99,11 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 			n.Status.Capacity = corev1.ResourceList{api.DefaultNames().ResourceName(): q}
 			n.Status.Allocatable = corev1.ResourceList{api.DefaultNames().ResourceName(): q}
 		}
-		pb := makePod(t, "ns", "p").container("c", 4).node("n1")
+		pb := runningPod("ns", "p").GPU("c", 4).Node("n1")
 		if present&hasAssignment != 0 {
-			pb.annotate(api.DefaultNames().AnnotationAssignment(), assign)
+			pb.Annotation(api.DefaultNames().AnnotationAssignment(), assign)
 		}
-		pod := pb.obj()
+		pod := pb.Obj()
 
 		v := Build(api.DefaultNames(), []corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
 

@@ -33,7 +33,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		// A cluster with only a CPU node and a CPU pod.
 		return []runtime.Object{
 			makeNode(t, "cpu-1", "10.0.0.9").obj(),
-			makePod(t, "default", "web").container("nginx", 0).node("cpu-1").obj(),
+			runningPod("default", "web").Container("nginx").Node("cpu-1").Obj(),
 		}
 	},
 	"mixed-sizes": func(t *testing.T) []runtime.Object {
@@ -45,17 +45,15 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makeNode(t, "gpu-c", "10.0.0.3").cordoned().inventory(api.UnitGiB,
 				gpu("gpu-c", 0, h100, 79), gpu("gpu-c", 1, h100, 79), gpu("gpu-c", 2, h100, 79), gpu("gpu-c", 3, h100, 79)).obj(),
 			makeNode(t, "cpu-1", "10.0.0.9").obj(),
-			makePod(t, "ml", "train-0").container("trainer", 30).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 0, 30}).obj(),
-			makePod(t, "ml", "train-1").container("trainer", 8).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 0, 8}).obj(),
-			makePod(t, "ml", "serve").container("model", 20).container("sidecar", 0).container("tokenizer", 4).node("gpu-b").
-				assign(api.PhaseAllocated, on{"model", 1, 20}, on{"tokenizer", 1, 4}).obj(),
-			makePod(t, "default", "notebook").container("jupyter", 7).node("gpu-a").assign(api.PhaseAllocated, on{"jupyter", 0, 7}).obj(),
-			makePod(t, "research", "llm").container("a", 60).container("b", 70).node("gpu-c").
-				assign(api.PhaseAllocated, on{"a", 0, 60}, on{"b", 3, 70}).obj(),
+			runningPod("ml", "train-0").GPU("trainer", 30).AssignOn("gpu-b", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "train-1").GPU("trainer", 8).AssignOn("gpu-b", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "serve").GPU("model", 20).Container("sidecar").GPU("tokenizer", 4).AssignOn("gpu-b", api.PhaseAllocated, 1, 1).Obj(),
+			runningPod("default", "notebook").GPU("jupyter", 7).AssignOn("gpu-a", api.PhaseAllocated, 0).Obj(),
+			runningPod("research", "llm").GPU("a", 60).GPU("b", 70).AssignOn("gpu-c", api.PhaseAllocated, 0, 3).Obj(),
 			// Finished pods and a pod not yet bound hold nothing.
-			makePod(t, "ml", "done").container("trainer", 40).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 1, 40}).phase(corev1.PodSucceeded).obj(),
-			makePod(t, "ml", "crashed").container("trainer", 40).node("gpu-b").assign(api.PhaseAllocated, on{"trainer", 1, 40}).phase(corev1.PodFailed).obj(),
-			makePod(t, "ml", "waiting").container("trainer", 10).phase(corev1.PodPending).obj(),
+			runningPod("ml", "done").GPU("trainer", 40).AssignOn("gpu-b", api.PhaseAllocated, 1).Phase(corev1.PodSucceeded).Obj(),
+			runningPod("ml", "crashed").GPU("trainer", 40).AssignOn("gpu-b", api.PhaseAllocated, 1).Phase(corev1.PodFailed).Obj(),
+			runningPod("ml", "waiting").GPU("trainer", 10).Phase(corev1.PodPending).Obj(),
 		}
 	},
 	"unhealthy-isolated": func(t *testing.T) []runtime.Object {
@@ -66,9 +64,9 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 				gpu("gpu-x", 0, a100, 40),
 				withState(gpu("gpu-x", 1, a100, 40), api.CardUnhealthy, "XID 79"),
 				withState(gpu("gpu-x", 2, a100, 40), api.CardIsolated, "isolated by operator")).obj(),
-			makePod(t, "ml", "on-healthy").container("c", 10).node("gpu-x").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
-			makePod(t, "ml", "on-unhealthy").container("c", 25).node("gpu-x").assign(api.PhaseAllocated, on{"c", 1, 25}).obj(),
-			makePod(t, "ml", "on-isolated").container("c", 5).node("gpu-x").assign(api.PhaseAllocated, on{"c", 2, 5}).obj(),
+			runningPod("ml", "on-healthy").GPU("c", 10).AssignOn("gpu-x", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "on-unhealthy").GPU("c", 25).AssignOn("gpu-x", api.PhaseAllocated, 1).Obj(),
+			runningPod("ml", "on-isolated").GPU("c", 5).AssignOn("gpu-x", api.PhaseAllocated, 2).Obj(),
 			// An operator isolated card 1 of gpu-y by annotation; the device
 			// plugin has not reported it yet, the extender already honours it.
 			makeNode(t, "gpu-y", "10.0.1.2").annotate(api.DefaultNames().AnnotationIsolation(), "1").inventory(api.UnitGiB,
@@ -83,9 +81,9 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		// allocated, beside an allocated one.
 		return []runtime.Object{
 			makeNode(t, "gpu-p", "10.0.2.1").inventory(api.UnitGiB, gpu("gpu-p", 0, a100, 40), gpu("gpu-p", 1, a100, 40)).obj(),
-			makePod(t, "ml", "running").container("c", 16).node("gpu-p").assign(api.PhaseAllocated, on{"c", 0, 16}).obj(),
-			makePod(t, "ml", "starting").container("c", 16).node("gpu-p").assign(api.PhaseAssigned, on{"c", 0, 16}).phase(corev1.PodPending).obj(),
-			makePod(t, "ml", "starting-2").container("c", 3).node("gpu-p").assign(api.PhaseAssigned, on{"c", 1, 3}).phase(corev1.PodPending).obj(),
+			runningPod("ml", "running").GPU("c", 16).AssignOn("gpu-p", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "starting").GPU("c", 16).AssignOn("gpu-p", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
+			runningPod("ml", "starting-2").GPU("c", 3).AssignOn("gpu-p", api.PhaseAssigned, 1).Phase(corev1.PodPending).Obj(),
 		}
 	},
 	"no-inventory": func(t *testing.T) []runtime.Object {
@@ -93,23 +91,23 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		return []runtime.Object{
 			makeNode(t, "gpu-n", "10.0.3.1").capacity(80, 80).obj(),
 			makeNode(t, "gpu-ok", "10.0.3.2").inventory(api.UnitGiB, gpu("gpu-ok", 0, a100, 40)).obj(),
-			makePod(t, "ml", "old").container("c", 10).node("gpu-n").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
-			makePod(t, "ml", "fine").container("c", 10).node("gpu-ok").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			runningPod("ml", "old").GPU("c", 10).AssignOn("gpu-n", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "fine").GPU("c", 10).AssignOn("gpu-ok", api.PhaseAllocated, 0).Obj(),
 		}
 	},
 	"malformed": func(t *testing.T) []runtime.Object {
 		// One good pod; the others carry assignments the inspector must not
 		// believe, or none at all. The rest of the view still prints.
-		good := makePod(t, "ml", "good").container("c", 10).node("gpu-m").assign(api.PhaseAllocated, on{"c", 0, 10}).obj()
+		good := runningPod("ml", "good").GPU("c", 10).AssignOn("gpu-m", api.PhaseAllocated, 0).Obj()
 		return []runtime.Object{
 			makeNode(t, "gpu-m", "10.0.4.1").inventory(api.UnitGiB, gpu("gpu-m", 0, a100, 40), gpu("gpu-m", 1, a100, 40)).obj(),
 			good,
-			makePod(t, "ml", "garbage").container("c", 10).node("gpu-m").annotate(api.DefaultNames().AnnotationAssignment(), "{not json").obj(),
+			runningPod("ml", "garbage").GPU("c", 10).Node("gpu-m").Annotation(api.DefaultNames().AnnotationAssignment(), "{not json").Obj(),
 			// A manifest that copied another pod's record: the UID cannot match.
-			makePod(t, "ml", "copied").container("c", 10).node("gpu-m").annotate(api.DefaultNames().AnnotationAssignment(), good.Annotations[api.DefaultNames().AnnotationAssignment()]).obj(),
-			makePod(t, "ml", "wrong-units").container("c", 12).node("gpu-m").assign(api.PhaseAllocated, on{"c", 1, 20}).obj(),
-			makePod(t, "ml", "no-record").container("c", 6).node("gpu-m").obj(),
-			makePod(t, "ml", "ghost-card").container("c", 4).node("gpu-m").assign(api.PhaseAllocated, on{"c", 7, 4}).obj(),
+			runningPod("ml", "copied").GPU("c", 10).Node("gpu-m").Annotation(api.DefaultNames().AnnotationAssignment(), good.Annotations[api.DefaultNames().AnnotationAssignment()]).Obj(),
+			runningPod("ml", "wrong-units").GPU("c", 12).AssignOn("gpu-m", api.PhaseAllocated, 1).EditAssignment(func(a *api.Assignment) { a.Containers[0].Units = 20 }).Obj(),
+			runningPod("ml", "no-record").GPU("c", 6).Node("gpu-m").Obj(),
+			runningPod("ml", "ghost-card").GPU("c", 4).AssignOn("gpu-m", api.PhaseAllocated, 7).Obj(),
 		}
 	},
 	"memory-in-use": func(t *testing.T) []runtime.Object {
@@ -120,7 +118,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		c0.UsedMiB = &used
 		return []runtime.Object{
 			makeNode(t, "gpu-u", "10.0.6.1").inventory(api.UnitGiB, c0, gpu("gpu-u", 1, a100, 40)).obj(),
-			makePod(t, "ml", "greedy").container("c", 10).node("gpu-u").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			runningPod("ml", "greedy").GPU("c", 10).AssignOn("gpu-u", api.PhaseAllocated, 0).Obj(),
 		}
 	},
 	"whole-cards": wholeCardsScenario,
@@ -136,9 +134,9 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 			makeNode(t, "gpu-5-no-cards", "10.0.5.5").rawInventory(api.UnitGiB).obj(),
 			makeNode(t, "gpu-6-mib", "10.0.5.6").inventory(api.UnitMiB, gpu("gpu-6-mib", 0, t4, 15360)).obj(),
 			makeNode(t, "gpu-7-full", "10.0.5.7").inventory(api.UnitGiB, gpu("gpu-7-full", 0, t4, 15)).obj(),
-			makePod(t, "ml", "mib").container("c", 4096).node("gpu-6-mib").assignIn(api.UnitMiB, "gpu-6-mib", api.PhaseAllocated, on{"c", 0, 4096}).obj(),
-			makePod(t, "ml", "big-1").container("c", 10).node("gpu-7-full").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
-			makePod(t, "ml", "big-2").container("c", 10).node("gpu-7-full").assign(api.PhaseAllocated, on{"c", 0, 10}).obj(),
+			runningPod("ml", "mib").GPU("c", 4096).AssignOn("gpu-6-mib", api.PhaseAllocated, 0).EditAssignment(func(a *api.Assignment) { a.Unit = api.UnitMiB }).Obj(),
+			runningPod("ml", "big-1").GPU("c", 10).AssignOn("gpu-7-full", api.PhaseAllocated, 0).Obj(),
+			runningPod("ml", "big-2").GPU("c", 10).AssignOn("gpu-7-full", api.PhaseAllocated, 0).Obj(),
 		}
 	},
 }

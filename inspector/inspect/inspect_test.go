@@ -30,9 +30,9 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		makeNode(t, "gpu-2", "10.0.0.2").cordoned().inventory(api.UnitGiB,
 			gpu("gpu-2", 0, a100, 40), withState(gpu("gpu-2", 1, a100, 40), api.CardUnhealthy, "XID 79")).obj(),
 		makeNode(t, "gpu-1", "10.0.0.1").capacity(16, 16).obj(),
-		makePod(t, "ml", "b").container("c", 5).node("gpu-2").assign(api.PhaseAssigned, on{"c", 0, 5}).obj(),
-		makePod(t, "ml", "a").container("c", 3).node("gpu-2").assign(api.PhaseAllocated, on{"c", 0, 3}).obj(),
-		makePod(t, "ml", "x").container("c", 1).node("gpu-2").annotate(api.DefaultNames().AnnotationAssignment(), "[]").obj(),
+		runningPod("ml", "b").GPU("c", 5).AssignOn("gpu-2", api.PhaseAssigned, 0).Obj(),
+		runningPod("ml", "a").GPU("c", 3).AssignOn("gpu-2", api.PhaseAllocated, 0).Obj(),
+		runningPod("ml", "x").GPU("c", 1).Node("gpu-2").Annotation(api.DefaultNames().AnnotationAssignment(), "[]").Obj(),
 	}
 	out, _, err := runCmd(t, objs, "-o", "json")
 	if err != nil {

@@ -11,15 +11,6 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
-// unschedulable marks the pod unbound and waiting, with the scheduler's
-// PodScheduled=False condition carrying message.
-func (b *podBuilder) unschedulable(message string) *podBuilder {
-	b.p.Status.Phase = corev1.PodPending
-	b.p.Status.Conditions = append(b.p.Status.Conditions, corev1.PodCondition{
-		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message})
-	return b
-}
-
 // waitingScenario: two GPU nodes that take pods and a cordoned one, and GPU
 // pods waiting for each reason there is.
 func waitingScenario(t *testing.T) []runtime.Object {
@@ -27,30 +18,22 @@ func waitingScenario(t *testing.T) []runtime.Object {
 		makeNode(t, "gpu-a", "10.0.8.1").label("pool", "train").inventory(api.UnitGiB, gpu("gpu-a", 0, a100, 40), gpu("gpu-a", 1, a100, 40)).obj(),
 		makeNode(t, "gpu-b", "10.0.8.2").inventory(api.UnitGiB, gpu("gpu-b", 0, t4, 15)).obj(),
 		makeNode(t, "gpu-c", "10.0.8.3").cordoned().inventory(api.UnitGiB, gpu("gpu-c", 0, h100, 80), gpu("gpu-c", 1, h100, 80)).obj(),
-		makePod(t, "ml", "train-0").container("c", 30).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 30}).obj(),
-		makePod(t, "ml", "train-1").container("c", 8).node("gpu-a").assign(api.PhaseAllocated, on{"c", 0, 8}).obj(),
-		makePod(t, "ml", "serve").container("c", 24).node("gpu-a").assign(api.PhaseAllocated, on{"c", 1, 24}).obj(),
-		makePod(t, "default", "notebook").container("c", 7).node("gpu-b").assign(api.PhaseAllocated, on{"c", 0, 7}).obj(),
+		runningPod("ml", "train-0").GPU("c", 30).AssignOn("gpu-a", api.PhaseAllocated, 0).Obj(),
+		runningPod("ml", "train-1").GPU("c", 8).AssignOn("gpu-a", api.PhaseAllocated, 0).Obj(),
+		runningPod("ml", "serve").GPU("c", 24).AssignOn("gpu-a", api.PhaseAllocated, 1).Obj(),
+		runningPod("default", "notebook").GPU("c", 7).AssignOn("gpu-b", api.PhaseAllocated, 0).Obj(),
 
-		makePod(t, "ml", "fits-now").container("c", 10).label("team", "a").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu.").obj(),
-		makePod(t, "ml", "needs-room").container("c", 20).label("team", "a").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 20 GiB free.").obj(),
-		makePod(t, "ml", "too-big").container("c", 200).unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 200 GiB.").obj(),
-		makePod(t, "ml", "two-whole").wholeContainer("c", 2).unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 not enough unused cards.").obj(),
-		makePod(t, "ml", "h100-only").container("c", 10).annotate(api.DefaultNames().AnnotationCardModels(), "H100").unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no H100 card.").obj(),
-		makePod(t, "research", "new").wholeContainer("c", 1).phase(corev1.PodPending).obj(),
+		runningPod("ml", "fits-now").GPU("c", 10).Label("team", "a").Unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient cpu.").Obj(),
+		runningPod("ml", "needs-room").GPU("c", 20).Label("team", "a").Unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 20 GiB free.").Obj(),
+		runningPod("ml", "too-big").GPU("c", 200).Unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no card of gpu-a, gpu-b has 200 GiB.").Obj(),
+		runningPod("ml", "two-whole").Whole("c", 2).Unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 not enough unused cards.").Obj(),
+		runningPod("ml", "h100-only").GPU("c", 10).Annotation(api.DefaultNames().AnnotationCardModels(), "H100").Unschedulable("0/3 nodes are available: 1 node(s) were unschedulable, 2 no H100 card.").Obj(),
+		runningPod("research", "new").Whole("c", 1).Phase(corev1.PodPending).Obj(),
 		// Not GPU pods waiting: a CPU pod, a finished one, a bound one.
-		makePod(t, "ml", "cpu-only").container("c", 0).unschedulable("0/3 nodes are available: 3 Insufficient cpu.").obj(),
-		makePod(t, "ml", "failed").container("c", 10).phase(corev1.PodFailed).obj(),
-		makePod(t, "ml", "starting").container("c", 1).node("gpu-b").assign(api.PhaseAssigned, on{"c", 0, 1}).phase(corev1.PodPending).obj(),
+		runningPod("ml", "cpu-only").Container("c").Unschedulable("0/3 nodes are available: 3 Insufficient cpu.").Obj(),
+		runningPod("ml", "failed").GPU("c", 10).Phase(corev1.PodFailed).Obj(),
+		runningPod("ml", "starting").GPU("c", 1).AssignOn("gpu-b", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
 	}
-}
-
-func (b *podBuilder) label(key, value string) *podBuilder {
-	if b.p.Labels == nil {
-		b.p.Labels = map[string]string{}
-	}
-	b.p.Labels[key] = value
-	return b
 }
 
 func TestSuggest(t *testing.T) {

@@ -24,8 +24,8 @@ func BenchmarkBuild(b *testing.B) {
 		nodes = append(nodes, *makeNode(b, name, fmt.Sprintf("10.%d.%d.1", n/256, n%256)).inventory(api.UnitGiB, cards...).obj())
 		for c := 0; c < 8; c++ {
 			for k := 0; k < 2; k++ {
-				p := makePod(b, "ml", fmt.Sprintf("%s-%d-%d", name, c, k)).container("c", 30).node(name).assign(api.PhaseAllocated, on{"c", c, 30})
-				pods = append(pods, *p.obj())
+				p := runningPod("ml", fmt.Sprintf("%s-%d-%d", name, c, k)).GPU("c", 30).AssignOn(name, api.PhaseAllocated, c)
+				pods = append(pods, *p.Obj())
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // TestBuildDoesNotCount covers the pods Build must leave off every card, and
@@ -25,36 +26,36 @@ func TestBuildDoesNotCount(t *testing.T) {
 		want []WarningCode // nil: counted, no warning
 	}{
 		{"a valid assignment is counted",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(), nil},
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-g", api.PhaseAllocated, 0).Obj(), nil},
 		{"a terminating pod still holds its units and is counted",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).deleting().obj(), nil},
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-g", api.PhaseAllocated, 0).Deleting().Obj(), nil},
 		{"a pod whose node stopped reporting (phase Unknown) is counted",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).phase(corev1.PodUnknown).obj(), nil},
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-g", api.PhaseAllocated, 0).Phase(corev1.PodUnknown).Obj(), nil},
 		{"a GiB assignment on a MiB node",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-m").assignIn(api.UnitGiB, "gpu-m", api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-m", api.PhaseAllocated, 0).Obj(),
 			[]WarningCode{WarnUnitMismatch}},
 		{"an assignment on a node that does not exist",
-			makePod(t, "ns", "p").container("c", 4).node("gone").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gone", api.PhaseAllocated, 0).Obj(),
 			[]WarningCode{WarnNodeUnusable}},
 		{"an assignment on a node without GPUs",
-			makePod(t, "ns", "p").container("c", 4).node("cpu-1").assign(api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			runningPod("ns", "p").GPU("c", 4).AssignOn("cpu-1", api.PhaseAllocated, 0).Obj(),
 			[]WarningCode{WarnNodeUnusable}},
 		{"a record written for another node",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assignIn(api.UnitGiB, "gpu-m", api.PhaseAllocated, on{"c", 0, 4}).obj(),
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-m", api.PhaseAllocated, 0).Node("gpu-g").Obj(),
 			[]WarningCode{WarnMalformedAssignment}},
 		{"a finished pod is not counted and not a problem",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).phase(corev1.PodSucceeded).obj(), []WarningCode{}},
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-g", api.PhaseAllocated, 0).Phase(corev1.PodSucceeded).Obj(), []WarningCode{}},
 		{"a failed pod is not counted and not a problem",
-			makePod(t, "ns", "p").container("c", 4).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, 4}).phase(corev1.PodFailed).obj(), []WarningCode{}},
+			runningPod("ns", "p").GPU("c", 4).AssignOn("gpu-g", api.PhaseAllocated, 0).Phase(corev1.PodFailed).Obj(), []WarningCode{}},
 		{"an unbound pod is not counted and not a problem",
-			makePod(t, "ns", "p").container("c", 4).phase(corev1.PodPending).obj(), []WarningCode{}},
+			runningPod("ns", "p").GPU("c", 4).Phase(corev1.PodPending).Obj(), []WarningCode{}},
 		{"a CPU pod on a GPU node is nothing",
-			makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj(), []WarningCode{}},
+			runningPod("ns", "p").Container("c").Node("gpu-g").Obj(), []WarningCode{}},
 		{"a gpu-mem pod without a record on a CPU node is not ours",
-			makePod(t, "ns", "p").container("c", 4).node("cpu-1").obj(), []WarningCode{}},
+			runningPod("ns", "p").GPU("c", 4).Node("cpu-1").Obj(), []WarningCode{}},
 		{"an init container asking for gpu-mem without a record",
 			func() *corev1.Pod {
-				p := makePod(t, "ns", "p").container("c", 0).node("gpu-g").obj()
+				p := runningPod("ns", "p").Container("c").Node("gpu-g").Obj()
 				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("4")}}}}
 				return p
 			}(),
@@ -100,8 +101,8 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 	cards := func() []api.Card {
 		return []api.Card{gpu("gpu-w", 0, a100, 40), gpu("gpu-w", 1, a100, 40), gpu("gpu-w", 2, a100, 40)}
 	}
-	given := makePod(t, "ml", "given").wholeContainer("main", 1).node("gpu-w").assignWhole(api.PhaseAllocated, "main", []int{1}).obj()
-	pending := makePod(t, "ml", "pending").wholeContainer("main", 1).node("gpu-w").assignWhole(api.PhaseAssigned, "main", []int{2}).phase(corev1.PodPending).obj()
+	given := runningPod("ml", "given").Whole("main", 1).AssignWholeOn("gpu-w", api.PhaseAllocated, nil, []int{1}).Obj()
+	pending := runningPod("ml", "pending").Whole("main", 1).AssignWholeOn("gpu-w", api.PhaseAssigned, nil, []int{2}).Phase(corev1.PodPending).Obj()
 	cases := []struct {
 		name        string
 		allocatable int64
@@ -144,8 +145,8 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 // (TerminatingOverlap); otherwise the card is Overcommitted.
 func TestOvercommitByTerminatingPods(t *testing.T) {
 	node := makeNode(t, "gpu-g", "10.0.0.1").inventory(api.UnitGiB, gpu("gpu-g", 0, a100, 24)).obj()
-	running := func(name string, units int64) *podBuilder {
-		return makePod(t, "ns", name).container("c", units).node("gpu-g").assign(api.PhaseAllocated, on{"c", 0, units})
+	running := func(name string, units int64) *podtest.Builder {
+		return runningPod("ns", name).GPU("c", units).AssignOn("gpu-g", api.PhaseAllocated, 0)
 	}
 	cases := []struct {
 		name string
@@ -154,16 +155,16 @@ func TestOvercommitByTerminatingPods(t *testing.T) {
 		text string
 	}{
 		{"a pod being deleted and the pod that got its units",
-			[]*corev1.Pod{running("old", 4).deleting().obj(), running("a", 20).obj(), running("next", 3).obj()},
+			[]*corev1.Pod{running("old", 4).Deleting().Obj(), running("a", 20).Obj(), running("next", 3).Obj()},
 			[]WarningCode{WarnTerminatingOverlap}, "node gpu-g: card 0 holds 27 GiB but has only 24, 4 of them of pods being deleted (ns/old)"},
 		{"more over than the pods being deleted hold",
-			[]*corev1.Pod{running("old", 2).deleting().obj(), running("a", 20).obj(), running("next", 5).obj()},
+			[]*corev1.Pod{running("old", 2).Deleting().Obj(), running("a", 20).Obj(), running("next", 5).Obj()},
 			[]WarningCode{WarnOvercommitted}, "node gpu-g: card 0 holds 27 GiB but has only 24"},
 		{"over with nobody being deleted",
-			[]*corev1.Pod{running("a", 20).obj(), running("next", 5).obj()},
+			[]*corev1.Pod{running("a", 20).Obj(), running("next", 5).Obj()},
 			[]WarningCode{WarnOvercommitted}, "holds 25 GiB"},
 		{"within the card, a pod being deleted is no problem",
-			[]*corev1.Pod{running("old", 4).deleting().obj(), running("a", 20).obj()}, []WarningCode{}, ""},
+			[]*corev1.Pod{running("old", 4).Deleting().Obj(), running("a", 20).Obj()}, []WarningCode{}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
