@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/podtest"
@@ -37,9 +35,7 @@ func TestContractBreakingPodsAreRefusedWithTheContractsReason(t *testing.T) {
 // A container asking for an explicit 0 makes the pod invalid (the contract),
 // but the kubelet asks nothing for it: it adds no queue entry.
 func TestZeroRequestAddsNoEntry(t *testing.T) {
-	p := podtest.Bound(node, "zero", 1).GPU("c", 2).Obj()
-	p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "z", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(0, resource.DecimalSI)}}})
-	p.CreationTimestamp = metav1.NewTime(podtest.Epoch)
+	p := podtest.Bound(node, "zero", 0).GPU("c", 2).GPU("z", 0).Obj()
 	q := Queue([]*corev1.Pod{p}, State{})
 	if len(q) != 1 || q[0].Container != "c" || !errors.Is(q[0].AssignErr, ErrPodRequest) {
 		t.Errorf("queue = %+v, want only c, refused with ErrPodRequest", q)

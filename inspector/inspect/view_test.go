@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/podtest"
@@ -54,11 +53,7 @@ func TestBuildDoesNotCount(t *testing.T) {
 		{"a gpu-mem pod without a record on a CPU node is not ours",
 			runningPod("ns", "p").GPU("c", 4).Node("cpu-1").Obj(), []WarningCode{}},
 		{"an init container asking for gpu-mem without a record",
-			func() *corev1.Pod {
-				p := runningPod("ns", "p").Container("c").Node("gpu-g").Obj()
-				p.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("4")}}}}
-				return p
-			}(),
+			runningPod("ns", "p").Container("c").Node("gpu-g").InitGPU("init", 4).Obj(),
 			[]WarningCode{WarnNoAssignment}},
 	}
 	for _, c := range cases {
