@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/nodeagent"
 )
 
@@ -42,13 +43,7 @@ func testNode(t *testing.T) *corev1.Node {
 type pod struct{ *corev1.Pod }
 
 func newPod(name string, units int64) pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Annotations: map[string]string{}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c0",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(units, resource.DecimalSI)}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodPending},
-	}
-	return pod{p}
+	return pod{podtest.Make("ns", name).UID("uid-"+name).Phase(corev1.PodPending).GPU("c0", units).Obj()}
 }
 
 // assigned binds the pod to "n" with a record naming card (Allocated).
@@ -58,14 +53,9 @@ func (p pod) assigned(t *testing.T, card string) pod {
 	if card == cardB {
 		index = 1
 	}
-	units := p.Spec.Containers[0].Resources.Limits[api.DefaultNames().ResourceName()]
-	s, err := api.EncodeAssignment(api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: "n", Unit: "GiB", Phase: api.PhaseAllocated,
-		Containers: []api.ContainerAssignment{{Name: "c0", CardUUID: card, CardIndex: index, Units: units.Value()}}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	p.Spec.NodeName = "n"
-	p.Annotations[api.DefaultNames().AnnotationAssignment()] = s
+	a := podtest.Record(p.Pod, "n", api.PhaseAllocated, []podtest.Card{{UUID: card, Index: index}}, nil)
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, api.DefaultNames().AnnotationAssignment(), podtest.MustEncode(a))
 	return p
 }
 
@@ -81,7 +71,7 @@ func (p pod) running(t *testing.T, card string, first int64) pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()] = s
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, api.DefaultNames().AnnotationSimulatedContainers(), s)
 	p.Status.Phase = corev1.PodRunning
 	return p
 }

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,6 +25,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/app"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const (
@@ -204,29 +203,22 @@ type card struct {
 	index int
 }
 
-// pod builds a pod bound to node; assigned: one card per gpu container, or nil for none.
+// pod builds a Pending pod default/name bound to node, created age seconds
+// after podtest.Epoch, with containers c0, c1, ... asking for units;
+// assigned: one card per container, or nil for no record.
 func pod(name string, age int, units []int64, assigned []card) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(time.Date(2026, 1, 1, 0, 0, age, 0, time.UTC))},
-		Spec:       corev1.PodSpec{NodeName: node},
-		Status:     corev1.PodStatus{Phase: corev1.PodPending},
-	}
-	a := api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: node, Unit: api.UnitGiB, Phase: api.PhaseAssigned}
+	b := podtest.Make("default", name).UID("uid-" + name).Node(node).Phase(corev1.PodPending).Created(podtest.Epoch.Add(time.Duration(age) * time.Second))
 	for i, u := range units {
-		c := corev1.Container{Name: "c" + string(rune('0'+i)), Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}}}
-		p.Spec.Containers = append(p.Spec.Containers, c)
-		if assigned != nil {
-			a.Containers = append(a.Containers, api.ContainerAssignment{Name: c.Name, CardUUID: assigned[i].uuid, CardIndex: assigned[i].index, Units: u})
-		}
+		b.GPU("c"+string(rune('0'+i)), u)
 	}
 	if assigned != nil {
-		s, err := api.EncodeAssignment(a)
-		if err != nil {
-			panic(err)
+		var cards []podtest.Card
+		for _, c := range assigned {
+			cards = append(cards, podtest.Card{UUID: c.uuid, Index: c.index})
 		}
-		p.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
+		b.Assign(api.PhaseAssigned, cards...)
 	}
-	return p
+	return b.Obj()
 }
 
 func TestPluginWithRealKubeletDeviceManager(t *testing.T) {

@@ -16,12 +16,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/kubeletnode"
 )
@@ -177,20 +176,19 @@ func checkKubeletSocketsInStateDir(t *testing.T, node *cluster.KubeletNode) {
 // no CNI), tolerating the node's not-ready taints; units[i] > 0 asks for that
 // much gpu-mem in container ci, 0 for none.
 func probePod(ns, name string, units ...int64) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			SchedulerName: schedulerName, HostNetwork: true, DNSPolicy: corev1.DNSDefault,
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Tolerations:                   []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}},
-		},
-	}
+	b := podtest.Make(ns, name)
 	for i, u := range units {
-		ctr := corev1.Container{Name: fmt.Sprintf("c%d", i), Image: probeImage, ImagePullPolicy: corev1.PullNever}
 		if u > 0 {
-			ctr.Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}
+			b.GPU(fmt.Sprintf("c%d", i), u)
+		} else {
+			b.Container(fmt.Sprintf("c%d", i))
 		}
-		pod.Spec.Containers = append(pod.Spec.Containers, ctr)
+	}
+	pod := lanePod(b, probeImage)
+	pod.Spec.HostNetwork, pod.Spec.DNSPolicy = true, corev1.DNSDefault
+	pod.Spec.Tolerations = []corev1.Toleration{{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists}}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].ImagePullPolicy = corev1.PullNever
 	}
 	return pod
 }

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -134,19 +134,26 @@ func testNamespace(ctx context.Context, t *testing.T, c *cluster.Cluster, prefix
 	return name
 }
 
+// registryPause is the image of the lane's pods that only have to run.
+const registryPause = "registry.k8s.io/pause:3.10"
+
 // gpuPod builds a pod scheduled by the extender's profile, one container per
 // entry of units (named c0, c1, ...), each asking for that many gpu-mem units.
 func gpuPod(ns, name string, units ...int64) *corev1.Pod {
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       corev1.PodSpec{SchedulerName: schedulerName, TerminationGracePeriodSeconds: ptr.To[int64](1)},
-	}
+	b := podtest.Make(ns, name)
 	for i, u := range units {
-		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
-			Name: fmt.Sprintf("c%d", i), Image: "registry.k8s.io/pause:3.10",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(u, resource.DecimalSI)}},
-		})
+		b.GPU(fmt.Sprintf("c%d", i), u)
 	}
+	return lanePod(b, registryPause)
+}
+
+// lanePod is the pod b builds as the lane's cluster is to create it: no UID
+// (the API server gives one), scheduled by the extender's profile, every
+// container running image, stopped within a second.
+func lanePod(b *podtest.Builder, image string) *corev1.Pod {
+	pod := b.UID("").Image(image).Obj()
+	pod.Spec.SchedulerName = schedulerName
+	pod.Spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	return pod
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/nodeagent"
 )
@@ -147,19 +148,7 @@ func waitCapacity(ctx context.Context, t *testing.T, c *cluster.Cluster, name st
 // by schedulerName, or bound to nodeName by hand when it is set.
 func createPod(ctx context.Context, t *testing.T, c *cluster.Cluster, name, nodeName string, res corev1.ResourceName, units int64) *corev1.Pod {
 	t.Helper()
-	q := *resource.NewQuantity(units, resource.DecimalSI)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName:      nodeName,
-			SchedulerName: schedulerName,
-			Containers: []corev1.Container{{
-				Name: "main", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{res: q}},
-			}},
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-		},
-	}
+	pod := lanePod(podtest.Make("default", name).Node(nodeName).Limit("main", res, *resource.NewQuantity(units, resource.DecimalSI)), registryPause)
 	created, err := c.Client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

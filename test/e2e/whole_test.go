@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -152,17 +153,7 @@ func TestWholeCardsAreExclusiveOfSharedMemory(t *testing.T) {
 // wholePod builds a pod scheduled by the extender's profile with one
 // container "c0" asking for n whole cards.
 func wholePod(ns, name string, n int64) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec: corev1.PodSpec{
-			SchedulerName:                 schedulerName,
-			TerminationGracePeriodSeconds: ptr.To[int64](1),
-			Containers: []corev1.Container{{
-				Name: "c0", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().WholeResourceName(): *resource.NewQuantity(n, resource.DecimalSI)}},
-			}},
-		},
-	}
+	return lanePod(podtest.Make(ns, name).Whole("c0", n), registryPause)
 }
 
 // checkWholeCards waits (within recordSettle) until the pod's record is

@@ -12,13 +12,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 const testNode = "gpu-1"
@@ -82,16 +82,11 @@ func (f *fakeDM) allocated() []string {
 }
 
 func gpuPod(name string, created time.Time, containers ...string) *corev1.Pod {
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), CreationTimestamp: metav1.NewTime(created)},
-		Spec:       corev1.PodSpec{NodeName: testNode},
-		Status:     corev1.PodStatus{Phase: corev1.PodPending},
-	}
+	b := podtest.Make("default", name).UID("uid-" + name).Node(testNode).Phase(corev1.PodPending).Created(created).Image("pause")
 	for _, c := range containers {
-		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c, Image: "pause",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{api.DefaultNames().ResourceName(): resource.MustParse("1")}}})
+		b.GPU(c, 1)
 	}
-	return p
+	return b.Obj()
 }
 
 // runAgent runs an agent over a fake clientset until the test ends.
