@@ -106,6 +106,13 @@ func (b *Builder) ContainerStatus(name, containerID string) *Builder {
 	return b
 }
 
+// Failed marks the pod Failed with the kubelet's reason and message (e.g.
+// UnexpectedAdmissionError: refused at admission).
+func (b *Builder) Failed(reason, message string) *Builder {
+	b.pod.Status.Phase, b.pod.Status.Reason, b.pod.Status.Message = corev1.PodFailed, reason, message
+	return b
+}
+
 // Unschedulable marks the pod Pending with the scheduler's
 // PodScheduled=False condition carrying message.
 func (b *Builder) Unschedulable(message string) *Builder {

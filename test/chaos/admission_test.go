@@ -5,17 +5,13 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func rejectedPod(created time.Time, msg string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "p", CreationTimestamp: metav1.NewTime(created)},
-		Spec:       corev1.PodSpec{NodeName: "n1"},
-		Status:     corev1.PodStatus{Phase: corev1.PodFailed, Reason: admissionFailure, Message: msg},
-	}
+	return podtest.Make("", "p").UID("").Node("n1").Created(created).Failed(admissionFailure, msg).Obj()
 }
 
 func TestAdmissionCause(t *testing.T) {
@@ -54,11 +50,7 @@ func TestAdmissionCause(t *testing.T) {
 func TestWholeHeldNodes(t *testing.T) {
 	names := api.DefaultNames()
 	pod := func(node string, res corev1.ResourceName, phase corev1.PodPhase) corev1.Pod {
-		return corev1.Pod{
-			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-				Limits: corev1.ResourceList{res: resource.MustParse("1")}}}}},
-			Status: corev1.PodStatus{Phase: phase},
-		}
+		return *podtest.Make("", "").UID("").Node(node).Limit("c", res, resource.MustParse("1")).Phase(phase).Obj()
 	}
 	got := WholeHeldNodes([]corev1.Pod{
 		pod("whole", names.WholeResourceName(), corev1.PodRunning),
