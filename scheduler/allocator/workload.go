@@ -33,6 +33,14 @@ type ModelCapacity struct {
 	Units int64
 }
 
+// AddCard counts one card of model with units into capacity (per card model).
+func AddCard(capacity map[string]ModelCapacity, model string, units int64) {
+	mc := capacity[model]
+	mc.Cards++
+	mc.Units += units
+	capacity[model] = mc
+}
+
 // Shape is one kind of demand and how often it was seen. A shape with
 // Units == 0 and WholeCards == 0 is a pod that asks for no GPU.
 type Shape struct {

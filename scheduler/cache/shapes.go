@@ -69,10 +69,7 @@ func (c *Cache) setModels(n *nodeState, models map[string]allocator.ModelCapacit
 func modelsOf(inv api.Inventory) map[string]allocator.ModelCapacity {
 	out := map[string]allocator.ModelCapacity{}
 	for _, card := range inv.Cards {
-		mc := out[card.Model]
-		mc.Cards++
-		mc.Units += card.Units
-		out[card.Model] = mc
+		allocator.AddCard(out, card.Model, card.Units)
 	}
 	return out
 }

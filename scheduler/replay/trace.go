@@ -83,10 +83,7 @@ func (t *Trace) ModelCapacity() map[string]allocator.ModelCapacity {
 	out := map[string]allocator.ModelCapacity{}
 	for _, n := range t.Nodes {
 		for _, c := range n.Cards {
-			mc := out[c.Model]
-			mc.Cards++
-			mc.Units += c.Capacity
-			out[c.Model] = mc
+			allocator.AddCard(out, c.Model, c.Capacity)
 		}
 	}
 	return out
