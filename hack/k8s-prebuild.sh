@@ -47,8 +47,11 @@ start)
 	fi
 	low=(nice -n 19)
 	command -v ionice >/dev/null && low+=(ionice -c 3)
-	# setsid: its own process group, so that stop ends the builds it started too.
-	setsid "${low[@]}" bash -c 'K8S_VERSION=$1 hack/build-k8s.sh "${@:3}" && K8S_VERSION=$2 hack/build-k8s.sh "${@:3}"' \
+	# setsid: its own process group, so that stop ends the builds it started too. A new session is
+	# also a new scheduler autogroup, where nice alone would not lower it against make's session: the
+	# group's own nice is set too (/proc/self/autogroup; absent without CONFIG_SCHED_AUTOGROUP).
+	setsid "${low[@]}" bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
+		K8S_VERSION=$1 hack/build-k8s.sh "${@:3}" && K8S_VERSION=$2 hack/build-k8s.sh "${@:3}"' \
 		prebuild "$K8S_VERSION" "$OLDEST_K8S_VERSION" "${BINARIES[@]}" >"$LOG" 2>&1 </dev/null &
 	echo $! >"$PIDFILE"
 	echo "k8s-prebuild: building Kubernetes $K8S_VERSION, then $OLDEST_K8S_VERSION, in the background (nice 19; log $LOG, pid $!)"
