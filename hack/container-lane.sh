@@ -44,7 +44,8 @@ fi
 log "$(containerd --version); $(runc --version | head -1)"
 
 # 2. kubelet and kube-proxy, like the control plane, from k8s.io/kubernetes.
-hack/build-k8s.sh kubelet kube-proxy
+# LANE_K8S_BINARIES: make e2e-oldest needs no kube-proxy (the install lane runs on the current version).
+hack/build-k8s.sh ${LANE_K8S_BINARIES:-kubelet kube-proxy}
 
 # 3. NVIDIA container toolkit: the runtime (CDI mode) and nvidia-ctk.
 mkdir -p "$TOOLKIT_BIN"

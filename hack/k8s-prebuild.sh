@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries `make test` needs later in the background, at the lowest CPU and
-# I/O priority: the control plane, kubelet and kube-proxy of K8S_VERSION, then those of
-# OLDEST_K8S_VERSION (hack/build-k8s.sh). They use the CPU the Go checks leave idle (downloads,
-# single-threaded links, test runs), and the oldest version builds while the e2e suite, mostly
-# waiting on its clusters, runs at full priority. Each build holds its version's lock: the
-# foreground's hack/build-k8s.sh (make cluster-binaries, container-lane) waits for it and then skips
-# what it built; anything the background did not build (it failed, or was stopped) the foreground
-# builds itself, so the background only ever saves time.
+# I/O priority: the control plane, kubelet and kube-proxy of K8S_VERSION, then the control plane
+# and kubelet of OLDEST_K8S_VERSION (hack/build-k8s.sh). They use the CPU the Go checks leave idle
+# (downloads, single-threaded links, test runs), and the oldest version builds while the e2e
+# suite, mostly waiting on its clusters, runs at full priority. Each build holds its version's
+# lock: the foreground's hack/build-k8s.sh (make cluster-binaries, container-lane) waits for it
+# and then skips what it built; anything the background did not build (it failed, or was stopped)
+# the foreground builds itself, so the background only ever saves time.
 #
 # Usage: hack/k8s-prebuild.sh start   start it unless it runs or everything is built (make test does)
 #        hack/k8s-prebuild.sh stop    stop it (a run of make test that stopped early leaves it going)
@@ -21,15 +21,18 @@ CACHE="${GPUSHARE_CACHE:-$HOME/.cache/gpushare}"
 LOG=bin/k8s-prebuild.log
 PIDFILE=bin/k8s-prebuild.pid
 BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy)
+# The oldest version runs no install lane: no kube-proxy.
+OLDEST_BINARIES=(etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet)
 
 running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 built() {
-	local v b
-	for v in "$K8S_VERSION" "$OLDEST_K8S_VERSION"; do
-		for b in "${BINARIES[@]}"; do
-			[[ -x "$CACHE/k8s-$v/bin/$b" ]] || return 1
-		done
+	local b
+	for b in "${BINARIES[@]}"; do
+		[[ -x "$CACHE/k8s-$K8S_VERSION/bin/$b" ]] || return 1
+	done
+	for b in "${OLDEST_BINARIES[@]}"; do
+		[[ -x "$CACHE/k8s-$OLDEST_K8S_VERSION/bin/$b" ]] || return 1
 	done
 }
 
@@ -51,8 +54,8 @@ start)
 	# also a new scheduler autogroup, where nice alone would not lower it against make's session: the
 	# group's own nice is set too (/proc/self/autogroup; absent without CONFIG_SCHED_AUTOGROUP).
 	setsid "${low[@]}" bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
-		K8S_VERSION=$1 hack/build-k8s.sh "${@:3}" && K8S_VERSION=$2 hack/build-k8s.sh "${@:3}"' \
-		prebuild "$K8S_VERSION" "$OLDEST_K8S_VERSION" "${BINARIES[@]}" >"$LOG" 2>&1 </dev/null &
+		K8S_VERSION=$1 hack/build-k8s.sh $3 && K8S_VERSION=$2 hack/build-k8s.sh $4' \
+		prebuild "$K8S_VERSION" "$OLDEST_K8S_VERSION" "${BINARIES[*]}" "${OLDEST_BINARIES[*]}" >"$LOG" 2>&1 </dev/null &
 	echo $! >"$PIDFILE"
 	echo "k8s-prebuild: building Kubernetes $K8S_VERSION, then $OLDEST_K8S_VERSION, in the background (nice 19; log $LOG, pid $!)"
 	;;

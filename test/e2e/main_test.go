@@ -179,9 +179,10 @@ func needRoot(t *testing.T) {
 }
 
 // goBuild builds a package of the test module (path relative to test/). Like every build make
-// test does, with -trimpath: one compile of the shared dependencies serves them all.
+// test does, with -trimpath: one compile of the shared dependencies serves them all (and without
+// DWARF, which only a debugger reads).
 func goBuild(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-w", "-o", out, pkg)
 	cmd.Dir = filepath.Join(cluster.RepoRoot(), "test")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
@@ -192,7 +193,7 @@ func goBuild(out, pkg string) error {
 // goBuildProduct builds a package of the product module (path relative to
 // the repository root).
 func goBuildProduct(out, pkg string) error {
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-w", "-o", out, pkg)
 	cmd.Dir = cluster.RepoRoot()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
