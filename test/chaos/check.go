@@ -175,8 +175,23 @@ func admitted(p *corev1.Pod) bool {
 // kubelet knows when the containers stopped), so a card's records may then
 // hold both pods' units; the capacity checks leave released pods out, as the
 // kubelet does. A node whose account was not read releases nothing.
+//
+// Pods the run deleted (Deleted) that the observation's List no longer has
+// are released too: the extender's and the inspector's informers, read after
+// the List, may not have seen the deletion yet (it is milliseconds behind),
+// while the kubelet already gave the units to the next pod. A pod created
+// after the List is never in Deleted, so this masks no new pod's units.
 func (o *Observation) Released() map[string]bool {
 	out := map[string]bool{}
+	listed := make(map[string]bool, len(o.Pods))
+	for i := range o.Pods {
+		listed[podKey(&o.Pods[i])] = true
+	}
+	for key := range o.Deleted {
+		if !listed[key] {
+			out[key] = true
+		}
+	}
 	for i := range o.Pods {
 		p := &o.Pods[i]
 		if p.DeletionTimestamp == nil || p.Spec.NodeName == "" {

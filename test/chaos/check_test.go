@@ -398,6 +398,29 @@ func TestAllocationsCountAtEveryObservationPlansAtTheEnd(t *testing.T) {
 	}
 }
 
+// A pod the run deleted, gone from the List but still in the extender's view
+// (its informer is behind), and the pod the kubelet gave its units to: no
+// violation. A pod missing from the List that the run did not delete still
+// counts.
+func TestDeletedPodsTheExtenderStillCountsAreReleased(t *testing.T) {
+	next := newPod("next", 16).assigned(t, cardA).running(t, cardA, 0)
+	obs := observation(t, next)
+	obs.Extender = map[string]api.ExtenderNode{"n": {Name: "n", Cards: []api.ExtenderCard{{UUID: cardA, Capacity: 24, Used: 32, Pods: []api.ExtenderPod{
+		{Namespace: "ns", Name: "gone", Container: "c0", Units: 16, Phase: api.PhaseAllocated},
+		{Namespace: "ns", Name: "next", Container: "c0", Units: 16, Phase: api.PhaseAllocated}}}}}}
+	if vs := Check(obs, Expect{}); !has(vs, InvExtenderCapacity) {
+		t.Fatalf("a pod nobody deleted, missing from the List: got %v; want %q", invariants(vs), InvExtenderCapacity)
+	}
+	obs.Deleted = map[string]bool{"ns/gone": true}
+	if vs := Check(obs, Expect{}); has(vs, InvExtenderCapacity) {
+		t.Errorf("the run deleted it and the List no longer has it: got %v; want none", invariants(vs))
+	}
+	obs.Deleted = map[string]bool{"ns/next": true}
+	if vs := Check(obs, Expect{}); !has(vs, InvExtenderCapacity) {
+		t.Errorf("a deleted pod the List still has (and the kubelet holds) counts: got %v; want %q", invariants(vs), InvExtenderCapacity)
+	}
+}
+
 // The run is not at rest while an unbound pod's Insufficient is older than
 // the room a node has now: kube-scheduler tries it again after a backoff.
 func TestNotSettledWhileAnInsufficientJudgmentIsStale(t *testing.T) {

@@ -37,6 +37,9 @@ type Observation struct {
 	// when it did not answer (killed, restarting).
 	Extender    map[string]api.ExtenderNode
 	ExtenderErr error
+	// Deleted are the pods ("namespace/name") the run deleted before this
+	// observation (set by the Runner; see Released).
+	Deleted map[string]bool
 }
 
 // KubeletAccount is what the kubelet's PodResources API says on one node.

@@ -74,7 +74,9 @@ type Runner struct {
 	rejected map[types.UID]bool
 	// events are the kills and isolations by node, for AdmissionCause.
 	events map[string][]NodeEvent
-	mu     sync.Mutex
+	// deleted are the pods ("namespace/name") the run deleted.
+	deleted map[string]bool
+	mu      sync.Mutex
 }
 
 // Report is what a run did and found.
@@ -166,6 +168,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 	r.live = map[string]types.UID{}
 	r.rejected = map[types.UID]bool{}
 	r.events = map[string][]NodeEvent{}
+	r.deleted = map[string]bool{}
 	rep := &Report{Seed: r.Seed, Planned: len(plan), Kinds: map[Kind]int{}, Restarts: map[Kind]int{}, Refused: map[string]int{}, Rejected: map[string]int{}, AdmissionCauses: map[Cause]int{}, States: map[string]string{}}
 	if r.Logf == nil {
 		r.Logf = func(string, ...any) {}
@@ -217,7 +220,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 			return rep, fmt.Errorf("operation %s: %w", op, err)
 		}
 		rep.Ops++
-		obs, err := r.Observer.Observe(ctx)
+		obs, err := r.observe(ctx)
 		if err != nil {
 			return rep, fmt.Errorf("observe after %s: %w", op, err)
 		}
@@ -267,7 +270,7 @@ func (r *Runner) Run(ctx context.Context, plan []Op) (*Report, error) {
 	}
 	var zero []Violation
 	werr := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		obs, err := r.Observer.Observe(ctx)
+		obs, err := r.observe(ctx)
 		if err != nil {
 			return false, nil
 		}
@@ -394,6 +397,11 @@ func (r *Runner) deletePod(ctx context.Context, op Op, name string, rep *Report)
 		return
 	}
 	err := r.Client.CoreV1().Pods(r.Namespace).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err == nil || apierrors.IsNotFound(err) {
+		r.mu.Lock()
+		r.deleted[r.Namespace+"/"+name] = true
+		r.mu.Unlock()
+	}
 	switch {
 	case err == nil:
 		rep.Deleted++
@@ -524,7 +532,7 @@ func (r *Runner) settle(ctx context.Context) (*Observation, error) {
 			why = err.Error()
 			return false, nil
 		}
-		obs, err := r.Observer.Observe(ctx)
+		obs, err := r.observe(ctx)
 		if err != nil {
 			why = err.Error()
 			return false, nil
@@ -664,6 +672,22 @@ func (r *Runner) countRejected(obs *Observation, rep *Report) {
 			r.logf("rejected at admission: %s on %s (%s): %s", p.Name, p.Spec.NodeName, cause, shorten(p.Status.Message))
 		}
 	}
+}
+
+// observe looks once (Observer.Observe) and notes the pods the run deleted
+// before it (Observation.Deleted).
+func (r *Runner) observe(ctx context.Context) (*Observation, error) {
+	r.mu.Lock()
+	deleted := make(map[string]bool, len(r.deleted))
+	for k := range r.deleted {
+		deleted[k] = true
+	}
+	r.mu.Unlock()
+	obs, err := r.Observer.Observe(ctx)
+	if obs != nil {
+		obs.Deleted = deleted
+	}
+	return obs, err
 }
 
 // nodeEvent records a kill or an isolation of a node, now.
