@@ -313,13 +313,27 @@ func CheckExtenderCapacity(obs *Observation, final bool) []Violation {
 			}
 			obj := fmt.Sprintf("%s card %d (%s)", node, card.Index, card.UUID)
 			if allocated > card.Capacity {
-				vs = append(vs, violation(InvExtenderCapacity, obj, fmt.Sprintf("the extender counts %d of %d units used, %d of them Allocated", card.Used, card.Capacity, allocated)))
+				vs = append(vs, violation(InvExtenderCapacity, obj, fmt.Sprintf("the extender counts %d of %d units used, %d of them Allocated: %s", card.Used, card.Capacity, allocated, extenderPods(card.Pods, released))))
 			} else if final && used > card.Capacity {
 				vs = append(vs, violation(InvExtenderPlans, obj, fmt.Sprintf("the extender counts %d of %d units used", card.Used, card.Capacity)))
 			}
 		}
 	}
 	return vs
+}
+
+// extenderPods is what the extender counts on a card, pod by pod
+// ("ns/name c0 4 Allocated, ..."; released pods marked), for the violation.
+func extenderPods(pods []api.ExtenderPod, released map[string]bool) string {
+	var parts []string
+	for _, p := range pods {
+		part := fmt.Sprintf("%s/%s %s %d %s", p.Namespace, p.Name, p.Container, p.Units, p.Phase)
+		if released[p.Namespace+"/"+p.Name] {
+			part += " (released)"
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // CheckRunningRecords: every Running pod that asks for gpu-mem has a valid
