@@ -65,12 +65,7 @@ func benchmarkEvaluate(b *testing.B, policy string) {
 	}
 	for _, n := range []int{1213, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewSource(1))
-			w := benchWorkload(rng)
-			nodes := benchNodes(rng, n)
-			req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
-			decisions := make([]allocator.Decision, len(nodes))
-			warm(p, &nodes[0], req, w)
+			w, nodes, req, decisions := benchCase(p, n)
 			b.ReportAllocs()
 			cpu0 := processCPU()
 			for b.Loop() {
@@ -95,16 +90,8 @@ func benchmarkEvaluateAll(b *testing.B, policy string) {
 	}
 	for _, n := range []int{1213, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewSource(1))
-			w := benchWorkload(rng)
-			nodes := benchNodes(rng, n)
-			ptrs := make([]*allocator.Node, len(nodes))
-			for i := range nodes {
-				ptrs[i] = &nodes[i]
-			}
-			req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
-			decisions := make([]allocator.Decision, len(nodes))
-			warm(p, ptrs[0], req, w)
+			w, nodes, req, decisions := benchCase(p, n)
+			ptrs := pointers(nodes)
 			b.ReportAllocs()
 			cpu0 := processCPU()
 			for b.Loop() {
@@ -116,11 +103,18 @@ func benchmarkEvaluateAll(b *testing.B, policy string) {
 	}
 }
 
-// warm evaluates one node before a benchmark's loop, so that what p
-// derives from w (Workload.Derived: the fragmentation-aware policies'
-// index) is built before the timer starts, not in the first iteration.
-func warm(p *allocator.Policy, node *allocator.Node, req allocator.Request, w *allocator.Workload) {
-	_ = p.Evaluate(node, req, w)
+// benchCase is one benchmark's input: n benchNodes, the benchWorkload (one
+// rng, seed 1), a pod of 300 units, 4 CPUs and 8 GiB, and room for the
+// decisions. p has evaluated one node already, so that what it derives from
+// the workload (Workload.Derived: the fragmentation-aware policies' index) is
+// built before the timer starts, not in the first iteration.
+func benchCase(p *allocator.Policy, n int) (*allocator.Workload, []allocator.Node, allocator.Request, []allocator.Decision) {
+	rng := rand.New(rand.NewSource(1))
+	w := benchWorkload(rng)
+	nodes := benchNodes(rng, n)
+	req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
+	_ = p.Evaluate(&nodes[0], req, w)
+	return w, nodes, req, make([]allocator.Decision, n)
 }
 
 func BenchmarkFGDEvaluate(b *testing.B) { benchmarkEvaluate(b, "fgd") }

@@ -52,16 +52,8 @@ func BenchmarkFragEvaluateParallel(b *testing.B) {
 	for _, c := range []struct{ n, workers int }{{1213, 1}, {1213, 2}, {5000, 1}, {5000, 2}} {
 		n, workers := c.n, c.workers
 		b.Run(fmt.Sprintf("nodes=%d/workers=%d", n, workers), func(b *testing.B) {
-			rng := rand.New(rand.NewSource(1))
-			w := benchWorkload(rng)
-			nodes := benchNodes(rng, n)
-			ptrs := make([]*allocator.Node, len(nodes))
-			for i := range nodes {
-				ptrs[i] = &nodes[i]
-			}
-			req := allocator.Request{Demands: []allocator.Demand{{Container: "c", Units: 300}}, Host: allocator.HostResources{CPUMilli: 4000, MemoryMiB: 8192}}
-			decisions := make([]allocator.Decision, len(nodes))
-			warm(p, ptrs[0], req, w)
+			w, nodes, req, decisions := benchCase(p, n)
+			ptrs := pointers(nodes)
 			b.ReportAllocs()
 			for b.Loop() {
 				p.EvaluateParallel(ptrs, req, w, decisions, workers)
