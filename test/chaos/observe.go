@@ -19,8 +19,8 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// Observation is one look at the run: the API objects, each node's kubelet
-// account and the extender's view, taken one after the other (each source is
+// Observation is one look at the run: the API objects, the extender's view
+// and each node's kubelet account, taken one after the other in that order (each source is
 // a consistent snapshot of itself; the checks only compare sources where a
 // value cannot change between the looks).
 type Observation struct {
@@ -72,6 +72,12 @@ func (o *Observer) Observe(ctx context.Context) (*Observation, error) {
 		return nil, fmt.Errorf("list pods: %w", err)
 	}
 	obs.Pods = pods.Items
+	// The extender before the kubelets: a deleting pod is released when the
+	// kubelet no longer holds its units (Released), and that evidence must be
+	// read after the view it excuses. Read before it, the kubelet can still
+	// hold a pod that it hands over before the extender is read, and the
+	// extender then rightly counts the old pod and its successor on one card.
+	obs.Extender, obs.ExtenderErr = o.extender(ctx)
 	for _, name := range o.Nodes {
 		n, err := o.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -91,7 +97,6 @@ func (o *Observer) Observe(ctx context.Context) (*Observation, error) {
 		}
 		obs.Kubelet[name] = acc
 	}
-	obs.Extender, obs.ExtenderErr = o.extender(ctx)
 	return obs, nil
 }
 
