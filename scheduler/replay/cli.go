@@ -30,6 +30,9 @@ type Options struct {
 	// NodesToScore models kube-scheduler's percentageOfNodesToScore
 	// (Batch.NodesToScore; nil: 100, every node).
 	NodesToScore *int
+	// Scale replays each trace Scale times over as one cluster
+	// (Trace.Scaled; 0 or 1: as it is).
+	Scale int
 	// WorkloadTolerance is Batch.WorkloadTolerance (nil: the extender's).
 	WorkloadTolerance *float64
 	Parallel          int
@@ -104,6 +107,12 @@ func Main(ctx context.Context, o Options) error {
 	}
 	if len(traces) == 0 {
 		return fmt.Errorf("no workload to replay")
+	}
+	if o.Scale < 0 {
+		return fmt.Errorf("-scale %d: want 1 (the trace's cluster) or more", o.Scale)
+	}
+	for i := range traces {
+		traces[i] = traces[i].Scaled(o.Scale)
 	}
 	b := Batch{Traces: traces, Policies: policies, Inflate: o.Inflate, NodesToScore: o.NodesToScore, WorkloadTolerance: o.WorkloadTolerance, Parallel: o.Parallel, Progress: o.Progress}
 	for s := range o.Seeds {

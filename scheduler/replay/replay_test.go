@@ -332,3 +332,46 @@ func TestReplayModelHandsOutFewerWorkloadsTheMoreTheyLag(t *testing.T) {
 		t.Errorf("ReplaySampled is not ReplayModel with the extender's tolerance:\n%s", diff)
 	}
 }
+
+// Scaled is the same cluster and workload k times over: k× the nodes, pods,
+// cards and capacity, every name distinct, the proportions kept, so a full
+// replay packs it as well as the original (each copy's pods fit each copy's
+// nodes).
+func TestScaledIsTheSameWorkloadOnALargerCluster(t *testing.T) {
+	tr := tinyTrace(t)
+	if got := tr.Scaled(1); got != tr {
+		t.Errorf("Scaled(1) made a copy; want the trace itself")
+	}
+	s := tr.Scaled(3)
+	if err := s.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Nodes) != 3*len(tr.Nodes) || len(s.Pods) != 3*len(tr.Pods) || s.Cards() != 3*tr.Cards() || s.Capacity() != 3*tr.Capacity() {
+		t.Errorf("Scaled(3): %d nodes, %d pods, %d cards, capacity %d; want 3× %d, %d, %d, %d",
+			len(s.Nodes), len(s.Pods), s.Cards(), s.Capacity(), len(tr.Nodes), len(tr.Pods), tr.Cards(), tr.Capacity())
+	}
+	names := map[string]bool{}
+	for _, n := range s.Nodes {
+		names["node "+n.Name] = true
+	}
+	for _, p := range s.Pods {
+		names["pod "+p.Name] = true
+	}
+	if len(names) != len(s.Nodes)+len(s.Pods) {
+		t.Errorf("Scaled(3) repeats names: %d distinct of %d", len(names), len(s.Nodes)+len(s.Pods))
+	}
+	if s.Name != "tiny_x3" || s.WholeCardUnits != tr.WholeCardUnits || s.Unit != tr.Unit {
+		t.Errorf("Scaled(3): name %q, whole card %d, unit %q; want tiny_x3 and the trace's", s.Name, s.WholeCardUnits, s.Unit)
+	}
+	if tr.Nodes[0].Name != "n0" || len(tr.Nodes) != 1 {
+		t.Errorf("Scaled changed the trace it was called on: %+v", tr.Nodes)
+	}
+	binpack, err := registry.Lookup("binpack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, three := Replay(tr, binpack, 1, 1), Replay(s, binpack, 1, 1)
+	if one.UnallocatedAt100() != three.UnallocatedAt100() {
+		t.Errorf("unallocated at 100%%: %.2f on the trace, %.2f on it 3× over; want the same", one.UnallocatedAt100(), three.UnallocatedAt100())
+	}
+}

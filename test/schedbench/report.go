@@ -23,12 +23,14 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 		o.Nodes, o.Cards, o.CardGiB, o.Pods, o.PodGiB, o.Clients, o.Timeout)
 	fmt.Fprintf(w, "control plane %s on 127.0.0.1 (up in %v), nodes created in %v; %d CPUs, load average %s\n",
 		cluster.K8sVersion(), b.ClusterIn.Round(time.Millisecond), b.NodesIn.Round(time.Millisecond), runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
-	fmt.Fprintf(w, "(a) kube-scheduler alone (its defaults), pods ask example.com/gpu-mem as an extended resource; (b) kube-scheduler with %s and the gpushare extender, one run per policy\n\n", o.SchedulerConfig)
+	fmt.Fprintf(w, "(a) kube-scheduler alone (its defaults, and then scoring every node if listed as %s), pods ask example.com/gpu-mem as an extended resource; (b) kube-scheduler with %s and the gpushare extender, one run per policy\n\n", PlainAllNodes, o.SchedulerConfig)
 
-	var plain float64
+	var plain, allNodes float64
 	before := map[string]float64{}
 	for _, r := range results {
 		switch {
+		case r.Name == PlainAllNodes:
+			allNodes = r.Throughput.Overall
 		case r.Policy == "":
 			plain = r.Throughput.Overall
 		case r.Name == r.Policy+BaselineSuffix:
@@ -37,6 +39,9 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	head := "run\tbound\tcreated in\tlast bind at\toverall pods/s\tsteady pods/s\t÷ plain"
+	if allNodes > 0 {
+		head += "\t÷ plain all nodes"
+	}
 	if len(before) > 0 {
 		head += "\t÷ before"
 	}
@@ -46,11 +51,18 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	fmt.Fprintln(tw, head+"\tcheck\t")
 	for _, r := range results {
 		ratio := "-"
-		if r.Policy != "" && plain > 0 {
+		if (r.Policy != "" || r.Name == PlainAllNodes) && plain > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Throughput.Overall/plain)
 		}
 		line := fmt.Sprintf("%s\t%d/%d\t%s\t%s\t%s\t%s\t%s", label(r), r.Throughput.Bound, r.Throughput.Want,
 			dur(r.Created), dur(r.Throughput.Elapsed), rate(r.Throughput.Overall), rate(r.Throughput.Steady), ratio)
+		if allNodes > 0 {
+			if r.Policy != "" {
+				line += fmt.Sprintf("\t%.2f", r.Throughput.Overall/allNodes)
+			} else {
+				line += "\t-"
+			}
+		}
 		if len(before) > 0 {
 			if v := before[r.Policy]; v > 0 && r.Name == r.Policy {
 				line += fmt.Sprintf("\t%.2f", r.Throughput.Overall/v)
@@ -142,6 +154,9 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 const stuckAfter = 30 * time.Second
 
 func label(r Result) string {
+	if r.Name == PlainAllNodes {
+		return "(a) " + PlainAllNodes
+	}
 	if r.Policy == "" {
 		return "(a) kube-scheduler"
 	}

@@ -90,3 +90,35 @@ func TestReportComparesWithTheBaselineOnly(t *testing.T) {
 		t.Errorf("the baseline comparison is missing (want ÷ before 1.50):\n%s", out)
 	}
 }
+
+// Each extender run is compared with kube-scheduler's defaults ("÷ plain")
+// and, when that run is there, with kube-scheduler scoring every node
+// ("÷ plain all nodes"); the all-nodes run itself is compared with the
+// defaults only.
+func TestReportComparesWithBothPlainRuns(t *testing.T) {
+	run := func(name, policy string, pods float64) Result {
+		return Result{Name: name, Policy: policy, Throughput: schedload.Throughput{Overall: pods}}
+	}
+	var b strings.Builder
+	printReport(&b, Options{SchedulerConfig: "cfg"}, &Bench{}, []Result{run("kube-scheduler", "", 400), run(PlainAllNodes, "", 200), run("frag", "frag", 300)})
+	out := b.String()
+	row := func(prefix string) []string {
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && strings.Join(f[:2], " ") == prefix {
+				return f
+			}
+		}
+		t.Fatalf("no row %q in:\n%s", prefix, out)
+		return nil
+	}
+	if !strings.Contains(out, "÷ plain all nodes") {
+		t.Fatalf("no all-nodes ratio column:\n%s", out)
+	}
+	// "(x)", name, bound, created in, last bind at, overall, steady, ÷ plain, ÷ plain all nodes.
+	if f := row("(b) frag"); f[7] != "0.75" || f[8] != "1.50" {
+		t.Errorf("frag: ÷ plain %s, ÷ plain all nodes %s; want 0.75 and 1.50:\n%s", f[7], f[8], out)
+	}
+	if f := row("(a) " + PlainAllNodes); f[7] != "0.50" || f[8] != "-" {
+		t.Errorf("all nodes: ÷ plain %s, ÷ plain all nodes %s; want 0.50 and -:\n%s", f[7], f[8], out)
+	}
+}

@@ -36,8 +36,14 @@ type Options struct {
 	Clients int
 	// Policies run through the extender, in order (default all five).
 	Policies []string
-	// Plain runs kube-scheduler alone first (the reference for the ratio).
+	// Plain runs kube-scheduler alone first, with its defaults (its adaptive
+	// sample of the nodes): the reference for the ratio, the kube-scheduler
+	// an operator runs.
 	Plain bool
+	// PlainAllNodes runs kube-scheduler alone a second time scoring every
+	// node (percentageOfNodesToScore: 100, what the extender runs use),
+	// reported as "kube-scheduler-all-nodes" with its own ratio column.
+	PlainAllNodes bool
 	// SchedulerQPS is kube-scheduler's API client budget (clientConnection.qps,
 	// burst twice that) in every run, plain and with the extender, so that the
 	// ratio compares scheduling, not client budgets: with kube-scheduler's
@@ -80,7 +86,7 @@ func DefaultOptions() Options {
 	return Options{
 		Nodes: 1000, Cards: 8, CardGiB: 80, Pods: 2000, PodGiB: 8, Clients: 32,
 		Policies: []string{"binpack", "spread", "bestfit", "fgd", "frag"},
-		Plain:    true, Timeout: 5 * time.Minute, SchedulerQPS: 1000,
+		Plain:    true, PlainAllNodes: true, Timeout: 5 * time.Minute, SchedulerQPS: 1000,
 	}
 }
 
@@ -238,6 +244,9 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 	if b.opts.Plain {
 		results = append(results, b.run(ctx, "", "default-scheduler", "", ""))
 	}
+	if b.opts.PlainAllNodes && ctx.Err() == nil {
+		results = append(results, b.runPlainAllNodes(ctx))
+	}
 	if len(b.opts.Policies) == 0 {
 		return results
 	}
@@ -277,6 +286,32 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p+SampleSuffix))
 	}
 	return results
+}
+
+// PlainAllNodes names the run of Options.PlainAllNodes.
+const PlainAllNodes = "kube-scheduler-all-nodes"
+
+// AllNodesConfig is kube-scheduler's default configuration but scoring
+// every feasible node, as the extender runs do.
+const AllNodesConfig = `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+percentageOfNodesToScore: 100
+`
+
+// runPlainAllNodes runs kube-scheduler alone with AllNodesConfig.
+func (b *Bench) runPlainAllNodes(ctx context.Context) Result {
+	cfg := filepath.Join(b.opts.StateDir, "kube-scheduler-config-all-nodes.yaml")
+	err := os.WriteFile(cfg, []byte(AllNodesConfig), 0o644)
+	if err == nil {
+		err = b.c.RestartSchedulerWith(ctx, cfg, "")
+	}
+	if err != nil {
+		return Result{Name: PlainAllNodes, Err: err}
+	}
+	b.opts.Log("kube-scheduler restarted with %s (every node scored, no extender)", cfg)
+	r := b.run(ctx, "", "default-scheduler", "", "")
+	r.Name = PlainAllNodes
+	return r
 }
 
 // SampleSuffix marks the runs of Options.Sample.
