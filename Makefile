@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTLDFLAGS ?= -w
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing
+.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -87,6 +87,11 @@ bench: ## Go benchmarks: filter/prioritize at 100-5,000 nodes, policies, Allocat
 TRACES   ?= scheduler/simulate/traces
 VARIANTS ?= default
 POLICIES ?=
+bench-packing-gib: ## replay the heterogeneous GiB workload (traces/gib, from openb) for every policy, all nodes and kube-scheduler's adaptive sample
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
+	for nts in 100 0; do echo "percentageOfNodesToScore $$nts:"; $(BIN)/gpushare-simulate -memory-nodes $(TRACES)/gib/openb_gib_nodes.csv -memory-pods $(TRACES)/gib/openb_gib_pods.csv $(if $(POLICIES),-policies $(POLICIES)) -nodes-to-score $$nts -quiet | tail -3; done
+
 bench-packing: ## replay the openb traces for every policy, table beside the FGD anchor (VARIANTS=all for 17)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
