@@ -187,19 +187,19 @@ chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operation
 # N API-object GPU nodes × 8 cards of 80 GiB, P pods of 8 GiB created at once by CLIENTS;
 # (a) kube-scheduler alone, (b) with the extender per policy (POLICIES, comma-separated;
 # default all five). BASELINE=path/to/another/gpushare-scheduler runs each policy through it
-# first ("POLICY-before"), for a before/after table from one invocation. SAMPLE=1 runs each policy
-# again with kube-scheduler's adaptive percentageOfNodesToScore ("POLICY-sample"). Not part of `make test`.
+# first ("POLICY-before"), for a before/after table from one invocation. ALL_NODES=1 runs each policy
+# again with kube-scheduler scoring every node, percentageOfNodesToScore: 100 ("POLICY-all-nodes"). Not part of `make test`.
 N        ?= 1000
 P        ?= 2000
 CLIENTS  ?= 32
 ALL_POLICIES   := binpack,spread,bestfit,fgd,frag
 BENCH_TIMEOUT  ?= 5m
 .PHONY: bench-scheduling
-bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m BASELINE= SAMPLE=1 PLAIN_ALL_NODES=0 SCHED_QPS=1000: kube-scheduler's and the extender's API client budget, the same in every run)
+bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alone vs with the extender per policy (N=1000 P=2000 CLIENTS=32 POLICIES=all BENCH_TIMEOUT=5m BASELINE= ALL_NODES=1 PLAIN_ALL_NODES=0 SCHED_QPS=1000: kube-scheduler's and the extender's API client budget, the same in every run)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpushare-scheduler ./scheduler
 	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
-	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) -scheduler-qps $(or $(SCHED_QPS),1000) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(SAMPLE)),-sample) $(if $(filter 0,$(PLAIN_ALL_NODES)),-plain-all-nodes=false)
+	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) -scheduler-qps $(or $(SCHED_QPS),1000) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(ALL_NODES)),-all-nodes) $(if $(filter 0,$(PLAIN_ALL_NODES)),-plain-all-nodes=false)
 
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)

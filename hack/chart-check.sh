@@ -66,7 +66,7 @@ render dedicated
 expect dedicated 'kind: KubeSchedulerConfiguration'
 expect dedicated 'urlPrefix: http://127.0.0.1:39999'
 expect dedicated 'nodeCacheCapable: true'
-expect dedicated 'percentageOfNodesToScore: 100$'
+expect dedicated 'percentageOfNodesToScore: 0$'
 expect dedicated 'name: GPUSHARE_MAX_BEST_NODES'
 expect dedicated 'name: example.com/gpu-mem'
 expect dedicated "image: \"registry.k8s.io/kube-scheduler:${kube_version}\""
@@ -281,9 +281,9 @@ render extender-only-plain --set scheduler.mode=extender-only --set scheduler.ex
 expect extender-only-plain 'extender-tls' absent
 expect extender-only-plain 'GPUSHARE_TLS_CERT_FILE' absent
 
-render sampled --set scheduler.kubeScheduler.percentageOfNodesToScore=0 --set scheduler.maxBestNodes=1
-expect sampled 'percentageOfNodesToScore: 0$'
-expect sampled 'value: "1"'
+render every-node --set scheduler.kubeScheduler.percentageOfNodesToScore=100 --set scheduler.maxBestNodes=1
+expect every-node 'percentageOfNodesToScore: 100$'
+expect every-node 'value: "1"'
 
 render ha --set scheduler.replicas=2
 expect ha 'replicas: 2'

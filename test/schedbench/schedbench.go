@@ -66,11 +66,11 @@ type Options struct {
 	// SchedulerConfig is the KubeSchedulerConfiguration for (b) (default
 	// the project's scheduler/config/kube-scheduler-config.yaml).
 	SchedulerConfig string
-	// Sample, when set, runs each policy a second time, after the others,
-	// with kube-scheduler's adaptive sample of the nodes: SchedulerConfig
-	// without percentageOfNodesToScore (reported as "POLICY-sample"), so
+	// AllNodes, when set, runs each policy a second time, after the others,
+	// with kube-scheduler scoring every feasible node: SchedulerConfig with
+	// percentageOfNodesToScore: 100 (reported as "POLICY-all-nodes"), so
 	// that both settings are measured against the same (a) and fleet.
-	Sample bool
+	AllNodes bool
 	// StateDir is the control plane's state directory (default a new
 	// temporary one, removed after a clean run unless Keep).
 	StateDir string
@@ -267,23 +267,23 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 		}
 		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p))
 	}
-	if !b.opts.Sample || ctx.Err() != nil {
+	if !b.opts.AllNodes || ctx.Err() != nil {
 		return results
 	}
-	sampled := filepath.Join(b.opts.StateDir, "kube-scheduler-config-sample.yaml")
-	err = WithoutNodesToScore(b.opts.SchedulerConfig, sampled)
+	every := filepath.Join(b.opts.StateDir, "kube-scheduler-config-extender-all-nodes.yaml")
+	err = WithNodesToScore(b.opts.SchedulerConfig, every, 100)
 	if err == nil {
-		err = b.c.RestartSchedulerWith(ctx, sampled, fmt.Sprintf("http://127.0.0.1:%d", b.port))
+		err = b.c.RestartSchedulerWith(ctx, every, fmt.Sprintf("http://127.0.0.1:%d", b.port))
 	}
 	if err != nil {
-		return append(results, Result{Name: "extender" + SampleSuffix, Err: err})
+		return append(results, Result{Name: "extender" + AllNodesSuffix, Err: err})
 	}
-	b.opts.Log("kube-scheduler restarted with %s (adaptive percentageOfNodesToScore)", sampled)
+	b.opts.Log("kube-scheduler restarted with %s (percentageOfNodesToScore: 100)", every)
 	for _, p := range b.opts.Policies {
 		if ctx.Err() != nil {
 			break
 		}
-		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p+SampleSuffix))
+		results = append(results, b.run(ctx, p, name, b.opts.ExtenderBinary, p+AllNodesSuffix))
 	}
 	return results
 }
@@ -314,14 +314,16 @@ func (b *Bench) runPlainAllNodes(ctx context.Context) Result {
 	return r
 }
 
-// SampleSuffix marks the runs of Options.Sample.
-const SampleSuffix = "-sample"
+// AllNodesSuffix marks the runs of Options.AllNodes.
+const AllNodesSuffix = "-all-nodes"
 
-// WithoutNodesToScore writes the KubeSchedulerConfiguration in src to dst
-// without its top-level percentageOfNodesToScore: kube-scheduler then
-// scores its adaptive sample (50 % − nodes/125, at least 5 %, at least 100
-// nodes).
-func WithoutNodesToScore(src, dst string) error {
+// WithNodesToScore writes the KubeSchedulerConfiguration in src to dst with
+// its top-level percentageOfNodesToScore set to percent (100: every feasible
+// node; 0: kube-scheduler's adaptive sample, 50 % − nodes/125, at least 5 %,
+// at least 100 nodes), everything else unchanged. A src that already has
+// that setting (unset counts as 0) is refused: the run would measure
+// nothing new.
+func WithNodesToScore(src, dst string, percent int) error {
 	raw, err := os.ReadFile(src)
 	if err != nil {
 		return err
@@ -330,10 +332,14 @@ func WithoutNodesToScore(src, dst string) error {
 	if err := yaml.Unmarshal(raw, &cfg); err != nil {
 		return fmt.Errorf("%s: %w", src, err)
 	}
-	if _, ok := cfg["percentageOfNodesToScore"]; !ok {
-		return fmt.Errorf("%s sets no percentageOfNodesToScore: it already samples", src)
+	var have int
+	if v, ok := cfg["percentageOfNodesToScore"].(float64); ok {
+		have = int(v)
 	}
-	delete(cfg, "percentageOfNodesToScore")
+	if have == percent {
+		return fmt.Errorf("%s already has percentageOfNodesToScore %d", src, percent)
+	}
+	cfg["percentageOfNodesToScore"] = percent
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ func main() {
 	flag.StringVar(&o.ExtenderBinary, "extender", o.ExtenderBinary, "the built gpushare-scheduler")
 	flag.StringVar(&o.BaselineBinary, "baseline", o.BaselineBinary, "another gpushare-scheduler (e.g. from the commit before a change): each policy runs through it first, reported as POLICY-before, then through -extender")
 	flag.StringVar(&o.SchedulerConfig, "scheduler-config", o.SchedulerConfig, "KubeSchedulerConfiguration for the extender runs (default: the project's)")
-	flag.BoolVar(&o.Sample, "sample", o.Sample, "also run each policy with kube-scheduler's adaptive percentageOfNodesToScore (the configuration without the setting), reported as POLICY-sample")
+	flag.BoolVar(&o.AllNodes, "all-nodes", o.AllNodes, "also run each policy with kube-scheduler scoring every node (the configuration with percentageOfNodesToScore: 100), reported as POLICY-all-nodes")
 	flag.StringVar(&o.StateDir, "state-dir", o.StateDir, "control-plane state directory (default: a temporary one, removed after a clean run)")
 	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the state directory (logs) after a clean run")
 	flag.Parse()

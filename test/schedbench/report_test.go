@@ -13,13 +13,14 @@ import (
 	"github.com/gpushare/gpushare/test/schedload"
 )
 
-// The sampled configuration is the project's, less percentageOfNodesToScore;
-// a configuration that already samples is refused (it would measure nothing
-// new).
-func TestWithoutNodesToScore(t *testing.T) {
+// The all-nodes configuration is the project's with percentageOfNodesToScore
+// 100 and nothing else changed; a configuration that already scores every
+// node is refused (it would measure nothing new). The project's own
+// configuration samples (kube-scheduler's adaptive default).
+func TestWithNodesToScore(t *testing.T) {
 	src := filepath.Join(cluster.RepoRoot(), cluster.SchedulerConfigFile)
-	dst := filepath.Join(t.TempDir(), "sample.yaml")
-	if err := WithoutNodesToScore(src, dst); err != nil {
+	dst := filepath.Join(t.TempDir(), "all-nodes.yaml")
+	if err := WithNodesToScore(src, dst, 100); err != nil {
 		t.Fatal(err)
 	}
 	var orig, got map[string]any
@@ -32,26 +33,27 @@ func TestWithoutNodesToScore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, ok := orig["percentageOfNodesToScore"]; !ok {
-		t.Fatalf("%s sets no percentageOfNodesToScore", src)
+	if v, ok := orig["percentageOfNodesToScore"]; ok && v != float64(0) {
+		t.Fatalf("%s sets percentageOfNodesToScore %v; the shipped configuration samples (0 or unset)", src, v)
 	}
-	if _, ok := got["percentageOfNodesToScore"]; ok {
-		t.Errorf("the sampled configuration still sets percentageOfNodesToScore")
+	if got["percentageOfNodesToScore"] != float64(100) {
+		t.Errorf("the all-nodes configuration has percentageOfNodesToScore %v, want 100", got["percentageOfNodesToScore"])
 	}
 	delete(orig, "percentageOfNodesToScore")
+	delete(got, "percentageOfNodesToScore")
 	if !yamlEqual(t, orig, got) {
-		t.Errorf("the sampled configuration changed more than percentageOfNodesToScore:\n%v\nwant\n%v", got, orig)
+		t.Errorf("the all-nodes configuration changed more than percentageOfNodesToScore:\n%v\nwant\n%v", got, orig)
 	}
-	err := WithoutNodesToScore(dst, filepath.Join(t.TempDir(), "again.yaml"))
-	if err == nil || !strings.Contains(err.Error(), "already samples") {
-		t.Errorf("a configuration without the setting: err = %v, want 'already samples'", err)
+	err := WithNodesToScore(dst, filepath.Join(t.TempDir(), "again.yaml"), 100)
+	if err == nil || !strings.Contains(err.Error(), "already has percentageOfNodesToScore 100") {
+		t.Errorf("a configuration that scores every node already: err = %v, want 'already has …'", err)
 	}
 }
 
 // The runs' names become namespace names (generateName "bench-NAME-").
-func TestSampleRunNamesAreNamespaceNames(t *testing.T) {
+func TestAllNodesRunNamesAreNamespaceNames(t *testing.T) {
 	for _, p := range []string{"binpack", "spread", "bestfit", "fgd", "frag"} {
-		name := "bench-" + p + SampleSuffix + "-x"
+		name := "bench-" + p + AllNodesSuffix + "-x"
 		if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
 			t.Errorf("%s: %v", name, errs)
 		}
@@ -72,7 +74,7 @@ func yamlEqual(t *testing.T, a, b map[string]any) bool {
 }
 
 // "÷ before" compares a policy with its BASELINE run only, never with its
-// -sample run.
+// -all-nodes run.
 func TestReportComparesWithTheBaselineOnly(t *testing.T) {
 	run := func(name, policy string, pods float64) Result {
 		return Result{Name: name, Policy: policy, Throughput: schedload.Throughput{Overall: pods}}
@@ -82,8 +84,8 @@ func TestReportComparesWithTheBaselineOnly(t *testing.T) {
 		printReport(&b, Options{SchedulerConfig: "cfg"}, &Bench{}, results)
 		return b.String()
 	}
-	if out := report(run("kube-scheduler", "", 50), run("frag", "frag", 100), run("frag"+SampleSuffix, "frag", 200)); strings.Contains(out, "÷ before") {
-		t.Errorf("a -sample run was taken for a baseline:\n%s", out)
+	if out := report(run("kube-scheduler", "", 50), run("frag", "frag", 100), run("frag"+AllNodesSuffix, "frag", 200)); strings.Contains(out, "÷ before") {
+		t.Errorf("an -all-nodes run was taken for a baseline:\n%s", out)
 	}
 	out := report(run("kube-scheduler", "", 50), run("frag"+BaselineSuffix, "frag", 100), run("frag", "frag", 150))
 	if !strings.Contains(out, "÷ before") || !strings.Contains(out, "1.50") {
