@@ -1,6 +1,10 @@
 package api
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // HoldsUnits reports whether a pod still holds the units it was given (or,
 // not yet bound, may still be given them): it exists and has not finished.
@@ -40,6 +44,19 @@ func MayStartContainers(pod *corev1.Pod) bool {
 // after admission). A pod not (yet) shown admitted may still be awaiting it.
 func Admitted(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodRunning || len(pod.Status.ContainerStatuses) > 0 || len(pod.Status.InitContainerStatuses) > 0
+}
+
+// BoundAt is when the pod was bound to its node: the last transition of its
+// PodScheduled condition to True, which the API server sets when it takes
+// the binding (one-second resolution). ok is false for a pod not bound, or
+// bound without the condition (e.g. created with spec.nodeName).
+func BoundAt(pod *corev1.Pod) (at time.Time, ok bool) {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Time, pod.Spec.NodeName != ""
+		}
+	}
+	return time.Time{}, false
 }
 
 // RecordHolds reports whether a pod's record shows it holding the cards it

@@ -2,6 +2,7 @@ package api
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,6 +60,31 @@ func TestRecordHoldsOnlyAllocatedRecordsOfPodsThatHoldUnits(t *testing.T) {
 	} {
 		if got := RecordHolds(tt.pod, Assignment{Phase: tt.phase}); got != tt.want {
 			t.Errorf("%s: RecordHolds = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// BoundAt is the PodScheduled=True transition of a pod with a node, and
+// nothing for a pod not bound, bound without the condition, or whose
+// condition says it is not scheduled.
+func TestBoundAt(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 11, 26, 20, 0, 1, 0, time.UTC))
+	pod := func(node string, conds ...corev1.PodCondition) *corev1.Pod {
+		return &corev1.Pod{Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Conditions: conds}}
+	}
+	scheduled := corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: at}
+	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at.Add(time.Minute))}
+	if got, ok := BoundAt(pod("n", ready, scheduled)); !ok || !got.Equal(at.Time) {
+		t.Errorf("bound pod: BoundAt = %v, %v; want %v, true", got, ok, at)
+	}
+	for name, p := range map[string]*corev1.Pod{
+		"no node":          pod("", scheduled),
+		"no condition":     pod("n", ready),
+		"not scheduled":    pod("n", corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, LastTransitionTime: at}),
+		"no transition at": pod("n", corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}),
+	} {
+		if got, ok := BoundAt(p); ok {
+			t.Errorf("%s: BoundAt = %v, true; want false", name, got)
 		}
 	}
 }

@@ -321,9 +321,14 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err != nil {
 		return err
 	}
+	metrics, err := plugin.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	if err != nil {
+		return err
+	}
 	socket, wholeSocket := SocketNames(o.Instance)
 	p := plugin.New(plugin.Config{
 		Names:             names,
+		Metrics:           metrics,
 		PluginDir:         o.DevicePluginDir,
 		SocketName:        socket,
 		WholeSocketName:   wholeSocket,

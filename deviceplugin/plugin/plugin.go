@@ -55,6 +55,8 @@ type Config struct {
 	// Names are the resources the plugin serves and the keys it reads and
 	// writes (zero: api.DefaultNames).
 	Names api.Names
+	// Metrics times the calls (nil: none).
+	Metrics *Metrics
 	// PluginDir is the kubelet's device-plugin directory.
 	PluginDir string
 	// SocketName is the plugin's socket file in PluginDir.

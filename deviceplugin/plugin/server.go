@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
@@ -68,6 +69,9 @@ type decision struct {
 	// reopened on the way.
 	write    podRef
 	reopened []podRef
+	// pod is the pod a new allocation is for (nil for a repeat), for the
+	// time from its binding.
+	pod *corev1.Pod
 }
 
 // Devices is the device list ListAndWatch sends now.
@@ -118,6 +122,8 @@ func sameDevices(a, b []*pluginapi.Device) bool {
 
 // GetPreferredAllocation implements the device plugin API (the kind's).
 func (s *server[R]) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	start := s.p.cfg.Clock.Now()
+	defer func() { s.p.cfg.Metrics.observePreferred(string(s.res.name), s.p.cfg.Clock.Since(start)) }()
 	return s.kind.preferred(ctx, req)
 }
 
@@ -131,8 +137,13 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 // allocMu), what the container gets, and, after the lock, the records. A
 // failed record write does not fail the container: reconciliation retries
 // it.
-func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
+	start := p.cfg.Clock.Now()
+	var waited time.Duration
+	defer func() {
+		p.cfg.Metrics.observeAllocate(string(s.res.name), err, p.cfg.Clock.Since(start), waited)
+	}()
 	reqs := make([]R, 0, len(req.GetContainerRequests()))
 	for _, cr := range req.GetContainerRequests() {
 		r, err := s.kind.parse(cr.GetDevicesIds())
@@ -151,10 +162,11 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	// is not yet in the kubelet's account, and keeps the first one's
 	// decision (a guess newer than the read).
 	accts := s.kind.accounts(ctx)
-	resp := &pluginapi.AllocateResponse{}
+	resp = &pluginapi.AllocateResponse{}
 	var writes []podRef
 	for i, r := range reqs {
-		d, err := s.decideWaiting(ctx, r, accts)
+		d, w, err := s.decideWaiting(ctx, r, accts)
+		waited += w
 		writes = append(writes, d.reopened...)
 		if err != nil {
 			p.log.Error(err, "Allocate refused", "resource", s.res.name, "devices", len(req.GetContainerRequests()[i].GetDevicesIds()))
@@ -163,6 +175,13 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		}
 		if d.write.UID != "" {
 			writes = append(writes, d.write)
+		}
+		if d.pod != nil {
+			if at, ok := api.BoundAt(d.pod); ok {
+				sinceBind := p.cfg.Clock.Since(at)
+				p.cfg.Metrics.observeBindToAllocate(string(s.res.name), sinceBind)
+				p.log.V(2).Info("Allocated since bind", "pod", klog.KObj(d.pod), "resource", s.res.name, "sinceBind", sinceBind.Round(time.Millisecond), "waitedForPod", w.Round(time.Millisecond))
+			}
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, s.kind.respond(d))
 	}
@@ -180,12 +199,16 @@ const allocatePoll = 100 * time.Millisecond
 
 // decideWaiting decides for one container request, waiting up to
 // Config.AllocateWait for a pod the kubelet knows before the informer does
-// (no waiting container of that size yet). allocMu is taken for each
-// attempt and released while waiting.
-func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (decision, error) {
+// (no waiting container of that size yet), and says how long it waited.
+// allocMu is taken for each attempt and released while waiting.
+func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (decision, time.Duration, error) {
 	var d decision
 	var err error
+	var first time.Time
 	s.p.waitFor(ctx, func() bool {
+		if first.IsZero() {
+			first = s.p.cfg.Clock.Now()
+		}
 		d = decision{}
 		if lerr := s.p.locked(accts, func(v podView, reopened []types.UID) {
 			d, err = s.kind.decide(v, reopened, r, accts)
@@ -194,7 +217,7 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (dec
 		}
 		return !errors.Is(err, allocate.ErrNoPending) && !errors.Is(err, allocate.ErrNoPendingCards)
 	})
-	return d, err
+	return d, s.p.cfg.Clock.Since(first), err
 }
 
 // waitFor calls look, then again every allocatePoll (on the injected
@@ -235,7 +258,10 @@ func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
 			continue
 		}
 		seen[r] = true
-		if err := p.writeRecord(ctx, r, kubeletCall); err != nil {
+		start := p.cfg.Clock.Now()
+		err := p.writeRecord(ctx, r, kubeletCall)
+		p.cfg.Metrics.observeWrite(p.cfg.Clock.Since(start))
+		if err != nil {
 			p.log.Error(err, "Recording the allocation failed; will retry", "pod", klog.KRef(r.Namespace, r.Name))
 		}
 	}

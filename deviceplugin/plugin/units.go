@@ -136,6 +136,9 @@ func (k units) match(v podView, u allocate.Units, account bool) (decision, error
 	p.state.units.guess(holding{Namespace: e.Namespace, Pod: e.Pod, UID: e.UID, Container: e.Container, Cards: []string{d.CardUUID}, IDs: append([]string(nil), u.IDs...), Unsure: unsure})
 	p.log.Info("Allocated", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "units", n, "card", card.UUID, "cardIndex", card.Index, "assignedCard", e.Assigned.CardUUID, "corrected", d.Corrected, "repeat", d.Repeat, "recorded", !unsure)
 	out := decision{cards: []nvml.Card{card}, units: n}
+	if !d.Repeat {
+		out.pod = v.byUID[e.UID]
+	}
 	if !unsure {
 		out.write = podRef{Namespace: e.Namespace, Name: e.Pod, UID: e.UID}
 	}
