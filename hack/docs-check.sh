@@ -48,7 +48,9 @@ done | sort -u >"$tmp/flags"
 tr -s ' \n' '\n\n' <<<"$external" | { grep . || true; } >>"$tmp/flags"
 
 git ls-files '*.go' | grep -v '_test\.go$' | xargs grep -ohE '"gpushare_[a-z0-9_]+"' | tr -d '"' | sort -u >"$tmp/metrics"
-for s in bucket sum count; do sed "s/\$/_$s/" "$tmp/metrics"; done >>"$tmp/metrics"
+# (into another file first: sed reading the file it appends to never ends once the list outgrows its buffer)
+for s in bucket sum count; do sed "s/\$/_$s/" "$tmp/metrics"; done >"$tmp/suffixed"
+cat "$tmp/suffixed" >>"$tmp/metrics"
 
 # Keys are derived from the configured domain in api/names.go: n.key("foo") and the key* constants.
 grep -ohE '(n\.key\("[a-z0-9.-]+"\)|key[A-Za-z]+ += "[a-z0-9.-]+")' api/*.go | grep -oE '"[^"]+"' | tr -d '"' |
