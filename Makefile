@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTLDFLAGS ?= -w
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib
+.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -200,6 +200,16 @@ bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alon
 	$(GO) build -o $(BIN)/gpushare-scheduler ./scheduler
 	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
 	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) -scheduler-qps $(or $(SCHED_QPS),1000) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(ALL_NODES)),-all-nodes) $(if $(filter 0,$(PLAIN_ALL_NODES)),-plain-all-nodes=false)
+
+# Time to a running pod in a burst (docs/design.md, "Time to a running pod"): on the playground
+# (`make playground` first), PODS pods without a GPU request and PODS of GIB GiB, interleaved, created
+# at once by BURST_CLIENTS; per kind create→bound→Ready p50/p90/max and the GPU ÷ no-GPU p90 ratio
+# (target ≤ 1.2). Not part of `make test`.
+PLAYGROUND_KUBECONFIG ?= /tmp/gpushare-playground/kubeconfig
+bench-burst: ## GPU pods' create→Ready beside pods without a request, one burst on the playground (make playground first; PODS=100 GIB=4 BURST_CLIENTS=16 BURST_TIMEOUT=5m)
+	@mkdir -p $(BIN)
+	cd test && $(GO) build -o ../$(BIN)/gpushare-burstbench ./burstbench/cmd
+	$(BIN)/gpushare-burstbench -kubeconfig $(PLAYGROUND_KUBECONFIG) -pods $(or $(PODS),100) -gib $(or $(GIB),4) -clients $(or $(BURST_CLIENTS),16) -timeout $(or $(BURST_TIMEOUT),5m)
 
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)

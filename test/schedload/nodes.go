@@ -117,7 +117,7 @@ func (f Fleet) Node(name string) (*corev1.Node, error) {
 // its grace period (~50 s) unless their leases are renewed: see
 // StartHeartbeat.
 func CreateNodes(ctx context.Context, client kubernetes.Interface, f Fleet, workers int) error {
-	return forEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
+	return ForEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
 		node, err := f.Node(f.Name(i))
 		if err != nil {
 			return err
@@ -161,7 +161,7 @@ func untaint(ctx context.Context, client kubernetes.Interface, node *corev1.Node
 // DeleteNodes deletes the fleet's Nodes (their leases go with them: they are
 // owned by the Node), workers at a time; a node already gone is no error.
 func DeleteNodes(ctx context.Context, client kubernetes.Interface, f Fleet, workers int) error {
-	return forEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
+	return ForEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
 		err := client.CoreV1().Nodes().Delete(ctx, f.Name(i), metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete node %s: %w", f.Name(i), err)
@@ -187,7 +187,7 @@ const LeaseDurationSeconds = 40
 // 10 s; the controller's grace period is ~50 s) until Stop.
 func StartHeartbeat(ctx context.Context, client kubernetes.Interface, f Fleet, period time.Duration, workers int) (*Heartbeat, error) {
 	leases := make([]*coordinationv1.Lease, f.Nodes)
-	err := forEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
+	err := ForEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
 		l, err := createLease(ctx, client, f.Name(i))
 		leases[i] = l
 		return err
@@ -207,7 +207,7 @@ func StartHeartbeat(ctx context.Context, client kubernetes.Interface, f Fleet, p
 				return
 			case <-tick.C:
 			}
-			err := forEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
+			err := ForEach(ctx, f.Nodes, workers, func(ctx context.Context, i int) error {
 				l, err := renewLease(ctx, client, leases[i])
 				if err == nil {
 					leases[i] = l

@@ -24,7 +24,7 @@ import (
 const PollInterval = 100 * time.Millisecond
 
 // Burst is a set of identical one-container pods that each ask for Units of
-// gpu-mem.
+// gpu-mem (0: no GPU request at all).
 type Burst struct {
 	Namespace string
 	// Prefix names the pods: Prefix-00000, ...
@@ -39,20 +39,21 @@ type Burst struct {
 
 // Pod is pod i of the burst.
 func (b Burst) Pod(i int) *corev1.Pod {
-	return &corev1.Pod{
+	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%05d", b.Prefix, i), Namespace: b.Namespace},
 		Spec: corev1.PodSpec{
 			SchedulerName:                 b.SchedulerName,
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 			AutomountServiceAccountToken:  ptr.To(false),
-			Containers: []corev1.Container{{
-				Name: "app", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-					api.DefaultNames().ResourceName(): *resource.NewQuantity(b.Units, resource.DecimalSI),
-				}},
-			}},
+			Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
+	if b.Units > 0 {
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
+			api.DefaultNames().ResourceName(): *resource.NewQuantity(b.Units, resource.DecimalSI),
+		}
+	}
+	return p
 }
 
 // CreatePods creates the burst's pods at once, clients creations in flight
@@ -61,7 +62,7 @@ func (b Burst) Pod(i int) *corev1.Pod {
 // the client's, not the cluster's.
 func CreatePods(ctx context.Context, client kubernetes.Interface, b Burst, clients int) (time.Duration, error) {
 	start := time.Now()
-	err := forEach(ctx, b.Pods, clients, func(ctx context.Context, i int) error {
+	err := ForEach(ctx, b.Pods, clients, func(ctx context.Context, i int) error {
 		if _, err := client.CoreV1().Pods(b.Namespace).Create(ctx, b.Pod(i), metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create pod %d of %d: %w", i, b.Pods, err)
 		}

@@ -1,0 +1,204 @@
+// Package burstbench measures time to a running pod in a burst (`make
+// bench-burst`): on a running cluster (the playground by default), pods
+// without a GPU request and pods asking for GPU memory, interleaved, are
+// created at once; each pod's create → bound → Ready is taken from a watch
+// (client-side, millisecond resolution), and the GPU pods' p90 is compared
+// with the others' (the target: at most 1.2 times).
+package burstbench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpushare/gpushare/test/schedload"
+)
+
+// Options configure one burst.
+type Options struct {
+	// Pods of each kind (default 100), GiB each GPU pod asks for (4),
+	// concurrent creations (16).
+	Pods    int
+	GiB     int64
+	Clients int
+	// GPUScheduler is the GPU pods' schedulerName (the chart's profile,
+	// "gpushare-scheduler"); pods without a request use the default one.
+	GPUScheduler string
+	// Timeout bounds the wait for every pod to be Ready (default 5 min).
+	Timeout time.Duration
+	// Keep leaves the namespace and its pods (default: deleted).
+	Keep bool
+	Log  func(format string, args ...any)
+}
+
+// DefaultOptions are the figures of the playground measurement: 100 pods
+// of each kind, 4 GiB, 16 clients.
+func DefaultOptions() Options {
+	return Options{Pods: 100, GiB: 4, Clients: 16, GPUScheduler: "gpushare-scheduler", Timeout: 5 * time.Minute}
+}
+
+// Kinds of pods in a burst.
+const (
+	Plain = "no GPU"
+	GPU   = "GPU"
+)
+
+// Timeline is one pod's times, client-side: created (its Create returned),
+// first seen bound (spec.nodeName) and first seen Ready; zero when not
+// (yet) seen. Failed is set when it was seen Failed.
+type Timeline struct {
+	Kind                  string
+	Created, Bound, Ready time.Time
+	Failed                bool
+	FailedReason          string
+}
+
+// Run creates the burst in a new namespace, waits until every pod is Ready
+// or Failed (or Timeout), and returns each pod's timeline by name.
+func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[string]*Timeline, error) {
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	ns, err := schedload.NewNamespace(ctx, client, "burst", time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	if !o.Keep {
+		defer func() {
+			if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), client, ns, 2*time.Minute); err != nil {
+				o.Log("deleting namespace %s: %v", ns, err)
+			}
+		}()
+	}
+	plain := schedload.Burst{Namespace: ns, Prefix: "plain", Pods: o.Pods, SchedulerName: corev1.DefaultSchedulerName}
+	gpu := schedload.Burst{Namespace: ns, Prefix: "gpu", Pods: o.Pods, Units: o.GiB, SchedulerName: o.GPUScheduler}
+	w := &watcher{pods: map[string]*Timeline{}}
+	for i := range o.Pods {
+		w.pods[plain.Pod(i).Name] = &Timeline{Kind: Plain}
+		w.pods[gpu.Pod(i).Name] = &Timeline{Kind: GPU}
+	}
+	stop, err := w.start(ctx, client, ns)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	o.Log("namespace %s: creating %d pods without a GPU request and %d of %d GiB, interleaved, %d at a time", ns, o.Pods, o.Pods, o.GiB, o.Clients)
+	err = schedload.ForEach(ctx, 2*o.Pods, o.Clients, func(ctx context.Context, i int) error {
+		b := plain
+		if i%2 == 1 {
+			b = gpu
+		}
+		p := b.Pod(i / 2)
+		if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s: %w", p.Name, err)
+		}
+		w.created(p.Name, time.Now())
+		return nil
+	})
+	if err != nil {
+		return w.snapshot(), err
+	}
+	deadline := time.Now().Add(o.Timeout)
+	for !w.settled() {
+		if time.Now().After(deadline) {
+			return w.snapshot(), fmt.Errorf("not every pod Ready or Failed after %v", o.Timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return w.snapshot(), ctx.Err()
+		case <-time.After(schedload.PollInterval):
+		}
+	}
+	return w.snapshot(), nil
+}
+
+// watcher records each pod's first bound and Ready from a pod informer.
+type watcher struct {
+	mu   sync.Mutex
+	pods map[string]*Timeline
+}
+
+func (w *watcher) start(ctx context.Context, client kubernetes.Interface, ns string) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(ns))
+	inf := f.Core().V1().Pods().Informer()
+	observe := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			w.observe(p, time.Now())
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: observe, UpdateFunc: func(_, obj any) { observe(obj) }}); err != nil {
+		cancel()
+		return nil, err
+	}
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		cancel()
+		return nil, fmt.Errorf("pod informer of %s did not sync", ns)
+	}
+	return func() { cancel(); f.Shutdown() }, nil
+}
+
+func (w *watcher) created(name string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.pods[name]; t != nil && t.Created.IsZero() {
+		t.Created = at
+	}
+}
+
+func (w *watcher) observe(p *corev1.Pod, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.pods[p.Name]
+	if t == nil {
+		return
+	}
+	if p.Spec.NodeName != "" && t.Bound.IsZero() {
+		t.Bound = at
+	}
+	if t.Ready.IsZero() && ready(p) {
+		t.Ready = at
+	}
+	if p.Status.Phase == corev1.PodFailed && !t.Failed {
+		t.Failed, t.FailedReason = true, p.Status.Reason+": "+p.Status.Message
+	}
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *watcher) settled() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range w.pods {
+		if t.Created.IsZero() || (t.Ready.IsZero() && !t.Failed) {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *watcher) snapshot() map[string]*Timeline {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]*Timeline, len(w.pods))
+	for n, t := range w.pods {
+		c := *t
+		out[n] = &c
+	}
+	return out
+}

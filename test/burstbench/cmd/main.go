@@ -1,0 +1,59 @@
+// Command gpushare-burstbench measures time to a running pod in a burst, GPU
+// pods beside pods without a request (package burstbench; `make
+// bench-burst`).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gpushare/gpushare/test/burstbench"
+)
+
+func main() {
+	o := burstbench.DefaultOptions()
+	kubeconfig := flag.String("kubeconfig", "/tmp/gpushare-playground/kubeconfig", "the cluster's kubeconfig (default: the playground's)")
+	flag.IntVar(&o.Pods, "pods", o.Pods, "pods of each kind")
+	flag.Int64Var(&o.GiB, "gib", o.GiB, "GiB each GPU pod asks for (example.com/gpu-mem)")
+	flag.IntVar(&o.Clients, "clients", o.Clients, "concurrent pod creations")
+	flag.StringVar(&o.GPUScheduler, "gpu-scheduler", o.GPUScheduler, "schedulerName of the GPU pods")
+	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every pod to be Ready or Failed")
+	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the namespace and its pods")
+	flag.Parse()
+	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 {
+		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib and -clients must be at least 1")
+		os.Exit(2)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpushare-burstbench: %v (is the playground up? make playground)\n", err)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit: the burst is the cluster's to absorb
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-burstbench:", err)
+		os.Exit(2)
+	}
+	o.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "burstbench: "+format+"\n", args...) }
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	pods, err := burstbench.Run(ctx, client, o)
+	burstbench.WriteReport(os.Stdout, o, burstbench.Summarize(pods))
+	for name, t := range pods {
+		if t.Failed {
+			fmt.Printf("%s Failed: %s\n", name, t.FailedReason)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-burstbench:", err)
+		os.Exit(1)
+	}
+}
