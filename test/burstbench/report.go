@@ -126,7 +126,7 @@ func WriteReport(w io.Writer, o Options, stats map[string]Stats) {
 	if r > Target {
 		verdict = "not met"
 	}
-	fmt.Fprintf(w, "\nGPU p90 ÷ no-GPU p90 (create→Ready): %.2f (target ≤ %.1f: %s)\n", r, Target, verdict)
+	fmt.Fprintf(w, "\nGPU p90 ÷ no-GPU p90 (create→Ready): %.3f (target ≤ %.1f: %s)\n", r, Target, verdict)
 }
 
 func sec(d time.Duration) string {

@@ -54,7 +54,7 @@ func TestSummarizeAndReport(t *testing.T) {
 	}
 	var b strings.Builder
 	WriteReport(&b, Options{Pods: 10, GiB: 4, Clients: 2}, stats)
-	if out := b.String(); !strings.Contains(out, "1.90 (target ≤ 1.2: not met)") || !strings.Contains(out, "GPU 4 GiB") {
+	if out := b.String(); !strings.Contains(out, "1.900 (target ≤ 1.2: not met)") || !strings.Contains(out, "GPU 4 GiB") {
 		t.Errorf("report:\n%s", out)
 	}
 }
