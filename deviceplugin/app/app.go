@@ -37,8 +37,13 @@ import (
 
 // Options are the plugin's settings; docs/deviceplugin.md lists them.
 type Options struct {
-	NodeName              string
-	Kubeconfig            string
+	NodeName   string
+	Kubeconfig string
+	// KubeAPIQPS and KubeAPIBurst are the plugin's API request budget (the
+	// kubelet's defaults): each Allocate writes a record before it returns,
+	// so a budget below the node's admission rate slows every GPU pod.
+	KubeAPIQPS            float64
+	KubeAPIBurst          int
 	NVML                  string
 	FailOnInitError       bool
 	MemoryUnit            string
@@ -89,6 +94,8 @@ func EnvName(flagName string) string {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", "", "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server (the kubelet's default); each Allocate writes its pod's record before it returns")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "request burst to the API server (the kubelet's default)")
 	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
 	fs.BoolVar(&o.FailOnInitError, "fail-on-init-error", true, "exit when NVML is unavailable (no driver, no GPU); false: log why and wait, advertising nothing")
 	fs.StringVar(&o.MemoryUnit, "memory-unit", string(api.UnitGiB), "unit of --resource-name: GiB or MiB")
@@ -123,6 +130,7 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 		if err != nil {
 			return fmt.Errorf("kubernetes client configuration: %w", err)
 		}
+		cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
 		client, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
@@ -179,6 +187,9 @@ func (o Options) Validate() error {
 func (o Options) validate() error {
 	if o.NodeName == "" {
 		return ErrNoNodeName
+	}
+	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
+		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.KubeAPIQPS, o.KubeAPIBurst)
 	}
 	if _, err := api.ParseMemoryUnit(o.MemoryUnit); err != nil {
 		return fmt.Errorf("--memory-unit: %w", err)

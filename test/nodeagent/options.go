@@ -75,6 +75,10 @@ func (o *Options) Config() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("kubeconfig %s: %w", o.Kubeconfig, err)
 	}
+	// The kubelet's API budget (kubeAPIQPS 50, kubeAPIBurst 100), not
+	// client-go's default of 5: the agent writes two requests per pod it
+	// starts, and would otherwise pace a burst at a few pods per second.
+	rc.QPS, rc.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return Config{}, fmt.Errorf("API client: %w", err)
