@@ -104,9 +104,9 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 	}
 	_ = tw.Flush()
 
-	fmt.Fprintf(w, "\nCPU seconds during each run (first creation to last bind, or to the timeout), from /proc/PID/stat\n\n")
+	fmt.Fprintf(w, "\nCPU seconds during each run (first creation to last bind, or to the timeout), from /proc/PID/stat; the extender's peak resident memory over its run (VmHWM, /proc/PID/status)\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\t"+strings.Join(CPUComponents, "\t")+"\t")
+	fmt.Fprintln(tw, "run\t"+strings.Join(CPUComponents, "\t")+"\textender peak RSS\t")
 	for _, r := range results {
 		line := label(r)
 		for _, c := range CPUComponents {
@@ -115,6 +115,11 @@ func printReport(w io.Writer, o Options, b *Bench, results []Result) {
 			} else {
 				line += "\t-"
 			}
+		}
+		if r.ExtenderPeakRSS > 0 {
+			line += fmt.Sprintf("\t%.0f MiB", float64(r.ExtenderPeakRSS)/(1<<20))
+		} else {
+			line += "\t-"
 		}
 		fmt.Fprintln(tw, line+"\t")
 	}

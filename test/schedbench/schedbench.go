@@ -117,6 +117,10 @@ type Result struct {
 	Decisions map[string]float64
 	// CPU seconds per component (CPUComponents) during the run.
 	CPU map[string]float64
+	// ExtenderPeakRSS is the extender's most resident memory over its run
+	// (it is started fresh for each run: the informers' initial lists and
+	// the burst), in bytes ((b) only; 0 when unread).
+	ExtenderPeakRSS int64
 	// Check is what the checks afterwards found.
 	Check schedload.Report
 	// Err is an error that stopped the run.
@@ -426,6 +430,9 @@ func (b *Bench) run(ctx context.Context, policy, schedulerName, binary, name str
 	cpu1 := cpuTimes(pids)
 	for comp := range pids {
 		r.CPU[comp] = cpu1[comp] - cpu0[comp]
+	}
+	if pid, ok := pids["extender"]; ok {
+		r.ExtenderPeakRSS, _ = schedload.ProcessPeakRSS(pid)
 	}
 	times := rec.Times()
 	r.Throughput = schedload.MeasureThroughput(start, times, b.opts.Pods)

@@ -268,3 +268,33 @@ func ProcessCPUSeconds(pid int) (float64, error) {
 	}
 	return float64(utime+stime) / clockTicks, nil
 }
+
+// ProcessPeakRSS is the most resident memory the process has had (VmHWM,
+// its high-water mark), in bytes, from /proc/PID/status.
+func ProcessPeakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	return peakRSS(string(b))
+}
+
+// peakRSS reads VmHWM ("VmHWM:   123456 kB") from a /proc/PID/status text.
+func peakRSS(status string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			break
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			break
+		}
+		return kb * 1024, nil
+	}
+	return 0, fmt.Errorf("/proc/PID/status: no VmHWM in kB")
+}

@@ -299,3 +299,20 @@ func TestCountersByLabel(t *testing.T) {
 		t.Errorf("an absent family gave %v", got)
 	}
 }
+
+// The peak RSS is VmHWM in bytes; a status without it, or in another unit,
+// is an error; this process's own is read and positive.
+func TestPeakRSS(t *testing.T) {
+	status := "Name:\tgpushare-scheduler\nVmPeak:\t 2000000 kB\nVmHWM:\t  123456 kB\nVmRSS:\t  100000 kB\n"
+	if got, err := peakRSS(status); err != nil || got != 123456*1024 {
+		t.Errorf("peakRSS = %d, %v; want %d", got, err, 123456*1024)
+	}
+	for _, bad := range []string{"VmRSS:\t 100 kB\n", "VmHWM:\t 100 MB\n", "VmHWM:\t x kB\n"} {
+		if got, err := peakRSS(bad); err == nil {
+			t.Errorf("peakRSS(%q) = %d; want an error", bad, got)
+		}
+	}
+	if got, err := ProcessPeakRSS(os.Getpid()); err != nil || got <= 0 {
+		t.Errorf("ProcessPeakRSS(self) = %d, %v", got, err)
+	}
+}
