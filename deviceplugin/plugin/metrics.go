@@ -11,8 +11,9 @@ import (
 const (
 	// MetricAllocateSeconds is each Allocate call, by resource and result.
 	MetricAllocateSeconds = "gpushare_device_plugin_allocate_seconds"
-	// MetricAllocateWaitSeconds is the part of an Allocate spent waiting
-	// for the pod to reach the plugin's pod cache (--allocate-wait).
+	// MetricAllocateWaitSeconds is the part of an Allocate from its first
+	// look at the pod cache to its decision: the wait for a pod the kubelet
+	// saw first (--allocate-wait), near 0 otherwise.
 	MetricAllocateWaitSeconds = "gpushare_device_plugin_allocate_wait_seconds"
 	// MetricPreferredSeconds is each GetPreferredAllocation call.
 	MetricPreferredSeconds = "gpushare_device_plugin_preferred_allocation_seconds"
@@ -43,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		allocate: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricAllocateSeconds, Buckets: callBuckets,
 			Help: "Time the device plugin took to answer an Allocate call, by resource and result (allocated, refused)."}, []string{"resource", "result"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricAllocateWaitSeconds, Buckets: callBuckets,
-			Help: "Time an Allocate waited for its pod to reach the plugin's pod cache (the kubelet saw the pod first), by resource; 0 for most calls."}, []string{"resource"}),
+			Help: "Time an Allocate took from its first look at the plugin's pod cache to its decision, by resource: the wait for a pod the kubelet saw first, near 0 otherwise."}, []string{"resource"}),
 		preferred: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricPreferredSeconds, Buckets: callBuckets,
 			Help: "Time the device plugin took to answer a GetPreferredAllocation call, by resource."}, []string{"resource"}),
 		bindTo: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricBindToAllocateSeconds, Buckets: bindBuckets,

@@ -41,8 +41,8 @@ type Options struct {
 	// an operator runs.
 	Plain bool
 	// PlainAllNodes runs kube-scheduler alone a second time scoring every
-	// node (percentageOfNodesToScore: 100, what the extender runs use),
-	// reported as "kube-scheduler-all-nodes" with its own ratio column.
+	// node (percentageOfNodesToScore: 100, as the AllNodes extender runs
+	// do), reported as "kube-scheduler-all-nodes" with its own ratio column.
 	PlainAllNodes bool
 	// SchedulerQPS is kube-scheduler's API client budget (clientConnection.qps,
 	// burst twice that) in every run, plain and with the extender, so that the
@@ -296,7 +296,7 @@ func (b *Bench) runAll(ctx context.Context) []Result {
 const PlainAllNodes = "kube-scheduler-all-nodes"
 
 // AllNodesConfig is kube-scheduler's default configuration but scoring
-// every feasible node, as the extender runs do.
+// every feasible node.
 const AllNodesConfig = `apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 percentageOfNodesToScore: 100
