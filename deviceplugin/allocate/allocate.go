@@ -66,6 +66,13 @@ type State struct {
 	// admits pods as they arrive, so this breaks ties in creation time the
 	// kubelet's way. nil: ties go by UID.
 	Arrival func(uid types.UID) (uint64, bool)
+	// Admitting reports the pods the kubelet is admitting now: it knows
+	// them (its pod manager has them; it adds a pod there just before it
+	// admits it), and they await admission. They come first in the queue,
+	// whatever their creation time, so that the call is matched to the pod
+	// the kubelet is admitting, not to the oldest pod of that size. nil:
+	// the kubelet's account is not read.
+	Admitting func(uid types.UID) bool
 	// Keys verify each record (api.RecordKeys.Verify): a record they refuse
 	// is no assignment. The zero value accepts every record.
 	Keys api.RecordKeys
@@ -196,9 +203,10 @@ func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 // awaiting are the pods awaiting admission, in the kubelet's admission
 // order: the kubelet may still start their containers
 // (api.MayStartContainers) and has not started any (api.Admitted), and the
-// plugin has not rejected them (st.Rejected); ordered by creation time, then
-// arrival (st.Arrival; a pod not seen yet arrived after every pod seen),
-// then UID. The queues of units and of whole cards are both built from it.
+// plugin has not rejected them (st.Rejected); the pods the kubelet is
+// admitting first (st.Admitting), then by creation time, then arrival
+// (st.Arrival; a pod not seen yet arrived after every pod seen), then UID.
+// The queues of units and of whole cards are both built from it.
 func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
 	ps := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
@@ -211,7 +219,14 @@ func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
 	if arrival == nil {
 		arrival = func(types.UID) (uint64, bool) { return 0, false }
 	}
+	admitting := st.Admitting
+	if admitting == nil {
+		admitting = func(types.UID) bool { return false }
+	}
 	sort.SliceStable(ps, func(i, j int) bool {
+		if ai, aj := admitting(ps[i].UID), admitting(ps[j].UID); ai != aj {
+			return ai
+		}
 		ti, tj := ps[i].CreationTimestamp.Time, ps[j].CreationTimestamp.Time
 		if !ti.Equal(tj) {
 			return ti.Before(tj)

@@ -51,8 +51,21 @@ func TestQueue(t *testing.T) {
 		reopened  map[string]bool
 		account   bool
 		arrival   map[string]uint64
+		admitting map[string]bool
 		want      []key
 	}{
+		{
+			name: "the pod the kubelet is admitting comes first, whatever its creation time and arrival",
+			pods: []*corev1.Pod{
+				podtest.Bound(node, "older", 0).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "first-seen", 1).GPU("c", 1).Assign(api.PhaseAssigned, c0).Obj(),
+				podtest.Bound(node, "admitting", 1).GPU("c", 1).Assign(api.PhaseAssigned, c1).Obj(),
+			},
+			account:   true,
+			arrival:   map[string]uint64{"uid-older": 1, "uid-first-seen": 2, "uid-admitting": 3},
+			admitting: map[string]bool{"uid-admitting": true},
+			want:      []key{{"admitting", "c"}, {"older", "c"}, {"first-seen", "c"}},
+		},
 		{
 			name: "same creation time is ordered by arrival, pods not seen yet last, then by UID",
 			pods: []*corev1.Pod{
@@ -136,6 +149,7 @@ func TestQueue(t *testing.T) {
 				Rejected:       func(uid types.UID) bool { return tt.rejected[string(uid)] },
 				Reopened:       func(uid types.UID) bool { return tt.reopened[string(uid)] },
 				KubeletAccount: tt.account,
+				Admitting:      func(uid types.UID) bool { return tt.admitting[string(uid)] },
 				Arrival: func(uid types.UID) (uint64, bool) {
 					n, ok := tt.arrival[string(uid)]
 					return n, ok

@@ -25,9 +25,16 @@ const podResourcesTimeout = 5 * time.Second
 type account struct {
 	res      *resource
 	holdings []holding
-	gen      uint64
-	ok       bool
+	// known are the pods the kubelet knows (PodResources answers for them):
+	// a pending pod it knows is the one it is admitting (see Holding).
+	known map[types.UID]bool
+	gen   uint64
+	ok    bool
 }
+
+// admitting reports whether the kubelet knows the pod: for a pod that still
+// awaits admission, that it is the pod the kubelet is admitting now.
+func (a account) admitting(uid types.UID) bool { return a.ok && a.known[uid] }
 
 // accounts are the reads of both resources' accounts (either may be absent).
 type accounts struct{ units, whole account }
@@ -80,10 +87,15 @@ func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
 		byName[pod.Namespace+"/"+pod.Name] = pod
 	}
 	acct.holdings = make([]holding, 0, len(hs))
+	acct.known = make(map[types.UID]bool, len(hs))
 	for _, h := range hs {
 		pod, ok := byName[h.Namespace+"/"+h.Pod]
 		if !ok {
 			continue // a pod the cache does not know (yet): nothing to record
+		}
+		acct.known[pod.UID] = true
+		if h.Known() {
+			continue
 		}
 		cards, ids, err := r.cardsOf(h.IDs)
 		if err != nil {

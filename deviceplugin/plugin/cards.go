@@ -94,7 +94,7 @@ func (k cards) decide(v podView, _ []types.UID, sorted allocate.Cards, accts acc
 		p.log.Info("Allocate repeated for a container that holds these whole cards", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container)
 		return decision{cards: cs}, nil
 	}
-	snap := k.snapshot(v, accts.whole.ok)
+	snap := k.snapshot(v, accts.whole.ok, accts.whole.admitting)
 	d, err := allocate.MatchCards(snap, sorted)
 	if errors.Is(err, allocate.ErrCardsNotScheduled) {
 		p.state.whole.reject(d.Entry.UID)
@@ -115,11 +115,12 @@ func (k cards) decide(v podView, _ []types.UID, sorted allocate.Cards, accts acc
 }
 
 // snapshot is the whole-card matching's view of the node (callers hold
-// allocMu). account: the whole-card ledger holds the kubelet's account.
-func (k cards) snapshot(v podView, account bool) allocate.CardSnapshot {
+// allocMu). account: the whole-card ledger holds the kubelet's account;
+// admitting: the pods the kubelet is admitting (nil: not known).
+func (k cards) snapshot(v podView, account bool, admitting func(types.UID) bool) allocate.CardSnapshot {
 	p, l := k.p, k.p.state.whole
 	allocated := func(uid types.UID, container string) bool { _, ok := l.get(uid, container); return ok }
-	st := allocate.State{Allocated: allocated, Rejected: l.isRejected, Reopened: l.isReopened, KubeletAccount: account, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names}
+	st := allocate.State{Allocated: allocated, Rejected: l.isRejected, Reopened: l.isReopened, KubeletAccount: account, Admitting: admitting, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names}
 	return allocate.BuildCards(v.pods, st, p.cardUse(v))
 }
 
@@ -172,7 +173,7 @@ func (k cards) preferred(ctx context.Context, req *pluginapi.PreferredAllocation
 	}
 	var snap allocate.CardSnapshot
 	err := p.waitForView(ctx, accounts{}, func(v podView) bool {
-		snap = k.snapshot(v, p.whole.res.podres != nil)
+		snap = k.snapshot(v, p.whole.res.podres != nil, nil)
 		return allocate.CardsExplain(snap.Pending, sizes)
 	})
 	if err != nil {

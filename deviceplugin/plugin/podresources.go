@@ -18,16 +18,29 @@ import (
 
 // Holding is one container's devices of one resource, as the kubelet's
 // PodResources API reports them.
+//
+// A pod the kubelet knows (its pod manager has it) whose containers hold
+// none of the resource is reported as one Holding with no Container and no
+// IDs (Known): the kubelet adds a pod to its pod manager just before it
+// admits it (HandlePodAdditions: podManager.AddPod, then the admission that
+// calls the device plugin), so a pending pod the kubelet knows is the pod
+// being admitted now. A pod it does not know yet is not reported at all.
 type Holding struct {
 	Namespace, Pod, Container string
 	IDs                       []string
 }
 
+// Known reports whether h only says that the kubelet knows the pod (see
+// Holding): no container, no devices.
+func (h Holding) Known() bool { return h.Container == "" }
+
 // PodResources is the kubelet's record of which container holds which
 // devices, read pod by pod.
 type PodResources interface {
-	// Get returns the devices the kubelet gave the containers of pods. A pod
-	// the kubelet does not know (yet, or any more) holds nothing.
+	// Get returns the devices the kubelet gave the containers of pods, and
+	// a Known Holding for each pod it knows that holds none. A pod the
+	// kubelet does not know (yet, or any more) holds nothing and is not
+	// reported.
 	Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error)
 }
 
@@ -86,6 +99,7 @@ func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Hol
 			return nil, fmt.Errorf("pod resources Get of %s/%s on %s: %w", p.Namespace, p.Name, k.Socket, err)
 		}
 		pr := resp.GetPodResources()
+		before := len(out)
 		for _, c := range pr.GetContainers() {
 			var ids []string
 			for _, d := range c.GetDevices() {
@@ -96,6 +110,9 @@ func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Hol
 			if len(ids) > 0 {
 				out = append(out, Holding{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(), IDs: ids})
 			}
+		}
+		if len(out) == before {
+			out = append(out, Holding{Namespace: p.Namespace, Pod: p.Name})
 		}
 	}
 	return out, nil

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -203,5 +204,41 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	}
 	if allocated[c0.UUID] > 8 {
 		t.Errorf("card 0's Allocated records hold %d of 8 GiB (a's record is %s)", allocated[c0.UUID], mem.record(t, "a").Phase)
+	}
+}
+
+// The kubelet adds a pod to its pod manager just before it admits it, and
+// its PodResources API answers for the pods there: of two pending 4 GiB
+// pods, the one it knows is the one it admits, even when the other one is
+// older (same-second creation times reach the kubelet in any order). Its
+// card is preferred and its record is the one written, without correcting
+// the older pod's plan onto the card the kubelet gave.
+func TestThePodTheKubeletKnowsIsTheOneItAdmits(t *testing.T) {
+	ctx := context.Background()
+	p, srv, mem, card0 := kubeletPlugin(t)
+	card1 := p.store.Cards()[1]
+	mem.mu.Lock()
+	mem.pods = append(mem.pods, podtest.Bound(nodeName, "c", 2).GPU("main", 4).Assign(api.PhaseAssigned, podtest.Card{UUID: card1.UUID, Index: card1.Index}).Obj())
+	mem.mu.Unlock()
+	srv.Know("ns", "c")
+
+	avail := append(unitIDs(card0.UUID, 4, 4), unitIDs(card1.UUID, 0, 8)...)
+	resp, err := p.units.GetPreferredAllocation(ctx, &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs: avail, AllocationSize: 4,
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.GetContainerResponses()[0].GetDeviceIDs(), unitIDs(card1.UUID, 0, 4); !slices.Equal(got, want) {
+		t.Errorf("preferred %v; want %v, units of card 1, pod c's card (the pod the kubelet admits)", got, want)
+	}
+	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card1.UUID, 0, 4)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if a := mem.record(t, "c"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != card1.UUID {
+		t.Errorf("pod c's record: %s on %s; want Allocated on card 1", a.Phase, a.Containers[0].CardUUID)
+	}
+	if a := mem.record(t, "b"); a.Phase != api.PhaseAssigned || a.Containers[0].CardUUID != card0.UUID {
+		t.Errorf("pod b's record: %s on %s; want its plan untouched, Assigned on card 0", a.Phase, a.Containers[0].CardUUID)
 	}
 }

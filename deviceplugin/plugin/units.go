@@ -102,12 +102,12 @@ func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, acc
 			return decision{reopened: reopened}, heldErr(h, u.IDs)
 		}
 	}
-	d, err := k.match(v, u, acct.ok)
+	d, err := k.match(v, u, acct)
 	d.reopened = reopened
 	return d, err
 }
 
-func (k units) match(v podView, u allocate.Units, account bool) (decision, error) {
+func (k units) match(v podView, u allocate.Units, acct account) (decision, error) {
 	p := k.p
 	card, ok := p.store.Card(u.Card)
 	if !ok {
@@ -120,10 +120,10 @@ func (k units) match(v podView, u allocate.Units, account bool) (decision, error
 	// With the kubelet's account, a container holding exactly these units is
 	// a retry (after a plugin restart too); without it, the plugin's memory.
 	if h, ok := p.state.units.byDeviceIDs(u.IDs); ok && api.MayStartContainers(v.byUID[h.UID]) {
-		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID, "kubeletAccount", account)
+		p.log.Info("Allocate repeated for a container that holds these units", "pod", klog.KRef(h.Namespace, h.Pod), "container", h.Container, "card", card.UUID, "kubeletAccount", acct.ok)
 		return decision{cards: []nvml.Card{card}, units: n}, nil
 	}
-	snap := p.snapshot(v, account)
+	snap := p.snapshot(v, acct)
 	d, err := allocate.MatchUnits(snap, u)
 	if errors.Is(err, allocate.ErrNotScheduled) || errors.Is(err, allocate.ErrPodRequest) {
 		p.state.units.reject(d.Entry.UID)
@@ -132,7 +132,8 @@ func (k units) match(v podView, u allocate.Units, account bool) (decision, error
 		return decision{}, err
 	}
 	e := d.Entry
-	unsure := account && p.state.units.isContradicted(e.UID) && otherCandidate(snap, e, n)
+	// The pod the kubelet is admitting is no guess.
+	unsure := acct.ok && !acct.admitting(e.UID) && p.state.units.isContradicted(e.UID) && otherCandidate(snap, e, n)
 	p.state.units.guess(holding{Namespace: e.Namespace, Pod: e.Pod, UID: e.UID, Container: e.Container, Cards: []string{d.CardUUID}, IDs: append([]string(nil), u.IDs...), Unsure: unsure})
 	p.log.Info("Allocated", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "units", n, "card", card.UUID, "cardIndex", card.Index, "assignedCard", e.Assigned.CardUUID, "corrected", d.Corrected, "repeat", d.Repeat, "recorded", !unsure)
 	out := decision{cards: []nvml.Card{card}, units: n}
@@ -158,9 +159,9 @@ func otherCandidate(s allocate.Snapshot, e allocate.Entry, units int64) bool {
 
 // snapshot builds the matching's view of the node. account: the ledger
 // holds the kubelet's own account of what it has allocated.
-func (p *Plugin) snapshot(v podView, account bool) allocate.Snapshot {
+func (p *Plugin) snapshot(v podView, acct account) allocate.Snapshot {
 	l := p.state.units
-	return allocate.Build(v.pods, allocate.State{Allocated: l.has, Rejected: l.isRejected, Reopened: l.isReopened, KubeletAccount: account, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names})
+	return allocate.Build(v.pods, allocate.State{Allocated: l.has, Rejected: l.isRejected, Reopened: l.isReopened, KubeletAccount: acct.ok, Admitting: acct.admitting, Arrival: p.cluster.Arrival, Keys: p.keys(), Names: p.cfg.Names})
 }
 
 // preferred steers the kubelet to units of the card assigned to the
@@ -222,7 +223,7 @@ func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Sna
 		if accts.units.ok {
 			held = accts.units.heldUnits(v)
 		}
-		snap = p.snapshot(v, accts.units.ok)
+		snap = p.snapshot(v, accts.units)
 		return allocate.Explains(snap, sizes)
 	})
 	if err != nil {

@@ -22,8 +22,11 @@ import (
 // with no settling delay:
 //   - a Running pod's record is Allocated and names, for each container, the
 //     card its devices, env and mount came from;
-//   - no card's Allocated records hold more than the card;
-//   - once all run, no card's records (Assigned or Allocated) do.
+//   - no card's records hold more than the card, counting plans (Assigned
+//     records of pods not yet admitted) beside allocations (Allocated
+//     records): what the extender and the inspector count. When the kubelet
+//     gives a pod another card than its plan, the plugin swaps a waiting
+//     same-size pod's plan so that neither card's records ever sum above it.
 func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 	c := setup(t)
 	needRoot(t)
@@ -87,19 +90,30 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 				report("observation %d, pod %s Running (resourceVersion %s): %v", observations, pod.Name, pod.ResourceVersion, problems)
 			}
 		}
-		allocated := map[string]int64{}
+		allocated, planned := map[string]int64{}, map[string]int64{}
+		holders := map[string][]string{}
 		for _, p := range latest {
+			if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
 			a, err := api.DefaultNames().AssignmentFromPod(p)
-			if err != nil || a.Phase != api.PhaseAllocated {
+			if err != nil {
 				continue
 			}
 			for _, ca := range a.Containers {
-				allocated[ca.CardUUID] += ca.Units
+				planned[ca.CardUUID] += ca.Units
+				holders[ca.CardUUID] = append(holders[ca.CardUUID], fmt.Sprintf("%s %s %s", p.Name, a.Phase, p.Status.Phase))
+				if a.Phase == api.PhaseAllocated {
+					allocated[ca.CardUUID] += ca.Units
+				}
 			}
 		}
 		for _, card := range inv.Cards {
 			if allocated[card.UUID] > card.Units {
 				report("observation %d (pod %s): card %d's Allocated records hold %d of %d", observations, pod.Name, card.Index, allocated[card.UUID], card.Units)
+			}
+			if planned[card.UUID] > card.Units {
+				report("observation %d (pod %s %s): card %d's records hold %d of %d counting plans (%d allocated): %v", observations, pod.Name, ev.Type, card.Index, planned[card.UUID], card.Units, allocated[card.UUID], holders[card.UUID])
 			}
 		}
 	}

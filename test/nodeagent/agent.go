@@ -94,6 +94,11 @@ type Agent struct {
 	// handled holds the UIDs of pods this agent admitted or rejected, so that
 	// a lagging informer never makes it admit a pod twice.
 	handled map[types.UID]bool
+	// known holds the UIDs of pending pods this agent has begun to admit:
+	// the kubelet adds a pod to its pod manager just before it admits it
+	// (HandlePodAdditions), and its PodResources API answers only for pods
+	// there (GetPodByName).
+	known map[types.UID]bool
 }
 
 // New checks the configuration and returns an agent.
@@ -118,7 +123,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}}, nil
+	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}, known: map[types.UID]bool{}}, nil
 }
 
 // Run registers the node, starts the device manager and the device plugin,

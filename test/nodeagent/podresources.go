@@ -68,7 +68,7 @@ func (p podsProvider) GetPods() []*corev1.Pod {
 
 func (p podsProvider) GetPodByName(namespace, name string) (*corev1.Pod, bool) {
 	pod, err := p.a.pods.Pods(namespace).Get(name)
-	if err != nil || pod.Spec.NodeName != p.a.cfg.NodeName {
+	if err != nil || pod.Spec.NodeName != p.a.cfg.NodeName || !p.a.knows(pod) {
 		return nil, false
 	}
 	return pod, true

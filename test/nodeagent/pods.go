@@ -63,8 +63,28 @@ func (a *Agent) syncPods(ctx context.Context) {
 		if err != nil || cur.UID != p.UID || cur.DeletionTimestamp != nil {
 			continue
 		}
+		a.setKnown(cur.UID)
 		a.admit(ctx, cur)
 	}
+}
+
+// setKnown adds a pod to the agent's pod manager (see Agent.known).
+func (a *Agent) setKnown(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.known[uid] = true
+}
+
+// knows reports whether the kubelet's pod manager would have the pod: one
+// it has begun to admit, or one past admission (the kubelet adds every pod
+// it runs; after a restart, the running ones again before anything else).
+func (a *Agent) knows(pod *corev1.Pod) bool {
+	if pod.Status.Phase != corev1.PodPending && pod.Status.Phase != "" {
+		return true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.known[pod.UID]
 }
 
 func (a *Agent) isHandled(uid types.UID) bool {
@@ -85,6 +105,11 @@ func (a *Agent) forgetExcept(seen map[types.UID]bool) {
 	for uid := range a.handled {
 		if !seen[uid] {
 			delete(a.handled, uid)
+		}
+	}
+	for uid := range a.known {
+		if !seen[uid] {
+			delete(a.known, uid)
 		}
 	}
 }

@@ -67,6 +67,16 @@ func (s *Server) Hold(namespace, name, container string, ids ...string) {
 	s.held[k][container] = append([]string(nil), ids...)
 }
 
+// Know records that the kubelet knows pod namespace/name (its pod manager
+// has it) while its containers hold nothing: the pod it is admitting.
+func (s *Server) Know(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k := namespace + "/" + name; s.held[k] == nil {
+		s.held[k] = map[string][]string{}
+	}
+}
+
 // DisableGet makes Get fail as it does on a kubelet with the
 // KubeletPodResourcesGet feature gate off.
 func (s *Server) DisableGet() {
