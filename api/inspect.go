@@ -88,6 +88,10 @@ const (
 	// InventoryErrorIsolation: the node's AnnotationIsolation does not parse
 	// (ParseIsolation); the extender places no new pods on the node.
 	InventoryErrorIsolation InventoryErrorCode = "InvalidIsolation"
+	// InventoryErrorPluginNotServing: the node's device plugin is not
+	// serving (ErrPluginNotServing); its cards are shown, and the extender
+	// places no new GPU pods on the node until it serves again.
+	InventoryErrorPluginNotServing InventoryErrorCode = "PluginNotServing"
 )
 
 // ExtenderError is the body of every answer of the extender's HTTP server

@@ -67,6 +67,14 @@ var ErrNoInventory = errors.New("node has no inventory annotation (is the gpusha
 // decode or validate.
 var ErrInvalidInventory = errors.New("invalid GPU inventory")
 
+// ErrPluginNotServing: the node's device plugin is not serving (its pods,
+// as the scheduler extender's --device-plugin-selector finds them, are
+// none Ready, or all being deleted, or gone). The kubelet then holds the
+// node's GPU devices unhealthy and fails a GPU pod it admits
+// (UnexpectedAdmissionError, "no healthy devices present"), so the extender
+// places no GPU pod there until a plugin pod is Ready again.
+var ErrPluginNotServing = errors.New("the node's gpushare device plugin is not serving")
+
 // Validate checks the inventory's internal consistency.
 func (inv Inventory) Validate() error {
 	if inv.Version != InventoryVersion {

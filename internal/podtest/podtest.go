@@ -130,6 +130,17 @@ func (b *Builder) Deleting() *Builder {
 	return b
 }
 
+// Ready sets the pod's Ready condition (what the kubelet's readiness probe
+// reports).
+func (b *Builder) Ready(ready bool) *Builder {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	b.pod.Status.Conditions = append(b.pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: st})
+	return b
+}
+
 // Annotation sets an annotation.
 func (b *Builder) Annotation(k, v string) *Builder {
 	if b.pod.Annotations == nil {

@@ -93,6 +93,8 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"a client CA without HTTPS", func(o *Options) { o.ClientCAFile = "/etc/tls/ca.crt" }, "--client-ca-file needs --tls-cert-file and --tls-private-key-file"},
 		{"a body limit too small for a pod", func(o *Options) { o.MaxRequestBytes = 1024 }, "--max-request-bytes 1024 is below 64 KiB"},
 		{"a memory limit over the container's", func(o *Options) { o.GoMemoryLimitFraction = 1.5 }, "--go-memory-limit-fraction 1.5 is not between 0 (no limit) and 1"},
+		{"device plugin selector that does not parse", func(o *Options) { o.DevicePluginSelector = "app in (" }, `--device-plugin-selector "app in (": `},
+		{"device plugin selector that selects every pod", func(o *Options) { o.DevicePluginSelector = " " }, `selects every pod: name the device plugin's labels`},
 		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 	}
 	for _, tc := range tests {

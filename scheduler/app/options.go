@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -61,6 +62,11 @@ type Options struct {
 	// admission policy that refuses requests no card can hold (empty: off).
 	// The ConfigMap must exist; the extender only updates it.
 	CardLimitsConfigMap string
+	// DevicePluginSelector is a label selector for the device plugin's
+	// pods (the chart's DaemonSet): no GPU pod is placed on a node whose
+	// plugin pods are all not serving (cache.WithDevicePluginSelector).
+	// Empty: off.
+	DevicePluginSelector string
 	// TLSCertFile and TLSPrivateKeyFile, when set, make the verbs' address
 	// (ListenAddress) serve HTTPS; ClientCAFile, when also set, makes it
 	// require a client certificate signed by that CA (kube-scheduler's
@@ -157,6 +163,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "request burst to the API server")
 	fs.DurationVar(&o.BindTimeout, "bind-timeout", o.BindTimeout, "longest a bind call takes, waiting for the API request budget included; keep it below kube-scheduler's extender httpTimeout")
 	fs.StringVar(&o.CardLimitsConfigMap, "card-limits-configmap", o.CardLimitsConfigMap, "namespace/name of an existing ConfigMap to keep up to date with the largest card in the cluster, for the chart's admission policy; empty: off")
+	fs.StringVar(&o.DevicePluginSelector, "device-plugin-selector", o.DevicePluginSelector, "label selector of the device plugin's pods (e.g. app.kubernetes.io/component=device-plugin,app.kubernetes.io/instance=gpushare): no GPU pod is placed on a node where they are all not Ready, being deleted or gone, since the kubelet fails GPU pods there until a plugin registers; empty: off")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "certificate (PEM) the verbs' address serves HTTPS with; empty: plain HTTP")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
@@ -218,6 +225,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	if _, err := o.pluginSelector(); err != nil {
+		errs = append(errs, err)
+	}
 	if o.ResyncPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--resync-period %v is negative", o.ResyncPeriod))
 	}
@@ -261,6 +271,21 @@ func (o *Options) allowedPolicies() ([]*allocator.Policy, error) {
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// pluginSelector parses DevicePluginSelector; nil when it is empty.
+func (o *Options) pluginSelector() (labels.Selector, error) {
+	if o.DevicePluginSelector == "" {
+		return nil, nil
+	}
+	sel, err := labels.Parse(o.DevicePluginSelector)
+	if err != nil {
+		return nil, fmt.Errorf("--device-plugin-selector %q: %w (want a label selector, e.g. app.kubernetes.io/component=device-plugin)", o.DevicePluginSelector, err)
+	}
+	if sel.Empty() {
+		return nil, fmt.Errorf("--device-plugin-selector %q selects every pod: name the device plugin's labels, e.g. app.kubernetes.io/component=device-plugin", o.DevicePluginSelector)
+	}
+	return sel, nil
 }
 
 // cardLimitsRef splits CardLimitsConfigMap into namespace and name.

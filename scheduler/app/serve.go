@@ -82,7 +82,11 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if err != nil {
 		return err
 	}
-	c := cache.New(cache.WithRecordKeys(keys), cache.WithNames(names))
+	pluginSel, err := o.pluginSelector()
+	if err != nil {
+		return err
+	}
+	c := cache.New(cache.WithRecordKeys(keys), cache.WithNames(names), cache.WithDevicePluginSelector(pluginSel))
 	factory := informers.NewSharedInformerFactory(clients.Read, o.ResyncPeriod)
 	pods, err := c.Attach(factory)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -100,7 +101,10 @@ type nodeState struct {
 	hasAlloc bool
 	// models is what the node adds to the cluster's per-model capacity.
 	models map[string]allocator.ModelCapacity
-	pods   map[types.UID]*podState
+	// plugins are the device plugin pods on the node, nil until one is seen
+	// (WithDevicePluginSelector).
+	plugins map[types.UID]pluginPod
+	pods    map[types.UID]*podState
 	// snap is the published, immutable view; replaced on every change.
 	snap *allocator.Node
 }
@@ -136,6 +140,10 @@ type Cache struct {
 	keys api.RecordKeyring
 	// names are the resource names and keys read from nodes and pods.
 	names api.Names
+	// pluginSel finds the device plugin's pods (nil: not followed);
+	// pluginNodes is the node of each one seen (see plugins.go).
+	pluginSel   labels.Selector
+	pluginNodes map[types.UID]string
 }
 
 // Option configures a Cache.
@@ -169,6 +177,8 @@ func New(opts ...Option) *Cache {
 		modelCap:  map[string]allocator.ModelCapacity{},
 		seen:      map[types.UID]struct{}{},
 		names:     api.DefaultNames(),
+
+		pluginNodes: map[types.UID]string{},
 	}
 	for _, o := range opts {
 		o(c)
@@ -216,6 +226,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.trackPluginLocked(pod)
 	if reqErr == nil {
 		c.learn(pod.UID, req, host)
 	}
@@ -274,6 +285,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.remove(c.pods[uid])
+	c.untrackPluginLocked(uid)
 	delete(c.seen, uid)
 }
 

@@ -39,6 +39,9 @@ func (n *nodeState) info() api.ExtenderNode {
 	ni := api.ExtenderNode{Name: n.name, Unit: n.snap.Unit, Cards: []api.ExtenderCard{}}
 	if n.snap.InventoryErr != nil {
 		ni.InventoryError, ni.InventoryErrorCode = n.snap.InventoryErr.Error(), n.invCode
+		if n.invErr == nil {
+			ni.InventoryErrorCode = api.InventoryErrorPluginNotServing
+		}
 	}
 	reason := map[string]string{}
 	for _, ic := range n.inv.Cards {

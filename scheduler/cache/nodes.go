@@ -129,6 +129,10 @@ func (n *nodeState) rebuild() {
 		snap, cards = &allocator.Node{}, make([]allocator.Card, k)
 	}
 	snap.Name, snap.ID, snap.Unit, snap.InventoryErr = n.name, n.id, n.inv.Unit, n.invErr
+	if n.invErr == nil {
+		// The cards stay in the snapshot (and /inspect); none fits.
+		snap.InventoryErr = n.pluginErr()
+	}
 	if n.hasAlloc {
 		free := n.alloc
 		for _, p := range n.pods {

@@ -26,6 +26,7 @@ var (
 	chaosSeed      = flag.Uint64("chaos.seed", 1, "seed of the chaos run's operation sequence")
 	chaosOps       = flag.Int("chaos.ops", 200, "operations of the chaos run")
 	chaosKeepGoing = flag.Bool("chaos.keep-going", false, "record violations and go on instead of stopping at the first")
+	chaosPluginPod = flag.Bool("chaos.plugin-pods", true, "node agents keep their plugin's pod, Ready while it serves, and the extender places no GPU pod where it is not (false: no plugin pods, as before the extender followed them)")
 )
 
 // chaosLabel is on the chaos run's Nodes (set by their agents at creation);
@@ -68,12 +69,20 @@ func TestChaos(t *testing.T) {
 	nodes := map[string]*cluster.Node{}
 	topo := chaos.Topology{Deployments: []string{"d-small", "d-multi"}}
 	var names []string
+	// Node status as the kubelet posts it (every 10 s), so that after a
+	// plugin's crash kube-scheduler sees the old allocatable as long as on a
+	// real node.
+	agentArgs := []string{"--node-status-update-frequency=10s"}
+	if *chaosPluginPod {
+		agentArgs = append(agentArgs, pluginPodArgs(testNamespace(ctx, t, c, "plugins"))...)
+	}
 	for _, n := range chaosNodes {
 		node, err := c.StartNode(cluster.NodeOptions{
 			Name: n.name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
 			Labels:       api.LabelEnabled + "=true," + chaosLabel + "=true",
 			PluginBinary: plugin,
 			PluginArgs:   []string{"--nvml=spec:" + n.spec},
+			ExtraArgs:    agentArgs,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -37,6 +37,7 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 		PluginBinary: pluginBinary(t),
 		PluginArgs: append([]string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
 			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())}, cfg.args...),
+		ExtraArgs: cfg.agentArgs,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,8 @@ type nodeConfig struct {
 	names  api.Names
 	labels string
 	args   []string
+	// agentArgs are the node agent's own flags.
+	agentArgs []string
 }
 
 // nodeOption changes how gpuNode starts a node.
@@ -64,6 +67,11 @@ type nodeOption func(*nodeConfig)
 // withNames runs the plugin under names (its --domain, --resource-name and
 // --whole-resource-name).
 func withNames(names api.Names) nodeOption { return func(c *nodeConfig) { c.names = names } }
+
+// withAgentArgs adds flags to the node agent's command line.
+func withAgentArgs(args ...string) nodeOption {
+	return func(c *nodeConfig) { c.agentArgs = append(c.agentArgs, args...) }
+}
 
 // withPluginArgs adds flags to the plugin's command line.
 func withPluginArgs(args ...string) nodeOption {

@@ -154,8 +154,19 @@ func setup(t *testing.T) *cluster.Cluster {
 
 // extenderArgs are the extender's flags besides kubeconfig and listen. Pods
 // may name spread (TestPodsChooseTheirCardsAndPolicy); the others run under
-// binpack.
-var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread"}
+// binpack. The device plugin pods the node agents keep (pluginPodArgs) are
+// followed as the chart's are.
+var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel}
+
+// pluginPodLabel is the label of the device plugin pods the node agents keep
+// with pluginPodArgs, and the extender's --device-plugin-selector.
+const pluginPodLabel = "app.kubernetes.io/component=device-plugin"
+
+// pluginPodArgs make a node agent keep its plugin's pod in namespace, Ready
+// while the plugin serves, as the chart's DaemonSet pod is.
+func pluginPodArgs(namespace string) []string {
+	return []string{"--plugin-pod-namespace", namespace, "--plugin-pod-labels", pluginPodLabel}
+}
 
 // needExtender skips the test when the extender does not run.
 func needExtender(t *testing.T) {

@@ -66,12 +66,21 @@ type Config struct {
 	// Plugin, when set, is a device plugin process the agent runs beside the
 	// device manager, started after it.
 	Plugin *PluginCommand
+	// PluginPod, when set with Plugin and the device manager, is the
+	// plugin's pod the agent keeps, as a DaemonSet and the kubelet would.
+	PluginPod *PluginPod
 	// HeartbeatInterval is how often the lease is renewed and the status
 	// posted (default 10 s, the kubelet's).
 	HeartbeatInterval time.Duration
 	// SyncInterval bounds how long a change in pods or device capacity can go
 	// unnoticed (default 1 s); pod events wake the agent at once.
 	SyncInterval time.Duration
+	// StatusInterval, when set, is how often a change in device capacity is
+	// posted, instead of every SyncInterval: the kubelet computes its node
+	// status every nodeStatusUpdateFrequency (10 s) and posts a change then,
+	// so for up to that long kube-scheduler sees the allocatable of before a
+	// plugin's crash.
+	StatusInterval time.Duration
 	// Clock is the agent's clock (default the real one).
 	Clock clock.WithTicker
 	// GPUProcessesFile, when set, is the simulated NVML's process file the
@@ -203,6 +212,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer wg.Done()
 			a.cfg.Plugin.supervise(ctx, a.cfg.NodeName)
 		}()
+		if a.cfg.PluginPod != nil && a.dm != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.runPluginPod(ctx, a.cfg.PluginPod)
+			}()
+		}
 	}
 	defer wg.Wait()
 
@@ -223,6 +239,12 @@ func (a *Agent) loop(ctx context.Context) error {
 	defer heartbeat.Stop()
 	resync := a.cfg.Clock.NewTicker(a.cfg.SyncInterval)
 	defer resync.Stop()
+	statusEvery := a.cfg.StatusInterval
+	if statusEvery <= 0 {
+		statusEvery = a.cfg.SyncInterval
+	}
+	status := a.cfg.Clock.NewTicker(statusEvery)
+	defer status.Stop()
 
 	var reported corev1.NodeStatus
 	postStatus := func(force bool) {
@@ -260,6 +282,7 @@ func (a *Agent) loop(ctx context.Context) error {
 			renew()
 			postStatus(true)
 		case <-resync.C():
+		case <-status.C():
 			postStatus(false)
 		case <-a.wake:
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -25,6 +26,13 @@ type Options struct {
 	PluginEnv          string
 	LeavePluginRunning bool
 	NoDeviceManager    bool
+	// PluginPodNamespace and PluginPodLabels: see PluginPod (empty: no pod).
+	PluginPodNamespace string
+	PluginPodLabels    string
+	// PluginRestartDelay: see PluginCommand.RestartDelay.
+	PluginRestartDelay time.Duration
+	// StatusInterval: see Config.StatusInterval.
+	StatusInterval time.Duration
 }
 
 // AddFlags registers the options on fs.
@@ -36,6 +44,10 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PluginPath, "plugin", "", "device plugin binary to run beside the device manager; its arguments follow \"--\"")
 	fs.StringVar(&o.PluginEnv, "plugin-env", "", "extra environment for the plugin: K=V,K2=V2 (NODE_NAME and KUBECONFIG are set)")
 	fs.BoolVar(&o.LeavePluginRunning, "leave-plugin-running", false, "do not stop the plugin when the agent stops (the next agent adopts it)")
+	fs.StringVar(&o.PluginPodNamespace, "plugin-pod-namespace", "", "keep a pod for the plugin in this namespace, Ready while the plugin serves (as the chart's DaemonSet pod); empty: none")
+	fs.StringVar(&o.PluginPodLabels, "plugin-pod-labels", "app.kubernetes.io/component=device-plugin", "labels of the plugin's pod: k=v,k2=v2")
+	fs.DurationVar(&o.PluginRestartDelay, "plugin-restart-delay", time.Second, "pause before restarting a plugin that exited (the kubelet restarts a crashed container at once the first time, then after 10 s, 20 s, ...)")
+	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", 0, "how often a change in device capacity is posted to the Node (the kubelet's nodeStatusUpdateFrequency is 10s); 0: within the 1 s resync")
 	fs.BoolVar(&o.NoDeviceManager, "no-device-manager", false, "run without the kubelet device manager (no root, no devices)")
 }
 
@@ -87,7 +99,7 @@ func (o *Options) Config() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("--labels: %w", err)
 	}
-	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels, GPUProcessesFile: filepath.Join(o.StateDir, GPUProcessesFileName)}
+	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels, GPUProcessesFile: filepath.Join(o.StateDir, GPUProcessesFileName), StatusInterval: o.StatusInterval}
 	if !o.NoDeviceManager {
 		cfg.StartDeviceManager = StartKubeletDeviceManager
 		cfg.PodResourcesSocket = PodResourcesSocket
@@ -103,6 +115,7 @@ func (o *Options) Config() (Config, error) {
 			LogFile:      filepath.Join(o.StateDir, "plugin.log"),
 			PIDFile:      filepath.Join(o.StateDir, "plugin.pid"),
 			LeaveRunning: o.LeavePluginRunning,
+			RestartDelay: o.PluginRestartDelay,
 		}
 		for k, v := range env {
 			p.Env = append(p.Env, k+"="+v)
@@ -111,6 +124,13 @@ func (o *Options) Config() (Config, error) {
 			return Config{}, fmt.Errorf("--plugin: %w", err)
 		}
 		cfg.Plugin = p
+		if o.PluginPodNamespace != "" {
+			labels, err := splitPairs(o.PluginPodLabels)
+			if err != nil {
+				return Config{}, fmt.Errorf("--plugin-pod-labels: %w", err)
+			}
+			cfg.PluginPod = &PluginPod{Namespace: o.PluginPodNamespace, Labels: labels}
+		}
 	}
 	return cfg, nil
 }

@@ -35,6 +35,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: device-plugin
 {{- end -}}
 
+{{/* The same labels as a label selector (the extender's --device-plugin-selector). */}}
+{{- define "gpushare.deviceplugin.selector" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := include "gpushare.deviceplugin.selectorLabels" . | fromYaml -}}{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{/* The extender's URL as kube-scheduler reaches it. */}}
 {{- define "gpushare.extenderURL" -}}
 {{- if eq .Values.scheduler.mode "dedicated" -}}

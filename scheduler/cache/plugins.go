@@ -1,0 +1,116 @@
+package cache
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// WithDevicePluginSelector makes the cache follow the device plugin's own
+// pods, the pods sel matches (the chart's DaemonSet pods): a node whose
+// plugin pods are all not serving — none Ready, or every one being deleted
+// or finished, or none left where one ran — fits no GPU pod
+// (api.ErrPluginNotServing, on the node's snapshot as its InventoryErr), so
+// that no pod is bound there while the kubelet holds the node's GPU devices
+// unhealthy: between a plugin's crash and its successor's registration the
+// kubelet fails every GPU pod it admits ("no healthy devices present").
+// A node where no plugin pod was ever seen is not judged. nil: off.
+func WithDevicePluginSelector(sel labels.Selector) Option {
+	return func(c *Cache) { c.pluginSel = sel }
+}
+
+// pluginPod is one device plugin pod on a node.
+type pluginPod struct {
+	name    string
+	serving bool
+}
+
+// serving reports whether a plugin pod serves: Ready, not finished, not
+// being deleted (a deleted plugin stops on its own schedule; the kubelet
+// marks the devices unhealthy the moment it does).
+func serving(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// trackPluginLocked records pod if it is a device plugin pod bound to a
+// node, and publishes the node when whether its plugin serves changed.
+// Called with the write lock held.
+func (c *Cache) trackPluginLocked(pod *corev1.Pod) {
+	if c.pluginSel == nil || pod.Spec.NodeName == "" || !c.pluginSel.Matches(labels.Set(pod.Labels)) {
+		return
+	}
+	n := c.node(pod.Spec.NodeName)
+	before := n.pluginErr()
+	if n.plugins == nil {
+		n.plugins = map[types.UID]pluginPod{}
+	}
+	n.plugins[pod.UID] = pluginPod{name: pod.Namespace + "/" + pod.Name, serving: serving(pod)}
+	c.pluginNodes[pod.UID] = n.name
+	c.publishPluginChange(n, before)
+}
+
+// untrackPluginLocked forgets a deleted device plugin pod. Called with the
+// write lock held.
+func (c *Cache) untrackPluginLocked(uid types.UID) {
+	name, ok := c.pluginNodes[uid]
+	if !ok {
+		return
+	}
+	delete(c.pluginNodes, uid)
+	n, ok := c.nodes[name]
+	if !ok {
+		return
+	}
+	before := n.pluginErr()
+	delete(n.plugins, uid)
+	c.publishPluginChange(n, before)
+	c.gc(n)
+}
+
+func (c *Cache) publishPluginChange(n *nodeState, before error) {
+	after := n.pluginErr()
+	if (before == nil) == (after == nil) && (before == nil || before.Error() == after.Error()) {
+		return
+	}
+	if after != nil {
+		klog.InfoS("Placing no GPU pods on the node until its device plugin serves", "node", n.name, "reason", after)
+	} else {
+		klog.InfoS("The node's device plugin serves again", "node", n.name)
+	}
+	c.publish(n)
+}
+
+// pluginErr says why the node's device plugin is not serving; nil when it
+// serves or no plugin pod was ever seen on the node.
+func (n *nodeState) pluginErr() error {
+	if n.plugins == nil {
+		return nil
+	}
+	var names []string
+	for _, p := range n.plugins {
+		if p.serving {
+			return nil
+		}
+		names = append(names, p.name)
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("node %s: %w: its device plugin pod is gone; GPU pods are placed here again once the DaemonSet's new pod is Ready", n.name, api.ErrPluginNotServing)
+	}
+	sort.Strings(names)
+	return fmt.Errorf("node %s: %w: pod %s not Ready (starting, restarting or stopping); GPU pods are placed here again once it is Ready (if it stays not Ready: kubectl logs on it)", n.name, api.ErrPluginNotServing, strings.Join(names, ", "))
+}

@@ -1,0 +1,99 @@
+package cache_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
+	"github.com/gpushare/gpushare/scheduler/cache"
+	"github.com/gpushare/gpushare/scheduler/internal/fixture"
+)
+
+// pluginPod is a device plugin pod of the chart's DaemonSet on node.
+func pluginPod(name, node string, ready bool) *podtest.Builder {
+	return podtest.Make("gpushare-system", name).UID("uid-"+name).Node(node).Phase(corev1.PodRunning).
+		Label("app.kubernetes.io/component", "device-plugin").Ready(ready)
+}
+
+// Between a device plugin's crash (or its pod's deletion) and its
+// successor's registration the kubelet holds the node's GPU devices
+// unhealthy and fails every GPU pod it admits. The cache follows the
+// plugin's pods: a node whose plugin pods are all not serving fits no GPU
+// pod, with a reason that says why and what ends it; its cards stay visible.
+func TestNoGPUPodOnANodeWhosePluginIsNotServing(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "device-plugin"})
+	c := cache.New(cache.WithDevicePluginSelector(sel))
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	c.SetNode(fixture.MakeNode("never-seen").Card(0, 40).Obj())
+	gpu := podtest.Make("ns", "p").UID("uid-p").GPU("main", 4).Obj()
+	fits := func(node string) error {
+		snap, err := c.NodeSnapshot(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.InventoryErr != nil {
+			if len(snap.Cards) != 1 {
+				t.Errorf("node %s: %d cards in the snapshot; want its card kept while the plugin is not serving", node, len(snap.Cards))
+			}
+			return snap.InventoryErr
+		}
+		_, err = decideAndAssume(t, c, gpu, node)
+		c.Forget(gpu.UID)
+		return err
+	}
+	notServing := func(step, node, want string) {
+		t.Helper()
+		err := fits(node)
+		if !errors.Is(err, api.ErrPluginNotServing) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: node %s: %v; want ErrPluginNotServing saying %q", step, node, err, want)
+		}
+		if info := c.Inspect(node); len(info) != 1 || info[0].InventoryErrorCode != api.InventoryErrorPluginNotServing {
+			t.Errorf("%s: /inspect of %s: %+v; want code %s", step, node, info, api.InventoryErrorPluginNotServing)
+		}
+	}
+	if err := fits("n1"); err != nil {
+		t.Errorf("no plugin pod seen yet: %v; want the node judged by its cards alone", err)
+	}
+
+	c.SetPod(pluginPod("plugin-a", "n1", false).Obj())
+	notServing("plugin starting", "n1", "pod gpushare-system/plugin-a not Ready")
+	c.SetPod(pluginPod("plugin-a", "n1", true).Obj())
+	if err := fits("n1"); err != nil {
+		t.Errorf("plugin Ready: %v; want fits", err)
+	}
+	// Other pods with other labels change nothing.
+	c.SetPod(podtest.Make("ns", "web").UID("uid-web").Node("never-seen").Phase(corev1.PodRunning).Label("app.kubernetes.io/component", "web").Obj())
+	if err := fits("never-seen"); err != nil {
+		t.Errorf("a pod the selector does not match: %v", err)
+	}
+
+	c.SetPod(pluginPod("plugin-a", "n1", false).Obj())
+	notServing("plugin crashed (not Ready)", "n1", "plugin-a")
+	// A rolling update with surge: the new pod is Ready beside the old.
+	c.SetPod(pluginPod("plugin-b", "n1", true).Obj())
+	if err := fits("n1"); err != nil {
+		t.Errorf("one of two plugin pods Ready: %v; want fits", err)
+	}
+	c.SetPod(pluginPod("plugin-b", "n1", true).Deleting().Obj())
+	notServing("the Ready plugin pod is being deleted", "n1", "plugin-a, gpushare-system/plugin-b")
+	c.DeletePod("uid-plugin-a")
+	c.DeletePod("uid-plugin-b")
+	notServing("every plugin pod gone", "n1", "device plugin pod is gone")
+	c.SetPod(pluginPod("plugin-c", "n1", true).Obj())
+	if err := fits("n1"); err != nil {
+		t.Errorf("the DaemonSet's new pod is Ready: %v; want fits", err)
+	}
+
+	// Without a selector plugin pods are ordinary pods.
+	off := cache.New()
+	off.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	off.SetPod(pluginPod("plugin-a", "n1", false).Obj())
+	if snap, _ := off.NodeSnapshot("n1"); snap.InventoryErr != nil {
+		t.Errorf("no selector: %v", snap.InventoryErr)
+	}
+}
