@@ -13,10 +13,16 @@ import (
 type Cause string
 
 const (
-	// CauseRestart: the pod's node had its plugin or agent killed within RestartWindow before the
-	// rejection was first seen, or the kubelet's message says the plugin's connection broke during
-	// the call. The kubelet marks a resource's devices unhealthy while its plugin is gone.
-	CauseRestart Cause = "restart"
+	// CauseRestart: the pod's node had its device plugin killed within RestartWindow before the
+	// rejection was first seen (the latest kill of the node's plugin or agent was the plugin's), or
+	// the kubelet's message says the plugin's connection broke during the call. The kubelet marks a
+	// resource's devices unhealthy while its last plugin is gone.
+	CauseRestart Cause = "plugin restart"
+	// CauseKubeletRestart: the latest kill within RestartWindow was of the node's agent (the
+	// kubelet): the new kubelet admits the pods bound to it before the plugin has registered with
+	// it again (its device manager starts with the resource known from its checkpoint and no
+	// healthy device).
+	CauseKubeletRestart Cause = "kubelet restart"
 	// CauseIsolation: the pod's node had cards isolated after the pod was created (the extender
 	// chose a card the node then took away).
 	CauseIsolation Cause = "isolated after bind"
@@ -28,7 +34,7 @@ const (
 )
 
 // Causes lists every Cause in the order the summary prints them.
-var Causes = []Cause{CauseRestart, CauseIsolation, CauseWholeHold, CauseOther}
+var Causes = []Cause{CauseRestart, CauseKubeletRestart, CauseIsolation, CauseWholeHold, CauseOther}
 
 // RestartWindow is how long after a kill of a node's plugin or agent a rejection on that node
 // counts as the restart's: the restart, the plugin's registration and the kubelet's first
@@ -50,18 +56,26 @@ var brokenCall = []string{"connection closing", "EOF", "Unavailable", "connectio
 
 // AdmissionCause attributes one rejected pod: seen is when the run first saw it Failed, events
 // are its node's NodeEvents, wholeHeld whether a pod holding whole cards was bound to its node
-// then. A restart explains a rejection before an isolation does, and both before a whole-card
-// hold.
+// then. A restart (the latest kill of the node's plugin or agent) explains a rejection before an
+// isolation does, and both before a whole-card hold.
 func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld bool) Cause {
 	for _, m := range brokenCall {
 		if strings.Contains(p.Status.Message, m) {
 			return CauseRestart
 		}
 	}
-	for _, e := range events {
-		if (e.Kind == KindKillPlugin || e.Kind == KindKillAgent) && !e.At.After(seen) && seen.Sub(e.At) <= RestartWindow {
-			return CauseRestart
+	var latest *NodeEvent
+	for i, e := range events {
+		if (e.Kind == KindKillPlugin || e.Kind == KindKillAgent) && !e.At.After(seen) && seen.Sub(e.At) <= RestartWindow &&
+			(latest == nil || e.At.After(latest.At)) {
+			latest = &events[i]
 		}
+	}
+	if latest != nil {
+		if latest.Kind == KindKillAgent {
+			return CauseKubeletRestart
+		}
+		return CauseRestart
 	}
 	created := p.CreationTimestamp.Time
 	for _, e := range events {

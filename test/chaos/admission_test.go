@@ -27,7 +27,9 @@ func TestAdmissionCause(t *testing.T) {
 	}{
 		{"the plugin died during the call", "Allocate failed due to rpc error: code = Unavailable desc = error reading from server: EOF, which is unexpected", nil, false, CauseRestart},
 		{"plugin killed 10 s before", unhealthy, []NodeEvent{{At: seen.Add(-10 * time.Second), Kind: KindKillPlugin}}, false, CauseRestart},
-		{"agent killed 30 s before", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow), Kind: KindKillAgent}}, false, CauseRestart},
+		{"agent killed 30 s before", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow), Kind: KindKillAgent}}, false, CauseKubeletRestart},
+		{"the latest kill names the restart", unhealthy, []NodeEvent{{At: seen.Add(-2 * time.Second), Kind: KindKillAgent}, {At: seen.Add(-9 * time.Second), Kind: KindKillPlugin}}, false, CauseKubeletRestart},
+		{"the latest kill names the restart, plugin", unhealthy, []NodeEvent{{At: seen.Add(-9 * time.Second), Kind: KindKillAgent}, {At: seen.Add(-2 * time.Second), Kind: KindKillPlugin}}, false, CauseRestart},
 		{"a kill long before is not the cause", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow - time.Second), Kind: KindKillPlugin}}, false, CauseOther},
 		{"a kill after the rejection was seen is not the cause", unhealthy, []NodeEvent{{At: seen.Add(time.Second), Kind: KindKillPlugin}}, false, CauseOther},
 		{"an extender restart is not the node's", unhealthy, []NodeEvent{{At: seen.Add(-time.Second), Kind: KindKillExtender}}, false, CauseOther},
@@ -68,7 +70,7 @@ func TestCausesText(t *testing.T) {
 		t.Errorf("causesText(nil) = %q", got)
 	}
 	got := causesText(map[Cause]int{CauseOther: 1, CauseRestart: 3, CauseWholeHold: 0})
-	if want := "restart 3, other 1"; got != want {
+	if want := "plugin restart 3, other 1"; got != want {
 		t.Errorf("causesText = %q, want %q", got, want)
 	}
 }
