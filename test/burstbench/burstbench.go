@@ -35,7 +35,10 @@ type Options struct {
 	Timeout time.Duration
 	// Keep leaves the namespace and its pods (default: deleted).
 	Keep bool
-	Log  func(format string, args ...any)
+	// Pod, when set, adapts each pod before it is created (e.g. the image
+	// and host network a real node's runtime needs).
+	Pod func(*corev1.Pod)
+	Log func(format string, args ...any)
 }
 
 // DefaultOptions are the figures of the playground measurement: 100 pods
@@ -96,6 +99,9 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 			b = gpu
 		}
 		p := b.Pod(i / 2)
+		if o.Pod != nil {
+			o.Pod(p)
+		}
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create %s: %w", p.Name, err)
 		}

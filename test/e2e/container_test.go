@@ -88,10 +88,10 @@ func needLane(t *testing.T) map[string]string {
 }
 
 // laneNode starts a real node (containerd through the NVIDIA runtime, the
-// kubelet, gpushare's plugin with laneGPUs), waits until the kubelet offers
-// the plugin's units, and stops it — after deleting ns's pods through the
-// kubelet — when the test ends.
-func laneNode(ctx context.Context, t *testing.T, c *cluster.Cluster, tools map[string]string, name string) (*cluster.KubeletNode, api.Inventory) {
+// kubelet, gpushare's plugin with laneGPUs and pluginArgs), waits until the
+// kubelet offers the plugin's units, and stops it — after deleting ns's pods
+// through the kubelet — when the test ends.
+func laneNode(ctx context.Context, t *testing.T, c *cluster.Cluster, tools map[string]string, name string, pluginArgs ...string) (*cluster.KubeletNode, api.Inventory) {
 	t.Helper()
 	plugin := pluginBinary(t)
 	start := time.Now()
@@ -100,7 +100,7 @@ func laneNode(ctx context.Context, t *testing.T, c *cluster.Cluster, tools map[s
 		NvidiaRuntime: true, GPUs: laneGPUs,
 		Images: []string{laneArtifacts.pauseT, laneArtifacts.probeTar}, PauseImage: pauseImage,
 		Labels:       api.LabelEnabled + "=true",
-		PluginBinary: plugin, PluginArgs: []string{"--nvml=spec:" + laneGPUs},
+		PluginBinary: plugin, PluginArgs: append([]string{"--nvml=spec:" + laneGPUs}, pluginArgs...),
 	})
 	if err != nil {
 		t.Fatal(err)
