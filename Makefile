@@ -212,10 +212,10 @@ bench-burst: ## GPU pods' create→Ready beside pods without a request, one burs
 	$(BIN)/gpushare-burstbench -kubeconfig $(PLAYGROUND_KUBECONFIG) -pods $(or $(PODS),100) -gib $(or $(GIB),4) -clients $(or $(BURST_CLIENTS),16) -timeout $(or $(BURST_TIMEOUT),5m)
 
 # The same burst on the container lane's real node (kubelet, containerd, runc through NVIDIA's runtime):
-# PODS of each kind (default 20: the lane's 2x40 GiB hold 20 pods of 4 GiB); PLUGIN_ARGS adds plugin flags.
+# PODS of each kind (default 15: the lane's kubelet runs at most 30 pods); PLUGIN_ARGS adds plugin flags.
 .PHONY: bench-burst-lane
-bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node (root; PODS=20 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
-	cd test && GPUSHARE_E2E=1 GPUSHARE_BENCH_BURST_LANE=1 GPUSHARE_BENCH_PODS=$(or $(PODS),20) GPUSHARE_BENCH_PLUGIN_ARGS='$(PLUGIN_ARGS)' $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout 20m -run '^TestBurstBenchOnARealKubelet$$' -v ./e2e/
+bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node (root; PODS=15 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
+	cd test && GPUSHARE_E2E=1 GPUSHARE_BENCH_BURST_LANE=1 GPUSHARE_BENCH_PODS=$(or $(PODS),15) GPUSHARE_BENCH_PLUGIN_ARGS='$(PLUGIN_ARGS)' $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout 20m -run '^TestBurstBenchOnARealKubelet$$' -v ./e2e/
 
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)

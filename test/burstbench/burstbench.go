@@ -29,8 +29,10 @@ type Options struct {
 	GiB     int64
 	Clients int
 	// GPUScheduler is the GPU pods' schedulerName (the chart's profile,
-	// "gpushare-scheduler"); pods without a request use the default one.
-	GPUScheduler string
+	// "gpushare-scheduler"); PlainScheduler the others' (default:
+	// "default-scheduler").
+	GPUScheduler   string
+	PlainScheduler string
 	// Timeout bounds the wait for every pod to be Ready (default 5 min).
 	Timeout time.Duration
 	// Keep leaves the namespace and its pods (default: deleted).
@@ -80,7 +82,11 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 			}
 		}()
 	}
-	plain := schedload.Burst{Namespace: ns, Prefix: "plain", Pods: o.Pods, SchedulerName: corev1.DefaultSchedulerName}
+	plainScheduler := o.PlainScheduler
+	if plainScheduler == "" {
+		plainScheduler = corev1.DefaultSchedulerName
+	}
+	plain := schedload.Burst{Namespace: ns, Prefix: "plain", Pods: o.Pods, SchedulerName: plainScheduler}
 	gpu := schedload.Burst{Namespace: ns, Prefix: "gpu", Pods: o.Pods, Units: o.GiB, SchedulerName: o.GPUScheduler}
 	w := &watcher{pods: map[string]*Timeline{}}
 	for i := range o.Pods {
