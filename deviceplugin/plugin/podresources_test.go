@@ -242,3 +242,39 @@ func TestThePodTheKubeletKnowsIsTheOneItAdmits(t *testing.T) {
 		t.Errorf("pod b's record: %s on %s; want its plan untouched, Assigned on card 0", a.Phase, a.Containers[0].CardUUID)
 	}
 }
+
+// vanishingCluster is a memCluster whose pod cache loses pod gone after its
+// first listing: a deletion between the plugin's read of the kubelet's
+// account and its look at the cache.
+type vanishingCluster struct {
+	*memCluster
+	gone   string
+	listed bool
+}
+
+func (c *vanishingCluster) Pods() ([]*corev1.Pod, error) {
+	pods, err := c.memCluster.Pods()
+	if !c.listed {
+		c.listed = true
+		return pods, err
+	}
+	return slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return p.Name == c.gone }), err
+}
+
+// A pod the kubelet's account shows holding units, deleted before the plugin
+// looks at its pod cache (the end of a burst: its namespace deleted), is
+// gone: reconciliation has nothing to repair for it, and goes on.
+func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
+	sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+	card0 := sn.Cards[0]
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 0).GPU("main", 4).Phase(corev1.PodRunning).Obj())
+	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
+	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
+	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	cl := &vanishingCluster{memCluster: mem, gone: "a"}
+	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if err := p.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

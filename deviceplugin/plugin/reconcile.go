@@ -53,6 +53,9 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	}
 	for uid, hs := range held {
 		pod := v.byUID[uid]
+		if pod == nil {
+			continue // deleted since the account was read: nothing to repair
+		}
 		if _, aerr := p.record(pod); aerr != nil {
 			if err := p.repair(ctx, pod, hs, aerr); err != nil {
 				errs = append(errs, fmt.Errorf("repairing the record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
