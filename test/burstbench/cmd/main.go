@@ -48,8 +48,11 @@ func main() {
 	pods, err := burstbench.Run(ctx, client, o)
 	burstbench.WriteReport(os.Stdout, o, burstbench.Summarize(pods))
 	for name, t := range pods {
-		if t.Failed {
+		switch {
+		case t.Failed:
 			fmt.Printf("%s Failed: %s\n", name, t.FailedReason)
+		case t.Ready.IsZero():
+			fmt.Printf("%s not seen Ready (created %v, bound %v)\n", name, !t.Created.IsZero(), !t.Bound.IsZero())
 		}
 	}
 	if err != nil {
