@@ -151,7 +151,7 @@ func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *allocator.HostResources
 	}
 	full := v.unused
 	for k, i := range cand {
-		g[k] = -ix.takeDelta(v, row, full, free[i], u)
+		g[k] = -ix.takeDelta(v.cap0, row, full, free[i], u)
 	}
 }
 
