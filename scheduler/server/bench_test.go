@@ -203,19 +203,22 @@ func BenchmarkFilterPolicies(b *testing.B) {
 // gogc=400 runs the 5,000-node cases under the chart's GC target
 // (scheduler.extender.gcPercent, docs/operations.md); the others run under
 // the process's (Go's default 100 unless GOGC says otherwise).
+//
+// binpack runs every case; under the shipped settings (5,000 nodes,
+// client=lean, gogc=400) every policy runs when every node is evaluated,
+// and the default policy (frag) with the memo=burst memo too.
 func BenchmarkFilterHTTPConcurrent(b *testing.B) {
 	const callers = 16
 	for _, memo := range []string{"", "burst", "mixed"} {
 		for _, n := range []int{1000, 5000} {
 			for _, client := range []string{"go", "lean"} {
 				for _, gogc := range []int{0, 400} {
-					for _, policy := range []string{"binpack", registry.Default} {
+					for _, policy := range registry.Names() {
 						if gogc != 0 && n < 5000 || memo == "mixed" && (n < 5000 || client == "go") {
 							continue
 						}
-						// The default policy (frag) at 5,000 nodes, under the
-						// shipped settings only.
-						if policy != "binpack" && (policy == "binpack" || n < 5000 || client != "lean" || gogc == 0 || memo == "mixed") {
+						shipped := n == 5000 && client == "lean" && gogc == 400
+						if policy != "binpack" && !(shipped && (memo == "" || memo == "burst" && policy == registry.Default)) {
 							continue
 						}
 						name := fmt.Sprintf("callers=%d/nodes=%d", callers, n)
