@@ -17,7 +17,7 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 // shareFastPath returns the fast path of a frag-family policy: bestFitCard
 // as in options (else FGD's card), cpuOnly as in options, and score
 // the policy's score from the growth and the node totals.
-func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, w *allocator.Workload, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
+func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, ix *fragIndex, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
 	return func(node *allocator.Node, req allocator.Request, w *allocator.Workload) (allocator.Decision, bool) {
 		ix := index(w)
 		if len(req.Demands) != 1 || len(req.Models) != 0 || req.Cards != nil || ix == nil || ix.weight == 0 ||
@@ -40,7 +40,7 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 			if !ok {
 				return allocator.Decision{}, false
 			}
-			return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, t)}, true
+			return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, ix, g, t)}, true
 		}
 		var p sharePass
 		p.run(node, ix, d.Units, !bestFitCard)
@@ -67,7 +67,7 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 			s := &p.scan
 			g = ix.classGrowth(&s.before, hostB, hostA, true, s.f, s.u, s.cp, s.bit)
 		}
-		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
+		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, ix, g, p.scan.tot)}, true
 	}
 }
 
