@@ -15,11 +15,13 @@
 //     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
 //     decide.go: the one decision core every policy shares; reasons.go: why
 //     a node does not fit, for people and programs; summary.go: a node's
-//     totals and the fast path of the policies that read only them.
+//     totals and alike cards' free shares (Summary), and the fast path of
+//     the policies that read only the totals.
 //   - workload.go: the workload the fragmentation-aware policies read, and
 //     what policies derive from it (Workload.Derived).
 //   - binpack.go, spread.go, bestfit.go: the simple policies (NewBinpack,
-//     NewSpread, NewBestFit), their card choice and score.
+//     NewSpread, NewBestFit), their card choice and score (bestfit's fast
+//     path reads the summary's shares).
 //
 // The fragmentation-aware policies, fgd and frag, and the workload index
 // they read are package frag; package registry maps configured names to

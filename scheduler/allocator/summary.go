@@ -6,9 +6,10 @@ package allocator
 // share of one card with no model or card choice, without reading the
 // cards. At 5,000 nodes × 8 cards the cards are 3.2 MB, beyond the L2
 // cache: reading every card costs more than deciding. The summary is in
-// the Node itself: 40 bytes of totals, and for the fragmentation-aware
-// policies (which read each card's free share) the free shares of up to
-// AlikeShares alike cards, 96 bytes more (Summary).
+// the Node itself: 40 bytes of totals, and for the policies that read each
+// card's free share (bestfit, frag, fgd) the free shares of up to
+// AlikeShares alike cards with their model and capacity, 104 bytes more
+// (Summary).
 
 // AlikeShares is the most cards with free units whose shares a summary
 // keeps (Summary.Shares).
