@@ -15,11 +15,13 @@
 //     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
 //     decide.go: the one decision core every policy shares; reasons.go: why
 //     a node does not fit, for people and programs; summary.go: a node's
-//     totals and the fast path of the policies that read only them.
+//     totals and alike cards' free shares (Summary), and the fast path of
+//     the policies that read only the totals.
 //   - workload.go: the workload the fragmentation-aware policies read, and
 //     what policies derive from it (Workload.Derived).
 //   - binpack.go, spread.go, bestfit.go: the simple policies (NewBinpack,
-//     NewSpread, NewBestFit), their card choice and score.
+//     NewSpread, NewBestFit), their card choice and score (bestfit's fast
+//     path reads the summary's shares).
 //
 // The fragmentation-aware policies, fgd and frag, and the workload index
 // they read are package frag; package registry maps configured names to
@@ -63,15 +65,13 @@ func (c Card) Free() int64 {
 func (c Card) Schedulable() bool { return c.State == api.CardHealthy }
 
 // Node is one node's cards in a snapshot.
+//
+// The fields the policies' fast paths read (Name, Cards, InventoryErr,
+// HostFree) fill the struct's first 64 bytes, one cache line, and the
+// summary follows them: at 5,000 nodes the snapshots are beyond the L2
+// cache, and each line a node's evaluation touches is a likely miss.
 type Node struct {
 	Name string
-	// ID is a small number the node's owner (the extender's cache) gives
-	// it: unique among the nodes it holds, reused once a node is gone, dense
-	// from 0. The extender's evaluation memo indexes its tables by it
-	// instead of hashing names. Policies never read it; 0 for every node is
-	// valid, the memo is only slower.
-	ID   int32
-	Unit api.MemoryUnit
 	// Cards in index order.
 	Cards []Card
 	// InventoryErr is set when the node's inventory could not be read; such
@@ -86,6 +86,13 @@ type Node struct {
 	HostFree *HostResources
 	// sum is the totals of the schedulable cards (Summarize).
 	sum summary
+	// ID is a small number the node's owner (the extender's cache) gives
+	// it: unique among the nodes it holds, reused once a node is gone, dense
+	// from 0. The extender's evaluation memo indexes its tables by it
+	// instead of hashing names. Policies never read it; 0 for every node is
+	// valid, the memo is only slower.
+	ID   int32
+	Unit api.MemoryUnit
 }
 
 // HostResources is CPU and memory as kube-scheduler counts requests:

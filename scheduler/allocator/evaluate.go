@@ -20,6 +20,15 @@ func (p *Policy) EvaluateAll(nodes []*Node, req Request, w *Workload, out []Deci
 func (p *Policy) evaluateAll(done <-chan struct{}, nodes []*Node, req Request, w *Workload, out []Decision) bool {
 	scratch := make([]int64, 0, 16)
 	for i, n := range nodes {
+		if i%readAhead == 0 {
+			// The card counts of the next readAhead nodes, read in one
+			// tight loop: their snapshots' cache misses overlap instead
+			// of coming one node at a time (at 5,000 nodes the snapshots
+			// are beyond the L2 cache).
+			if most := mostCards(nodes[i:min(i+readAhead, len(nodes))]); most > cap(scratch) {
+				scratch = make([]int64, 0, most)
+			}
+		}
 		if done != nil && closed(done) {
 			return false
 		}
@@ -32,12 +41,24 @@ func (p *Policy) evaluateAll(done <-chan struct{}, nodes []*Node, req Request, w
 				continue
 			}
 		}
-		if len(n.Cards) > cap(scratch) {
-			scratch = make([]int64, 0, len(n.Cards))
-		}
 		out[i] = p.decide(n, req, w, false, scratch)
 	}
 	return true
+}
+
+// readAhead is how many nodes evaluateAll reads ahead (mostCards).
+const readAhead = 16
+
+// mostCards is the largest number of cards of the nodes (nil ones have
+// none): what the scratch buffer of their decisions must hold.
+func mostCards(nodes []*Node) int {
+	most := 0
+	for _, n := range nodes {
+		if n != nil {
+			most = max(most, len(n.Cards))
+		}
+	}
+	return most
 }
 
 // closed reports whether done is closed, without waiting.

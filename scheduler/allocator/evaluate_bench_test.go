@@ -82,7 +82,8 @@ func benchmarkEvaluate(b *testing.B, policy string) {
 }
 
 // benchmarkEvaluateAll is benchmarkEvaluate through EvaluateAll, the
-// extender's path (one scratch buffer for all nodes, node pointers).
+// extender's path (one scratch buffer for all nodes, node pointers, every
+// node summarized as the extender's cache summarizes its snapshots).
 func benchmarkEvaluateAll(b *testing.B, policy string) {
 	p, err := registry.Lookup(policy)
 	if err != nil {
@@ -91,6 +92,9 @@ func benchmarkEvaluateAll(b *testing.B, policy string) {
 	for _, n := range []int{1213, 5000} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			w, nodes, req, decisions := benchCase(p, n)
+			for i := range nodes {
+				nodes[i].Summarize()
+			}
 			ptrs := pointers(nodes)
 			b.ReportAllocs()
 			cpu0 := processCPU()

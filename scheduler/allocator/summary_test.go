@@ -127,7 +127,7 @@ func TestSummarizeCountsOnlySchedulableCards(t *testing.T) {
 		t.Fatal("a node is summarized before Summarize")
 	}
 	n.Summarize()
-	want := summary{ok: true, capacity: 80 + 40 + 16 + 16, free: 50 + 0 + 0 + 12, maxFree: 50}
+	want := summary{ok: true, Summary: Summary{Cards: 4, Capacity: 80 + 40 + 16 + 16, Free: 50 + 0 + 0 + 12, MaxFree: 50}}
 	if n.sum != want || !n.Summarized() {
 		t.Fatalf("summary %+v, want %+v", n.sum, want)
 	}
@@ -135,5 +135,51 @@ func TestSummarizeCountsOnlySchedulableCards(t *testing.T) {
 	n.Summarize()
 	if n.Summarized() {
 		t.Fatal("a node without inventory is summarized: the fast path would answer for it")
+	}
+}
+
+// TestSummarizeKeepsAlikeShares: the free shares of the schedulable cards
+// with free units, in card order, when they are alike, and none otherwise.
+func TestSummarizeKeepsAlikeShares(t *testing.T) {
+	card := func(model string, capacity, used int64) Card {
+		return Card{Model: model, Capacity: capacity, Used: used, State: api.CardHealthy}
+	}
+	unhealthy := card("H100", 40, 0)
+	unhealthy.State = api.CardUnhealthy
+	whole := card("H100", 40, 0)
+	whole.Whole = true
+	nine := make([]Card, 9)
+	for i := range nine {
+		nine[i] = card("A100", 80, int64(i))
+	}
+	for _, tc := range []struct {
+		name  string
+		cards []Card
+		want  Summary
+	}{
+		{"worked example: a full card and an unhealthy one are left out", []Card{card("A100", 80, 30), card("A100", 80, 80), card("A100", 80, 0), unhealthy},
+			Summary{Cards: 3, Capacity: 240, Free: 130, MaxFree: 80, Alike: true, Model: "A100", CardCapacity: 80, N: 2, Shares: [AlikeShares]int64{50, 80}}},
+		{"a full card or a whole one of another model does not matter", []Card{card("H100", 40, 40), card("A100", 80, 10), whole},
+			Summary{Cards: 3, Capacity: 160, Free: 70, MaxFree: 70, Alike: true, Model: "A100", CardCapacity: 80, N: 1, Shares: [AlikeShares]int64{70}}},
+		{"two models with free units are not alike", []Card{card("A100", 80, 10), card("H100", 80, 10)},
+			Summary{Cards: 2, Capacity: 160, Free: 140, MaxFree: 70}},
+		{"two capacities with free units are not alike", []Card{card("A100", 80, 10), card("A100", 40, 10)},
+			Summary{Cards: 2, Capacity: 120, Free: 100, MaxFree: 70}},
+		{"no card with free units", []Card{card("A100", 80, 80)},
+			Summary{Cards: 1, Capacity: 80}},
+		{"more cards with free units than the summary keeps", nine,
+			Summary{Cards: 9, Capacity: 720, Free: 720 - 36, MaxFree: 80}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Node{Name: "n", Cards: tc.cards}
+			n.Summarize()
+			got := n.Summary()
+			if got == nil {
+				t.Fatal("not summarized")
+			}
+			if diff := cmp.Diff(tc.want, *got); diff != "" {
+				t.Errorf("summary (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

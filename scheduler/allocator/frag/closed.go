@@ -131,7 +131,7 @@ func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *allocator.HostR
 		var buf [2]rowBuf // declared here: most nodes need no computed row
 		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
-	return ix.alikeGrowth(v, rb, ra, took, f, u)
+	return ix.alikeGrowth(v.alikeShares(), rb, ra, took, f, u)
 }
 
 // computeMissing returns the rows of slot for the hosts before (hostB) and
@@ -151,40 +151,54 @@ func (ix *fragIndex) computeMissing(slot int, hostB, hostA *allocator.HostResour
 	return rb, ra
 }
 
-// alikeGrowth is frag after the pod minus frag before on an alike view v of
-// the before state, when the host goes from rb's state to ra's and, if
+// alikeShares is an alike view as the closed forms read it: the free shares
+// of the cards with any, in card order, how many of them are unused, and
+// their capacity.
+type alikeShares struct {
+	free   []int64
+	unused int
+	cap0   int64
+}
+
+// alikeShares is v's cards as the closed forms read them (v alike).
+func (v *nodeView) alikeShares() alikeShares {
+	return alikeShares{free: v.free[:v.k], unused: v.unused, cap0: v.cap0}
+}
+
+// alikeGrowth is frag after the pod minus frag before on the alike cards v
+// of the before state, when the host goes from rb's state to ra's and, if
 // took, u units are taken from a card with free f:
 //
 //	growth = −u·(noGPU + W) − (S_A − S_B), S = Σ_c fit_c · U_c,
 //
 // where S_A − S_B = [S(ra, before view) − S(rb, before view)] + the change
 // of S(ra, ·) when the card goes from f to f−u free (takeDelta).
-func (ix *fragIndex) alikeGrowth(v *nodeView, rb, ra fitRow, took bool, f, u int64) float64 {
+func (ix *fragIndex) alikeGrowth(v alikeShares, rb, ra fitRow, took bool, f, u int64) float64 {
 	full := v.unused
 	var dS float64
 	if !sameRow(rb, ra) {
-		for i := 0; i < v.k; i++ {
-			p := ix.sharesUpTo(v.free[i])
-			dS += float64(v.free[i]) * (ra.share[p] - rb.share[p])
+		for _, fi := range v.free {
+			p := ix.sharesUpTo(fi)
+			dS += float64(fi) * (ra.share[p] - rb.share[p])
 		}
 		dS += float64(int64(full)*v.cap0) * (ra.whole[full] - rb.whole[full])
 	}
 	if took {
-		dS += ix.takeDelta(v, ra, full, f, u)
+		dS += ix.takeDelta(v.cap0, ra, full, f, u)
 	}
 	return (ix.noGPU+ix.gpuWeight)*float64(-u) - dS
 }
 
-// takeDelta is how S = Σ_c fit_c · U_c changes on alike view v (full of
-// whose cards are unused, v.unused unless the caller changed v since) when u units are taken from a card with free f,
-// fit weights from r: the share classes see the card go from f to f−u
-// free, the whole-card classes lose an unused card if it was one.
-func (ix *fragIndex) takeDelta(v *nodeView, r fitRow, full int, f, u int64) float64 {
+// takeDelta is how S = Σ_c fit_c · U_c changes on alike cards of capacity
+// cap0, full of which are unused, when u units are taken from a card with
+// free f, fit weights from r: the share classes see the card go from f to
+// f−u free, the whole-card classes lose an unused card if it was one.
+func (ix *fragIndex) takeDelta(cap0 int64, r fitRow, full int, f, u int64) float64 {
 	fa := f - u
 	p, q := ix.sharesUpTo(fa), ix.sharesUpTo(f)
 	d := float64(fa)*r.share[p] - float64(f)*r.share[q]
-	if f >= v.cap0 && fa < v.cap0 {
-		d += float64(int64(full-1)*v.cap0)*r.whole[full-1] - float64(int64(full)*v.cap0)*r.whole[full]
+	if f >= cap0 && fa < cap0 {
+		d += float64(int64(full-1)*cap0)*r.whole[full-1] - float64(int64(full)*cap0)*r.whole[full]
 	}
 	return d
 }

@@ -10,12 +10,14 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 // Score: the pass fills the same nodeScan that the score's own pass
 // would, and the card choice, the growth and the score come from the same
 // functions (TestFastPathEqualsDecide). Every other request and node, and
-// a node where no card fits (decide says why), goes to decide.
+// a node where no card fits (decide says why), goes to decide. On a
+// summarized node whose cards with free units are alike, the pass reads
+// the node's summary instead of its cards (summary.go).
 
 // shareFastPath returns the fast path of a frag-family policy: bestFitCard
 // as in options (else FGD's card), cpuOnly as in options, and score
 // the policy's score from the growth and the node totals.
-func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, w *allocator.Workload, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
+func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, ix *fragIndex, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
 	return func(node *allocator.Node, req allocator.Request, w *allocator.Workload) (allocator.Decision, bool) {
 		ix := index(w)
 		if len(req.Demands) != 1 || len(req.Models) != 0 || req.Cards != nil || ix == nil || ix.weight == 0 ||
@@ -26,15 +28,24 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 		if d.WholeCards > 0 || d.Units <= 0 {
 			return allocator.Decision{}, false
 		}
-		var p sharePass
-		p.run(node, ix, d.Units, !bestFitCard)
-		if p.fits == 0 {
-			return allocator.Decision{}, false
-		}
 		hb, ha, known := hostStates(node, req, cpuOnly)
 		var hostB, hostA *allocator.HostResources
 		if known {
 			hostB, hostA = &hb, &ha
+		}
+		// With cpuOnly, FGD's card is compared at a host state the growth
+		// does not read: such a policy reads the cards.
+		if s := node.Summary(); s != nil && s.Alike && (bestFitCard || !cpuOnly) {
+			g, t, ok := ix.summaryShare(s, d.Units, !bestFitCard, hostB, hostA)
+			if !ok {
+				return allocator.Decision{}, false
+			}
+			return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, ix, g, t)}, true
+		}
+		var p sharePass
+		p.run(node, ix, d.Units, !bestFitCard)
+		if p.fits == 0 {
+			return allocator.Decision{}, false
 		}
 		// FGD's card is compared at the node's CPU and memory before the
 		// pod, memory included: with cpuOnly, or on unlike cards, it is
@@ -56,7 +67,7 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 			s := &p.scan
 			g = ix.classGrowth(&s.before, hostB, hostA, true, s.f, s.u, s.cp, s.bit)
 		}
-		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, w, g, p.scan.tot)}, true
+		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, ix, g, p.scan.tot)}, true
 	}
 }
 
@@ -82,13 +93,13 @@ func (ix *fragIndex) alikeShareRows(p *sharePass, node *allocator.Node, u int64,
 		if p.nc > 1 {
 			var g [maxStackCards]float64
 			for k, i := range p.cand[:p.nc] {
-				g[k] = -ix.takeDelta(v, rb, v.unused, p.free[i], u)
+				g[k] = -ix.takeDelta(v.cap0, rb, v.unused, p.free[i], u)
 			}
 			card = leastGrowth(p.cand[:p.nc], g[:p.nc], p.free[:len(node.Cards)])
 		}
 	}
 	p.place(node, card, u)
-	return ix.alikeGrowth(v, rb, ra, true, p.scan.f, u)
+	return ix.alikeGrowth(v.alikeShares(), rb, ra, true, p.scan.f, u)
 }
 
 // sharePass is one pass over a node's cards for a share of u units.

@@ -151,7 +151,7 @@ func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *allocator.HostResources
 	}
 	full := v.unused
 	for k, i := range cand {
-		g[k] = -ix.takeDelta(v, row, full, free[i], u)
+		g[k] = -ix.takeDelta(v.cap0, row, full, free[i], u)
 	}
 }
 
@@ -182,7 +182,7 @@ func NewFGD() *allocator.Policy {
 		Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
 		ChooseCard:  fragChooseCard,
 		Score:       fgdScore,
-		FastEvaluate: shareFastPath(false, false, func(_ *allocator.Node, _ allocator.Request, _ *allocator.Workload, g float64, _ nodeTotals) float64 {
+		FastEvaluate: shareFastPath(false, false, func(_ *allocator.Node, _ allocator.Request, _ *fragIndex, g float64, _ nodeTotals) float64 {
 			return -g
 		}),
 	}
@@ -249,21 +249,22 @@ func newPolicy(o options) *allocator.Policy {
 		Score: func(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 			var t nodeTotals
 			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
-			return o.score(node, req, w, g, t)
+			return o.score(node, req, index(w), g, t)
 		},
 		FastEvaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
 	}
 }
 
-// score is the policy's node score from the growth g and the node totals t.
-func (o *options) score(node *allocator.Node, req allocator.Request, w *allocator.Workload, g float64, t nodeTotals) float64 {
+// score is the policy's node score from the growth g and the node totals t
+// (ix is the workload's index).
+func (o *options) score(node *allocator.Node, req allocator.Request, ix *fragIndex, g float64, t nodeTotals) float64 {
 	unit := t.cardUnits()
 	s := -g / unit
 	if o.PackWeight != 0 && t.capacity > 0 {
 		s += o.PackWeight * float64(t.capacity-t.after) / float64(t.capacity)
 	}
 	if o.StrandWeight != 0 {
-		s -= o.StrandWeight * t.strandGrowth(node, req, w) / unit
+		s -= o.StrandWeight * t.strandGrowth(node, req, ix) / unit
 	}
 	if o.ScarcityWeight != 0 {
 		s -= o.ScarcityWeight * t.scarcity / unit

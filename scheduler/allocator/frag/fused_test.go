@@ -163,7 +163,7 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 			if p == frag {
 				tt := totalsOf(node, free, w)
 				want := -fragGrowthStaged(node, free, req, w, false)/tt.cardUnits() -
-					StrandWeight*tt.strandGrowth(node, req, w)/tt.cardUnits() -
+					StrandWeight*tt.strandGrowth(node, req, index(w))/tt.cardUnits() -
 					ScarcityWeight*tt.scarcity/tt.cardUnits()
 				if tt.capacity > 0 {
 					want += PackWeight * float64(tt.capacity-tt.after) / float64(tt.capacity)

@@ -78,11 +78,11 @@ func (t nodeTotals) cardUnits() float64 {
 // free, GPU pods asking 10 cores per card (rc = 10 millicores per unit):
 // usable min(4000, 20000/10) = 2,000, stranded 2,000 units (2 cards).
 func strandGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
-	return totalsOf(node, free, w).strandGrowth(node, req, w)
+	return totalsOf(node, free, w).strandGrowth(node, req, index(w))
 }
 
-func (t nodeTotals) strandGrowth(node *allocator.Node, req allocator.Request, w *allocator.Workload) float64 {
-	ix := index(w)
+// strandGrowth is strandGrowth with the totals t and the workload's index ix.
+func (t nodeTotals) strandGrowth(node *allocator.Node, req allocator.Request, ix *fragIndex) float64 {
 	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 || t.cards == 0 {
 		return 0
 	}
