@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/gpushare/gpushare/test/schedload"
 )
@@ -176,21 +177,12 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 	if p.Spec.NodeName != "" && t.Bound.IsZero() {
 		t.Bound = at
 	}
-	if t.Ready.IsZero() && ready(p) {
+	if t.Ready.IsZero() && podutil.IsPodReady(p) {
 		t.Ready = at
 	}
 	if p.Status.Phase == corev1.PodFailed && !t.Failed {
 		t.Failed, t.FailedReason = true, p.Status.Reason+": "+p.Status.Message
 	}
-}
-
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 func (w *watcher) settled() bool {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	"github.com/gpushare/gpushare/test/cluster"
 )
@@ -41,12 +42,7 @@ func TestGPUPodsCreatedWhileThePluginIsDownWaitAndRun(t *testing.T) {
 	pluginPod := "device-plugin-pr-node"
 	ready := func(want bool) error {
 		_, err := cluster.WaitPod(ctx, c.Client, plugins, pluginPod, time.Minute, fmt.Sprintf("Ready=%v", want), func(p *corev1.Pod) bool {
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady {
-					return (cond.Status == corev1.ConditionTrue) == want
-				}
-			}
-			return false
+			return podutil.GetPodReadyCondition(p.Status) != nil && podutil.IsPodReady(p) == want
 		})
 		return err
 	}

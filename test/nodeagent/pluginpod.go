@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 )
 
 // PluginPod is the device plugin's pod as the chart's DaemonSet runs it:
@@ -63,7 +64,7 @@ func (a *Agent) runPluginPod(ctx context.Context, pp *PluginPod) {
 		if a.pluginServes() {
 			want = corev1.ConditionTrue
 		}
-		if readyCondition(cur) == want {
+		if c := podutil.GetPodReadyCondition(cur.Status); c != nil && c.Status == want {
 			return false, nil
 		}
 		if err := a.setPodReady(ctx, cur, want); err != nil {
@@ -84,15 +85,6 @@ func (a *Agent) pluginServes() bool {
 		}
 	}
 	return false
-}
-
-func readyCondition(p *corev1.Pod) corev1.ConditionStatus {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status
-		}
-	}
-	return corev1.ConditionUnknown
 }
 
 // setPodReady patches the pod's Ready and ContainersReady conditions.
