@@ -33,7 +33,10 @@
 #   100): kube-scheduler's API client budget (clientConnection.qps/burst), e.g. for benchmarks,
 #   GPUSHARE_APISERVER_ADDRESS (default empty: everything on 127.0.0.1): an address pods reach the
 #   API server at (the e2e pod network's gateway): kube-apiserver then listens on every address,
-#   advertises this one and keeps the kubernetes Service's endpoints on it (lease reconciler).
+#   advertises this one and keeps the kubernetes Service's endpoints on it (lease reconciler),
+#   GPUSHARE_AUTHORIZATION_CONFIG (default empty: --authorization-mode=RBAC): an
+#   AuthorizationConfiguration file for kube-apiserver's --authorization-config (e.g. with the
+#   extender's node-scope webhook before RBAC).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-$(cat "$(dirname "${BASH_SOURCE[0]}")/k8s-version")}"
@@ -346,6 +349,10 @@ cmd_up() {
 		--listen-metrics-urls "" --log-level warn
 	wait_healthy etcd "http://127.0.0.1:${ETCD_PORT}/health" -o /dev/null -w ok
 
+	local authz=(--authorization-mode=RBAC)
+	if [[ -n "${GPUSHARE_AUTHORIZATION_CONFIG:-}" ]]; then
+		authz=(--authorization-config="$GPUSHARE_AUTHORIZATION_CONFIG")
+	fi
 	local listen=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
 	if [[ -n "$APISERVER_ADDRESS" ]]; then
 		listen=(--bind-address=0.0.0.0 --advertise-address="$APISERVER_ADDRESS" --endpoint-reconciler-type=lease)
@@ -355,7 +362,7 @@ cmd_up() {
 		--etcd-servers="http://127.0.0.1:${ETCD_PORT}" \
 		--tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
 		--client-ca-file="$PKI/ca.crt" \
-		--authorization-mode=RBAC \
+		"${authz[@]}" \
 		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
 		--service-account-key-file="$PKI/sa.pub" \
 		--service-account-signing-key-file="$PKI/sa.key" \

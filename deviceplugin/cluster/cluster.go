@@ -213,6 +213,28 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 	})
 }
 
+// readPod reads one pod of the node from the API server (nil: none by
+// that name on this node). It lists with the field selectors
+// metadata.name and spec.nodeName rather than getting the pod by name: a
+// get does not say which node the pod is on, so the node-scope
+// authorization webhook (docs/security.md) lets the plugin's identity read
+// pods only by listing its node's. A list without a resourceVersion reads
+// the latest state, as a get does, so the conflict check of the write that
+// follows holds.
+func (c *Cluster) readPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	sel := fields.AndSelectors(fields.OneTermEqualSelector("metadata.name", name), fields.OneTermEqualSelector("spec.nodeName", c.node))
+	list, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
+	}
+	for i := range list.Items {
+		if p := &list.Items[i]; p.Name == name && p.Spec.NodeName == c.node { // the fake clientset ignores field selectors
+			return p, nil
+		}
+	}
+	return nil, nil
+}
+
 // rewriteRecord reads the pod from the API server and writes the record
 // next returns for it, when next says to (true), with patchRecord; a
 // conflict starts over, next called again on the pod as read. A pod that is
@@ -220,15 +242,9 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 // of next is returned as is.
 func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid types.UID, next func(*corev1.Pod) (api.Assignment, bool, error)) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := c.client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
+		pod, err := c.readPod(ctx, namespace, name)
+		if err != nil || pod == nil || pod.UID != uid {
 			return err
-		}
-		if pod.UID != uid {
-			return nil
 		}
 		a, write, err := next(pod)
 		if err != nil || !write {

@@ -104,6 +104,9 @@ type Options struct {
 	// ClientCertNames, with ClientCAFile, are the names a client
 	// certificate must carry to call the verbs (--client-cert-names).
 	ClientCertNames []string
+	// NodeScope is the authorization webhook for the device plugin's reads
+	// (nodescope.go).
+	NodeScope NodeScopeOptions
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -174,6 +177,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
 	o.Names.AddFlags(fs)
 	o.addAccessFlags(fs)
+	o.addNodeScopeFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -252,6 +256,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--max-request-bytes %d is below 64 KiB, too small for a pod; the default is %d", o.MaxRequestBytes, server.DefaultMaxBodyBytes))
 	}
 	errs = append(errs, o.validateAccess()...)
+	errs = append(errs, o.validateNodeScope()...)
 	return cli.Usage(errors.Join(errs...))
 }
 

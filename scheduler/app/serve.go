@@ -134,16 +134,26 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	}()
 	go periodic.Run(ctx, clock.RealClock{}, time.Minute, nil, func() { c.CleanupExpired() })
 
+	scopeSrv, scopeLn, err := nodeScopeServer(ctx, o, reg, logger)
+	if err != nil {
+		return err
+	}
 	servers := []*http.Server{httpSrv}
 	listeners := []net.Listener{ln}
 	if admin != nil {
 		servers = append(servers, httpserve.New(ctx, guards.adminHandler(srv.ReadOnlyHandler(reg))))
 		listeners = append(listeners, admin)
 	}
+	for i := range servers {
+		logger.Info("Serving", "address", listeners[i].Addr().String(), "readOnly", i > 0, "https", i == 0 && tlsConfig != nil, "clientCertificates", i == 0 && o.ClientCAFile != "")
+	}
+	if scopeSrv != nil {
+		servers, listeners = append(servers, scopeSrv), append(listeners, scopeLn)
+		logger.Info("Serving the node-scope authorization webhook", "address", scopeLn.Addr().String(), "users", o.NodeScope.Users)
+	}
 	errc := make(chan error, len(servers))
 	for i := range servers {
 		go func(hs *http.Server, l net.Listener) { errc <- hs.Serve(l) }(servers[i], listeners[i])
-		logger.Info("Serving", "address", listeners[i].Addr().String(), "readOnly", i > 0, "https", i == 0 && tlsConfig != nil, "clientCertificates", i == 0 && o.ClientCAFile != "")
 	}
 	var serveErr error
 	select {

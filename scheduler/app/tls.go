@@ -41,6 +41,7 @@ const tlsRecheck = 10 * time.Second
 type tlsFiles struct {
 	cert, key, ca string
 	names         []string // --client-cert-names
+	flags         string   // the flags naming cert and key, for errors (default the verbs')
 	log           klog.Logger
 	now           func() time.Time
 
@@ -94,7 +95,11 @@ func (f *tlsFiles) load() (*tls.Config, []byte, error) {
 	raw := f.read()
 	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--tls-cert-file/--tls-private-key-file: %w", err)
+		flags := f.flags
+		if flags == "" {
+			flags = "--tls-cert-file/--tls-private-key-file"
+		}
+		return nil, nil, fmt.Errorf("%s: %w", flags, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if f.ca != "" {

@@ -56,6 +56,9 @@ type Options struct {
 	// SchedulerQPS and SchedulerBurst are kube-scheduler's API client budget
 	// (clientConnection.qps/burst; 0: kube-scheduler's defaults, 50 and 100).
 	SchedulerQPS, SchedulerBurst int
+	// AuthorizationConfig is an AuthorizationConfiguration file for
+	// kube-apiserver's --authorization-config (empty: --authorization-mode=RBAC).
+	AuthorizationConfig string
 	// Log receives the script's output (default: discarded).
 	Log func(format string, args ...any)
 }
@@ -144,6 +147,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.APIServerAddress != "" {
 		c.env = append(c.env, "GPUSHARE_APISERVER_ADDRESS="+opts.APIServerAddress)
+	}
+	if opts.AuthorizationConfig != "" {
+		c.env = append(c.env, "GPUSHARE_AUTHORIZATION_CONFIG="+opts.AuthorizationConfig)
 	}
 	if opts.KCMControllers != "" {
 		c.env = append(c.env, "GPUSHARE_KCM_CONTROLLERS="+opts.KCMControllers)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,15 @@ func run(m *testing.M) int {
 			}
 			opts.SchedulerConfig = schedConfig
 			opts.ExtenderURL = fmt.Sprintf("http://127.0.0.1:%d", extenderPort)
+			// The API server asks the extender's node-scope webhook about the
+			// device plugin identity of TestDevicePluginReadsOnlyItsOwnNode.
+			authz, scopeArgs, err := nodeScopeAuthorization(state)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "e2e: node-scope webhook:", err)
+				return 1
+			}
+			opts.AuthorizationConfig = authz
+			extenderArgs = append(slices.Clip(extenderArgs), scopeArgs...)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
