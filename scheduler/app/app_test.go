@@ -95,6 +95,14 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		{"a memory limit over the container's", func(o *Options) { o.GoMemoryLimitFraction = 1.5 }, "--go-memory-limit-fraction 1.5 is not between 0 (no limit) and 1"},
 		{"device plugin selector that does not parse", func(o *Options) { o.DevicePluginSelector = "app in (" }, `--device-plugin-selector "app in (": `},
 		{"device plugin selector that selects every pod", func(o *Options) { o.DevicePluginSelector = " " }, `selects every pod: name the device plugin's labels`},
+		{"node-scope users without the webhook", func(o *Options) { o.NodeScope.Users = []string{"u"} }, "--node-scoped-users and --node-scope-tls-* need --node-scope-listen"},
+		{"node-scope webhook without users", func(o *Options) {
+			o.NodeScope = NodeScopeOptions{Listen: ":39997", TLSCertFile: "c", TLSPrivateKeyFile: "k"}
+		}, "--node-scope-listen needs --node-scoped-users"},
+		{"node-scope webhook over HTTP", func(o *Options) { o.NodeScope = NodeScopeOptions{Listen: ":39997", Users: []string{"u"}} }, "--node-scope-listen needs --node-scope-tls-cert-file and --node-scope-tls-private-key-file"},
+		{"node-scope user that is not a service account name", func(o *Options) {
+			o.NodeScope = NodeScopeOptions{Listen: ":39997", Users: []string{"system:serviceaccount:plugin"}, TLSCertFile: "c", TLSPrivateKeyFile: "k"}
+		}, `--node-scoped-users entry "system:serviceaccount:plugin" is not a username`},
 		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 	}
 	for _, tc := range tests {

@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,12 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/api"
 	dpcluster "github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/test/cluster"
+	"github.com/gpushare/gpushare/test/k8sversion"
 )
 
 // nodeScopeNamespace holds the device plugin identity the suite's API server
@@ -34,62 +37,55 @@ const nodeScopeNamespace = "gpushare-node-scope"
 const nodeScopeUser = "system:serviceaccount:" + nodeScopeNamespace + ":gpushare-device-plugin"
 
 // nodeScopeAuthorization writes, under state, what an operator configures
-// for the node-scope webhook (docs/security.md): a serving certificate for
-// the extender, the webhook's kubeconfig and kube-apiserver's
-// AuthorizationConfiguration (the webhook for nodeScopeUser, failurePolicy
-// Deny, then RBAC). It returns the configuration file and the extender's
-// flags.
+// for the node-scope webhook from the chart's output (docs/security.md): the
+// chart's Secret <release>-node-scope-tls (the extender's serving
+// certificate), and from <release>-node-scope-apiserver the webhook's
+// kubeconfig and the authorizer entry, put before RBAC in kube-apiserver's
+// AuthorizationConfiguration. It returns the configuration file and the
+// extender's flags, as the chart sets them.
 func nodeScopeAuthorization(state string) (string, []string, error) {
 	port, err := cluster.FreePort()
 	if err != nil {
 		return "", nil, err
 	}
-	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	root := cluster.RepoRoot()
+	helm, err := exec.Command(filepath.Join(root, "hack", "tools.sh"), "helm").Output()
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("hack/tools.sh helm: %w", err)
+	}
+	out, err := exec.Command(strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
+		"--kube-version", k8sversion.Current(), "--namespace", nodeScopeNamespace, "--show-only", "templates/node-scope.yaml",
+		"--set", "nodeScope.enabled=true", "--set", fmt.Sprintf("nodeScope.serverURL=https://127.0.0.1:%d/authorize", port),
+		"--set", "nodeScope.extraSANs={127.0.0.1}").CombinedOutput()
+	if err != nil {
+		return "", nil, fmt.Errorf("helm template the node-scope webhook: %w\n%s", err, out)
+	}
+	secrets := map[string]corev1.Secret{}
+	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		var s corev1.Secret
+		if err := yaml.Unmarshal(doc, &s); err != nil {
+			return "", nil, err
+		}
+		secrets[s.Name] = s
+	}
+	tlsSecret, apiserver := secrets["gpushare-node-scope-tls"], secrets["gpushare-node-scope-apiserver"]
+	if len(tlsSecret.Data["tls.crt"]) == 0 || apiserver.StringData["authorizer.yaml"] == "" {
+		return "", nil, fmt.Errorf("the chart's node-scope Secrets are not as expected:\n%s", out)
+	}
+	if !strings.Contains(apiserver.StringData["authorizer.yaml"], "'"+nodeScopeUser+"'") {
+		return "", nil, fmt.Errorf("the chart's authorizer entry does not match the device plugin's user %s:\n%s", nodeScopeUser, apiserver.StringData["authorizer.yaml"])
 	}
 	dir := filepath.Join(state, "node-scope")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, err
 	}
+	kubeconfig := filepath.Join(dir, "webhook.kubeconfig")
+	authorizer := strings.ReplaceAll(apiserver.StringData["authorizer.yaml"], "/etc/kubernetes/gpushare-node-scope.kubeconfig", kubeconfig)
 	files := map[string]string{
-		"tls.crt": string(certPEM),
-		"tls.key": string(keyPEM),
-		"webhook.kubeconfig": fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: gpushare-node-scope
-  cluster:
-    server: https://127.0.0.1:%d/authorize
-    certificate-authority: %s
-users:
-- name: kube-apiserver
-  user: {}
-contexts:
-- name: gpushare-node-scope
-  context: {cluster: gpushare-node-scope, user: kube-apiserver}
-current-context: gpushare-node-scope
-`, port, filepath.Join(dir, "tls.crt")),
-		"authorization.yaml": fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
-kind: AuthorizationConfiguration
-authorizers:
-- type: Webhook
-  name: gpushare-node-scope
-  webhook:
-    timeout: 3s
-    authorizedTTL: 30s
-    unauthorizedTTL: 10s
-    subjectAccessReviewVersion: v1
-    matchConditionSubjectAccessReviewVersion: v1
-    failurePolicy: Deny
-    connectionInfo:
-      type: KubeConfigFile
-      kubeConfigFile: %s
-    matchConditions:
-    - expression: request.user == '%s'
-- type: RBAC
-  name: rbac
-`, filepath.Join(dir, "webhook.kubeconfig"), nodeScopeUser),
+		"tls.crt":            string(tlsSecret.Data["tls.crt"]),
+		"tls.key":            string(tlsSecret.Data["tls.key"]),
+		"webhook.kubeconfig": apiserver.StringData["webhook.kubeconfig"],
+		"authorization.yaml": "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n" + authorizer + "- type: RBAC\n  name: rbac\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {

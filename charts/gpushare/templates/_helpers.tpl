@@ -81,6 +81,34 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The node-scope webhook's CA, serving certificate and key (JSON): the ones in its Secret when
+it exists (kept across upgrades), else new ones for the extender Service's names and
+nodeScope.extraSANs. */}}
+{{- define "gpushare.nodeScopeTLSMaterial" -}}
+{{- $fullname := include "gpushare.fullname" . -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace (printf "%s-node-scope-tls" $fullname) -}}
+{{- if and $old $old.data (index $old.data "ca.crt") -}}
+{{- dict "ca" (index $old.data "ca.crt" | b64dec) "cert" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) | toJson -}}
+{{- else -}}
+{{- $days := int .Values.nodeScope.validityDays -}}
+{{- $svc := include "gpushare.scheduler.fullname" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $ips := list -}}
+{{- range .Values.nodeScope.extraSANs -}}
+{{- if regexMatch "^[0-9.]+$|:" . }}{{ $ips = append $ips . }}{{ else }}{{ $dns = append $dns . }}{{ end -}}
+{{- end -}}
+{{- $ca := genCA (printf "%s-node-scope-ca" $fullname) $days -}}
+{{- $srv := genSignedCert $svc $ips $dns $days $ca -}}
+{{- dict "ca" $ca.Cert "cert" $srv.Cert "key" $srv.Key | toJson -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The device plugin's service account as a username (the node-scope webhook's user). */}}
+{{- define "gpushare.deviceplugin.user" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.deviceplugin.fullname" . }}
+{{- end -}}
+
 {{/* The Secret holding the record key ("" when record signing is off). */}}
 {{- define "gpushare.recordKeySecret" -}}
 {{- if .Values.recordSigning.enabled -}}
