@@ -352,6 +352,20 @@ expect no-admission 'kind: ValidatingAdmissionPolicy' absent
 expect no-admission 'GPUSHARE_CARD_LIMITS_CONFIGMAP' absent
 expect no-admission 'card-limits' absent
 
+# The node-scope webhook (nodeScope.enabled): the extender serves it with the chart's certificate for
+# the device plugin's user; the API server's entry and kubeconfig are in a Secret.
+render node-scope --set nodeScope.enabled=true --set 'nodeScope.extraSANs={10.0.0.10}' --set nodeScope.serverURL=https://10.0.0.10:39997/authorize
+expect node-scope 'name: GPUSHARE_NODE_SCOPE_LISTEN'
+expect node-scope 'value: "system:serviceaccount:gpushare-system:gpushare-device-plugin"'
+expect node-scope "request.user == 'system:serviceaccount:gpushare-system:gpushare-device-plugin'"
+expect node-scope 'server: https://10.0.0.10:39997/authorize'
+expect node-scope 'failurePolicy: Deny'
+expect node-scope 'name: gpushare-node-scope-tls'
+expect node-scope 'targetPort: node-scope'
+expect dedicated 'GPUSHARE_NODE_SCOPE' absent
+expect dedicated 'name: gpushare-node-scope' absent
+refuse bad-node-scope-url 'serverURL' --set nodeScope.enabled=true --set nodeScope.serverURL=http://10.0.0.10/authorize
+
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
 expect servicemonitor '- port: admin'
@@ -404,7 +418,7 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies alibaba; do
+for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies alibaba node-scope; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
 done
