@@ -70,6 +70,7 @@ type Options struct {
 	AllocateWait      time.Duration
 	ReconcileInterval time.Duration
 	Memory            MemoryOptions // memory.go
+	DRA               DRAOptions    // dra.go
 	// Names are the resource names and the annotation domain (--domain,
 	// --resource-name, --whole-resource-name), the same in every program.
 	Names cli.NameFlags
@@ -114,6 +115,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
 	o.Memory.addFlags(fs)
+	o.DRA.addFlags(fs)
 	o.Names.AddFlags(fs)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
@@ -277,8 +279,10 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.CheckNode(ctx); err != nil {
 		return err
 	}
-	if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
-		return err
+	if !o.DRA.Enabled {
+		if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
+			return err
+		}
 	}
 	var uuids []string
 	for _, c := range cards {
@@ -318,6 +322,9 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	if o.HealthChecks {
 		go health.New(gpus, store, clock.RealClock{}, o.HealthRecheckInterval, log).Run(ctx)
+	}
+	if o.DRA.Enabled {
+		return runDRA(ctx, o, names, store, plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}, client)
 	}
 	go Publish(ctx, cl, store, log)
 

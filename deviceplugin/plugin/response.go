@@ -41,15 +41,22 @@ func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
 	return oneof.Parse("device ID strategy", s, DeviceIDUUID, DeviceIDIndex)
 }
 
-// response is what the container gets for units of card. It depends on the
-// card and the count only, never on which container the plugin took the
-// call for: a wrong guess cannot give a container the wrong card.
+// response is what the container gets for units of card (Config.Response).
 func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAllocateResponse {
+	return p.cfg.Response(card, units, p.store.Unit())
+}
+
+// Response is what a container gets for units (of unit) of card: the
+// environment naming its grant and its card, how the card reaches it
+// (Strategy, DeviceIDStrategy) and MPS's limit. It depends on the card and
+// the count only, never on which container it is for: a wrong guess cannot
+// give a container the wrong card. The DRA driver hands a claim the same
+// edits through CDI (deviceplugin/dra).
+func (c Config) Response(card nvml.Card, units int64, unit api.MemoryUnit) *pluginapi.ContainerAllocateResponse {
 	id := card.UUID
-	if p.cfg.DeviceIDStrategy == DeviceIDIndex {
+	if c.DeviceIDStrategy == DeviceIDIndex {
 		id = strconv.Itoa(card.Index)
 	}
-	unit := p.store.Unit()
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 		api.EnvMemoryUnits:   strconv.FormatInt(units, 10),
 		api.EnvMemoryUnit:    string(unit),
@@ -58,16 +65,16 @@ func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAlloc
 		api.EnvCardUUID:      card.UUID,
 		api.EnvCardIndex:     strconv.Itoa(card.Index),
 	}}
-	for k, v := range p.cfg.Names.CompatEnv(card.Index, units, unit.UnitsFromMiB(card.MemoryMiB)) {
+	for k, v := range c.Names.CompatEnv(card.Index, units, unit.UnitsFromMiB(card.MemoryMiB)) {
 		r.Envs[k] = v
 	}
-	switch p.cfg.Strategy {
+	switch c.Strategy {
 	case StrategyEnvvar:
 		r.Envs[api.EnvNvidiaVisibleDevices] = id
 	default:
 		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
 		r.Mounts = []*pluginapi.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true}}
 	}
-	p.cfg.MPS.addTo(r, units*unit.MiB())
+	c.MPS.addTo(r, units*unit.MiB())
 	return r
 }

@@ -1,0 +1,40 @@
+package app
+
+import (
+	"context"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/dra"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+)
+
+// DRAOptions run the node agent as a DRA driver (deviceplugin/dra) instead
+// of a device plugin: the node's cards go to pods through ResourceClaims.
+type DRAOptions struct {
+	Enabled       bool
+	CDIDir        string
+	NvidiaCDIKind string
+	RegistryDir   string
+	PluginDir     string
+}
+
+func (o *DRAOptions) addFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "dra", false, "serve the cards through Dynamic Resource Allocation (a ResourceSlice with one shareable device per card, its memory as consumable capacity) instead of as device-plugin resources; the node's GPU pods then ask with ResourceClaims (docs/dra.md)")
+	fs.StringVar(&o.CDIDir, "dra-cdi-dir", dra.DefaultCDIDir, "with --dra, where the claims' CDI specs are written for the container runtime")
+	fs.StringVar(&o.NvidiaCDIKind, "dra-nvidia-cdi-kind", "", "with --dra, also name each card's device in NVIDIA's CDI spec (nvidia-ctk cdi generate), e.g. nvidia.com/gpu, for a runtime in CDI mode; empty: the NVIDIA runtime finds the card from the environment, as with the device plugin")
+	fs.StringVar(&o.RegistryDir, "dra-registry-dir", dra.KubeletRegistryDir, "with --dra, the kubelet's plugin registration directory")
+	fs.StringVar(&o.PluginDir, "dra-plugin-dir", "", "with --dra, the directory of the driver's socket (empty: /var/lib/kubelet/plugins/<driver>)")
+}
+
+// runDRA serves the node's cards as a DRA driver until ctx ends.
+func runDRA(ctx context.Context, o Options, names api.Names, store *inventory.Store, grant plugin.Config, client kubernetes.Interface) error {
+	log := klog.FromContext(ctx)
+	d := &dra.Driver{Name: dra.DriverName(names), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind}
+	log.Info("Serving the cards through DRA", "driver", d.Name, "cdiDir", d.CDIDir)
+	return dra.Run(ctx, client, d, dra.RunOptions{NodeName: o.NodeName, RegistryDir: o.DRA.RegistryDir, PluginDir: o.DRA.PluginDir})
+}

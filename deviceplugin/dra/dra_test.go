@@ -1,0 +1,182 @@
+package dra
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+)
+
+func store(t *testing.T) *inventory.Store {
+	t.Helper()
+	s, err := inventory.New(api.UnitGiB, []nvml.Card{
+		{Index: 0, UUID: "GPU-aaa", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960},
+		{Index: 1, UUID: "GPU-bbb", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960},
+		{Index: 2, UUID: "GPU-ccc", Model: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestDevicesOfferEachHealthyCardsMemoryAsSharedCapacity(t *testing.T) {
+	s := store(t)
+	s.SetUnhealthy("GPU-bbb", "XID 79")
+	devices := Devices(s.Inventory())
+	var names []string
+	for _, d := range devices {
+		names = append(names, d.Name)
+	}
+	if !slices.Equal(names, []string{"card-0", "card-2"}) {
+		t.Fatalf("devices %v, want card-0 and card-2 (card-1 is unhealthy)", names)
+	}
+	h100 := devices[1]
+	if h100.AllowMultipleAllocations == nil || !*h100.AllowMultipleAllocations {
+		t.Error("a card is not shareable")
+	}
+	c := h100.Capacity[CapacityMemory]
+	if want := resource.MustParse("79Gi"); c.Value.Cmp(want) != 0 {
+		t.Errorf("H100 memory %s, want %s (81,559 MiB in whole GiB)", c.Value.String(), want.String())
+	}
+	if p := c.RequestPolicy; p == nil || p.Default.String() != "1Gi" || p.ValidRange.Min.String() != "1Gi" || p.ValidRange.Step.String() != "1Gi" {
+		t.Errorf("request policy %+v, want default, min and step 1Gi", p)
+	}
+	if got := *h100.Attributes[AttributeUUID].StringValue; got != "GPU-ccc" {
+		t.Errorf("uuid attribute %q", got)
+	}
+	if got := *h100.Attributes[AttributeIndex].IntValue; got != 2 {
+		t.Errorf("index attribute %d", got)
+	}
+	if got := *h100.Attributes[AttributeModel].StringValue; got != "NVIDIA H100 80GB HBM3" {
+		t.Errorf("model attribute %q", got)
+	}
+
+	s.SetIsolation("test", api.Isolation{Index: []int{0}})
+	if got := Devices(s.Inventory()); len(got) != 1 || got[0].Name != "card-2" {
+		t.Errorf("with card 0 isolated: %v, want card-2 only", got)
+	}
+}
+
+func TestCardIndexAndUnits(t *testing.T) {
+	for name, want := range map[string]int{"card-0": 0, "card-12": 12} {
+		if got, ok := CardIndex(name); !ok || got != want {
+			t.Errorf("CardIndex(%q) = %d, %v", name, got, ok)
+		}
+	}
+	for _, bad := range []string{"card-", "card--1", "card-01", "gpu-0", "card-x"} {
+		if _, ok := CardIndex(bad); ok {
+			t.Errorf("CardIndex(%q) accepted", bad)
+		}
+	}
+	if got := Units(resource.MustParse("1536Mi"), api.UnitGiB); got != 2 {
+		t.Errorf("1536Mi in GiB = %d, want 2 (rounded up)", got)
+	}
+	if got := Units(resource.MustParse("10Gi"), api.UnitMiB); got != 10240 {
+		t.Errorf("10Gi in MiB = %d", got)
+	}
+}
+
+func claim(uid, namespace string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "c-" + uid, Namespace: namespace, UID: types.UID(uid)},
+		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}},
+	}
+}
+
+func result(request, pool, device, memory string) resourceapi.DeviceRequestAllocationResult {
+	r := resourceapi.DeviceRequestAllocationResult{Request: request, Driver: "gpushare.example.com", Pool: pool, Device: device}
+	if memory != "" {
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{CapacityMemory: resource.MustParse(memory)}
+	}
+	return r
+}
+
+func TestPrepareHandsTheClaimTheDevicePluginsGrantThroughCDI(t *testing.T) {
+	dir := t.TempDir()
+	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: dir,
+		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyVolumeMounts, DeviceIDStrategy: plugin.DeviceIDUUID}}
+	other := result("other", "gpu-1", "nic-0", "")
+	other.Driver = "nic.example.com"
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{
+		claim("u1", "team", result("gpu", "gpu-1", "card-2", "10Gi"), other),
+		claim("u2", "team", result("gpu", "gpu-2", "card-0", "10Gi")),
+		{ObjectMeta: metav1.ObjectMeta{Name: "pending", Namespace: "team", UID: "u3"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := got["u1"]
+	if ok.Err != nil || len(ok.Devices) != 1 {
+		t.Fatalf("u1: %+v", ok)
+	}
+	want := kubeletplugin.Device{Requests: []string{"gpu"}, PoolName: "gpu-1", DeviceName: "card-2", CDIDeviceIDs: []string{"gpushare.example.com/claim=u1-gpu-card-2"}}
+	if dev := ok.Devices[0]; dev.PoolName != want.PoolName || dev.DeviceName != want.DeviceName || !slices.Equal(dev.Requests, want.Requests) || !slices.Equal(dev.CDIDeviceIDs, want.CDIDeviceIDs) {
+		t.Errorf("u1 device %+v, want %+v", dev, want)
+	}
+	if e := got["u2"].Err; e == nil || !strings.Contains(e.Error(), "not a card of this node's pool") {
+		t.Errorf("u2 (another node's pool): %v", e)
+	}
+	if e := got["u3"].Err; e == nil || !strings.Contains(e.Error(), "not allocated") {
+		t.Errorf("u3 (not allocated): %v", e)
+	}
+
+	b, err := os.ReadFile(filepath.Join(dir, "gpushare.example.com-claim_u1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdispec.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if err := cdispec.ValidateVersion(&spec); err != nil || spec.Kind != "gpushare.example.com/claim" || len(spec.Devices) != 1 || spec.Devices[0].Name != "u1-gpu-card-2" {
+		t.Fatalf("spec %s: %v", b, err)
+	}
+	edits := spec.Devices[0].ContainerEdits
+	for _, env := range []string{"GPUSHARE_MEMORY_UNITS=10", "GPUSHARE_CARD_UUID=GPU-ccc", "GPUSHARE_CARD_INDEX=2", "NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices"} {
+		if !slices.Contains(edits.Env, env) {
+			t.Errorf("env %v lacks %s", edits.Env, env)
+		}
+	}
+	if len(edits.Mounts) != 1 || edits.Mounts[0].ContainerPath != "/var/run/nvidia-container-devices/GPU-ccc" || edits.Mounts[0].HostPath != "/dev/null" || !slices.Contains(edits.Mounts[0].Options, "ro") {
+		t.Errorf("mounts %+v, want /dev/null read-only at the card's device-list path", edits.Mounts)
+	}
+
+	// Unpreparing removes the spec, and again is no error.
+	for range 2 {
+		res, err := d.UnprepareResourceClaims(context.Background(), []kubeletplugin.NamespacedObject{{UID: "u1"}})
+		if err != nil || res["u1"] != nil {
+			t.Fatalf("unprepare: %v %v", res, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpushare.example.com-claim_u1.json")); !os.IsNotExist(err) {
+		t.Errorf("spec still there: %v", err)
+	}
+}
+
+func TestPrepareNamesNvidiasCDIDeviceWhenAsked(t *testing.T) {
+	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: t.TempDir(), NvidiaCDIKind: "nvidia.com/gpu",
+		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyEnvvar}}
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("u1", "team", result("gpu", "gpu-1", "card-0", "1536Mi"))})
+	if err != nil || got["u1"].Err != nil {
+		t.Fatal(err, got["u1"].Err)
+	}
+	if ids := got["u1"].Devices[0].CDIDeviceIDs; !slices.Equal(ids, []string{"gpushare.example.com/claim=u1-gpu-card-0", "nvidia.com/gpu=GPU-aaa"}) {
+		t.Errorf("CDI IDs %v", ids)
+	}
+}

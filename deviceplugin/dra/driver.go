@@ -1,0 +1,126 @@
+package dra
+
+import (
+	"context"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/plugin"
+)
+
+// Driver is the DRA kubelet plugin of one node.
+type Driver struct {
+	// Name is the driver's name (DriverName).
+	Name string
+	// Pool is the node's pool: the node's name.
+	Pool string
+	// Store holds the node's cards, their health and isolation.
+	Store *inventory.Store
+	// Grant shapes what a container gets for its share of a card, as for
+	// the device plugin (Strategy, DeviceIDStrategy, MPS, Names).
+	Grant plugin.Config
+	// CDIDir is where claim specs are written (DefaultCDIDir).
+	CDIDir string
+	// NvidiaCDIKind, when set (e.g. nvidia.com/gpu), also names the card's
+	// device in NVIDIA's CDI spec (nvidia-ctk cdi generate) for each
+	// container, for a runtime in CDI mode: <kind>=<card UUID>.
+	NvidiaCDIKind string
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// Resources are the slice to publish for the inventory in force.
+func (d *Driver) Resources() resourceslice.DriverResources {
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		d.Pool: {Slices: []resourceslice.Slice{{Devices: Devices(d.Store.Inventory())}}},
+	}}
+}
+
+// PrepareResourceClaims gives each claim's containers their share of the
+// card the scheduler allocated: a CDI device per allocated card carrying the
+// device plugin's environment and mounts for the consumed memory.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		devices, err := d.prepare(claim)
+		out[claim.UID] = kubeletplugin.PrepareResult{Devices: devices, Err: err}
+	}
+	return out, nil
+}
+
+func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	unit := d.Store.Unit()
+	var devices []kubeletplugin.Device
+	var specs []cdispec.Device
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != d.Name {
+			continue
+		}
+		card, err := d.card(r.Pool, r.Device)
+		if err != nil {
+			return nil, err
+		}
+		units := int64(1)
+		if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
+			units = Units(q, unit)
+		}
+		name := string(claim.UID) + "-" + r.Request + "-" + r.Device
+		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Response(card, units, unit))})
+		ids := []string{cdiKind(d.Name) + "=" + name}
+		if d.NvidiaCDIKind != "" {
+			ids = append(ids, d.NvidiaCDIKind+"="+card.UUID)
+		}
+		devices = append(devices, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: ids})
+	}
+	if err := writeSpec(d.CDIDir, d.Name, claim.UID, specs); err != nil {
+		return nil, err
+	}
+	return devices, nil
+}
+
+// card is the card an allocation result names on this node.
+func (d *Driver) card(pool, device string) (nvml.Card, error) {
+	index, ok := CardIndex(device)
+	if pool != d.Pool || !ok {
+		return nvml.Card{}, errNotOurs(pool, device)
+	}
+	for _, c := range d.Store.Cards() {
+		if c.Index == index {
+			return c, nil
+		}
+	}
+	return nvml.Card{}, errNotOurs(pool, device)
+}
+
+// UnprepareResourceClaims removes the claims' CDI specs.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		out[c.UID] = removeSpec(d.CDIDir, d.Name, c.UID)
+	}
+	return out, nil
+}
+
+// HandleError logs background errors (publishing the slice); they are
+// retried.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+}
+
+// WatchHealthStatus: card health reaches the scheduler through the slice
+// (an unhealthy or isolated card is not published), not through the
+// kubelet's health API.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}

@@ -1,0 +1,103 @@
+// Package dra is the node agent's Dynamic Resource Allocation mode: a DRA
+// kubelet plugin (k8s.io/dynamic-resource-allocation/kubeletplugin) that
+// publishes one device per card in a ResourceSlice, with the card's memory
+// as consumable capacity (several claims share a card, each consuming part
+// of it), and prepares a claim by handing its containers the same grant the
+// device plugin gives (plugin.Config.Response) through a CDI spec. The
+// scheduler's DRA allocator picks the card; the node agent's inventory
+// (deviceplugin/inventory) is the one source of the cards, their health and
+// isolation.
+package dra
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
+)
+
+// Capacity and attribute names of a card device. A claim asks for
+// capacity.requests.memory; a selector reads
+// device.attributes["<driver>"].model, .uuid or .index.
+const (
+	CapacityMemory resourceapi.QualifiedName = "memory"
+	AttributeModel resourceapi.QualifiedName = "model"
+	AttributeUUID  resourceapi.QualifiedName = "uuid"
+	AttributeIndex resourceapi.QualifiedName = "index"
+	devicePrefix                             = "card-"
+)
+
+// DriverName is the DRA driver's name: the annotation domain (--domain), so
+// that one cluster's names stay together (gpushare.example.com).
+func DriverName(names api.Names) string { return names.Domain() }
+
+// DeviceName names card index in the slice: card-0, card-1, ...
+func DeviceName(index int) string { return devicePrefix + strconv.Itoa(index) }
+
+// CardIndex is the card a device name names (false: not one of ours).
+func CardIndex(device string) (int, bool) {
+	s, ok := strings.CutPrefix(device, devicePrefix)
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil && i >= 0 && strconv.Itoa(i) == s
+}
+
+// Quantity is units of unit as a resource.Quantity (10 GiB: "10Gi").
+func Quantity(units int64, unit api.MemoryUnit) resource.Quantity {
+	return *resource.NewQuantity(units*unit.MiB()<<20, resource.BinarySI)
+}
+
+// Units is q in whole units of unit, rounded up (a claim for 1.5Gi in GiB
+// consumes 2, as the request policy's step rounds it).
+func Units(q resource.Quantity, unit api.MemoryUnit) int64 {
+	b := unit.MiB() << 20
+	return (q.Value() + b - 1) / b
+}
+
+// Devices are the slice's devices for inv: one per healthy card, shareable
+// (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit) as
+// capacity "memory" that claims consume in whole units (default one unit,
+// step one unit). Unhealthy and isolated cards are left out, so no new
+// claim is allocated on them.
+func Devices(inv api.Inventory) []resourceapi.Device {
+	unit := inv.Unit
+	one := Quantity(1, unit)
+	var out []resourceapi.Device
+	for _, c := range inv.Cards {
+		if c.State != api.CardHealthy || c.Units <= 0 {
+			continue
+		}
+		out = append(out, resourceapi.Device{
+			Name:                     DeviceName(c.Index),
+			AllowMultipleAllocations: ptr.To(true),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				AttributeModel: {StringValue: ptr.To(c.Model)},
+				AttributeUUID:  {StringValue: ptr.To(c.UUID)},
+				AttributeIndex: {IntValue: ptr.To(int64(c.Index))},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				CapacityMemory: {
+					Value: Quantity(c.Units, unit),
+					RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    ptr.To(one),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one), Step: ptr.To(one)},
+					},
+				},
+			},
+		})
+	}
+	return out
+}
+
+// errNotOurs says an allocation result names a device this node does not
+// have.
+func errNotOurs(pool, device string) error {
+	return fmt.Errorf("the claim is allocated device %s/%s, which is not a card of this node's pool: the ResourceSlice changed since the allocation; delete the pod so that it is scheduled again", pool, device)
+}
