@@ -366,6 +366,24 @@ expect dedicated 'GPUSHARE_NODE_SCOPE' absent
 expect dedicated 'name: gpushare-node-scope' absent
 refuse bad-node-scope-url 'serverURL' --set nodeScope.enabled=true --set nodeScope.serverURL=http://10.0.0.10/authorize
 
+# DRA (dra.enabled): the DeviceClass, a second node-agent DaemonSet in DRA mode on the nodes labelled
+# <domain>/dra=true (the device plugin's DaemonSet avoids them), its RBAC and slice policy.
+render dra --set dra.enabled=true
+expect dra 'kind: DeviceClass'
+expect dra 'expression: device.driver == "gpushare.example.com"'
+expect dra 'name: gpushare-device-plugin-dra'
+expect dra 'app.kubernetes.io/component: dra-driver'
+expect dra 'gpushare.example.com/dra: "true"'
+expect dra 'key: gpushare.example.com/dra, operator: NotIn'
+expect dra 'name: GPUSHARE_DRA$'
+expect dra 'mountPath: /var/lib/kubelet/plugins/gpushare.example.com'
+expect dra 'resources: \[resourceslices\]'
+expect dra 'name: gpushare-plugin-resourceslices'
+count dra 'kind: DaemonSet' 2
+expect dedicated 'kind: DeviceClass' absent
+expect dedicated 'GPUSHARE_DRA' absent
+expect dedicated 'resourceslices' absent
+
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
 expect servicemonitor '- port: admin'
@@ -418,7 +436,7 @@ check_program_env() {
   if [ "$code" -eq 1 ]; then pass "$name $container accepts the chart's values"
   else fail "$name $container values" "exit $code, want 1 (past the option checks, no cluster): $(cat "$out/$name-$container.run")"; fi
 }
-for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies alibaba node-scope; do
+for r in dedicated strategies isolation record-key-existing record-signing-off allowed-policies alibaba node-scope dra; do
   check_program_env "$r" extender gpushare-scheduler
   check_program_env "$r" device-plugin gpushare-device-plugin
 done

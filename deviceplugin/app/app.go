@@ -324,7 +324,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		go health.New(gpus, store, clock.RealClock{}, o.HealthRecheckInterval, log).Run(ctx)
 	}
 	if o.DRA.Enabled {
-		return runDRA(ctx, o, names, store, plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}, client)
+		return runDRA(ctx, o, names, store, cl, plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}, client)
 	}
 	go Publish(ctx, cl, store, log)
 

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/dra"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
@@ -32,9 +33,20 @@ func (o *DRAOptions) addFlags(fs *pflag.FlagSet) {
 }
 
 // runDRA serves the node's cards as a DRA driver until ctx ends.
-func runDRA(ctx context.Context, o Options, names api.Names, store *inventory.Store, grant plugin.Config, client kubernetes.Interface) error {
+// The memory that pods placed through the device plugin still hold on the
+// node (it moved to DRA while they ran) is withheld from the slice until
+// they finish (dra.Held).
+func runDRA(ctx context.Context, o Options, names api.Names, store *inventory.Store, cl *cluster.Cluster, grant plugin.Config, client kubernetes.Interface) error {
 	log := klog.FromContext(ctx)
-	d := &dra.Driver{Name: dra.DriverName(names), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind}
+	held := func() map[int]int64 {
+		pods, err := cl.Pods()
+		if err != nil {
+			log.Error(err, "Reading the node's pods: withholding nothing")
+			return nil
+		}
+		return dra.Held(names, store.Inventory(), o.NodeName, pods)
+	}
+	d := &dra.Driver{Name: dra.DriverName(names), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind, Held: held}
 	log.Info("Serving the cards through DRA", "driver", d.Name, "cdiDir", d.CDIDir)
 	return dra.Run(ctx, client, d, dra.RunOptions{NodeName: o.NodeName, RegistryDir: o.DRA.RegistryDir, PluginDir: o.DRA.PluginDir})
 }

@@ -3,12 +3,14 @@ package dra
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 func store(t *testing.T) *inventory.Store {
@@ -38,7 +41,7 @@ func store(t *testing.T) *inventory.Store {
 func TestDevicesOfferEachHealthyCardsMemoryAsSharedCapacity(t *testing.T) {
 	s := store(t)
 	s.SetUnhealthy("GPU-bbb", "XID 79")
-	devices := Devices(s.Inventory())
+	devices := Devices(s.Inventory(), nil)
 	var names []string
 	for _, d := range devices {
 		names = append(names, d.Name)
@@ -68,7 +71,7 @@ func TestDevicesOfferEachHealthyCardsMemoryAsSharedCapacity(t *testing.T) {
 	}
 
 	s.SetIsolation("test", api.Isolation{Index: []int{0}})
-	if got := Devices(s.Inventory()); len(got) != 1 || got[0].Name != "card-2" {
+	if got := Devices(s.Inventory(), nil); len(got) != 1 || got[0].Name != "card-2" {
 		t.Errorf("with card 0 isolated: %v, want card-2 only", got)
 	}
 }
@@ -178,5 +181,37 @@ func TestPrepareNamesNvidiasCDIDeviceWhenAsked(t *testing.T) {
 	}
 	if ids := got["u1"].Devices[0].CDIDeviceIDs; !slices.Equal(ids, []string{"gpushare.example.com/claim=u1-gpu-card-0", "nvidia.com/gpu=GPU-aaa"}) {
 		t.Errorf("CDI IDs %v", ids)
+	}
+}
+
+// A node moved from the device plugin to DRA keeps its running
+// device-plugin pods: their memory stays out of the slice until they finish.
+func TestDevicePluginPodsMemoryIsWithheldFromTheSlice(t *testing.T) {
+	s := store(t)
+	names := api.DefaultNames()
+	pods := []*corev1.Pod{
+		podtest.Make("team", "ten").GPU("c", 10).AssignOn("gpu-1", api.PhaseAllocated, 0).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("team", "five").GPU("c", 5).AssignOn("gpu-1", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
+		podtest.Make("team", "whole").Whole("w", 1).AssignWholeOn("gpu-1", api.PhaseAllocated, nil, []int{1}).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("team", "done").GPU("c", 30).AssignOn("gpu-1", api.PhaseAllocated, 2).Phase(corev1.PodSucceeded).Obj(),
+		podtest.Make("team", "elsewhere").GPU("c", 30).AssignOn("gpu-2", api.PhaseAllocated, 2).Phase(corev1.PodRunning).Obj(),
+		podtest.Make("team", "no-record").Node("gpu-1").Phase(corev1.PodRunning).Obj(),
+	}
+	held := Held(names, s.Inventory(), "gpu-1", pods)
+	if want := map[int]int64{0: 15, 1: 40}; !maps.Equal(held, want) {
+		t.Fatalf("held %v, want %v", held, want)
+	}
+	devices := Devices(s.Inventory(), held)
+	if len(devices) != 2 || devices[0].Name != "card-0" || devices[1].Name != "card-2" {
+		t.Fatalf("devices %v, want card-0 (25 left) and card-2 (card-1 is held whole)", devices)
+	}
+	if got := devices[0].Capacity[CapacityMemory].Value; got.Cmp(resource.MustParse("25Gi")) != 0 {
+		t.Errorf("card-0 offers %s, want 25Gi (40 less 10 and 5 held)", got.String())
+	}
+	if got := devices[1].Capacity[CapacityMemory].Value; got.Cmp(resource.MustParse("79Gi")) != 0 {
+		t.Errorf("card-2 offers %s, want all 79Gi (its pod finished)", got.String())
+	}
+	if got := convert(1536, api.UnitMiB, api.UnitGiB); got != 2 {
+		t.Errorf("1536 MiB held = %d GiB, want 2 (rounded up)", got)
 	}
 }

@@ -33,6 +33,9 @@ type Driver struct {
 	// device in NVIDIA's CDI spec (nvidia-ctk cdi generate) for each
 	// container, for a runtime in CDI mode: <kind>=<card UUID>.
 	NvidiaCDIKind string
+	// Held, when set, is the memory device-plugin pods still hold per card
+	// (Held), withheld from the slice.
+	Held func() map[int]int64
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -40,8 +43,15 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // Resources are the slice to publish for the inventory in force.
 func (d *Driver) Resources() resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.Pool: {Slices: []resourceslice.Slice{{Devices: Devices(d.Store.Inventory())}}},
+		d.Pool: {Slices: []resourceslice.Slice{{Devices: Devices(d.Store.Inventory(), d.held())}}},
 	}}
+}
+
+func (d *Driver) held() map[int]int64 {
+	if d.Held == nil {
+		return nil
+	}
+	return d.Held()
 }
 
 // PrepareResourceClaims gives each claim's containers their share of the

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -23,6 +27,8 @@ type RunOptions struct {
 	NodeName    string
 	RegistryDir string
 	PluginDir   string
+	// Resync is how often the slice is computed again (DefaultResync).
+	Resync time.Duration
 }
 
 // Run serves d as the node's DRA kubelet plugin until ctx ends: it
@@ -55,16 +61,32 @@ func Run(ctx context.Context, client kubernetes.Interface, d *Driver, o RunOptio
 		return fmt.Errorf("start the DRA kubelet plugin %s: %w", d.Name, err)
 	}
 	defer helper.Stop()
+	resync := o.Resync
+	if resync <= 0 {
+		resync = DefaultResync
+	}
+	tick := time.NewTicker(resync)
+	defer tick.Stop()
+	var last []resourceapi.Device
 	for {
 		changed := d.Store.Changed()
-		if err := helper.PublishResources(ctx, d.Resources()); err != nil {
-			return fmt.Errorf("publish the node's ResourceSlice: %w", err)
+		res := d.Resources()
+		if devices := res.Pools[d.Pool].Slices[0].Devices; !apiequality.Semantic.DeepEqual(devices, last) {
+			if err := helper.PublishResources(ctx, res); err != nil {
+				return fmt.Errorf("publish the node's ResourceSlice: %w", err)
+			}
+			logger.Info("Published the node's cards", "pool", d.Pool, "devices", len(devices))
+			last = devices
 		}
-		logger.Info("Published the node's cards", "pool", d.Pool, "devices", len(d.Resources().Pools[d.Pool].Slices[0].Devices))
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
+		case <-tick.C:
 		}
 	}
 }
+
+// DefaultResync is how often the slice is computed again besides a card's
+// change of state: device-plugin pods finishing give their memory back.
+const DefaultResync = 10 * time.Second

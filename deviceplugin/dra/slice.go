@@ -62,16 +62,18 @@ func Units(q resource.Quantity, unit api.MemoryUnit) int64 {
 }
 
 // Devices are the slice's devices for inv: one per healthy card, shareable
-// (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit) as
-// capacity "memory" that claims consume in whole units (default one unit,
-// step one unit). Unhealthy and isolated cards are left out, so no new
-// claim is allocated on them.
-func Devices(inv api.Inventory) []resourceapi.Device {
+// (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit)
+// less what held says device-plugin pods hold on it (Held) as capacity
+// "memory" that claims consume in whole units (default one unit, step one
+// unit). Unhealthy and isolated cards, and cards with nothing left, are left
+// out, so no new claim is allocated on them.
+func Devices(inv api.Inventory, held map[int]int64) []resourceapi.Device {
 	unit := inv.Unit
 	one := Quantity(1, unit)
 	var out []resourceapi.Device
 	for _, c := range inv.Cards {
-		if c.State != api.CardHealthy || c.Units <= 0 {
+		units := c.Units - held[c.Index]
+		if c.State != api.CardHealthy || units <= 0 {
 			continue
 		}
 		out = append(out, resourceapi.Device{
@@ -84,7 +86,7 @@ func Devices(inv api.Inventory) []resourceapi.Device {
 			},
 			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 				CapacityMemory: {
-					Value: Quantity(c.Units, unit),
+					Value: Quantity(units, unit),
 					RequestPolicy: &resourceapi.CapacityRequestPolicy{
 						Default:    ptr.To(one),
 						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one), Step: ptr.To(one)},

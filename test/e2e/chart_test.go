@@ -30,7 +30,7 @@ func TestChartManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("hack/chart-check.sh with server dry-run: %v\n%s", err, out)
 	}
-	for _, rendering := range []string{"dedicated", "extender-only", "ha", "strategies", "isolation", "no-deviceplugin", "node-scope"} {
+	for _, rendering := range []string{"dedicated", "extender-only", "ha", "strategies", "isolation", "no-deviceplugin", "node-scope", "dra"} {
 		if !strings.Contains(string(out), "ok   server dry-run "+rendering+"\n") {
 			t.Errorf("rendering %q was not validated by the API server:\n%s", rendering, out)
 		}

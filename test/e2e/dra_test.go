@@ -126,6 +126,21 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 		t.Fatalf("device %+v, want card-0, shareable, 40Gi of memory", dev)
 	}
 
+	// As root on dra-a would, with the node agent's token: another node's
+	// slice is refused by the chart's policy, its own is not.
+	agent := pluginIdentityOn(ctx, t, c, ns, "dra-a", "--set", "dra.enabled=true")
+	forged := slice.DeepCopy()
+	forged.ObjectMeta = metav1.ObjectMeta{GenerateName: "forged-"}
+	forged.Spec.NodeName = ptr.To("dra-b")
+	forged.Spec.Pool.Name = "dra-b"
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	_, err := agent.ResourceV1().ResourceSlices().Create(ctx, forged, dry)
+	wantError(t, "a slice for another node", err, "writes only its own node's gpushare.example.com ResourceSlice", "This token is for node dra-a; the slice is for node dra-b")
+	forged.Spec.NodeName, forged.Spec.Pool.Name = ptr.To("dra-a"), "dra-a"
+	if _, err := agent.ResourceV1().ResourceSlices().Create(ctx, forged, dry); err != nil {
+		t.Errorf("the node agent on dra-a writing a slice for dra-a: %v, want allowed", err)
+	}
+
 	for _, cl := range []struct{ name, memory string }{{"ten", "10Gi"}, {"twenty", "20Gi"}, {"fifty", "50Gi"}, {"fifteen", "15Gi"}} {
 		if _, err := c.Client.ResourceV1().ResourceClaims(ns).Create(ctx, memoryClaim(ns, cl.name, cl.memory), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

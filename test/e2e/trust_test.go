@@ -447,10 +447,11 @@ func grant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, user, kind
 
 // pluginIdentityOn returns a client holding what the device plugin on node
 // holds in a real install: the chart's service account and RBAC, and a token
-// bound to a plugin pod on that node (so it carries the node's name).
-func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string) kubernetes.Interface {
+// bound to a plugin pod on that node (so it carries the node's name). set are
+// more --set flags for the chart (e.g. dra.enabled=true for its DRA rules).
+func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string, set ...string) kubernetes.Interface {
 	t.Helper()
-	out := renderChart(ctx, t, system, "templates/deviceplugin.yaml")
+	out := renderChart(ctx, t, system, "templates/deviceplugin.yaml", set...)
 	var rbac [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var meta struct {

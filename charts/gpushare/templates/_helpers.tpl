@@ -104,6 +104,9 @@ nodeScope.extraSANs. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* The node label that makes a node serve its cards through DRA (value "true"). */}}
+{{- define "gpushare.dra.nodeLabel" -}}{{ .Values.names.domain }}/dra{{- end -}}
+
 {{/* The device plugin's service account as a username (the node-scope webhook's user). */}}
 {{- define "gpushare.deviceplugin.user" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.deviceplugin.fullname" . }}

@@ -1,0 +1,212 @@
+{{/* The node agent's DaemonSet: as a device plugin (dra false) or as the DRA driver (dra true), on
+the nodes labelled for it (docs/dra.md). Arguments: dict "root" (the chart's context) "dra" (bool). */}}
+{{- define "gpushare.nodeAgent" -}}
+{{- $dra := .dra -}}
+{{- with .root -}}
+{{- $iso := .Values.devicePlugin.isolation }}
+{{- $component := ternary "dra-driver" "device-plugin" $dra }}
+{{- $selector := include "gpushare.deviceplugin.selectorLabels" . | replace "component: device-plugin" (printf "component: %s" $component) }}
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: {{ include "gpushare.deviceplugin.fullname" . }}{{ if $dra }}-dra{{ end }}
+  namespace: {{ .Release.Namespace }}
+  labels: {{- include "gpushare.labels" . | nindent 4 }}
+    app.kubernetes.io/component: {{ $component }}
+spec:
+  selector:
+    matchLabels: {{- $selector | nindent 6 }}
+  # From Kubernetes 1.37 the kubelet keeps one endpoint per plugin socket, so the new plugin starts
+  # beside the old one (its own socket, GPUSHARE_INSTANCE) and takes over without a moment at which
+  # the node's GPU devices are unhealthy; before, the old pod stops first (docs/install.md, "Upgrade").
+  updateStrategy:
+    type: RollingUpdate
+    rollingUpdate:
+      {{- if and (not $dra) (semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version) }}
+      maxSurge: 1
+      maxUnavailable: 0
+      {{- else }}
+      maxSurge: 0
+      maxUnavailable: 1
+      {{- end }}
+  template:
+    metadata:
+      labels: {{- $selector | nindent 8 }}
+      {{- with .Values.devicePlugin.podAnnotations }}
+      annotations: {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      {{- with .Values.devicePlugin.runtimeClassName }}
+      runtimeClassName: {{ . }}
+      {{- end }}
+      serviceAccountName: {{ include "gpushare.deviceplugin.fullname" . }}
+      {{- if and (not $dra) (ne (toString .Values.devicePlugin.memory.sampleInterval) "0s") }}
+      # Memory sampling: NVML reports host PIDs, and /proc/<pid>/cgroup (the host's /proc) says which
+      # pod and container each belongs to; enforcement: kill signals them.
+      hostPID: true
+      {{- end }}
+      priorityClassName: {{ .Values.devicePlugin.priorityClassName }}
+      {{- with .Values.imagePullSecrets }}
+      imagePullSecrets: {{- toYaml . | nindent 8 }}
+      {{- end }}
+      nodeSelector: {{- toYaml (ternary (merge (dict (include "gpushare.dra.nodeLabel" .) "true") .Values.devicePlugin.nodeSelector) .Values.devicePlugin.nodeSelector $dra) | nindent 8 }}
+      {{- if and .Values.dra.enabled (not $dra) }}
+      # Nodes labelled {{ include "gpushare.dra.nodeLabel" . }}=true serve their cards through DRA instead (docs/dra.md).
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+              - matchExpressions:
+                  - {key: {{ include "gpushare.dra.nodeLabel" . }}, operator: NotIn, values: ["true"]}
+      {{- end }}
+      {{- with .Values.devicePlugin.tolerations }}
+      tolerations: {{- toYaml . | nindent 8 }}
+      {{- end }}
+      containers:
+        - name: device-plugin
+          image: {{ include "gpushare.image" . }}
+          imagePullPolicy: {{ .Values.image.pullPolicy }}
+          command: [/usr/local/bin/gpushare-device-plugin]
+          {{- with .Values.devicePlugin.extraArgs }}
+          args: {{- toYaml . | nindent 12 }}
+          {{- end }}
+          env:
+            - name: NODE_NAME
+              valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+            - name: GPUSHARE_INSTANCE
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+            {{- include "gpushare.namesEnv" . | nindent 12 }}
+            - name: GPUSHARE_MEMORY_UNIT
+              value: {{ .Values.devicePlugin.memoryUnit | quote }}
+            - name: GPUSHARE_DEVICE_LIST_STRATEGY
+              value: {{ .Values.devicePlugin.deviceListStrategy | quote }}
+            - name: GPUSHARE_DEVICE_ID_STRATEGY
+              value: {{ .Values.devicePlugin.deviceIDStrategy | quote }}
+            - name: GPUSHARE_HEALTH_CHECKS
+              value: {{ .Values.devicePlugin.healthChecks | quote }}
+            - name: GPUSHARE_FAIL_ON_INIT_ERROR
+              value: {{ .Values.devicePlugin.failOnInitError | quote }}
+            - name: GPUSHARE_MEMORY_SAMPLE_INTERVAL
+              value: {{ .Values.devicePlugin.memory.sampleInterval | quote }}
+            - name: GPUSHARE_MEMORY_ENFORCEMENT
+              value: {{ .Values.devicePlugin.memory.enforcement | quote }}
+            - name: GPUSHARE_MEMORY_TOLERANCE
+              value: {{ .Values.devicePlugin.memory.tolerance | quote }}
+            - name: GPUSHARE_MEMORY_GRACE
+              value: {{ .Values.devicePlugin.memory.grace | quote }}
+            - name: GPUSHARE_METRICS_ADDRESS
+              value: ":{{ .Values.devicePlugin.metricsPort }}"
+            - name: GPUSHARE_ADMIN_AUTH
+              value: {{ ternary "delegated" "none" .Values.adminAuth.enabled }}
+            {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 12 }}{{ end }}
+            {{- if .Values.devicePlugin.mps.enabled }}
+            - name: GPUSHARE_MPS
+              value: "true"
+            - name: GPUSHARE_MPS_PIPE_DIR
+              value: {{ .Values.devicePlugin.mps.pipeDirectory | quote }}
+            - name: GPUSHARE_MPS_SHM_DIR
+              value: {{ .Values.devicePlugin.mps.shmDirectory | quote }}
+            {{- end }}
+            {{- if $dra }}
+            - name: GPUSHARE_DRA
+              value: "true"
+            - name: GPUSHARE_DRA_CDI_DIR
+              value: /var/run/cdi
+            - name: GPUSHARE_DRA_REGISTRY_DIR
+              value: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir | quote }}
+            - name: GPUSHARE_DRA_PLUGIN_DIR
+              value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
+            {{- end }}
+            {{- if or $iso.index $iso.uuid }}
+            - name: GPUSHARE_ISOLATION_FILE
+              value: /etc/gpushare/isolation/unhealthyDevices.json
+            {{- end }}
+            # NVML needs every card's device node and the driver's utility libraries. The cards are
+            # asked for the way gpushare asks for a pod's card: a volume mount named "all" under
+            # /var/run/nvidia-container-devices, which the NVIDIA toolkit honours for unprivileged
+            # containers (accept-nvidia-visible-devices-as-volume-mounts=true, docs/install.md),
+            # while it ignores NVIDIA_VISIBLE_DEVICES=all there. So no privileged container.
+            - name: NVIDIA_VISIBLE_DEVICES
+              value: {{ if .Values.devicePlugin.privileged }}all{{ else }}/var/run/nvidia-container-devices{{ end }}
+            - name: NVIDIA_DRIVER_CAPABILITIES
+              value: utility
+          securityContext:
+            # Root (uid 0) without any capability: the kubelet's device-plugins and pod-resources
+            # directories and sockets are root's, and their owner needs no capability to create its
+            # socket or connect to the kubelet's. NVML opens the device nodes the runtime put in the
+            # container's device cgroup: no capability either. Proved by the container lane
+            # (docs/e2e.md, "the device plugin's own pod"). devicePlugin.privileged=true is for
+            # toolkits without volume-mount device requests.
+            privileged: {{ .Values.devicePlugin.privileged }}
+            {{- if not .Values.devicePlugin.privileged }}
+            allowPrivilegeEscalation: false
+            capabilities: {drop: [ALL]}
+            readOnlyRootFilesystem: true
+            seccompProfile: {type: RuntimeDefault}
+            {{- end }}
+            runAsUser: 0
+          {{- if not $dra }}
+          ports:
+            - name: metrics
+              containerPort: {{ .Values.devicePlugin.metricsPort }}
+          # Ready once the kubelet streams the devices from this plugin (ListAndWatch open on every
+          # resource it serves): a rolling update stops the old plugin only then.
+          readinessProbe:
+            httpGet: {path: /readyz, port: metrics}
+            periodSeconds: 2
+            failureThreshold: 1
+          {{- end }}
+          resources: {{- toYaml .Values.devicePlugin.resources | nindent 12 }}
+          volumeMounts:
+            {{- if not .Values.devicePlugin.privileged }}
+            - name: all-gpus
+              mountPath: /var/run/nvidia-container-devices/all
+              readOnly: true
+            {{- end }}
+            {{- if $dra }}
+            # The DRA driver's socket, its registration with the kubelet and the claims' CDI specs.
+            - name: dra-plugins
+              mountPath: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain }}
+            - name: dra-registry
+              mountPath: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir }}
+            - name: cdi
+              mountPath: /var/run/cdi
+            {{- else }}
+            - name: device-plugins
+              mountPath: /var/lib/kubelet/device-plugins
+            - name: pod-resources
+              mountPath: /var/lib/kubelet/pod-resources
+              readOnly: true
+            {{- end }}
+            {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyMount" . | nindent 12 }}{{ end }}
+            {{- if or $iso.index $iso.uuid }}
+            - name: isolation
+              mountPath: /etc/gpushare/isolation
+              readOnly: true
+            {{- end }}
+      volumes:
+        {{- if not .Values.devicePlugin.privileged }}
+        - name: all-gpus
+          hostPath: {path: /dev/null, type: CharDevice}
+        {{- end }}
+        {{- if $dra }}
+        - name: dra-plugins
+          hostPath: {path: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain }}, type: DirectoryOrCreate}
+        - name: dra-registry
+          hostPath: {path: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir }}, type: Directory}
+        - name: cdi
+          hostPath: {path: /var/run/cdi, type: DirectoryOrCreate}
+        {{- else }}
+        - name: device-plugins
+          hostPath: {path: {{ printf "%s/device-plugins" .Values.devicePlugin.kubeletDir }}, type: Directory}
+        - name: pod-resources
+          hostPath: {path: {{ printf "%s/pod-resources" .Values.devicePlugin.kubeletDir }}, type: Directory}
+        {{- end }}
+        {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyVolume" . | nindent 8 }}{{ end }}
+        {{- if or $iso.index $iso.uuid }}
+        - name: isolation
+          configMap:
+            name: {{ include "gpushare.deviceplugin.fullname" . }}-isolation
+        {{- end }}
+{{- end -}}
+{{- end -}}
