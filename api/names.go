@@ -177,6 +177,11 @@ func (n Names) AnnotationCardUUIDs() string { return n.key(keyCardUUIDs) }
 // labelled namespaces (cardChoice.uuidPinning).
 func (n Names) LabelCardPinning() string { return n.key("card-pinning") }
 
+// LabelDRA, with the value "true" on a Node, makes the node serve its cards
+// through DRA (the node agent's --dra mode, which the chart runs there)
+// instead of as device-plugin resources: <domain>/dra.
+func (n Names) LabelDRA() string { return n.key("dra") }
+
 // CardPinningAllowed is the value of LabelCardPinning that allows pinning.
 const CardPinningAllowed = "allowed"
 
