@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ const draDriver = "gpushare.example.com"
 
 // draNode starts a node agent whose plugin runs in DRA mode (--dra) with
 // cards of spec, and waits for its ResourceSlice.
-func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) *resourceapi.ResourceSlice {
+func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) (*cluster.Node, *resourceapi.ResourceSlice) {
 	t.Helper()
 	state := c.NodeStateDir(name)
 	node, err := c.StartNode(cluster.NodeOptions{
@@ -62,7 +63,7 @@ func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 		log, _ := os.ReadFile(filepath.Join(state, "plugin.log"))
 		t.Fatalf("no ResourceSlice of %s for node %s: %v\nplugin log:\n%s", draDriver, name, err, log)
 	}
-	return slice
+	return node, slice
 }
 
 // memoryClaim is a claim for memory of one card of the driver's class.
@@ -116,7 +117,7 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file) })
 
-	slice := draNode(ctx, t, c, "dra-a", "1x40GiB:NVIDIA-A100")
+	node, slice := draNode(ctx, t, c, "dra-a", "1x40GiB:NVIDIA-A100")
 	if n := len(slice.Spec.Devices); n != 1 {
 		t.Fatalf("slice devices %d, want 1", n)
 	}
@@ -199,6 +200,52 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "fifty", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
 		t.Errorf("the 50Gi pod: node %q, %v; want still pending", p.Spec.NodeName, err)
 	}
+
+	// The driver killed and restarted by its node agent: the slice is the
+	// same card, the allocations stand, and the 5Gi left still fit a claim
+	// of 5Gi — not one of 6Gi.
+	before := node.PluginPID()
+	if err := syscall.Kill(before, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		pid := node.PluginPID()
+		return pid > 0 && pid != before, nil
+	}); err != nil {
+		t.Fatalf("the node agent did not restart the driver: %v", err)
+	}
+	after := draSlice(ctx, t, c, "dra-a")
+	if after.Name != slice.Name || len(after.Spec.Devices) != 1 || after.Spec.Devices[0].Name != "card-0" {
+		t.Errorf("after the driver's restart the slice is %s with %d devices, want %s with card-0", after.Name, len(after.Spec.Devices), slice.Name)
+	}
+	for _, cl := range []struct{ name, memory string }{{"six", "6Gi"}, {"five", "5Gi"}} {
+		if _, err := c.Client.ResourceV1().ResourceClaims(ns).Create(ctx, memoryClaim(ns, cl.name, cl.memory), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, claimPod(ns, cl.name, cl.name, "dra-a"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitScheduled(ctx, t, c, ns, "five", "dra-a")
+	if msg := waitUnschedulable(ctx, t, c, ns, "six"); !strings.Contains(msg, "cannot allocate all claims") {
+		t.Errorf("the 6Gi pod waits with %q", msg)
+	}
+}
+
+// draSlice is the driver's ResourceSlice of node (the test fails without one).
+func draSlice(ctx context.Context, t *testing.T, c *cluster.Cluster, node string) *resourceapi.ResourceSlice {
+	t.Helper()
+	list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		if list.Items[i].Spec.Driver == draDriver {
+			return &list.Items[i]
+		}
+	}
+	t.Fatalf("no ResourceSlice of %s for node %s", draDriver, node)
+	return nil
 }
 
 // waitScheduled waits for the pod to be bound to node.
