@@ -84,6 +84,10 @@ type Node struct {
 	// Decide never filters on it (kube-scheduler does); fragmentation-aware
 	// policies use it to see GPUs that CPU or memory leave unusable.
 	HostFree *HostResources
+	// HostAllocatable, when not nil, is the node's allocatable CPU and
+	// memory. Optional; no policy reads it (the simulator's model of
+	// kube-scheduler's own scoring does, scheduler/replay).
+	HostAllocatable *HostResources
 	// sum is the totals of the schedulable cards (Summarize).
 	sum summary
 	// ID is a small number the node's owner (the extender's cache) gives

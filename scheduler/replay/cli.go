@@ -58,9 +58,18 @@ func Main(ctx context.Context, o Options) error {
 	}
 	var policies []*allocator.Policy
 	for _, name := range o.Policies {
-		p, err := registry.Lookup(strings.TrimSpace(name))
+		name = strings.TrimSpace(name)
+		switch name {
+		case DRAModelName:
+			policies = append(policies, KubeSchedulerDRA())
+			continue
+		case DRAScoredModelName:
+			policies = append(policies, ExtenderScoredDRA())
+			continue
+		}
+		p, err := registry.Lookup(name)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (or the models of DRA placement: %s without the extender, %s with its frag scores)", err, DRAModelName, DRAScoredModelName)
 		}
 		policies = append(policies, p)
 	}

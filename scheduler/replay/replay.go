@@ -234,17 +234,19 @@ func (c *cluster) replay(t *Trace, p *allocator.Policy, seed int64, pods []PodSp
 func pct(v, of int64) float64 { return 100 * float64(v) / float64(of) }
 
 // cluster is the replay's state: allocator nodes (what policies see) and
-// each node's free CPU and memory.
+// each node's free and allocatable CPU and memory.
 type cluster struct {
 	nodes []allocator.Node
 	host  []allocator.HostResources
+	alloc []allocator.HostResources
 }
 
 func newCluster(t *Trace) *cluster {
-	c := &cluster{nodes: make([]allocator.Node, len(t.Nodes)), host: make([]allocator.HostResources, len(t.Nodes))}
+	c := &cluster{nodes: make([]allocator.Node, len(t.Nodes)), host: make([]allocator.HostResources, len(t.Nodes)), alloc: make([]allocator.HostResources, len(t.Nodes))}
 	for i, n := range t.Nodes {
 		c.host[i] = allocator.HostResources{CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB}
-		node := allocator.Node{Name: n.Name, Unit: t.Unit, HostFree: &c.host[i], Cards: make([]allocator.Card, len(n.Cards))}
+		c.alloc[i] = c.host[i]
+		node := allocator.Node{Name: n.Name, Unit: t.Unit, HostFree: &c.host[i], HostAllocatable: &c.alloc[i], Cards: make([]allocator.Card, len(n.Cards))}
 		for k, card := range n.Cards {
 			node.Cards[k] = allocator.Card{Index: k, Model: card.Model, Capacity: card.Capacity, State: api.CardHealthy}
 		}
