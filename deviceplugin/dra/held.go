@@ -19,7 +19,7 @@ func Held(names api.Names, inv api.Inventory, node string, pods []*corev1.Pod) m
 		if pod.Spec.NodeName != node || !api.HoldsUnits(pod) {
 			continue
 		}
-		a, err := names.AssignmentFromPod(pod)
+		a, err := names.TrustedAssignment(pod, api.RecordKeys{}) // any record, signed or not
 		if err != nil || a.Node != node {
 			continue
 		}
