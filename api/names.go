@@ -182,6 +182,15 @@ func (n Names) LabelCardPinning() string { return n.key("card-pinning") }
 // instead of as device-plugin resources: <domain>/dra.
 func (n Names) LabelDRA() string { return n.key("dra") }
 
+// DeviceTaintUnhealthy is the key of the NoSchedule device taint the DRA
+// mode puts on an unhealthy card in its ResourceSlice (value: the reason,
+// e.g. XID-79): <domain>/unhealthy.
+func (n Names) DeviceTaintUnhealthy() string { return n.key("unhealthy") }
+
+// DeviceTaintIsolated is the key of the NoSchedule device taint on an
+// isolated card (AnnotationIsolation, the isolation file): <domain>/isolated.
+func (n Names) DeviceTaintIsolated() string { return n.key("isolated") }
+
 // CardPinningAllowed is the value of LabelCardPinning that allows pinning.
 const CardPinningAllowed = "allowed"
 

@@ -38,18 +38,25 @@ func store(t *testing.T) *inventory.Store {
 	return s
 }
 
-func TestDevicesOfferEachHealthyCardsMemoryAsSharedCapacity(t *testing.T) {
+func TestDevicesOfferEachCardsMemoryAsSharedCapacity(t *testing.T) {
 	s := store(t)
-	s.SetUnhealthy("GPU-bbb", "XID 79")
-	devices := Devices(s.Inventory(), nil)
+	s.SetUnhealthy("GPU-bbb", "XID 79 (fallen off the bus)")
+	devices := Devices(api.DefaultNames(), s.Inventory(), nil)
 	var names []string
 	for _, d := range devices {
 		names = append(names, d.Name)
 	}
-	if !slices.Equal(names, []string{"card-0", "card-2"}) {
-		t.Fatalf("devices %v, want card-0 and card-2 (card-1 is unhealthy)", names)
+	if !slices.Equal(names, []string{"card-0", "card-1", "card-2"}) {
+		t.Fatalf("devices %v, want card-0, card-1, card-2", names)
 	}
-	h100 := devices[1]
+	if len(devices[0].Taints) != 0 {
+		t.Errorf("healthy card-0 tainted: %v", devices[0].Taints)
+	}
+	want := resourceapi.DeviceTaint{Key: "gpushare.example.com/unhealthy", Value: "XID-79-fallen-off-the-bus", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if got := devices[1].Taints; len(got) != 1 || got[0] != want {
+		t.Errorf("unhealthy card-1 taints %v, want %v", got, want)
+	}
+	h100 := devices[2]
 	if h100.AllowMultipleAllocations == nil || !*h100.AllowMultipleAllocations {
 		t.Error("a card is not shareable")
 	}
@@ -71,8 +78,12 @@ func TestDevicesOfferEachHealthyCardsMemoryAsSharedCapacity(t *testing.T) {
 	}
 
 	s.SetIsolation("test", api.Isolation{Index: []int{0}})
-	if got := Devices(s.Inventory(), nil); len(got) != 1 || got[0].Name != "card-2" {
-		t.Errorf("with card 0 isolated: %v, want card-2 only", got)
+	got := Devices(api.DefaultNames(), s.Inventory(), nil)
+	if want := (resourceapi.DeviceTaint{Key: "gpushare.example.com/isolated", Effect: resourceapi.DeviceTaintEffectNoSchedule}); len(got[0].Taints) != 1 || got[0].Taints[0] != want {
+		t.Errorf("isolated card-0 taints %v, want %v", got[0].Taints, want)
+	}
+	if v := labelValue(strings.Repeat("x", 70) + "!"); len(v) != 63 {
+		t.Errorf("a long reason gives %q (%d characters), want 63", v, len(v))
 	}
 }
 
@@ -201,7 +212,7 @@ func TestDevicePluginPodsMemoryIsWithheldFromTheSlice(t *testing.T) {
 	if want := map[int]int64{0: 15, 1: 40}; !maps.Equal(held, want) {
 		t.Fatalf("held %v, want %v", held, want)
 	}
-	devices := Devices(s.Inventory(), held)
+	devices := Devices(api.DefaultNames(), s.Inventory(), held)
 	if len(devices) != 2 || devices[0].Name != "card-0" || devices[1].Name != "card-2" {
 		t.Fatalf("devices %v, want card-0 (25 left) and card-2 (card-1 is held whole)", devices)
 	}

@@ -43,7 +43,7 @@ var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 // Resources are the slice to publish for the inventory in force.
 func (d *Driver) Resources() resourceslice.DriverResources {
 	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-		d.Pool: {Slices: []resourceslice.Slice{{Devices: Devices(d.Store.Inventory(), d.held())}}},
+		d.Pool: {Slices: []resourceslice.Slice{{Devices: Devices(d.Grant.Names, d.Store.Inventory(), d.held())}}},
 	}}
 }
 

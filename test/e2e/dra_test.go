@@ -14,6 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
@@ -229,6 +230,29 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 	waitScheduled(ctx, t, c, ns, "five", "dra-a")
 	if msg := waitUnschedulable(ctx, t, c, ns, "six"); !strings.Contains(msg, "cannot allocate all claims") {
 		t.Errorf("the 6Gi pod waits with %q", msg)
+	}
+
+	// An operator isolates the card: the slice carries a NoSchedule device
+	// taint (accepted by the API server), and the claims on it keep it.
+	patch := []byte(`{"metadata":{"annotations":{"gpushare.example.com/isolate":"0"}}}`)
+	if _, err := c.Client.CoreV1().Nodes().Patch(ctx, "dra-a", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var tainted *resourceapi.ResourceSlice
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		tainted = draSlice(ctx, t, c, "dra-a")
+		return len(tainted.Spec.Devices) == 1 && len(tainted.Spec.Devices[0].Taints) == 1, nil
+	}); err != nil {
+		t.Fatalf("no taint on the isolated card: %+v", tainted.Spec.Devices)
+	}
+	if taint := tainted.Spec.Devices[0].Taints[0]; taint.Key != "gpushare.example.com/isolated" || taint.Effect != resourceapi.DeviceTaintEffectNoSchedule {
+		t.Errorf("the isolated card's taint %+v, want gpushare.example.com/isolated NoSchedule", taint)
+	}
+	for _, name := range []string{"twenty", "fifteen", "five"} {
+		cl, err := c.Client.ResourceV1().ResourceClaims(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil || cl.Status.Allocation == nil {
+			t.Errorf("claim %s after the isolation: %v, allocation %v; want it kept", name, err, cl.Status.Allocation)
+		}
 	}
 }
 
