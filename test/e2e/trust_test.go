@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -442,6 +443,37 @@ func grant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, user, kind
 	}
 	if _, err := c.Client.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	// The RBAC authorizer learns the binding from its informer: wait until
+	// it allows the role's first rule, so that the caller's next request is
+	// judged with it (under load a request right after the create was
+	// refused by RBAC before the policy under test could see it).
+	var rules []rbacv1.PolicyRule
+	if kind == "ClusterRole" {
+		cr, err := c.Client.RbacV1().ClusterRoles().Get(ctx, role, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = cr.Rules
+	} else {
+		r, err := c.Client.RbacV1().Roles(ns).Get(ctx, role, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules = r.Rules
+	}
+	if len(rules) == 0 || len(rules[0].Verbs) == 0 || len(rules[0].Resources) == 0 || len(rules[0].APIGroups) == 0 {
+		return
+	}
+	resource, sub, _ := strings.Cut(rules[0].Resources[0], "/")
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Verb: rules[0].Verbs[0], Group: rules[0].APIGroups[0], Resource: resource, Subresource: sub}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:authenticated"}, ResourceAttributes: attrs,
+		}}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	}); err != nil {
+		t.Fatalf("%s's %s %s is not in force after 30s: %v", user, kind, role, err)
 	}
 }
 
