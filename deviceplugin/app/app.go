@@ -319,7 +319,6 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if o.HealthChecks {
 		go health.New(gpus, store, clock.RealClock{}, o.HealthRecheckInterval, log).Run(ctx)
 	}
-	go Publish(ctx, cl, store, log)
 
 	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
@@ -328,10 +327,20 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	keys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	extenderKeys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
 	if err != nil {
 		return err
 	}
+	var keys api.RecordKeyring
+	recordKey := ""
+	if extenderKeys != nil {
+		ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName)
+		if err != nil {
+			return err
+		}
+		keys, recordKey = ring, api.NodeKeyAnnotation(ring.Public())
+	}
+	go Publish(ctx, cl, store, recordKey, log)
 	metrics, err := plugin.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
 	if err != nil {
 		return err
@@ -360,12 +369,12 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 
 // Publish writes the store's inventory on the Node now and after every
 // change, retrying failures with a growing delay (up to 30s).
-func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, log klog.Logger) {
+func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, recordKey string, log klog.Logger) {
 	delay := time.Second
 	for {
 		changed := store.InventoryChanged()
 		inv := store.Inventory()
-		if err := cl.Publish(ctx, inv); err != nil {
+		if err := cl.Publish(ctx, inv, recordKey); err != nil {
 			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
 			t := time.NewTimer(delay)
 			select {

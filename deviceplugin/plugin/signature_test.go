@@ -18,7 +18,7 @@ import (
 // Allocate error says why, and the plugin never signs it. A signed record is
 // served, and the plugin's update of it (phase Allocated) is signed again.
 func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
-	keys := api.RecordKeys{Current: []byte(strings.Repeat("k", 32))}
+	keys := podtest.RecordKeys(strings.Repeat("k", 32))
 	tests := []struct {
 		name string
 		pod  func(c [2]podtest.Card) *corev1.Pod
@@ -101,8 +101,8 @@ func (s *swappableKeys) set(k api.RecordKeys) {
 // a key the running plugin does not hold yet is refused, and served once the
 // keyring holds that key (a rotation reaching the plugin without a restart).
 func TestAllocateUsesTheKeysInForceNow(t *testing.T) {
-	oldKeys := api.RecordKeys{Current: []byte(strings.Repeat("o", 32))}
-	newKeys := api.RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: oldKeys.Current}
+	oldKeys := podtest.RecordKeys(strings.Repeat("o", 32))
+	newKeys := podtest.RotatingKeys(strings.Repeat("n", 32), oldKeys.Current)
 	ring := &swappableKeys{keys: oldKeys}
 	h := newHarness(t, setup{cfg: Config{RecordKeys: ring}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{
