@@ -133,3 +133,12 @@ func RotatingKeys(current string, previous []byte) api.RecordKeys {
 	k.Previous = previous
 	return k
 }
+
+// NodeKeys is node's device-plugin keys: extender's public keys, and a node
+// key made from name that signs as node's and is the only node key known.
+func NodeKeys(extender api.RecordKeys, node, name string) api.RecordKeys {
+	k := extender.PublicOnly()
+	k.Signer, k.Node = RecordKeys(name).Signer, node
+	k.Nodes = api.NodeKeyMap{node: RecordKeys(name).Current}
+	return k
+}
