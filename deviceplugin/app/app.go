@@ -104,7 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
 	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
 	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
-	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the key ('current', optional 'previous') the extender signs assignment records with; set, only signed records give a container a card (empty: records are not checked)")
+	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the public halves ('current', optional 'previous') of the keys the extender signs assignment records with, as the extender publishes them in a ConfigMap; set, only signed records give a container a card, and the plugin waits for the keys before it offers GPU memory (empty: records are not checked)")
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
@@ -210,7 +210,7 @@ func (o Options) validate() error {
 		return err
 	}
 	if o.RecordKeyDir != "" {
-		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+		if _, err := os.Stat(o.RecordKeyDir); err != nil {
 			return fmt.Errorf("--record-key-dir: %w", err)
 		}
 	}
@@ -327,6 +327,11 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if o.RecordKeyDir != "" {
+		if err := recordkey.Wait(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key")); err != nil {
+			return err
+		}
+	}
 	extenderKeys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
 	if err != nil {
 		return err
