@@ -146,6 +146,11 @@ func (n Names) AnnotationAssignment() string { return n.key("assignment") }
 // ParseIsolation.
 func (n Names) AnnotationIsolation() string { return n.key("isolate") }
 
+// AnnotationRecordKey, on a Node, is the public half of the key the node's
+// device plugin signs its record corrections with (NodeKeyAnnotation). A
+// node-signed record verifies only with the key its own node publishes.
+func (n Names) AnnotationRecordKey() string { return n.key("record-key") }
+
 // LabelGPUCount, on a Node, is the number of GPU cards the plugin found.
 func (n Names) LabelGPUCount() string { return n.key("gpu-count") }
 

@@ -1,10 +1,11 @@
 package api
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
+	"crypto/ed25519"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -12,27 +13,38 @@ import (
 	"strings"
 )
 
-// Signed records. The extender signs each assignment with an HMAC-SHA256
-// over everything in it but the signature (version, pod UID, node, unit,
-// phase, and each container's name, card and units), with a key both the
-// extender and the device plugins read from one Secret. A device plugin that
-// has the key refuses an unsigned or badly signed record, so a record written
-// by anyone without the key (a tenant, where the admission policies are not
-// installed) gives no card. The plugin signs the records it corrects (phase,
-// card) with the same key.
+// Signed records. The extender signs each assignment with Ed25519 over
+// everything in it but the signature (version, pod UID, node, unit, phase,
+// and each container's name, card and units). Only the extender holds the
+// private half of its key (a Secret); the device plugins hold the public
+// halves only, so a node cannot sign an assignment. A device plugin that has
+// the public key refuses an unsigned or badly signed record, so a record
+// written by anyone else (a tenant, a compromised node) gives no card.
 //
-// Rotation: the Secret holds RecordKeyCurrent and, during a rotation,
-// RecordKeyPrevious. Records are signed with the current key; either key
-// verifies. docs/security.md has the procedure.
+// A device plugin corrects records (phase, card) and signs what it wrote
+// with its own node key, whose public half it publishes on its own Node
+// (AnnotationRecordKey). A node signature names no node of its own: it
+// vouches for the record's Node only, and verifies only with the key
+// published on that Node, so a node's key vouches for its own pods and
+// nobody else's.
+//
+// Rotation: the extender's Secret holds RecordKeyCurrent and, during a
+// rotation, RecordKeyPrevious. Records are signed with the current key;
+// either key verifies. docs/security.md has the procedure.
 const (
-	// RecordKeyCurrent is the file (Secret key) holding the signing key.
+	// RecordKeyCurrent is the file (Secret or ConfigMap key) holding the
+	// extender's signing key (Secret: PKCS#8 PEM private key) or its public
+	// half (ConfigMap: base64).
 	RecordKeyCurrent = "current"
 	// RecordKeyPrevious is the file holding the key being rotated out; optional.
 	RecordKeyPrevious = "previous"
-	// MinRecordKeyBytes is the shortest key accepted: 256 bits.
-	MinRecordKeyBytes = 32
-	// signaturePrefix names the algorithm in Assignment.Signature.
-	signaturePrefix = "hmac-sha256:"
+	// signaturePrefix names the algorithm in Assignment.Signature; the
+	// signer (SignerExtender, SignerNode) follows it.
+	signaturePrefix = "ed25519:"
+	// SignerExtender marks a signature made by the extender's key.
+	SignerExtender = "extender"
+	// SignerNode marks a signature made by the key of the record's node.
+	SignerNode = "node"
 )
 
 // ErrUnsigned is returned (wrapped) by RecordKeys.Verify for a record
@@ -43,18 +55,36 @@ var ErrUnsigned = errors.New("the assignment record is not signed")
 // whose signature no key accepts.
 var ErrBadSignature = errors.New("the assignment record's signature does not match")
 
-// RecordKeys are the keys records are signed with (Current) and checked with
-// (Current, then Previous). The zero value signs and checks nothing.
-type RecordKeys struct {
-	Current, Previous []byte
+// NodeKeys gives the record key each node publishes on its Node
+// (AnnotationRecordKey); nil when the node publishes none.
+type NodeKeys interface {
+	NodeKey(node string) ed25519.PublicKey
 }
 
-// Enabled reports whether there is a key.
+// RecordKeys are the keys records are checked with and, where this program
+// may sign, signed with. The zero value signs and checks nothing.
+type RecordKeys struct {
+	// Current and Previous are the public halves of the extender's keys:
+	// extender-signed records verify with either.
+	Current, Previous ed25519.PublicKey
+	// Signer is the private key this program signs with: the extender's
+	// current key, or a device plugin's node key (then Node is set).
+	Signer ed25519.PrivateKey
+	// Node, when set, is the node whose key Signer is: Sign marks records
+	// as the node's, and refuses a record for another node.
+	Node string
+	// Nodes are the node keys node-signed records verify with (nil: none
+	// verifies).
+	Nodes NodeKeys
+}
+
+// Enabled reports whether records are signed and checked (there is an
+// extender key).
 func (k RecordKeys) Enabled() bool { return len(k.Current) > 0 }
 
 // RecordKeyring gives the record keys in force at each use: the programs
-// re-read a mounted Secret while they run (internal/recordkey), so a
-// rotation takes effect without a restart. Take Keys once per decision.
+// re-read their keys while they run (internal/recordkey), so a rotation
+// takes effect without a restart. Take Keys once per decision.
 type RecordKeyring interface {
 	Keys() RecordKeys
 }
@@ -70,63 +100,148 @@ func KeysOf(ring RecordKeyring) RecordKeys {
 	return ring.Keys()
 }
 
-// SignedByCurrent reports whether a carries the current key's signature
-// (false with no key). A record that verifies but is not signed by the
-// current key was signed by the previous one: the device plugin signs it
-// again, so that the previous key can be dropped (docs/security.md,
-// "Rotating the record key").
+// SignedByCurrent reports whether a's signature needs no renewal: made by
+// the extender's current key, or by the key its node publishes (no
+// rotation of the extender's key retires it). False with no key. A record
+// that verifies but is not signed so was signed by the extender's previous
+// key: the device plugin signs it again, so that the previous key can be
+// dropped (docs/security.md, "Rotating the record key").
 func (k RecordKeys) SignedByCurrent(a Assignment) bool {
 	if !k.Enabled() {
 		return false
 	}
-	return k.verifyWith(a, k.Current) == nil
+	signer, sig, err := splitSignature(a.Signature)
+	if err != nil {
+		return false
+	}
+	if signer == SignerNode {
+		return k.verifyNode(a, sig) == nil
+	}
+	return verifyWith(a, signer, sig, k.Current)
 }
 
-// LoadRecordKeys reads the keys from dir (a mounted Secret): the file
-// RecordKeyCurrent, required, and RecordKeyPrevious, optional. Surrounding
-// whitespace is trimmed; each key must have at least MinRecordKeyBytes.
+// NodeKeyAnnotation encodes a public key as AnnotationRecordKey holds it
+// (and as the extender's public-key ConfigMap does): standard base64.
+func NodeKeyAnnotation(pub ed25519.PublicKey) string {
+	return base64.StdEncoding.EncodeToString(pub)
+}
+
+// ParsePublicKey reads a public key written by NodeKeyAnnotation.
+func ParsePublicKey(s string) (ed25519.PublicKey, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil || len(b) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("record public key %.16q… is not the base64 of a %d-byte Ed25519 public key", s, ed25519.PublicKeySize)
+	}
+	return ed25519.PublicKey(b), nil
+}
+
+// ParseKey reads one record key file: a PKCS#8 PEM Ed25519 private key
+// (the extender's Secret; Helm's genPrivateKey "ed25519", or openssl genpkey
+// -algorithm ed25519) gives the private key and its public half; a base64
+// public key (the ConfigMap the extender publishes) gives the public key
+// only.
+func ParseKey(b []byte) (ed25519.PrivateKey, ed25519.PublicKey, error) {
+	if block, _ := pem.Decode(b); block != nil {
+		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, nil, fmt.Errorf("not a PKCS#8 private key: %w", err)
+		}
+		priv, ok := k.(ed25519.PrivateKey)
+		if !ok {
+			return nil, nil, fmt.Errorf("a %T, want an Ed25519 key (openssl genpkey -algorithm ed25519)", k)
+		}
+		return priv, priv.Public().(ed25519.PublicKey), nil
+	}
+	pub, err := ParsePublicKey(string(b))
+	return nil, pub, err
+}
+
+// EncodePrivateKey is priv as ParseKey reads it (PKCS#8 PEM).
+func EncodePrivateKey(priv ed25519.PrivateKey) []byte {
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		panic(err) // an Ed25519 key always marshals
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+// LoadRecordKeys reads the extender's keys from dir: the file
+// RecordKeyCurrent, required, and RecordKeyPrevious, optional (ParseKey).
+// A private current key (the extender's Secret) becomes Signer; public keys
+// (the ConfigMap a device plugin reads) only verify.
 func LoadRecordKeys(dir string) (RecordKeys, error) {
-	read := func(name string, required bool) ([]byte, error) {
+	files := map[string][]byte{}
+	for _, name := range []string{RecordKeyCurrent, RecordKeyPrevious} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
-		if errors.Is(err, os.ErrNotExist) && !required {
-			return nil, nil
+		if errors.Is(err, os.ErrNotExist) && name == RecordKeyPrevious {
+			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("record signing key: %w", err)
+			return RecordKeys{}, fmt.Errorf("record signing key: %w", err)
 		}
-		b = []byte(strings.TrimSpace(string(b)))
-		if len(b) < MinRecordKeyBytes {
-			return nil, fmt.Errorf("record signing key %s has %d bytes, want at least %d (e.g. head -c 48 /dev/urandom | base64)", filepath.Join(dir, name), len(b), MinRecordKeyBytes)
-		}
-		return b, nil
+		files[name] = b
 	}
-	cur, err := read(RecordKeyCurrent, true)
+	k, err := RecordKeysFrom(files)
 	if err != nil {
-		return RecordKeys{}, err
+		return k, fmt.Errorf("%s: %w", dir, err)
 	}
-	prev, err := read(RecordKeyPrevious, false)
-	if err != nil {
-		return RecordKeys{}, err
-	}
-	return RecordKeys{Current: cur, Previous: prev}, nil
+	return k, nil
 }
 
-// Sign returns a with its Signature set by the current key (unchanged when
-// there is no key).
+// RecordKeysFrom reads the extender's keys from the contents of the files
+// (or ConfigMap / Secret keys) RecordKeyCurrent, required, and
+// RecordKeyPrevious, optional; empty contents count as absent.
+func RecordKeysFrom(files map[string][]byte) (RecordKeys, error) {
+	var k RecordKeys
+	cur := files[RecordKeyCurrent]
+	if len(strings.TrimSpace(string(cur))) == 0 {
+		return k, fmt.Errorf("record signing key: no %q key (a PKCS#8 PEM Ed25519 private key, e.g. openssl genpkey -algorithm ed25519)", RecordKeyCurrent)
+	}
+	priv, pub, err := ParseKey(cur)
+	if err != nil {
+		return k, fmt.Errorf("record signing key %q: %w", RecordKeyCurrent, err)
+	}
+	k.Current, k.Signer = pub, priv
+	if prev := files[RecordKeyPrevious]; len(strings.TrimSpace(string(prev))) > 0 {
+		if _, k.Previous, err = ParseKey(prev); err != nil {
+			return RecordKeys{}, fmt.Errorf("record signing key %q: %w", RecordKeyPrevious, err)
+		}
+	}
+	return k, nil
+}
+
+// PublicOnly is k without its signing key: what the extender publishes.
+func (k RecordKeys) PublicOnly() RecordKeys {
+	return RecordKeys{Current: k.Current, Previous: k.Previous}
+}
+
+// Sign returns a with its Signature set by Signer (unchanged when records
+// are not signed): as the extender's, or, with Node set, as that node's
+// (refused for a record of another node).
 func (k RecordKeys) Sign(a Assignment) (Assignment, error) {
 	if !k.Enabled() {
 		return a, nil
 	}
-	mac, err := recordMAC(k.Current, a)
-	if err != nil {
-		return a, err
+	if len(k.Signer) != ed25519.PrivateKeySize {
+		return a, errors.New("this program holds no record signing key")
 	}
-	a.Signature = signaturePrefix + base64.RawURLEncoding.EncodeToString(mac)
+	signer := SignerExtender
+	if k.Node != "" {
+		if a.Node != k.Node {
+			return a, fmt.Errorf("node %q signs records of its own pods only; this record is for node %q", k.Node, a.Node)
+		}
+		signer = SignerNode
+	}
+	a.Signature = ""
+	sig := ed25519.Sign(k.Signer, message(a, signer))
+	a.Signature = signaturePrefix + signer + ":" + base64.RawURLEncoding.EncodeToString(sig)
 	return a, nil
 }
 
-// Verify checks a's signature against the current, then the previous key.
-// With no key it accepts every record. The errors say what to do.
+// Verify checks a's signature: an extender signature against the current,
+// then the previous extender key; a node signature against the key the
+// record's node publishes. With no key it accepts every record. The errors
+// say what to do.
 func (k RecordKeys) Verify(a Assignment) error {
 	if !k.Enabled() {
 		return nil
@@ -134,47 +249,70 @@ func (k RecordKeys) Verify(a Assignment) error {
 	if a.Signature == "" {
 		return fmt.Errorf("%w: only the gpushare extender writes records, and it signs them; delete the pod and let the gpushare scheduler place it", ErrUnsigned)
 	}
-	var last error
-	for _, key := range [][]byte{k.Current, k.Previous} {
-		if len(key) == 0 {
-			continue
-		}
-		if last = k.verifyWith(a, key); last == nil || !errors.Is(last, errMismatch) {
-			return last
-		}
-	}
-	return fmt.Errorf("%w: the record was changed after the extender wrote it, or the extender and this device plugin hold different keys (check the Secret both mount); delete the pod and let the gpushare scheduler place it", ErrBadSignature)
-}
-
-// errMismatch: a well-formed signature that key did not make.
-var errMismatch = errors.New("signature mismatch")
-
-// verifyWith checks a's signature against one key.
-func (k RecordKeys) verifyWith(a Assignment, key []byte) error {
-	enc, ok := strings.CutPrefix(a.Signature, signaturePrefix)
-	got, err := base64.RawURLEncoding.DecodeString(enc)
-	if !ok || err != nil {
-		return fmt.Errorf("%w: signature %.24q… is not %s<base64url>", ErrBadSignature, a.Signature, signaturePrefix)
-	}
-	want, err := recordMAC(key, a)
+	signer, sig, err := splitSignature(a.Signature)
 	if err != nil {
 		return err
 	}
-	if !hmac.Equal(got, want) {
-		return errMismatch
+	if signer == SignerNode {
+		return k.verifyNode(a, sig)
+	}
+	for _, key := range []ed25519.PublicKey{k.Current, k.Previous} {
+		if verifyWith(a, signer, sig, key) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the record was changed after the extender wrote it, or this program holds another extender public key than the extender's Secret (check the Secret and the public-key ConfigMap the extender writes); delete the pod and let the gpushare scheduler place it", ErrBadSignature)
+}
+
+// verifyNode checks a node signature against the key of the record's node.
+func (k RecordKeys) verifyNode(a Assignment, sig []byte) error {
+	var key ed25519.PublicKey
+	if k.Nodes != nil {
+		key = k.Nodes.NodeKey(a.Node)
+	}
+	if key == nil {
+		return fmt.Errorf("%w: the record is signed as node %q's correction, and that node publishes no record key this program knows; its device plugin publishes one when it starts (delete the pod if the node has no device plugin)", ErrBadSignature, a.Node)
+	}
+	if !verifyWith(a, SignerNode, sig, key) {
+		return fmt.Errorf("%w: the record is not signed by the key node %q publishes (a node's key vouches for that node's pods only); the node's device plugin rewrites it from the kubelet's account, or delete the pod", ErrBadSignature, a.Node)
 	}
 	return nil
 }
 
-// recordMAC is the HMAC of a's encoding without its signature.
-func recordMAC(key []byte, a Assignment) ([]byte, error) {
+// splitSignature parses "ed25519:<signer>:<base64url>".
+func splitSignature(s string) (string, []byte, error) {
+	rest, ok := strings.CutPrefix(s, signaturePrefix)
+	signer, enc, ok2 := strings.Cut(rest, ":")
+	sig, err := base64.RawURLEncoding.DecodeString(enc)
+	if !ok || !ok2 || err != nil || (signer != SignerExtender && signer != SignerNode) || len(sig) != ed25519.SignatureSize {
+		return "", nil, fmt.Errorf("%w: signature %.24q… is not %s{%s|%s}:<base64url>", ErrBadSignature, s, signaturePrefix, SignerExtender, SignerNode)
+	}
+	return signer, sig, nil
+}
+
+// verifyWith reports whether key made sig over a as signer.
+func verifyWith(a Assignment, signer string, sig []byte, key ed25519.PublicKey) bool {
+	if len(key) != ed25519.PublicKeySize {
+		return false
+	}
+	a.Signature = ""
+	return ed25519.Verify(key, message(a, signer), sig)
+}
+
+// message is what is signed: a domain tag, the signer, and a's encoding
+// without its signature.
+func message(a Assignment, signer string) []byte {
 	a.Signature = ""
 	b, err := json.Marshal(a)
 	if err != nil {
-		return nil, err
+		panic(err) // an Assignment of strings and integers always marshals
 	}
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte("gpushare-assignment\x00"))
-	m.Write(b)
-	return m.Sum(nil), nil
+	return append([]byte("gpushare-assignment\x00"+signer+"\x00"), b...)
 }
+
+// NodeKeyMap is a fixed set of node keys (NodeKeys): a device plugin
+// knows its own node's key only.
+type NodeKeyMap map[string]ed25519.PublicKey
+
+// NodeKey returns node's key (NodeKeys).
+func (m NodeKeyMap) NodeKey(node string) ed25519.PublicKey { return m[node] }

@@ -1,36 +1,67 @@
 package api
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 )
+
+// extenderKeys is the extender's key set from a one-byte seed.
+func extenderKeys(seed byte) RecordKeys {
+	priv := ed25519.NewKeyFromSeed(make32(seed))
+	return RecordKeys{Current: priv.Public().(ed25519.PublicKey), Signer: priv}
+}
+
+// nodeSigner is node's plugin keys: the extender's public keys, its own
+// node key as Signer and as the only node key it knows.
+func nodeSigner(ext RecordKeys, node string, seed byte) RecordKeys {
+	priv := ed25519.NewKeyFromSeed(make32(seed))
+	k := ext.PublicOnly()
+	k.Signer, k.Node = priv, node
+	k.Nodes = NodeKeyMap{node: priv.Public().(ed25519.PublicKey)}
+	return k
+}
+
+func make32(seed byte) []byte {
+	b := make([]byte, ed25519.SeedSize)
+	for i := range b {
+		b[i] = seed
+	}
+	return b
+}
 
 func TestRecordSignatures(t *testing.T) {
 	_, a := assignedPod()
-	k1 := RecordKeys{Current: []byte(strings.Repeat("k", 32))}
-	k2 := RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: k1.Current}
+	k1 := extenderKeys(1)
+	k2 := extenderKeys(2)
+	k2.Previous = k1.Current
 
 	signed, err := k1.Sign(a)
-	if err != nil || !strings.HasPrefix(signed.Signature, "hmac-sha256:") {
+	if err != nil || !strings.HasPrefix(signed.Signature, "ed25519:extender:") {
 		t.Fatalf("Sign = %q, %v", signed.Signature, err)
 	}
-	if err := k1.Verify(signed); err != nil {
-		t.Errorf("own signature: %v", err)
+	if err := k1.PublicOnly().Verify(signed); err != nil {
+		t.Errorf("own signature, public key only: %v", err)
 	}
 	if err := k2.Verify(signed); err != nil {
 		t.Errorf("signed with the key being rotated out: %v, want accepted", err)
 	}
-	if err := (RecordKeys{Current: k2.Current}).Verify(signed); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "hold different keys") {
-		t.Errorf("after the rotation ends: %v, want ErrBadSignature saying keys may differ", err)
+	if err := (RecordKeys{Current: k2.Current}).Verify(signed); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "delete the pod") {
+		t.Errorf("after the rotation ends: %v, want ErrBadSignature saying what to do", err)
 	}
 	if err := k1.Verify(a); !errors.Is(err, ErrUnsigned) || !strings.Contains(err.Error(), "delete the pod") {
 		t.Errorf("unsigned: %v, want ErrUnsigned saying what to do", err)
 	}
 	if err := (RecordKeys{}).Verify(a); err != nil {
 		t.Errorf("no key configured: %v, want every record accepted", err)
+	}
+	if _, err := k1.PublicOnly().Sign(a); err == nil {
+		t.Error("a program with only the public key signed a record")
 	}
 	// Every field the plugin relies on is covered.
 	tamper := map[string]func(*Assignment){
@@ -43,7 +74,8 @@ func TestRecordSignatures(t *testing.T) {
 		"units":      func(a *Assignment) { a.Containers[0].Units = 40 },
 		"container":  func(a *Assignment) { a.Containers = a.Containers[:1] },
 		"version":    func(a *Assignment) { a.Version = 2 },
-		"garbage":    func(a *Assignment) { a.Signature = "hmac-sha256:!!" },
+		"garbage":    func(a *Assignment) { a.Signature = "ed25519:extender:!!" },
+		"as node":    func(a *Assignment) { a.Signature = strings.Replace(a.Signature, ":extender:", ":node:", 1) },
 	}
 	for name, mutate := range tamper {
 		b := signed
@@ -67,28 +99,106 @@ func TestRecordSignatures(t *testing.T) {
 	}
 }
 
+// A node's key vouches for records of its own node only, and only as the
+// key that node publishes.
+func TestNodeSignatures(t *testing.T) {
+	pod, a := assignedPod() // bound to n1
+	ext := extenderKeys(1)
+	n1 := nodeSigner(ext, "n1", 11)
+	n2 := nodeSigner(ext, "n2", 12)
+	// The extender's view: both nodes' published keys.
+	published := NodeKeyMap{"n1": n1.Nodes.NodeKey("n1"), "n2": n2.Nodes.NodeKey("n2")}
+	verifier := ext.PublicOnly()
+	verifier.Nodes = published
+
+	own, err := n1.Sign(a)
+	if err != nil || !strings.HasPrefix(own.Signature, "ed25519:node:") {
+		t.Fatalf("node n1 signing its own record: %q, %v", own.Signature, err)
+	}
+	for name, k := range map[string]RecordKeys{"the node itself": n1, "the extender": verifier} {
+		if err := k.Verify(own); err != nil {
+			t.Errorf("%s: n1's correction of its own record: %v, want trusted", name, err)
+		}
+		if !k.SignedByCurrent(own) {
+			t.Errorf("%s: a node-signed record needs no re-signing after an extender rotation", name)
+		}
+	}
+	if _, err := trusted(pod, verifier, own); err != nil {
+		t.Errorf("TrustedAssignment of n1's own correction: %v", err)
+	}
+
+	// n1 refuses to sign for another node; a compromised n1 signing anyway
+	// (its key, the record's node n2) is refused by everyone.
+	forB := a
+	forB.Node = "n2"
+	if _, err := n1.Sign(forB); err == nil || !strings.Contains(err.Error(), "own pods only") {
+		t.Errorf("n1 signing a record for n2: %v, want refused", err)
+	}
+	rogue := n1
+	rogue.Node = "n2" // root on n1 can run any code with n1's key
+	forged, err := rogue.Sign(forB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, k := range map[string]RecordKeys{"node n2": n2, "the extender": verifier} {
+		if err := k.Verify(forged); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), `node "n2"`) {
+			t.Errorf("%s: a record for n2 signed with n1's key: %v, want ErrBadSignature naming n2", name, err)
+		}
+	}
+	// A node whose key is not published: its corrections are not trusted.
+	if err := ext.PublicOnly().Verify(own); !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), "publishes no record key") {
+		t.Errorf("no published node key: %v, want ErrBadSignature saying so", err)
+	}
+	// The pod's binding decides: a node-signed record for n1 on a pod bound
+	// to n2 does not match the pod.
+	moved := pod.DeepCopy()
+	moved.Spec.NodeName = "n2"
+	if _, err := trusted(moved, verifier, own); err == nil {
+		t.Error("n1's record trusted on a pod bound to n2")
+	}
+}
+
+// trusted puts a in pod's annotation and reads it back through
+// Names.TrustedAssignment with k.
+func trusted(pod *corev1.Pod, k RecordKeys, a Assignment) (Assignment, error) {
+	raw, err := EncodeAssignment(a)
+	if err != nil {
+		return a, err
+	}
+	pod = pod.DeepCopy()
+	pod.Annotations = map[string]string{DefaultNames().AnnotationAssignment(): raw}
+	return DefaultNames().TrustedAssignment(pod, k)
+}
+
 func TestLoadRecordKeys(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := LoadRecordKeys(dir); err == nil || !strings.Contains(err.Error(), "current") {
 		t.Errorf("no key file: %v, want an error naming it", err)
 	}
-	write := func(name, v string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o600); err != nil {
+	write := func(name string, v []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), v, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(RecordKeyCurrent, "short\n")
-	if _, err := LoadRecordKeys(dir); err == nil || !strings.Contains(err.Error(), "want at least 32") {
-		t.Errorf("short key: %v", err)
+	write(RecordKeyCurrent, []byte("short\n"))
+	if _, err := LoadRecordKeys(dir); err == nil || !strings.Contains(err.Error(), "Ed25519") {
+		t.Errorf("not a key: %v", err)
 	}
-	write(RecordKeyCurrent, strings.Repeat("c", 40)+"\n")
+	cur, prev := extenderKeys(3), extenderKeys(4)
+	write(RecordKeyCurrent, EncodePrivateKey(cur.Signer))
 	k, err := LoadRecordKeys(dir)
-	if err != nil || string(k.Current) != strings.Repeat("c", 40) || k.Previous != nil {
+	if err != nil || !k.Current.Equal(cur.Current) || !k.Signer.Equal(cur.Signer) || k.Previous != nil {
 		t.Errorf("current only: %+v, %v", k, err)
 	}
-	write(RecordKeyPrevious, strings.Repeat("p", 32))
-	if k, err := LoadRecordKeys(dir); err != nil || string(k.Previous) != strings.Repeat("p", 32) {
+	write(RecordKeyPrevious, EncodePrivateKey(prev.Signer))
+	if k, err := LoadRecordKeys(dir); err != nil || !k.Previous.Equal(prev.Current) {
 		t.Errorf("with previous: %+v, %v", k, err)
+	}
+	// The published form: public keys only.
+	write(RecordKeyCurrent, []byte(NodeKeyAnnotation(cur.Current)+"\n"))
+	write(RecordKeyPrevious, []byte(NodeKeyAnnotation(prev.Current)))
+	if k, err := LoadRecordKeys(dir); err != nil || !k.Current.Equal(cur.Current) || k.Signer != nil || !k.Previous.Equal(prev.Current) {
+		t.Errorf("public keys: %+v, %v", k, err)
 	}
 }
 
@@ -97,8 +207,9 @@ func TestLoadRecordKeys(t *testing.T) {
 // current key; a fixed RecordKeys is its own keyring, a nil ring has none.
 func TestSignedByCurrentAndKeyrings(t *testing.T) {
 	_, a := assignedPod()
-	old := RecordKeys{Current: []byte(strings.Repeat("o", 32))}
-	rotating := RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: old.Current}
+	old := extenderKeys(5)
+	rotating := extenderKeys(6)
+	rotating.Previous = old.Current
 	byOld, err := old.Sign(a)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +227,7 @@ func TestSignedByCurrentAndKeyrings(t *testing.T) {
 	if (RecordKeys{}).SignedByCurrent(byNew) || rotating.SignedByCurrent(a) {
 		t.Error("SignedByCurrent true without a key or without a signature")
 	}
-	if got := KeysOf(rotating); string(got.Current) != string(rotating.Current) {
+	if got := KeysOf(rotating); !got.Current.Equal(rotating.Current) {
 		t.Error("KeysOf(RecordKeys) is not the keys themselves")
 	}
 	if KeysOf(nil).Enabled() {

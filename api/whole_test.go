@@ -153,7 +153,7 @@ func TestAssignmentWithoutWholeCardsKeepsItsEncoding(t *testing.T) {
 	if err != nil || got != old {
 		t.Errorf("re-encoded = %s, %v; want the old bytes %s", got, err, old)
 	}
-	keys := RecordKeys{Current: []byte(strings.Repeat("k", MinRecordKeyBytes))}
+	keys := extenderKeys(1)
 	signed, err := keys.Sign(a)
 	if err != nil {
 		t.Fatal(err)

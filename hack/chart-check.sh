@@ -192,20 +192,23 @@ expect pinning-nobody 'name: gpushare-card-pinning$'
 expect pinning-nobody 'namespaceObject.metadata.labels' absent
 expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
 
-# Record signing (default on): the chart's generated key Secret, mounted read-only (no subPath, so
-# that a rotation reaches the running programs) into the extender and the device plugin, both told
-# where by GPUSHARE_RECORD_KEY_DIR.
+# Record signing (default on): the chart's generated private key Secret, mounted read-only (no
+# subPath, so that a rotation reaches the running programs) into the extender only; the device
+# plugin mounts the public-key ConfigMap the extender writes; both told where by
+# GPUSHARE_RECORD_KEY_DIR.
 expect dedicated 'name: gpushare-record-key$'
 expect dedicated '^  current: [A-Za-z0-9+/=]{80,}$'
 count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 2
 count dedicated 'value: "/etc/gpushare/record-key"$' 2
 count dedicated 'mountPath: /etc/gpushare/record-key$' 2
-count dedicated 'secretName: gpushare-record-key$' 2
+count dedicated 'secretName: gpushare-record-key$' 1
+count dedicated 'name: gpushare-record-public-key$' 2
+expect dedicated 'value: "gpushare-system/gpushare-record-public-key"$'
 expect dedicated 'subPath' absent
 
 render record-key-existing --set recordSigning.existingSecret=team-record-key
 expect record-key-existing 'name: gpushare-record-key$' absent
-count record-key-existing 'secretName: team-record-key$' 2
+count record-key-existing 'secretName: team-record-key$' 1
 count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 2
 
 render record-key-extender-only --set scheduler.mode=extender-only
@@ -213,7 +216,7 @@ count record-key-extender-only 'mountPath: /etc/gpushare/record-key$' 2
 expect record-key-extender-only 'mountPath: /etc/gpushare/tls$'
 
 render record-signing-off --set recordSigning.enabled=false
-expect record-signing-off 'RECORD_KEY|record-key' absent
+expect record-signing-off 'RECORD_KEY|-record-key|record-key$' absent
 
 render evict --set devicePlugin.memory.enforcement=evict --set devicePlugin.memory.tolerance=512Mi
 expect evict 'resources: \[pods/eviction\]'
@@ -421,7 +424,7 @@ container_env() {
 # The record key the chart mounts at GPUSHARE_RECORD_KEY_DIR is a directory made here instead.
 keydir="$out/record-key"
 mkdir -p "$keydir"
-head -c 48 /dev/urandom | base64 >"$keydir/current"
+openssl genpkey -algorithm ed25519 >"$keydir/current"
 check_program_env() {
   local name=$1 container=$2 binary=$3 help vars v code
   help="$("$out/$binary" --help)"

@@ -51,6 +51,8 @@ NAMESPACE=gpushare-system
 # Kubeconfigs (and their token files) of the chart's ServiceAccounts, and the record key.
 IDENTITIES="$STATE/identities"
 RECORD_KEY_DIR="$STATE/record-key"
+# The public halves, as the extender publishes them in the chart's ConfigMap: what the plugins get.
+RECORD_PUBLIC_KEY_DIR="$STATE/record-public-key"
 K8S_BIN="${GPUSHARE_K8S_BIN:-${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/k8s-${K8S_VERSION:-$(cat "$ROOT/hack/k8s-version")}/bin}"
 export GPUSHARE_STATE="$STATE"
 # Its own ports, so that it does not collide with a plain hack/cluster.sh.
@@ -226,6 +228,10 @@ install_chart() {
 		if [[ -n "$v" ]]; then base64 -d <<<"$v" >"$RECORD_KEY_DIR/$k.new" && mv "$RECORD_KEY_DIR/$k.new" "$RECORD_KEY_DIR/$k"; else rm -f "$RECORD_KEY_DIR/$k"; fi
 	done
 	[[ -s "$RECORD_KEY_DIR/current" ]] || die "the chart's Secret $NAMESPACE/$RELEASE-record-key has no key in 'current'"
+	mkdir -p "$RECORD_PUBLIC_KEY_DIR"
+	for k in current previous; do
+		if [[ -s "$RECORD_KEY_DIR/$k" ]]; then openssl pkey -in "$RECORD_KEY_DIR/$k" -pubout -outform DER | tail -c 32 | base64 -w0 >"$RECORD_PUBLIC_KEY_DIR/$k"; else rm -f "$RECORD_PUBLIC_KEY_DIR/$k"; fi
+	done
 	write_identity extender "$RELEASE-scheduler"
 }
 
@@ -302,6 +308,7 @@ cmd_up() {
 		# which the chart's request-size policy learns the largest card.
 		setsid "$BIN/gpushare-scheduler" --kubeconfig "$IDENTITIES/extender.kubeconfig" --listen "127.0.0.1:${EXTENDER_PORT}" \
 			--policy "$POLICY" --allowed-policies "$ALLOWED_POLICIES" --record-key-dir "$RECORD_KEY_DIR" \
+			--record-public-key-configmap "$NAMESPACE/$RELEASE-record-public-key" \
 			--card-limits-configmap "$NAMESPACE/$RELEASE-card-limits" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
 		pid=$!
 	fi
@@ -330,7 +337,7 @@ cmd_up() {
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
 			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
 			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
-			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_KEY_DIR" \
+			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_PUBLIC_KEY_DIR" \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &
 		echo $! >"$PIDS/agent-$name.pid"
 	done

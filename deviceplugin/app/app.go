@@ -105,7 +105,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
 	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
 	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
-	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the key ('current', optional 'previous') the extender signs assignment records with; set, only signed records give a container a card (empty: records are not checked)")
+	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the public halves ('current', optional 'previous') of the keys the extender signs assignment records with, as the extender publishes them in a ConfigMap; set, only signed records give a container a card, and the plugin waits for the keys before it offers GPU memory (empty: records are not checked)")
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
@@ -212,7 +212,7 @@ func (o Options) validate() error {
 		return err
 	}
 	if o.RecordKeyDir != "" {
-		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+		if _, err := os.Stat(o.RecordKeyDir); err != nil {
 			return fmt.Errorf("--record-key-dir: %w", err)
 		}
 	}
@@ -326,7 +326,6 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if o.DRA.Enabled {
 		return runDRA(ctx, o, names, store, cl, plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}, client)
 	}
-	go Publish(ctx, cl, store, log)
 
 	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
@@ -335,10 +334,25 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	keys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	if o.RecordKeyDir != "" {
+		if err := recordkey.Wait(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key")); err != nil {
+			return err
+		}
+	}
+	extenderKeys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
 	if err != nil {
 		return err
 	}
+	var keys api.RecordKeyring
+	recordKey := ""
+	if extenderKeys != nil {
+		ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName)
+		if err != nil {
+			return err
+		}
+		keys, recordKey = ring, api.NodeKeyAnnotation(ring.Public())
+	}
+	go Publish(ctx, cl, store, recordKey, log)
 	metrics, err := plugin.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
 	if err != nil {
 		return err
@@ -367,12 +381,12 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 
 // Publish writes the store's inventory on the Node now and after every
 // change, retrying failures with a growing delay (up to 30s).
-func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, log klog.Logger) {
+func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, recordKey string, log klog.Logger) {
 	delay := time.Second
 	for {
 		changed := store.InventoryChanged()
 		inv := store.Inventory()
-		if err := cl.Publish(ctx, inv); err != nil {
+		if err := cl.Publish(ctx, inv, recordKey); err != nil {
 			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
 			t := time.NewTimer(delay)
 			select {

@@ -272,16 +272,22 @@ func (c *Cluster) patchRecord(ctx context.Context, pod *corev1.Pod, a api.Assign
 	return err
 }
 
-// Publish writes the inventory annotation and the GPU labels on the Node.
-// A merge patch of those keys only: nothing else on the Node is touched and
-// concurrent writers of other keys do not conflict.
-func (c *Cluster) Publish(ctx context.Context, inv api.Inventory) error {
+// Publish writes the inventory annotation and the GPU labels on the Node,
+// and with recordKey (the plugin's node record key, api.NodeKeyAnnotation)
+// the record-key annotation. A merge patch of those keys only: nothing else
+// on the Node is touched and concurrent writers of other keys do not
+// conflict.
+func (c *Cluster) Publish(ctx context.Context, inv api.Inventory, recordKey string) error {
 	s, err := api.EncodeInventory(inv)
 	if err != nil {
 		return err
 	}
+	annotations := map[string]string{c.names.AnnotationInventory(): s}
+	if recordKey != "" {
+		annotations[c.names.AnnotationRecordKey()] = recordKey
+	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{c.names.AnnotationInventory(): s},
+		"annotations": annotations,
 		"labels":      Labels(c.names, inv),
 	}})
 	if err != nil {

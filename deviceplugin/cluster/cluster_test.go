@@ -42,7 +42,7 @@ func TestPublishWritesInventoryAndLabels(t *testing.T) {
 	c := New(client, node)
 	for _, tt := range tests { // in sequence on one Node: each publish replaces the last
 		t.Run(tt.name, func(t *testing.T) {
-			if err := c.Publish(ctx, tt.inv); err != nil {
+			if err := c.Publish(ctx, tt.inv, ""); err != nil {
 				t.Fatal(err)
 			}
 			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})

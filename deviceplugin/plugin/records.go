@@ -192,15 +192,16 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 }
 
 // record is the pod's assignment as the plugin trusts it: decoded, and with
-// record keys, signed by the extender (api.RecordKeys.Verify).
+// record keys, signed by the extender or by this node's own key
+// (api.RecordKeys.Verify).
 func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 	return p.cfg.Names.TrustedAssignment(pod, p.keys())
 }
 
 // signed wraps a record update: a record the keys do not verify is left
 // alone (the plugin never signs what the extender did not write), and a
-// changed record is signed again, since the signature covers the phase and
-// the cards the plugin may change.
+// changed record is signed again, with the plugin's node key, since the
+// signature covers the phase and the cards the plugin may change.
 func (p *Plugin) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
 	return func(a *api.Assignment) bool {
 		keys := p.keys()

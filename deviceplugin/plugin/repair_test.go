@@ -35,8 +35,8 @@ func withRecord(p *corev1.Pod, s string) *corev1.Pod {
 // current one. A pod the kubelet holds nothing for, or one that finished,
 // keeps whatever it carries.
 func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
-	oldKey := api.RecordKeys{Current: []byte(strings.Repeat("o", 32))}
-	keys := api.RecordKeys{Current: []byte(strings.Repeat("k", 32)), Previous: oldKey.Current}
+	oldKey := podtest.RecordKeys(strings.Repeat("o", 32))
+	keys := podtest.RotatingKeys(strings.Repeat("k", 32), oldKey.Current)
 	const garbage = `{"version":1,"podUID":`
 	tests := []struct {
 		name string

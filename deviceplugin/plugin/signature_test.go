@@ -16,9 +16,14 @@ import (
 // signed: a record written by anyone else (a tenant, where the admission
 // policies are not installed) or changed after signing gives no GPU, the
 // Allocate error says why, and the plugin never signs it. A signed record is
-// served, and the plugin's update of it (phase Allocated) is signed again.
+// served, and the plugin's update of it (phase Allocated) is signed again,
+// with the plugin's own node key. A record signed by another node's key (root
+// on that node) is refused: a node's key vouches for its own pods only.
 func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
-	keys := api.RecordKeys{Current: []byte(strings.Repeat("k", 32))}
+	keys := podtest.RecordKeys(strings.Repeat("k", 32))
+	plugin := podtest.NodeKeys(keys, nodeName, "this node")
+	otherNode := podtest.NodeKeys(keys, "other-node", "other node")
+	otherNode.Node = nodeName // a compromised node signing for this one
 	tests := []struct {
 		name string
 		pod  func(c [2]podtest.Card) *corev1.Pod
@@ -42,10 +47,18 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 			want: "the assignment record's signature does not match",
 			err:  api.ErrBadSignature,
 		},
+		{
+			name: "signed by another node's key",
+			pod: func(c [2]podtest.Card) *corev1.Pod {
+				return podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(otherNode).Obj()
+			},
+			want: "is not signed by the key node \"" + nodeName + "\" publishes",
+			err:  api.ErrBadSignature,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t, setup{cfg: Config{RecordKeys: keys}, pods: func(c [2]podtest.Card) []*corev1.Pod { return []*corev1.Pod{tt.pod(c)} }})
+			h := newHarness(t, setup{cfg: Config{RecordKeys: plugin}, pods: func(c [2]podtest.Card) []*corev1.Pod { return []*corev1.Pod{tt.pod(c)} }})
 			_, err := h.allocate(t, unitIDs(h.cards[1].UUID, 0, 4))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Allocate = %v, want an error containing %q", err, tt.want)
@@ -54,14 +67,14 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 			if a.Phase != api.PhaseAssigned {
 				t.Errorf("the untrusted record became %s; the plugin must leave it alone", a.Phase)
 			}
-			if verr := keys.Verify(a); !errors.Is(verr, tt.err) {
+			if verr := plugin.Verify(a); !errors.Is(verr, tt.err) {
 				t.Errorf("after Allocate the record verifies as %v, want %v (not signed by the plugin)", verr, tt.err)
 			}
 		})
 	}
 
 	t.Run("signed record", func(t *testing.T) {
-		h := newHarness(t, setup{cfg: Config{RecordKeys: keys}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+		h := newHarness(t, setup{cfg: Config{RecordKeys: plugin}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 4).Assign(api.PhaseAssigned, c[1]).Sign(keys).Obj()}
 		}})
 		r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 4))
@@ -72,8 +85,11 @@ func TestAllocateTrustsOnlySignedRecords(t *testing.T) {
 		if a.Phase != api.PhaseAllocated {
 			t.Errorf("record phase %s, want Allocated", a.Phase)
 		}
-		if err := keys.Verify(a); err != nil {
-			t.Errorf("the plugin's update is not signed: %v", err)
+		if err := plugin.Verify(a); err != nil || !strings.HasPrefix(a.Signature, "ed25519:node:") {
+			t.Errorf("the plugin's update is not signed with its node key: %q, %v", a.Signature, err)
+		}
+		if err := keys.PublicOnly().Verify(a); !errors.Is(err, api.ErrBadSignature) {
+			t.Errorf("the plugin's update verified without its node's published key: %v", err)
 		}
 	})
 }
@@ -101,8 +117,8 @@ func (s *swappableKeys) set(k api.RecordKeys) {
 // a key the running plugin does not hold yet is refused, and served once the
 // keyring holds that key (a rotation reaching the plugin without a restart).
 func TestAllocateUsesTheKeysInForceNow(t *testing.T) {
-	oldKeys := api.RecordKeys{Current: []byte(strings.Repeat("o", 32))}
-	newKeys := api.RecordKeys{Current: []byte(strings.Repeat("n", 32)), Previous: oldKeys.Current}
+	oldKeys := podtest.RecordKeys(strings.Repeat("o", 32))
+	newKeys := podtest.RotatingKeys(strings.Repeat("n", 32), oldKeys.Current)
 	ring := &swappableKeys{keys: oldKeys}
 	h := newHarness(t, setup{cfg: Config{RecordKeys: ring}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{

@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 func TestSweepAttributesEveryProcess(t *testing.T) {
@@ -208,7 +209,7 @@ func (k keyRing) Keys() api.RecordKeys { return api.RecordKeys(k) }
 // With record keys, a record the keys do not verify grants nothing: a forged
 // record cannot raise a container's grant above what the extender signed.
 func TestSweepReadsOnlyTrustedRecordsWithRecordKeys(t *testing.T) {
-	keys := api.RecordKeys{Current: []byte("sampler-record-key-0123456789abcdef")}
+	keys := podtest.RecordKeys("sampler-record-key-0123456789abcdef")
 	n := newNode(t, 1)
 	record := func(p *corev1.Pod, sign bool) {
 		rec := api.Assignment{Version: api.AssignmentVersion, PodUID: p.UID, Node: "node-a", Unit: api.UnitGiB, Phase: api.PhaseAllocated,

@@ -1,6 +1,8 @@
 package podtest
 
 import (
+	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,4 +110,35 @@ func MustEncode(a api.Assignment) string {
 		panic(err)
 	}
 	return s
+}
+
+// RecordKeys is an extender key set (signing key and its public half) made
+// from name, the same for the same name.
+func RecordKeys(name string) api.RecordKeys {
+	seed := sha256.Sum256([]byte(name))
+	priv := ed25519.NewKeyFromSeed(seed[:])
+	return api.RecordKeys{Current: priv.Public().(ed25519.PublicKey), Signer: priv}
+}
+
+// RecordKeyFile is RecordKeys(name)'s private key as the extender's Secret
+// holds it (PKCS#8 PEM).
+func RecordKeyFile(name string) string {
+	return string(api.EncodePrivateKey(RecordKeys(name).Signer))
+}
+
+// RotatingKeys is RecordKeys(current) with previous as the key being
+// rotated out.
+func RotatingKeys(current string, previous []byte) api.RecordKeys {
+	k := RecordKeys(current)
+	k.Previous = previous
+	return k
+}
+
+// NodeKeys is node's device-plugin keys: extender's public keys, and a node
+// key made from name that signs as node's and is the only node key known.
+func NodeKeys(extender api.RecordKeys, node, name string) api.RecordKeys {
+	k := extender.PublicOnly()
+	k.Signer, k.Node = RecordKeys(name).Signer, node
+	k.Nodes = api.NodeKeyMap{node: RecordKeys(name).Current}
+	return k
 }

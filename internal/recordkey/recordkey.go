@@ -1,12 +1,14 @@
-// Package recordkey keeps the assignment-record keys of a mounted Secret in
-// force while the programs run: a Ring reads the key directory
-// (api.LoadRecordKeys) at start and again every few seconds, so a rotated
-// Secret takes effect without a restart.
+// Package recordkey keeps the assignment-record keys in force while the
+// programs run: a Ring reads the key directory (api.LoadRecordKeys; the
+// extender's Secret of private keys, or the device plugin's ConfigMap of
+// their public halves) at start and again every few seconds, so a rotation
+// takes effect without a restart. Publisher writes the extender's public
+// halves into that ConfigMap; NodeRing adds a device plugin's own node key.
 //
 // The kubelet updates a Secret volume atomically (the files are symlinks into
 // a "..data" directory that is swapped in one rename), so a read sees either
 // the old or the new keys, never half of each. A new content that is not a
-// valid key set (a key shorter than api.MinRecordKeyBytes, no current key)
+// valid key set (not an Ed25519 key, no current key)
 // does not replace the keys in force: the Ring keeps the last good keys, logs
 // the error once per content, and counts it
 // (gpushare_record_key_reload_errors_total; gpushare_record_key_in_force is

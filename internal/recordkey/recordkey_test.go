@@ -19,6 +19,8 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/cli"
+
+	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // secretDir writes a directory the way the kubelet writes a Secret volume
@@ -65,8 +67,8 @@ func (s *secretDir) update(files map[string]string) {
 }
 
 var (
-	oldKey = strings.Repeat("old-key-", 5)
-	newKey = strings.Repeat("new-key-", 5)
+	oldKey = podtest.RecordKeyFile("old-key")
+	newKey = podtest.RecordKeyFile("new-key")
 )
 
 func record(uid string) api.Assignment {
@@ -93,8 +95,8 @@ func TestRingFollowsARotatedSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byOld := sign(t, api.RecordKeys{Current: []byte(oldKey)}, record("a"))
-	byNew := sign(t, api.RecordKeys{Current: []byte(newKey)}, record("b"))
+	byOld := sign(t, keysOf(oldKey), record("a"))
+	byNew := sign(t, keysOf(newKey), record("b"))
 	if err := r.Reload(); !errors.Is(err, ErrUnchanged) {
 		t.Fatalf("Reload of an unchanged directory = %v, want ErrUnchanged", err)
 	}
@@ -123,7 +125,7 @@ func TestRingFollowsARotatedSecret(t *testing.T) {
 			t.Errorf("step %s: a record signed with the new key verifies = %v, want %v", st.name, got, st.newVerifies)
 		}
 		signed := sign(t, k, record("c"))
-		if (api.RecordKeys{Current: []byte(st.signsWith)}).Verify(signed) != nil {
+		if (keysOf(st.signsWith)).Verify(signed) != nil {
 			t.Errorf("step %s: new records are not signed with the expected key", st.name)
 		}
 	}
@@ -145,7 +147,7 @@ func TestRingKeepsTheLastGoodKeysWhenTheSecretBecomesInvalid(t *testing.T) {
 	if err := r.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	byOld := sign(t, api.RecordKeys{Current: []byte(oldKey)}, record("a"))
+	byOld := sign(t, keysOf(oldKey), record("a"))
 	for i, bad := range []map[string]string{
 		{api.RecordKeyCurrent: "short"},
 		{api.RecordKeyPrevious: newKey},
@@ -195,12 +197,12 @@ func TestRunPicksUpASwapOnItsTicker(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	s.update(map[string]string{api.RecordKeyCurrent: newKey})
-	if string(r.Keys().Current) != oldKey {
+	if !r.Keys().Current.Equal(keysOf(oldKey).Current) {
 		t.Fatal("the new key is in force before any tick")
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		clk.Step(time.Second)
-		return string(r.Keys().Current) == newKey, nil
+		return r.Keys().Current.Equal(keysOf(newKey).Current), nil
 	})
 	if err != nil {
 		t.Fatalf("the swapped key is not in force after ticks: %v", err)
@@ -215,7 +217,7 @@ func TestLoadRefusesAMissingOrShortKey(t *testing.T) {
 	}
 	s := newSecretDir(t, map[string]string{api.RecordKeyCurrent: "short"})
 	_, err := Load(s.dir, ktesting.NewLogger(t, ktesting.DefaultConfig))
-	if err == nil || !strings.Contains(err.Error(), "want at least 32") {
+	if err == nil || !strings.Contains(err.Error(), "Ed25519") {
 		t.Errorf("Load of a short key = %v, want an error saying the size to use", err)
 	}
 }
@@ -240,10 +242,19 @@ func TestStartFollowsTheRecordKeyDirFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := keys.Keys().Current; string(got) != oldKey {
+	if got := keys.Keys().Current; !got.Equal(keysOf(oldKey).Current) {
 		t.Errorf("keys in force = %q, want the directory's", got)
 	}
 	if n, err := testutil.GatherAndCount(reg, MetricInForce); err != nil || n != 1 {
 		t.Errorf("%s registered %d times (%v), want once", MetricInForce, n, err)
 	}
+}
+
+// keysOf is the key set a Secret key file holds.
+func keysOf(file string) api.RecordKeys {
+	k, err := api.RecordKeysFrom(map[string][]byte{api.RecordKeyCurrent: []byte(file)})
+	if err != nil {
+		panic(err)
+	}
+	return k
 }

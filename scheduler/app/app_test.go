@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -104,6 +106,9 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 			o.NodeScope = NodeScopeOptions{Listen: ":39997", Users: []string{"system:serviceaccount:plugin"}, TLSCertFile: "c", TLSPrivateKeyFile: "k"}
 		}, `--node-scoped-users entry "system:serviceaccount:plugin" is not a username`},
 		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
+		{"the plugins' public key as the extender's", func(o *Options) { o.RecordKeyDir = publicKeyDir(t) }, "holds a public key: the extender needs the private key"},
+		{"public keys published without keys", func(o *Options) { o.RecordPublicKeyConfigMap = "ns/pub" }, "--record-public-key-configmap needs --record-key-dir"},
+		{"public-key ConfigMap without a namespace", func(o *Options) { o.RecordPublicKeyConfigMap = "pub" }, `--record-public-key-configmap "pub": want namespace/name`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -359,4 +364,15 @@ func TestSetMemoryLimitFromTheCgroup(t *testing.T) {
 			t.Errorf("%s: set %d, runtime limit %d; want none set", name, got, debug.SetMemoryLimit(-1))
 		}
 	}
+}
+
+// publicKeyDir is a key directory as the device plugins get it: a public key
+// only.
+func publicKeyDir(t *testing.T) string {
+	dir := t.TempDir()
+	pub := podtest.RecordKeys("extender").Current
+	if err := os.WriteFile(filepath.Join(dir, api.RecordKeyCurrent), []byte(api.NodeKeyAnnotation(pub)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

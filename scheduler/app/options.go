@@ -91,11 +91,16 @@ type Options struct {
 	// leaves Go's default.
 	GCPercent int
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
-	// key the extender signs every record with (api.LoadRecordKeys), read
+	// Ed25519 private key the extender signs every record with
+	// (api.LoadRecordKeys), read
 	// again every RecordKeyInterval (a rotated Secret takes effect without a
 	// restart; internal/recordkey; 0: recordkey.DefaultInterval).
 	RecordKeyDir      string
 	RecordKeyInterval time.Duration
+	// RecordPublicKeyConfigMap, "namespace/name", is the existing ConfigMap
+	// the extender publishes its keys' public halves in, for the device
+	// plugins (recordkey.Publisher); empty: not published.
+	RecordPublicKeyConfigMap string
 	// Names are the resource names and the annotation domain (--domain,
 	// --resource-name, --whole-resource-name), the same in every program.
 	Names cli.NameFlags
@@ -170,7 +175,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile, "certificate (PEM) the verbs' address serves HTTPS with; empty: plain HTTP")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile, "private key (PEM) of --tls-cert-file")
 	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile, "CA (PEM) whose client certificates the verbs' address requires (kube-scheduler's extender tlsConfig); needs --tls-cert-file")
-	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the key ('current', optional 'previous') the extender signs assignment records with, shared with the device plugins; empty: records unsigned")
+	fs.StringVar(&o.RecordKeyDir, "record-key-dir", o.RecordKeyDir, "directory with the Ed25519 private keys ('current', optional 'previous'; PKCS#8 PEM) the extender signs assignment records with, which only the extender holds; empty: records unsigned")
+	fs.StringVar(&o.RecordPublicKeyConfigMap, "record-public-key-configmap", o.RecordPublicKeyConfigMap, "namespace/name of an existing ConfigMap the extender publishes the public halves of --record-key-dir in, for the device plugins; the extender binds nothing before it has published them; empty: off")
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart (0: every 5s)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "unless GOGC is set, the Go garbage collector's target percentage (0: Go's default, 100)")
@@ -242,8 +248,17 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New("--client-ca-file needs --tls-cert-file and --tls-private-key-file: client certificates are checked over HTTPS only"))
 	}
 	if o.RecordKeyDir != "" {
-		if _, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
+		if k, err := api.LoadRecordKeys(o.RecordKeyDir); err != nil {
 			errs = append(errs, fmt.Errorf("--record-key-dir: %w", err))
+		} else if k.Signer == nil {
+			errs = append(errs, fmt.Errorf("--record-key-dir %s holds a public key: the extender needs the private key (the record-key Secret); public keys are for the device plugins", o.RecordKeyDir))
+		}
+	}
+	if o.RecordPublicKeyConfigMap != "" {
+		if _, _, err := configMapRef("--record-public-key-configmap", o.RecordPublicKeyConfigMap); err != nil {
+			errs = append(errs, err)
+		} else if o.RecordKeyDir == "" {
+			errs = append(errs, errors.New("--record-public-key-configmap needs --record-key-dir: without keys there is nothing to publish"))
 		}
 	}
 	if o.GCPercent < 0 || o.GCPercent > 10000 {
@@ -295,9 +310,14 @@ func (o *Options) pluginSelector() (labels.Selector, error) {
 
 // cardLimitsRef splits CardLimitsConfigMap into namespace and name.
 func (o *Options) cardLimitsRef() (namespace, name string, err error) {
-	namespace, name, ok := strings.Cut(o.CardLimitsConfigMap, "/")
+	return configMapRef("--card-limits-configmap", o.CardLimitsConfigMap)
+}
+
+// configMapRef splits a flag's "namespace/name" value.
+func configMapRef(flag, ref string) (namespace, name string, err error) {
+	namespace, name, ok := strings.Cut(ref, "/")
 	if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
-		return "", "", fmt.Errorf("--card-limits-configmap %q: want namespace/name, e.g. gpushare-system/%s", o.CardLimitsConfigMap, api.CardLimitsConfigMap)
+		return "", "", fmt.Errorf("%s %q: want namespace/name, e.g. gpushare-system/%s", flag, ref, api.CardLimitsConfigMap)
 	}
 	return namespace, name, nil
 }

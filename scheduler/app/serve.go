@@ -82,6 +82,13 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if err != nil {
 		return err
 	}
+	if o.RecordPublicKeyConfigMap != "" {
+		namespace, name, _ := configMapRef("--record-public-key-configmap", o.RecordPublicKeyConfigMap)
+		pub := recordkey.Publisher{Ring: keys, Client: clients.Read, Namespace: namespace, Name: name}
+		if err := pub.Start(ctx, o.RecordKeyInterval); err != nil {
+			return err
+		}
+	}
 	pluginSel, err := o.pluginSelector()
 	if err != nil {
 		return err

@@ -138,6 +138,8 @@ type Cache struct {
 	// keys verify records (nil: every record that decodes and belongs to
 	// its pod counts).
 	keys api.RecordKeyring
+	// nodeKeys are the nodes' published record keys (nodekeys.go).
+	nodeKeys nodeKeys
 	// names are the resource names and keys read from nodes and pods.
 	names api.Names
 	// pluginSel finds the device plugin's pods (nil: not followed);
@@ -154,7 +156,9 @@ func WithClock(c clock.Clock) Option { return func(ca *Cache) { ca.clock = c } }
 
 // WithRecordKeys makes the cache count only records the keys verify
 // (api.RecordKeys.Verify), the ones the device plugins trust: a record
-// written or changed by anyone without the key is not a valid one.
+// written or changed by anyone without the extender's key is not a valid
+// one, unless the record's own node signed it with the key that node
+// publishes (api.Names.AnnotationRecordKey, read by SetNode).
 func WithRecordKeys(keys api.RecordKeyring) Option { return func(ca *Cache) { ca.keys = keys } }
 
 // WithNames sets the resource names and keys the cache reads (default:
@@ -217,7 +221,10 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	valid := false
 	if bound && reqErr == nil && !req.Empty() {
 		var err error
-		a, err = c.names.TrustedAssignment(pod, api.KeysOf(c.keys))
+		keys := api.KeysOf(c.keys).PublicOnly()
+		keys.Nodes = &c.nodeKeys
+		c.nodeKeys.track(pod, pod.Annotations[c.names.AnnotationAssignment()])
+		a, err = c.names.TrustedAssignment(pod, keys)
 		valid = err == nil && a.Node == pod.Spec.NodeName
 		if err != nil && !errors.Is(err, api.ErrNoAssignment) {
 			klog.V(4).InfoS("Ignoring pod's GPU assignment", "pod", klog.KObj(pod), "err", err)
@@ -285,6 +292,7 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.remove(c.pods[uid])
+	c.nodeKeys.forget(uid)
 	c.untrackPluginLocked(uid)
 	delete(c.seen, uid)
 }

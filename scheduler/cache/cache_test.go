@@ -514,7 +514,7 @@ func TestStatusUpdateKeepsSnapshot(t *testing.T) {
 // The device plugin's repair confirms the pod again (here on the card the
 // kubelet really gave it), and a finished pod frees its units.
 func TestLostRecordKeepsCountingTheUnitsTheKubeletHolds(t *testing.T) {
-	keys := api.RecordKeys{Current: []byte("0123456789abcdef0123456789abcdef")}
+	keys := podtest.RecordKeys("0123456789abcdef0123456789abcdef")
 	pod := podtest.Make("ns", "p").GPU("main", 30).Node("n1").Phase(corev1.PodRunning).Obj()
 	signed := func(cards ...int) string {
 		a, err := keys.Sign(podtest.AssignmentFor(pod, "n1", api.PhaseAllocated, cards...))

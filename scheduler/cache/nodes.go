@@ -70,6 +70,7 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	}
 
 	host, hasHost := hostAllocatable(node)
+	defer c.setNodeKey(node) // after the node's state: it may read pods again
 
 	c.mu.Lock()
 	defer c.mu.Unlock()

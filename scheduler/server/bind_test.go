@@ -527,7 +527,7 @@ func waitForTimer(t *testing.T, fc *testingclock.FakeClock) {
 // With a record key the extender signs every record it writes, so a device
 // plugin holding the same key can tell it from a forged one.
 func TestBindSignsTheRecordWithTheRecordKey(t *testing.T) {
-	keys := api.RecordKeys{Current: []byte(strings.Repeat("s", 32))}
+	keys := podtest.RecordKeys(strings.Repeat("s", 32))
 	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
 	e := newEnv(t, envOpts{keys: keys}, []*corev1.Node{fixture.MakeNode("n1").Card(0, 40).Obj()}, pod)
 	res, err := e.srv.Bind(context.Background(), bindArgs(pod, "n1"))
@@ -541,7 +541,7 @@ func TestBindSignsTheRecordWithTheRecordKey(t *testing.T) {
 	if err := keys.Verify(a); err != nil {
 		t.Errorf("the record does not verify with the extender's key: %v", err)
 	}
-	if err := (api.RecordKeys{Current: []byte(strings.Repeat("x", 32))}).Verify(a); !errors.Is(err, api.ErrBadSignature) {
+	if err := podtest.RecordKeys(strings.Repeat("x", 32)).Verify(a); !errors.Is(err, api.ErrBadSignature) {
 		t.Errorf("verified with another key: %v, want ErrBadSignature", err)
 	}
 }

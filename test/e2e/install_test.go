@@ -488,8 +488,8 @@ func TestInstallLane(t *testing.T) {
 	})
 }
 
-// verifyRecord checks the pod's record is Allocated and signed with the key of the chart's
-// record key Secret.
+// verifyRecord checks the pod's record is Allocated and signed by its node, whose key the Node
+// publishes, over an extender record signed with the chart's record key Secret.
 func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
 	t.Helper()
 	asg := allocatedAssignment(ctx, t, c, pod)
@@ -497,12 +497,14 @@ func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *co
 	if err != nil {
 		t.Fatalf("the chart's record key: %v", err)
 	}
-	keys := api.RecordKeys{Current: secret.Data["current"]}
-	if !keys.Enabled() {
-		t.Fatal("the chart's record key Secret has no current key")
+	keys, err := api.RecordKeysFrom(secret.Data)
+	if err != nil {
+		t.Fatalf("the chart's record key Secret: %v", err)
 	}
-	if err := keys.Verify(asg); err != nil {
-		t.Errorf("pod %s: record not signed with the chart's key: %v", pod.Name, err)
+	// The plugin's correction (Allocated) is signed with its node key,
+	// trusted with the key its Node publishes.
+	if err := verifier(ctx, t, c, keys, asg.Node).Verify(asg); err != nil {
+		t.Errorf("pod %s: record not signed with the chart's key or its node's published key: %v", pod.Name, err)
 	}
 }
 

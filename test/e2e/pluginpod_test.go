@@ -3,8 +3,8 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -106,15 +106,28 @@ func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, seen kubeletnod
 func createChartSecrets(ctx context.Context, t *testing.T, c kubernetes.Interface, pod *corev1.Pod) {
 	t.Helper()
 	for _, v := range pod.Spec.Volumes {
+		if v.ConfigMap != nil {
+			// The record public-key ConfigMap, as the extender writes it.
+			pub, _, err := ed25519.GenerateKey(rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: v.ConfigMap.Name, Namespace: pod.Namespace},
+				Data: map[string]string{api.RecordKeyCurrent: api.NodeKeyAnnotation(pub)}}
+			if _, err := c.CoreV1().ConfigMaps(pod.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("creating the chart's ConfigMap %s: %v", v.ConfigMap.Name, err)
+			}
+			continue
+		}
 		if v.Secret == nil {
 			continue
 		}
-		key := make([]byte, 48)
-		if _, err := rand.Read(key); err != nil {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
 			t.Fatal(err)
 		}
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v.Secret.SecretName, Namespace: pod.Namespace},
-			Data: map[string][]byte{api.RecordKeyCurrent: []byte(base64.RawURLEncoding.EncodeToString(key))}}
+			Data: map[string][]byte{api.RecordKeyCurrent: api.EncodePrivateKey(priv)}}
 		if _, err := c.CoreV1().Secrets(pod.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("creating the chart's Secret %s: %v", v.Secret.SecretName, err)
 		}

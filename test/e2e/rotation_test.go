@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"net/http"
 	"os"
@@ -77,19 +79,46 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	oldKey, newKey := strings.Repeat("old-record-key-", 3), strings.Repeat("new-record-key-", 3)
-	byOld, byNew := api.RecordKeys{Current: []byte(oldKey)}, api.RecordKeys{Current: []byte(newKey)}
+	byOld, byNew := freshKeys(t), freshKeys(t)
+	oldKey, newKey := string(api.EncodePrivateKey(byOld.Signer)), string(api.EncodePrivateKey(byNew.Signer))
+	// vol is the extender's Secret (private keys); pubVol the device plugin's
+	// view of the ConfigMap the extender publishes the public halves in,
+	// copied by publish as the kubelet would sync it.
 	vol := newKeyVolume(t, map[string]string{api.RecordKeyCurrent: oldKey})
+	keysNS := testNamespace(ctx, t, c, "rotation-keys")
+	if _, err := c.Client.CoreV1().ConfigMaps(keysNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "record-public-key"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pubVol := newKeyVolume(t, map[string]string{api.RecordKeyCurrent: api.NodeKeyAnnotation(byOld.Current)})
+	publish := func(want api.RecordKeys, step string) {
+		t.Helper()
+		var cm *corev1.ConfigMap
+		if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := c.Client.CoreV1().ConfigMaps(keysNS).Get(ctx, "record-public-key", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			cm = got
+			prev := ""
+			if want.Previous != nil {
+				prev = api.NodeKeyAnnotation(want.Previous)
+			}
+			return got.Data[api.RecordKeyCurrent] == api.NodeKeyAnnotation(want.Current) && got.Data[api.RecordKeyPrevious] == prev, nil
+		}); err != nil {
+			t.Fatalf("%s: the extender did not publish the public keys: %+v", step, cm)
+		}
+		pubVol.update(cm.Data)
+	}
 
 	const name = "rotation-node"
-	node, _ := gpuNode(ctx, t, c, name, "1x24GiB:NVIDIA-L4", withPluginArgs("--record-key-dir", vol.dir, "--record-key-interval=1s", "--reconcile-interval=3s"))
+	node, _ := gpuNode(ctx, t, c, name, "1x24GiB:NVIDIA-L4", withPluginArgs("--record-key-dir", pubVol.dir, "--record-key-interval=1s", "--reconcile-interval=3s"))
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ext, err := cluster.StartProcess("gpushare-scheduler-rotation", filepath.Join(c.StateDir(), "logs", "gpushare-scheduler-rotation.log"), extenderBin,
 		"--kubeconfig", c.Kubeconfig, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--policy", "binpack",
-		"--record-key-dir", vol.dir, "--record-key-interval=1s")
+		"--record-key-dir", vol.dir, "--record-key-interval=1s", "--record-public-key-configmap", keysNS+"/record-public-key")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +148,9 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 		}
 		return waitRunning(ctx, t, c, ns, pod, node)
 	}
-	// signedBy waits until the pod's record verifies with keys alone.
+	// signedBy waits until the pod's record verifies with the extender's
+	// public keys alone and the key the node publishes (the plugin's
+	// corrections are signed with its node key).
 	signedBy := func(pod string, keys api.RecordKeys, what string) {
 		t.Helper()
 		var last error
@@ -131,7 +162,7 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 			}
 			a, err := api.DefaultNames().AssignmentFromPod(p)
 			if err == nil {
-				err = keys.Verify(a)
+				err = verifier(ctx, t, c, keys.PublicOnly(), name).Verify(a)
 			}
 			last = err
 			return err == nil, nil
@@ -155,25 +186,30 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 	signedBy("p0", byOld, "old")
 
 	vol.update(map[string]string{api.RecordKeyCurrent: oldKey, api.RecordKeyPrevious: newKey})
+	publish(api.RecordKeys{Current: byOld.Current, Previous: byNew.Current}, "step 1")
 	reloaded(1, "step 1 (new key added as previous)")
 	bind("p1")
 	signedBy("p1", byOld, "old")
 
 	vol.update(map[string]string{api.RecordKeyCurrent: newKey, api.RecordKeyPrevious: oldKey})
+	publish(api.RecordKeys{Current: byNew.Current, Previous: byOld.Current}, "step 2")
 	reloaded(2, "step 2 (new key current, old previous)")
 	bind("p2")
 	signedBy("p2", byNew, "new")
-	// The plugin signs the old key's records again with the new one.
+	// The old key's records are the plugin's now (signed with its node key
+	// at Allocate), so they verify without the old key.
 	signedBy("p0", byNew, "new")
 	signedBy("p1", byNew, "new")
 
 	vol.update(map[string]string{api.RecordKeyCurrent: newKey})
+	publish(api.RecordKeys{Current: byNew.Current}, "step 3")
 	reloaded(3, "step 3 (old key dropped)")
 	bind("p3")
 	signedBy("p3", byNew, "new")
 
 	// A broken Secret: the last good key stays in force in both programs.
 	vol.update(map[string]string{api.RecordKeyCurrent: "short"})
+	pubVol.update(map[string]string{api.RecordKeyCurrent: "short"})
 	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		b, _ := os.ReadFile(pluginLog)
 		return metric(ctx, base, "gpushare_record_key_in_force") == 0 && strings.Contains(string(b), "not a valid key set"), nil
@@ -212,4 +248,14 @@ func metric(ctx context.Context, base, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// freshKeys is a new extender key set.
+func freshKeys(t *testing.T) api.RecordKeys {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return api.RecordKeys{Current: pub, Signer: priv}
 }

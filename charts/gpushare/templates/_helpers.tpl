@@ -119,13 +119,17 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.deviceplugin
 {{- end -}}
 {{- end -}}
 
-{{/* Where both programs find the record key (GPUSHARE_RECORD_KEY_DIR). */}}
+{{/* The ConfigMap the extender publishes the record keys' public halves in. */}}
+{{- define "gpushare.recordPublicKeyConfigMap" -}}{{ include "gpushare.fullname" . }}-record-public-key{{- end -}}
+
+{{/* Where both programs find their record keys (GPUSHARE_RECORD_KEY_DIR): the extender its
+private keys (the Secret), the device plugin the public halves (the ConfigMap). */}}
 {{- define "gpushare.recordKeyDir" -}}/etc/gpushare/record-key{{- end -}}
 
-{{/* The record key's env entry, mount and volume, for the extender and the device plugin alike
-(used only when gpushare.recordKeySecret is set). A whole-Secret volume, never a subPath: the
-kubelet updates a Secret volume in place (an atomic swap) but never a subPath mount, and the
-programs follow the update (docs/security.md). */}}
+{{/* The record key's env entry, mount and volumes (used only when gpushare.recordKeySecret is
+set): the Secret for the extender, the public-key ConfigMap for the device plugin. Whole volumes,
+never a subPath: the kubelet updates them in place (an atomic swap) but never a subPath mount, and
+the programs follow the update (docs/security.md). */}}
 {{- define "gpushare.recordKeyEnv" -}}
 - name: GPUSHARE_RECORD_KEY_DIR
   value: {{ include "gpushare.recordKeyDir" . | quote }}
@@ -140,6 +144,11 @@ programs follow the update (docs/security.md). */}}
   secret:
     secretName: {{ include "gpushare.recordKeySecret" . }}
     defaultMode: 0444
+{{- end -}}
+{{- define "gpushare.recordPublicKeyVolume" -}}
+- name: record-key
+  configMap:
+    name: {{ include "gpushare.recordPublicKeyConfigMap" . }}
 {{- end -}}
 
 {{/* The extender stanza of a KubeSchedulerConfiguration. */}}

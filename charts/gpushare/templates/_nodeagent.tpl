@@ -202,7 +202,7 @@ spec:
         - name: pod-resources
           hostPath: {path: {{ printf "%s/pod-resources" .Values.devicePlugin.kubeletDir }}, type: Directory}
         {{- end }}
-        {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyVolume" . | nindent 8 }}{{ end }}
+        {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordPublicKeyVolume" . | nindent 8 }}{{ end }}
         {{- if or $iso.index $iso.uuid }}
         - name: isolation
           configMap:
