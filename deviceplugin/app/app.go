@@ -58,7 +58,9 @@ type Options struct {
 	// again every RecordKeyInterval (internal/recordkey).
 	RecordKeyDir      string
 	RecordKeyInterval time.Duration
-	DevicePluginDir   string
+	// NodeKeyFile keeps the node's record key across restarts (empty: memory).
+	NodeKeyFile     string
+	DevicePluginDir string
 	// Instance, when set, names this plugin process's sockets (SocketNames),
 	// so that a new plugin registers beside the old one during a rolling
 	// update instead of replacing its socket.
@@ -106,6 +108,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
 	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
 	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the public halves ('current', optional 'previous') of the keys the extender signs assignment records with, as the extender publishes them in a ConfigMap; set, only signed records give a container a card, and the plugin waits for the keys before it offers GPU memory (empty: records are not checked)")
+	fs.StringVar(&o.NodeKeyFile, "node-key-file", "", "file keeping this node's record key (the key its corrections of records are signed with) across plugin restarts, made when missing; the chart keeps it on the host (/var/lib/gpushare). Empty: a new key at each start, and the records the previous plugin signed are rewritten from the kubelet's account")
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
@@ -346,7 +349,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	var keys api.RecordKeyring
 	recordKey := ""
 	if extenderKeys != nil {
-		ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName)
+		ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName, o.NodeKeyFile)
 		if err != nil {
 			return err
 		}

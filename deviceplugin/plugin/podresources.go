@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -84,7 +85,7 @@ func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Hol
 	client := podresourcesv1.NewPodResourcesListerClient(conn)
 	var out []Holding
 	for _, p := range asking {
-		resp, err := client.Get(ctx, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
+		resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
 		if err != nil {
 			switch st := status.Convert(err); {
 			case st.Code() == codes.Unimplemented,
@@ -122,4 +123,31 @@ func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Hol
 // names the resource in its limits or requests (api.KubeletDemand).
 func asksFor(p *corev1.Pod, res corev1.ResourceName) bool {
 	return len(api.KubeletDemand(p, res)) > 0
+}
+
+// The kubelet's PodResources server refuses calls beyond its rate limit
+// (100 per second, bursts of 10) with ResourceExhausted, for all its
+// clients together. The plugin reads it per pod from its reconciler, its
+// Allocate path and its memory sampler, so every Get of the process waits
+// on one budget below the kubelet's, and a refused Get is asked again.
+var podResourcesBudget = rate.NewLimiter(podResourcesQPS, podResourcesBurst)
+
+const (
+	podResourcesQPS   = 50
+	podResourcesBurst = 5
+	// podResourcesRetries is how often a Get refused by the kubelet's rate
+	// limit is asked again (each after the budget's next token).
+	podResourcesRetries = 5
+)
+
+func getPaced(ctx context.Context, client podresourcesv1.PodResourcesListerClient, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+	for try := 0; ; try++ {
+		if err := podResourcesBudget.Wait(ctx); err != nil {
+			return nil, err
+		}
+		resp, err := client.Get(ctx, req)
+		if status.Code(err) != codes.ResourceExhausted || try == podResourcesRetries {
+			return resp, err
+		}
+	}
 }

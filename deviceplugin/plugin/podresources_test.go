@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -276,5 +277,29 @@ func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err := p.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The kubelet refuses PodResources calls beyond its rate limit (100/s,
+// bursts of 10): reading 40 pods one Get each stays within it, and a Get
+// it refuses is asked again, so the account is read whole.
+func TestKubeletAccountIsReadWithinTheKubeletsRateLimit(t *testing.T) {
+	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
+	srv.LimitRate(100, 10)
+	var pods []*corev1.Pod
+	for i := range 40 {
+		name := fmt.Sprintf("p%d", i)
+		pods = append(pods, podtest.Bound("n", name, i).GPU("c", 1).Obj())
+		srv.Hold("ns", name, "c", api.UnitID(podtest.CardUUID("n", 0), int64(i)))
+	}
+	k := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	for round := range 3 {
+		hs, err := k.Get(context.Background(), pods)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(hs) != 40 {
+			t.Fatalf("round %d: %d holdings, want 40", round, len(hs))
+		}
 	}
 }

@@ -303,9 +303,9 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"c0","image":"registry.k8s.io/pause:3.9"}]}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		wantError(t, "", err, "may change nothing on a pod but the annotation gpushare.example.com/assignment")
 		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
+		wantError(t, "", err, "may change only the annotations gpushare.example.com/inventory and gpushare.example.com/record-key and the")
 		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"node-role.kubernetes.io/control-plane":""}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		wantError(t, "", err, "may change only the annotation gpushare.example.com/inventory and the")
+		wantError(t, "", err, "may change only the annotations gpushare.example.com/inventory and gpushare.example.com/record-key and the")
 
 		// Events and evictions: only about its own node. A Warning Event on
 		// a pod of node B (as the memory enforcer writes them), an eviction

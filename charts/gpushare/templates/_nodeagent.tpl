@@ -99,6 +99,12 @@ spec:
             - name: GPUSHARE_ADMIN_AUTH
               value: {{ ternary "delegated" "none" .Values.adminAuth.enabled }}
             {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 12 }}{{ end }}
+            {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
+            # The node's own record key survives plugin restarts and rolling updates (both plugin
+            # pods of a node share it), so the records it signed stay trusted.
+            - name: GPUSHARE_NODE_KEY_FILE
+              value: /var/lib/gpushare/node-record-key
+            {{- end }}
             {{- if .Values.devicePlugin.mps.enabled }}
             - name: GPUSHARE_MPS
               value: "true"
@@ -179,6 +185,10 @@ spec:
               readOnly: true
             {{- end }}
             {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyMount" . | nindent 12 }}{{ end }}
+            {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
+            - name: node-state
+              mountPath: /var/lib/gpushare
+            {{- end }}
             {{- if or $iso.index $iso.uuid }}
             - name: isolation
               mountPath: /etc/gpushare/isolation
@@ -203,6 +213,10 @@ spec:
           hostPath: {path: {{ printf "%s/pod-resources" .Values.devicePlugin.kubeletDir }}, type: Directory}
         {{- end }}
         {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordPublicKeyVolume" . | nindent 8 }}{{ end }}
+        {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
+        - name: node-state
+          hostPath: {path: /var/lib/gpushare, type: DirectoryOrCreate}
+        {{- end }}
         {{- if or $iso.index $iso.uuid }}
         - name: isolation
           configMap:

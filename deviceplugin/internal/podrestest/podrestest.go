@@ -15,7 +15,10 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 )
 
@@ -31,6 +34,7 @@ type Server struct {
 	list        int
 	get         int
 	getDisabled bool
+	limit       *rate.Limiter
 }
 
 // Start serves on a new socket in a temporary directory until the test ends.
@@ -85,6 +89,15 @@ func (s *Server) DisableGet() {
 	s.getDisabled = true
 }
 
+// LimitRate makes the server refuse calls beyond qps (burst burst) with
+// ResourceExhausted, as the kubelet's PodResources server does (its
+// defaults: 100 and 10).
+func (s *Server) LimitRate(qps float64, burst int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limit = rate.NewLimiter(rate.Limit(qps), burst)
+}
+
 // Calls returns how many List and Get calls the server answered.
 func (s *Server) Calls() (list, get int) {
 	s.mu.Lock()
@@ -122,6 +135,9 @@ func (s *Server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesReque
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get++
+	if s.limit != nil && !s.limit.Allow() {
+		return nil, status.Error(codes.ResourceExhausted, "rejected by rate limit")
+	}
 	if s.getDisabled {
 		return nil, fmt.Errorf("PodResources API Get method disabled")
 	}
