@@ -3,17 +3,14 @@ package recordkey
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/configmapdata"
 )
 
 // Publisher writes the public halves of the extender's keys in force
@@ -44,28 +41,7 @@ func Data(keys api.RecordKeys) map[string]string {
 // Sync publishes the keys in force once; it reports whether it changed the
 // ConfigMap.
 func (p *Publisher) Sync(ctx context.Context) (bool, error) {
-	want := Data(api.KeysOf(p.Ring))
-	changed := false
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap %s/%s does not exist: create it (the Helm chart does) or unset --record-public-key-configmap", p.Namespace, p.Name)
-		}
-		if err != nil {
-			return err
-		}
-		if maps.Equal(cm.Data, want) {
-			return nil
-		}
-		cm = cm.DeepCopy()
-		cm.Data = want
-		if _, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	})
-	return changed, err
+	return configmapdata.Sync(ctx, p.Client, p.Namespace, p.Name, "--record-public-key-configmap", Data(api.KeysOf(p.Ring)))
 }
 
 // Start publishes the keys in force before it returns, retrying until it

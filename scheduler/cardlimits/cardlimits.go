@@ -6,18 +6,15 @@ package cardlimits
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/configmapdata"
 )
 
 // Publisher writes api.Names.CardLimitsFromNodes over the nodes it lists into one
@@ -42,27 +39,7 @@ func (p *Publisher) Sync(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("listing nodes: %w", err)
 	}
 	want := p.Names.OrDefault().CardLimitsFromNodes(nodes).Data()
-	changed := false
-	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("ConfigMap %s/%s does not exist: create it (the Helm chart does) or unset --card-limits-configmap", p.Namespace, p.Name)
-		}
-		if err != nil {
-			return err
-		}
-		if maps.Equal(cm.Data, want) || (len(cm.Data) == 0 && len(want) == 0) {
-			return nil
-		}
-		cm = cm.DeepCopy()
-		cm.Data = want
-		if _, err := p.Client.CoreV1().ConfigMaps(p.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	})
-	return changed, err
+	return configmapdata.Sync(ctx, p.Client, p.Namespace, p.Name, "--card-limits-configmap", want)
 }
 
 // Run publishes after each signal on changed (node adds, updates, deletes) and
