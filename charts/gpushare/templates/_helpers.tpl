@@ -104,6 +104,13 @@ nodeScope.extraSANs. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* CEL: the node a request's service account token is bound to (its user extra
+authentication.kubernetes.io/node-name), '' for a token bound to no node. The admission policies
+that confine the device plugin's identity to its own node compare with it. */}}
+{{- define "gpushare.tokenNodeCEL" -}}
+has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in request.userInfo.extra && size(request.userInfo.extra['authentication.kubernetes.io/node-name']) > 0 ? request.userInfo.extra['authentication.kubernetes.io/node-name'][0] : ''
+{{- end -}}
+
 {{/* The node label that makes a node serve its cards through DRA (value "true"). */}}
 {{- define "gpushare.dra.nodeLabel" -}}{{ .Values.names.domain }}/dra{{- end -}}
 
