@@ -326,34 +326,21 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if o.HealthChecks {
 		go health.New(gpus, store, clock.RealClock{}, o.HealthRecheckInterval, log).Run(ctx)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	keys, recordKey, err := recordKeys(ctx, o, reg, log)
+	if err != nil {
+		return err
+	}
+	grant := plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}
 	if o.DRA.Enabled {
-		return runDRA(ctx, o, names, store, cl, plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}, client)
+		return runDRA(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, grant, keys, client, reg)
 	}
 
 	var podres, wholePodres plugin.PodResources
 	if o.PodResourcesSocket != "" {
 		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.ResourceName())}
 		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.WholeResourceName())}
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if o.RecordKeyDir != "" {
-		if err := recordkey.Wait(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key")); err != nil {
-			return err
-		}
-	}
-	extenderKeys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
-	if err != nil {
-		return err
-	}
-	var keys api.RecordKeyring
-	recordKey := ""
-	if extenderKeys != nil {
-		ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName, o.NodeKeyFile)
-		if err != nil {
-			return err
-		}
-		keys, recordKey = ring, api.NodeKeyAnnotation(ring.Public())
 	}
 	go Publish(ctx, cl, store, recordKey, log)
 	metrics, err := plugin.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
@@ -376,10 +363,30 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, names, gpus, sim, store, cl, podres, keys, client, reg, p.Serving); err != nil {
+	if err := startMemory(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, podres, nil, keys, client, reg, pluginReadiness(p.Serving)); err != nil {
 		return err
 	}
 	return p.Run(ctx, restart)
+}
+
+// recordKeys waits for the extender's record keys when --record-key-dir is set and returns the
+// keyring records are checked with (the node's own key included) and the node's public key for
+// its annotation; without --record-key-dir, none (every record is read).
+func recordKeys(ctx context.Context, o Options, reg prometheus.Registerer, log klog.Logger) (api.RecordKeyring, string, error) {
+	if o.RecordKeyDir != "" {
+		if err := recordkey.Wait(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key")); err != nil {
+			return nil, "", err
+		}
+	}
+	extenderKeys, err := recordkey.Start(ctx, o.RecordKeyDir, o.RecordKeyInterval, log.WithName("record-key"), prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	if err != nil || extenderKeys == nil {
+		return nil, "", err
+	}
+	ring, err := recordkey.NewNodeRing(extenderKeys, o.NodeName, o.NodeKeyFile)
+	if err != nil {
+		return nil, "", err
+	}
+	return ring, api.NodeKeyAnnotation(ring.Public()), nil
 }
 
 // Publish writes the store's inventory on the Node now and after every

@@ -3,7 +3,10 @@ package app
 import (
 	"context"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -35,8 +38,11 @@ func (o *DRAOptions) addFlags(fs *pflag.FlagSet) {
 // runDRA serves the node's cards as a DRA driver until ctx ends.
 // The memory that pods placed through the device plugin still hold on the
 // node (it moved to DRA while they ran) is withheld from the slice until
-// they finish (dra.Held).
-func runDRA(ctx context.Context, o Options, names api.Names, store *inventory.Store, cl *cluster.Cluster, grant plugin.Config, client kubernetes.Interface) error {
+// they finish (dra.Held). Memory sampling, its metrics and enforcement run
+// as with the device plugin, each container measured against what its
+// claims consumed (dra.ClaimGrants) and, for those device-plugin pods,
+// their records (keys).
+func runDRA(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, grant plugin.Config, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry) error {
 	log := klog.FromContext(ctx)
 	held := func() map[int]int64 {
 		pods, err := cl.Pods()
@@ -47,6 +53,13 @@ func runDRA(ctx context.Context, o Options, names api.Names, store *inventory.St
 		return dra.Held(names, store.Inventory(), o.NodeName, pods)
 	}
 	d := &dra.Driver{Name: dra.DriverName(names), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind, Held: held}
+	claims := &dra.ClaimGrants{Driver: d.Name, Pool: o.NodeName, Cards: store.Cards,
+		Get: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
+			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+		}}
+	if err := startMemory(ctx, o, names, g, store, cl, nil, claims.Grants, keys, client, reg, d.Serving); err != nil {
+		return err
+	}
 	log.Info("Serving the cards through DRA", "driver", d.Name, "cdiDir", d.CDIDir)
 	return dra.Run(ctx, client, d, dra.RunOptions{NodeName: o.NodeName, RegistryDir: o.DRA.RegistryDir, PluginDir: o.DRA.PluginDir})
 }

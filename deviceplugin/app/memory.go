@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -90,11 +91,20 @@ func (m MemoryOptions) mps() plugin.MPS {
 	return plugin.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
 }
 
+// nodeGPUs are the node's GPUs: NVML, and the simulator behind it when --nvml is simulated.
+type nodeGPUs struct {
+	nvml nvml.Interface
+	sim  *nvml.Simulator
+}
+
 // startMemory starts the metrics endpoint and the memory sampler (with its
 // enforcer) per the options; both stop with ctx.
-func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Interface, sim *nvml.Simulator, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
+// claims, when set, are the grants of containers given memory through ResourceClaims (a node
+// served by DRA).
+func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
+	gpus, sim := g.nvml, g.sim
 	if sim != nil && m.SimProcesses != "" {
 		sim.ReadProcessesFrom(m.SimProcesses)
 	}
@@ -124,7 +134,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 	loop := &usage.Loop{
 		Sampler: &usage.Sampler{
 			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Names: names, Proc: m.ProcRoot,
-			Pods: cl.Pods, PodResources: podres, Keys: keys, Clock: clk.Now,
+			Pods: cl.Pods, PodResources: podres, Claims: claims, Keys: keys, Clock: clk.Now,
 		},
 		Enforcer: &usage.Enforcer{
 			Mode: mode, Policy: usage.Policy{Tolerance: tol, Grace: m.Grace}, Log: log, Count: metrics.Count,
@@ -142,16 +152,24 @@ func startMemory(ctx context.Context, o Options, names api.Names, gpus nvml.Inte
 	return nil
 }
 
-// readiness says whether the plugin serves the kubelet, and what it lacks (plugin.Serving).
-type readiness func() (bool, []string)
+// readiness says whether the node agent serves the kubelet, and if not, what it lacks.
+type readiness func() (bool, string)
 
-// readyz answers 200 "ok" while ready says so, else 503 naming the resources the kubelet has no
-// ListAndWatch stream open on.
+// pluginReadiness is the device plugin's readiness: a ListAndWatch stream open for each of its
+// resources (plugin.Serving).
+func pluginReadiness(serving func() (bool, []string)) readiness {
+	return func() (bool, string) {
+		ok, missing := serving()
+		return ok, "no ListAndWatch stream open for " + strings.Join(missing, ", ")
+	}
+}
+
+// readyz answers 200 "ok" while ready says so, else 503 saying what the node agent lacks.
 func readyz(ready readiness) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		ok, missing := ready()
+		ok, why := ready()
 		if !ok {
-			http.Error(w, "not serving the kubelet yet: no ListAndWatch stream open for "+strings.Join(missing, ", "), http.StatusServiceUnavailable)
+			http.Error(w, "not serving the kubelet yet: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

@@ -75,12 +75,12 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 	}
 	m.Set(usage.Sample{Cards: []usage.CardSample{{UUID: "GPU-0", TotalBytes: 1 << 30}}})
 	var serving atomic.Bool
-	ready := func() (bool, []string) {
+	ready := pluginReadiness(func() (bool, []string) {
 		if serving.Load() {
 			return true, nil
 		}
 		return false, []string{"example.com/gpu-mem"}
-	}
+	})
 	addr, err := serveMetrics(ctx, "127.0.0.1:0", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ready, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +37,18 @@ type Driver struct {
 	// Held, when set, is the memory device-plugin pods still hold per card
 	// (Held), withheld from the slice.
 	Held func() map[int]int64
+
+	// published is set once the slice was published: the driver serves.
+	published atomic.Bool
+}
+
+// Serving says whether the driver serves: registered with the kubelet
+// and its slice published (else why not).
+func (d *Driver) Serving() (bool, string) {
+	if d.published.Load() {
+		return true, ""
+	}
+	return false, "the DRA driver has not published the node's ResourceSlice"
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)

@@ -77,6 +77,7 @@ func Run(ctx context.Context, client kubernetes.Interface, d *Driver, o RunOptio
 			}
 			logger.Info("Published the node's cards", "pool", d.Pool, "devices", len(devices))
 			last = devices
+			d.published.Store(true)
 		}
 		select {
 		case <-ctx.Done():

@@ -108,7 +108,10 @@ type Sampler struct {
 	// Pods lists the pods bound to the node (the plugin's informer cache).
 	Pods         func() ([]*corev1.Pod, error)
 	PodResources plugin.PodResources
-	Clock        func() time.Time
+	// Claims, when set, are the grants of containers given memory through
+	// ResourceClaims (a node served by DRA: deviceplugin/dra.ClaimGrants).
+	Claims func(ctx context.Context, pods []*corev1.Pod) ([]Grant, error)
+	Clock  func() time.Time
 
 	// owners caches each PID's cgroup owner from one sweep to the next, for
 	// the PIDs still on a card: a process does not change pod, and a PID is
@@ -121,12 +124,21 @@ type Sampler struct {
 	buf    []byte
 }
 
+// Grant is memory a container was given on a card other than in units of
+// the device plugin's resource: through a ResourceClaim.
+type Grant struct {
+	Namespace, Pod, Container string
+	// Card is the card's UUID.
+	Card  string
+	Bytes int64
+}
+
 type grantKey struct {
 	namespace, pod, container, card string
 }
 
 // Sweep takes one sample; one sweep at a time (the Loop's goroutine). It
-// fails only when the pod cache cannot be listed. A card NVML cannot list is
+// fails only when the pod cache or the claims' grants (Claims) cannot be read. A card NVML cannot list is
 // marked in its CardSample and the others are sampled; PodResources that
 // cannot be read are reported in Sample.PodResourcesErr (grants from the
 // assignment records).
@@ -167,6 +179,25 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 				ref.UID = p.UID
 			}
 			usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: mem[k.card]}
+		}
+	}
+	if s.Claims != nil {
+		claimed, err := s.Claims(ctx, pods)
+		if err != nil {
+			return Sample{}, fmt.Errorf("reading the grants of the node's claims: %w", err)
+		}
+		for _, g := range claimed {
+			p := byName[[2]string{g.Namespace, g.Pod}]
+			ref := Ref{Namespace: g.Namespace, Pod: g.Pod, Container: g.Container}
+			if p != nil {
+				ref.UID = p.UID
+			}
+			k := usageKey{g.Card, ref}
+			if u, ok := usages[k]; ok {
+				u.GrantedBytes += g.Bytes
+				continue
+			}
+			usages[k] = &Usage{Card: g.Card, Ref: ref, Grant: true, GrantedBytes: g.Bytes}
 		}
 	}
 	if s.buf == nil {

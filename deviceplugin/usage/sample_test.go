@@ -3,6 +3,7 @@ package usage
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -246,5 +247,43 @@ func TestSweepReadsOnlyTrustedRecordsWithRecordKeys(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]bool{"signed": true, "forged": false}, grants); diff != "" {
 		t.Errorf("grants by pod (-want +got):\n%s", diff)
+	}
+}
+
+// A node served by DRA: the claims' grants measure their containers as
+// units do, a container given memory both ways is granted the sum, and a
+// claim that cannot be read skips the sweep instead of taking its
+// containers for ones without a grant.
+func TestSweepMeasuresContainersAgainstTheirClaims(t *testing.T) {
+	n := newNode(t, 2)
+	a := n.pod("a", "train")
+	b := n.pod("b", "serve")
+	n.grant(b, "serve", 1, 2)
+	n.run(101, a, 0, 0, 12*gib)
+	n.run(201, b, 0, 1, 5*gib)
+	s := n.sampler()
+	claims := []Grant{
+		{Namespace: a.Namespace, Pod: a.Name, Container: "train", Card: "GPU-0", Bytes: 10 * gib},
+		{Namespace: b.Namespace, Pod: b.Name, Container: "serve", Card: "GPU-1", Bytes: 4 * gib},
+	}
+	var claimsErr error
+	s.Claims = func(context.Context, []*corev1.Pod) ([]Grant, error) { return claims, claimsErr }
+	got, err := s.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Usage{
+		{Card: "GPU-0", Ref: ref(a, "train"), Grant: true, GrantedBytes: 10 * gib, UsedBytes: 12 * gib, PIDs: []uint32{101}},
+		{Card: "GPU-1", Ref: ref(b, "serve"), Grant: true, GrantedBytes: 6 * gib, UsedBytes: 5 * gib, PIDs: []uint32{201}},
+	}
+	if d := cmp.Diff(want, got.Usages); d != "" {
+		t.Errorf("usages (-want +got):\n%s", d)
+	}
+	if got.Cards[0].UnaccountedBytes != 0 || got.Cards[1].UnaccountedBytes != 0 {
+		t.Errorf("cards %+v: nothing is unaccounted", got.Cards)
+	}
+	claimsErr = errors.New("forbidden")
+	if _, err := s.Sweep(context.Background()); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Errorf("sweep with unreadable claims: %v, want the error", err)
 	}
 }
