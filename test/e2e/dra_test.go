@@ -25,17 +25,17 @@ import (
 const draDriver = "gpushare.example.com"
 
 // draNode starts a node agent whose plugin runs in DRA mode (--dra) with
-// cards of spec, and waits for its ResourceSlice.
-func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string) (*cluster.Node, *resourceapi.ResourceSlice) {
+// cards of spec (and args), and waits for its ResourceSlice.
+func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec string, args ...string) (*cluster.Node, *resourceapi.ResourceSlice) {
 	t.Helper()
 	state := c.NodeStateDir(name)
 	node, err := c.StartNode(cluster.NodeOptions{
 		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
 		PluginBinary: pluginBinary(t),
-		PluginArgs: []string{"--nvml=spec:" + spec, "--dra",
+		PluginArgs: append([]string{"--nvml=spec:" + spec, "--dra",
 			"--dra-registry-dir", filepath.Join(state, "plugins_registry"),
 			"--dra-plugin-dir", filepath.Join(state, "plugins", draDriver),
-			"--dra-cdi-dir", filepath.Join(state, "cdi")},
+			"--dra-cdi-dir", filepath.Join(state, "cdi")}, args...),
 	})
 	if err != nil {
 		t.Fatal(err)
