@@ -83,7 +83,7 @@ func TestClaimGrantsGiveEachContainerWhatItsClaimsConsumed(t *testing.T) {
 		"train-tmpl-x7k2": allocated("team", "train-tmpl-x7k2", []resourceapi.DeviceRequestAllocationResult{
 			allocResult(driver, "node-a", "small", "card-2", "3Gi"),
 			allocResult(driver, "node-a", "big", "card-2", "20Gi"),
-			allocResult(driver, "node-a", "whole", "card-1", ""), // no consumed memory: the whole card
+			allocResult(driver, "node-a", "whole", "card-1", ""),   // no consumed memory: the whole card
 			allocResult(driver, "node-a", "gone", "card-7", "1Gi"), // no such card
 		}, pod),
 		"mine": allocated("team", "mine", []resourceapi.DeviceRequestAllocationResult{allocResult(driver, "node-a", "gpu", "card-0", "4Gi")}, other),
