@@ -18,6 +18,8 @@ type helper struct {
 	lines chan string
 	PID   int
 	Ready string // the first line
+	// cleanup, when set, runs after the helper ended (close).
+	cleanup func()
 }
 
 // startHelper starts this program as the holding helper on card with the
@@ -33,6 +35,12 @@ func startHelper(card int, sim bool, env []string) (*helper, error) {
 	}
 	cmd := exec.Command(self, args...)
 	cmd.Env = append(append(os.Environ(), roleEnv+"=hold"), env...)
+	return startHelperCmd(cmd)
+}
+
+// startHelperCmd starts cmd, a "hold" helper however wrapped, and waits for
+// its first line.
+func startHelperCmd(cmd *exec.Cmd) (*helper, error) {
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -107,5 +115,8 @@ func (h *helper) close() {
 	if _, err := h.wait(10 * time.Second); err != nil {
 		_ = h.cmd.Process.Kill()
 		_, _ = h.wait(5 * time.Second)
+	}
+	if h.cleanup != nil {
+		h.cleanup()
 	}
 }

@@ -24,8 +24,11 @@ import (
 const roleEnv = "GPUSHARE_GPU_PROOF_ROLE"
 
 func main() {
-	if os.Getenv(roleEnv) == "hold" {
+	switch os.Getenv(roleEnv) {
+	case "hold":
 		os.Exit(holdMain(os.Args[1:]))
+	case "show":
+		os.Exit(showMain())
 	}
 	o := defaultOptions()
 	fs := flag.NewFlagSet("gpu-proof", flag.ExitOnError)

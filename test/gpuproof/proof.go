@@ -26,10 +26,14 @@ type options struct {
 	MPSLimitMiB int64
 	Cgroup      string
 	Proc        string
+	ClaimGiB    int64
+	Runc        string
+	NvidiaCtk   string
+	NvidiaHooks bool
 }
 
 func defaultOptions() options {
-	return options{NVML: "real", HoldMiB: 2048, GrantGiB: 1, MPSLimitMiB: 1024, Cgroup: "/sys/fs/cgroup", Proc: "/proc"}
+	return options{NVML: "real", HoldMiB: 2048, GrantGiB: 1, MPSLimitMiB: 1024, Cgroup: "/sys/fs/cgroup", Proc: "/proc", ClaimGiB: 2, Runc: "runc", NvidiaCtk: "nvidia-ctk", NvidiaHooks: true}
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -40,6 +44,10 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&o.MPSLimitMiB, "mps-limit-mib", o.MPSLimitMiB, "MPS per-client limit for the MPS check (below --hold-mib), MiB")
 	fs.StringVar(&o.Cgroup, "cgroup", o.Cgroup, "the cgroup mount where a pod-shaped cgroup is made for the helper")
 	fs.StringVar(&o.Proc, "proc", o.Proc, "the host's /proc")
+	fs.Int64Var(&o.ClaimGiB, "claim-gib", o.ClaimGiB, "memory of the DRA check's claim (at most --hold-mib), GiB")
+	fs.StringVar(&o.Runc, "runc", o.Runc, "runc, which runs the DRA check's container")
+	fs.BoolVar(&o.NvidiaHooks, "nvidia-cdi-hooks", o.NvidiaHooks, "keep the hooks in NVIDIA's CDI spec (the loader cache, symlinks); false: none, and the library links are made in the root filesystem instead")
+	fs.StringVar(&o.NvidiaCtk, "nvidia-ctk", o.NvidiaCtk, "nvidia-ctk, which writes NVIDIA's CDI spec for the DRA check (and is its hooks' program)")
 }
 
 // report prints the proof's lines and counts its checks.
@@ -87,8 +95,8 @@ type proof struct {
 }
 
 func run(ctx context.Context, o options, out io.Writer) error {
-	if o.GrantGiB<<10 >= o.HoldMiB || o.MPSLimitMiB >= o.HoldMiB {
-		return fmt.Errorf("--grant-gib (%d GiB) and --mps-limit-mib (%d MiB) must be below --hold-mib (%d MiB)", o.GrantGiB, o.MPSLimitMiB, o.HoldMiB)
+	if o.GrantGiB<<10 >= o.HoldMiB || o.MPSLimitMiB >= o.HoldMiB || o.ClaimGiB<<10 > o.HoldMiB || o.ClaimGiB <= 0 {
+		return fmt.Errorf("--grant-gib (%d GiB) and --mps-limit-mib (%d MiB) must be below --hold-mib (%d MiB), --claim-gib (%d GiB) positive and at most it", o.GrantGiB, o.MPSLimitMiB, o.HoldMiB, o.ClaimGiB)
 	}
 	src, err := nvml.ParseSource(o.NVML)
 	if err != nil {
@@ -115,6 +123,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		p.usage(ctx)
 		p.health(ctx)
 		p.mps()
+		p.draProof(ctx)
 	}
 	p.versions()
 	return p.finish()
@@ -196,11 +205,11 @@ func migName(m int) string {
 	return "disabled"
 }
 
-// versions is step 6: driver, NVML and card versions, cross-checked between
+// versions is step 7: driver, NVML and card versions, cross-checked between
 // NVML, the kernel module and the driver API.
 func (p *proof) versions() {
 	r := p.r
-	r.step(6, "driver, NVML and card versions")
+	r.step(7, "driver, NVML and card versions")
 	drv, ret1 := p.raw.SystemGetDriverVersion()
 	nv, ret2 := p.raw.SystemGetNVMLVersion()
 	cv, ret3 := p.raw.SystemGetCudaDriverVersion()

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(roleEnv) == "hold" { // the helper, started from the test binary
+	switch os.Getenv(roleEnv) { // the helper, started from the test binary
+	case "hold":
 		os.Exit(holdMain(os.Args[1:]))
+	case "show":
+		os.Exit(showMain())
 	}
 	os.Exit(m.Run())
 }
@@ -41,6 +45,18 @@ func TestDryRunPassesOnTheSimulatedNVML(t *testing.T) {
 	}
 	if os.Geteuid() == 0 && !strings.Contains(out.String(), "PASS the helper ended: signal: killed") {
 		t.Errorf("as root the pod-shaped cgroup is made and the enforcer kills the helper; output lacks it")
+	}
+	if _, err := exec.LookPath("runc"); err == nil && os.Geteuid() == 0 {
+		for _, want := range []string{
+			"PASS its environment names the claim's card",
+			"PASS attributed to the claim's pod",
+			"PASS over its 2 GiB claim the enforcer kills the container's process",
+			"PASS NodeUnprepareResources removes the claim's CDI spec",
+		} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("as root with runc the DRA step runs its container; output lacks %q", want)
+			}
+		}
 	}
 }
 
