@@ -201,13 +201,22 @@ func copyWithLibraries(src, dst, root string) error {
 	if err := copyFile(src, filepath.Join(root, dst), 0o755); err != nil {
 		return err
 	}
+	_, err := copyNeeded(root, []string{src}, nil)
+	return err
+}
+
+// copyNeeded copies into root, at their host paths, the interpreter and
+// shared libraries the ELF files need, and theirs, except those provided
+// names (by file name). It returns the paths copied.
+func copyNeeded(root string, files []string, provided map[string]bool) ([]string, error) {
 	seen := map[string]bool{}
-	queue := []string{src}
+	var copied []string
+	queue := slices.Clone(files)
 	for len(queue) > 0 {
 		f, err := elf.Open(queue[0])
 		queue = queue[1:]
 		if err != nil {
-			return err
+			continue // not an ELF file (a script): nothing to link
 		}
 		var need []string
 		for _, p := range f.Progs {
@@ -219,21 +228,55 @@ func copyWithLibraries(src, dst, root string) error {
 		libs, _ := f.ImportedLibraries()
 		f.Close()
 		for _, l := range append(need, libs...) {
+			if provided[filepath.Base(l)] {
+				continue
+			}
 			path, err := findLibrary(l)
 			if err != nil {
-				return err
+				return copied, err
 			}
 			if seen[path] {
 				continue
 			}
 			seen[path] = true
 			if err := copyFile(path, filepath.Join(root, path), 0o755); err != nil {
-				return err
+				return copied, err
 			}
+			copied = append(copied, path)
 			queue = append(queue, path)
 		}
 	}
-	return nil
+	return copied, nil
+}
+
+// addHostLibraries copies into the root filesystem the host libraries the
+// libraries CDI mounts need (the C library's parts a full image would have),
+// and puts the mounted programs' directories on PATH.
+func (b *bundle) addHostLibraries() ([]string, error) {
+	provided := map[string]bool{}
+	var libs []string
+	for _, m := range b.spec.Mounts {
+		base := filepath.Base(m.Destination)
+		provided[base] = true
+		if strings.Contains(base, ".so") {
+			libs = append(libs, m.Source)
+			if f, err := elf.Open(m.Source); err == nil {
+				if names, _ := f.DynString(elf.DT_SONAME); len(names) > 0 {
+					provided[names[0]] = true
+				}
+				f.Close()
+			}
+		}
+		if filepath.Base(filepath.Dir(m.Destination)) == "bin" {
+			libs = append(libs, m.Source)
+			for i, kv := range b.spec.Process.Env {
+				if strings.HasPrefix(kv, "PATH=") && !strings.Contains(kv, filepath.Dir(m.Destination)) {
+					b.spec.Process.Env[i] = "PATH=" + filepath.Dir(m.Destination) + ":" + strings.TrimPrefix(kv, "PATH=")
+				}
+			}
+		}
+	}
+	return copyNeeded(filepath.Join(b.dir, "rootfs"), libs, provided)
 }
 
 func findLibrary(name string) (string, error) {

@@ -112,6 +112,10 @@ func (p *proof) draProof(ctx context.Context) {
 		return
 	}
 	r.info("OCI spec after CDI: %d device nodes %v, %d mounts, %d hooks", len(b.spec.Linux.Devices), b.deviceNodes(), len(b.spec.Mounts), b.hooks())
+	added, err := b.addHostLibraries()
+	if !r.check(err == nil, "host libraries the mounted ones need, copied into the root filesystem: %v (err %v)", added, err) {
+		return
+	}
 	if !o.NvidiaHooks {
 		links, err := b.sonameLinks()
 		r.info("without NVIDIA's hooks, library links made in the root filesystem: %v (err %v)", links, err)
