@@ -192,6 +192,10 @@ func (n Names) LabelDRA() string { return n.key("dra") }
 // e.g. XID-79): <domain>/unhealthy.
 func (n Names) DeviceTaintUnhealthy() string { return n.key("unhealthy") }
 
+// CDIClaimKind is the CDI kind (vendor/class) of the specs the DRA driver
+// writes for the claims it prepares: gpushare.example.com/claim.
+func (n Names) CDIClaimKind() string { return n.key("claim") }
+
 // DeviceTaintIsolated is the key of the NoSchedule device taint on an
 // isolated card (AnnotationIsolation, the isolation file): <domain>/isolated.
 func (n Names) DeviceTaintIsolated() string { return n.key("isolated") }

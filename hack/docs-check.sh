@@ -31,9 +31,11 @@ external="
 --in-place --set
 --gpu-memory-utilization
 --name
+--claim-gib --runc --nvidia-ctk
 "
 # (by line: kubectl; helm; kube-apiserver; kube-scheduler; hack/cluster.sh; hack/playground.sh;
-#  test/nodeagent; nvidia-ctk; vLLM; design.md's example of pflag's syntax, --name=value)
+#  test/nodeagent; nvidia-ctk; vLLM; design.md's example of pflag's syntax, --name=value;
+#  bin/gpu-proof, the real-GPU proof (test/gpuproof))
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

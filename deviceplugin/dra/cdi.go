@@ -22,8 +22,6 @@ import (
 // run time.
 const DefaultCDIDir = "/var/run/cdi"
 
-// cdiKind is the driver's CDI kind, vendor/class: gpushare.example.com/claim.
-func cdiKind(driver string) string { return driver + "/claim" }
 
 // editsOf turns the device plugin's container response into CDI edits:
 // the same environment and bind mounts.
@@ -43,16 +41,17 @@ func editsOf(r *pluginapi.ContainerAllocateResponse) cdispec.ContainerEdits {
 	return e
 }
 
-// specFile is the claim's spec file: <vendor>-claim_<uid>.json (one file per
-// claim, so that unpreparing removes exactly it).
-func specFile(dir, driver string, claim types.UID) string {
-	return filepath.Join(dir, strings.ReplaceAll(cdiKind(driver), "/", "-")+"_"+string(claim)+".json")
+// specFile is the claim's spec file of CDI kind (api.Names.CDIClaimKind):
+// <vendor>-claim_<uid>.json (one file per claim, so that unpreparing removes
+// exactly it).
+func specFile(dir, kind string, claim types.UID) string {
+	return filepath.Join(dir, strings.ReplaceAll(kind, "/", "-")+"_"+string(claim)+".json")
 }
 
 // writeSpec writes the claim's devices atomically (a temporary file renamed
 // into place: a runtime never reads half a spec).
-func writeSpec(dir, driver string, claim types.UID, devices []cdispec.Device) error {
-	spec := &cdispec.Spec{Kind: cdiKind(driver), Devices: devices}
+func writeSpec(dir, kind string, claim types.UID, devices []cdispec.Device) error {
+	spec := &cdispec.Spec{Kind: kind, Devices: devices}
 	version, err := cdispec.MinimumRequiredVersion(spec)
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)
@@ -65,7 +64,7 @@ func writeSpec(dir, driver string, claim types.UID, devices []cdispec.Device) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("CDI directory: %w", err)
 	}
-	name := specFile(dir, driver, claim)
+	name := specFile(dir, kind, claim)
 	tmp, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(name))
 	if err != nil {
 		return fmt.Errorf("CDI spec: %w", err)
@@ -90,8 +89,8 @@ func writeSpec(dir, driver string, claim types.UID, devices []cdispec.Device) er
 
 // removeSpec removes the claim's spec file; a missing one is not an error
 // (unpreparing is idempotent).
-func removeSpec(dir, driver string, claim types.UID) error {
-	if err := os.Remove(specFile(dir, driver, claim)); err != nil && !errors.Is(err, os.ErrNotExist) {
+func removeSpec(dir, kind string, claim types.UID) error {
+	if err := os.Remove(specFile(dir, kind, claim)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the claim's CDI spec: %w", err)
 	}
 	return nil

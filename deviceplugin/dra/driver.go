@@ -100,17 +100,20 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		}
 		name := string(claim.UID) + "-" + r.Request + "-" + r.Device
 		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Response(card, units, unit))})
-		ids := []string{cdiKind(d.Name) + "=" + name}
+		ids := []string{d.cdiKind() + "=" + name}
 		if d.NvidiaCDIKind != "" {
 			ids = append(ids, d.NvidiaCDIKind+"="+card.UUID)
 		}
 		devices = append(devices, kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, CDIDeviceIDs: ids})
 	}
-	if err := writeSpec(d.CDIDir, d.Name, claim.UID, specs); err != nil {
+	if err := writeSpec(d.CDIDir, d.cdiKind(), claim.UID, specs); err != nil {
 		return nil, err
 	}
 	return devices, nil
 }
+
+// cdiKind is the kind of the claims' CDI specs.
+func (d *Driver) cdiKind() string { return d.Grant.Names.OrDefault().CDIClaimKind() }
 
 // card is the card an allocation result names on this node.
 func (d *Driver) card(pool, device string) (nvml.Card, error) {
@@ -130,7 +133,7 @@ func (d *Driver) card(pool, device string) (nvml.Card, error) {
 func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
-		out[c.UID] = removeSpec(d.CDIDir, d.Name, c.UID)
+		out[c.UID] = removeSpec(d.CDIDir, d.cdiKind(), c.UID)
 	}
 	return out, nil
 }
