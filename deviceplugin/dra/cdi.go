@@ -22,7 +22,6 @@ import (
 // run time.
 const DefaultCDIDir = "/var/run/cdi"
 
-
 // editsOf turns the device plugin's container response into CDI edits:
 // the same environment and bind mounts.
 func editsOf(r *pluginapi.ContainerAllocateResponse) cdispec.ContainerEdits {
