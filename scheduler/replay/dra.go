@@ -19,13 +19,10 @@ const (
 // frag's score of each node as it would be after the first-fit placement.
 // It measures what node scoring alone would win back for DRA pods.
 func ExtenderScoredDRA() *allocator.Policy {
-	f := frag.New()
-	return &allocator.Policy{
-		Name:        DRAScoredModelName,
-		Description: "model: an extender scores nodes with frag, the DRA allocator takes the first card that fits",
-		ChooseCard:  firstFitCard,
-		Score:       f.Score,
-	}
+	p := frag.DRA()
+	p.Name = DRAScoredModelName
+	p.Description = "model: an extender scores nodes with frag, the DRA allocator takes the first card that fits"
+	return p
 }
 
 // KubeSchedulerDRA models how pods asking for GPU memory through DRA claims
@@ -49,26 +46,10 @@ func KubeSchedulerDRA() *allocator.Policy {
 	return &allocator.Policy{
 		Name:            DRAModelName,
 		Description:     "model: kube-scheduler's default scores choose the node, the DRA allocator the first card that fits",
-		ChooseCard:      firstFitCard,
+		ChooseCard:      allocator.FirstFitCard,
 		Score:           defaultHostScore,
 		IgnoresWorkload: true,
 	}
-}
-
-// firstFitCard is the lowest-index card that takes d.
-func firstFitCard(node *allocator.Node, free []int64, d allocator.Demand, _ *allocator.Workload) int {
-	for i := range free {
-		if d.WholeCards > 0 {
-			if allocator.CanTakeWhole(node, free, i) {
-				return i
-			}
-			continue
-		}
-		if free[i] >= d.Units {
-			return i
-		}
-	}
-	return -1
 }
 
 // defaultHostScore is LeastAllocated plus BalancedAllocation over CPU and

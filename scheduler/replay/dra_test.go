@@ -15,16 +15,16 @@ func TestDRAModelTakesTheFirstCardThatFits(t *testing.T) {
 		{Index: 2, Capacity: 16, Used: 8, State: api.CardHealthy},
 	}}
 	free := []int64{6, 80, 8}
-	if got := firstFitCard(node, free, allocator.Demand{Units: 8}, nil); got != 1 {
+	if got := allocator.FirstFitCard(node, free, allocator.Demand{Units: 8}, nil); got != 1 {
 		t.Errorf("8 GiB: card %d, want 1 (the first that fits; best fit would take 2)", got)
 	}
-	if got := firstFitCard(node, free, allocator.Demand{Units: 4}, nil); got != 0 {
+	if got := allocator.FirstFitCard(node, free, allocator.Demand{Units: 4}, nil); got != 0 {
 		t.Errorf("4 GiB: card %d, want 0", got)
 	}
-	if got := firstFitCard(node, free, allocator.Demand{WholeCards: 1}, nil); got != 1 {
+	if got := allocator.FirstFitCard(node, free, allocator.Demand{WholeCards: 1}, nil); got != 1 {
 		t.Errorf("a whole card: %d, want 1 (the only unused one)", got)
 	}
-	if got := firstFitCard(node, free, allocator.Demand{Units: 81}, nil); got != -1 {
+	if got := allocator.FirstFitCard(node, free, allocator.Demand{Units: 81}, nil); got != -1 {
 		t.Errorf("81 GiB: card %d, want none", got)
 	}
 }
