@@ -67,6 +67,8 @@ type envOpts struct {
 	allowed []string
 	// maxBest caps the tied best nodes (Config.MaxBestNodes).
 	maxBest int
+	// dra serves the DRA prioritize verb (Config.DRA).
+	dra DRA
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -115,7 +117,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 		c = o.wrap(e.cache)
 	}
 	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody, MaxBestNodes: o.maxBest,
-		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed})
+		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed, DRA: o.dra})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,6 +119,8 @@ type Config struct {
 	// policy's best score filter keeps: more are sampled at random down to
 	// this many (0: no cap). See DefaultMaxBestNodes.
 	MaxBestNodes int
+	// DRA, when set, serves the DRA prioritize verb (dra.go).
+	DRA DRA
 }
 
 // DefaultMaxBestNodes is the cap on tied best nodes the extender's command
@@ -163,6 +165,8 @@ type Server struct {
 	memo *evalMemo
 	// allowed are the policies a pod may name (AllowedPolicies and Policy).
 	allowed allowedPolicies
+	// dra is the DRA prioritize verb's view (nil: it scores nothing).
+	dra DRA
 }
 
 // New checks cfg and returns a Server.
@@ -226,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 		allowed:     newAllowedPolicies(cfg.Policy, cfg.AllowedPolicies),
 		recordKeys:  cfg.RecordKeys,
 		memo:        &evalMemo{},
+		dra:         cfg.DRA,
 	}, nil
 }
 
