@@ -176,6 +176,18 @@ the programs follow the update (docs/security.md). */}}
       ignoredByScheduler: false
 {{- end -}}
 
+{{/* The DRA scoring extender stanza (dra.scoring): prioritize only, for every pod; a pod without
+claims scores 0 everywhere. */}}
+{{- define "gpushare.draExtenderStanza" -}}
+- urlPrefix: {{ include "gpushare.extenderURL" . }}
+  prioritizeVerb: dra/prioritize
+  weight: {{ .Values.dra.scoring.weight }}
+  enableHTTPS: {{ include "gpushare.extenderTLS" . }}
+  nodeCacheCapable: true
+  ignorable: true
+  httpTimeout: {{ .Values.scheduler.httpTimeout }}
+{{- end -}}
+
 {{/* The names every program is given (values names.*): the same three in every program. */}}
 {{- define "gpushare.namesEnv" -}}
 - name: GPUSHARE_DOMAIN
