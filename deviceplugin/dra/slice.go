@@ -11,7 +11,6 @@ package dra
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode"
 
@@ -22,45 +21,36 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
-// Capacity and attribute names of a card device. A claim asks for
-// capacity.requests.memory; a selector reads
-// device.attributes["<driver>"].model, .uuid or .index.
+// Capacity and attribute names of a card device: the contract's
+// (api.DRACapacityMemory, ...). A claim asks for capacity.requests.memory; a
+// selector reads device.attributes["<driver>"].model, .uuid or .index.
 const (
-	CapacityMemory resourceapi.QualifiedName = "memory"
-	AttributeModel resourceapi.QualifiedName = "model"
-	AttributeUUID  resourceapi.QualifiedName = "uuid"
-	AttributeIndex resourceapi.QualifiedName = "index"
-	devicePrefix                             = "card-"
+	CapacityMemory = api.DRACapacityMemory
+	AttributeModel = api.DRAAttributeModel
+	AttributeUUID  = api.DRAAttributeUUID
+	AttributeIndex = api.DRAAttributeIndex
 )
 
-// DriverName is the DRA driver's name: the annotation domain (--domain), so
-// that one cluster's names stay together (gpushare.example.com).
-func DriverName(names api.Names) string { return names.Domain() }
+// DriverName is the DRA driver's name (api.Names.DRADriver): the annotation
+// domain (--domain), so that one cluster's names stay together
+// (gpushare.example.com).
+func DriverName(names api.Names) string { return names.DRADriver() }
 
 // DeviceName names card index in the slice: card-0, card-1, ...
-func DeviceName(index int) string { return devicePrefix + strconv.Itoa(index) }
+// (api.DRADeviceName).
+func DeviceName(index int) string { return api.DRADeviceName(index) }
 
 // CardIndex is the card a device name names (false: not one of ours).
-func CardIndex(device string) (int, bool) {
-	s, ok := strings.CutPrefix(device, devicePrefix)
-	if !ok {
-		return 0, false
-	}
-	i, err := strconv.Atoi(s)
-	return i, err == nil && i >= 0 && strconv.Itoa(i) == s
-}
+func CardIndex(device string) (int, bool) { return api.DRACardIndex(device) }
 
 // Quantity is units of unit as a resource.Quantity (10 GiB: "10Gi").
 func Quantity(units int64, unit api.MemoryUnit) resource.Quantity {
-	return *resource.NewQuantity(units*unit.MiB()<<20, resource.BinarySI)
+	return api.DRAQuantity(units, unit)
 }
 
 // Units is q in whole units of unit, rounded up (a claim for 1.5Gi in GiB
-// consumes 2, as the request policy's step rounds it).
-func Units(q resource.Quantity, unit api.MemoryUnit) int64 {
-	b := unit.MiB() << 20
-	return (q.Value() + b - 1) / b
-}
+// consumes 2, as the request policy's step rounds it; api.DRAUnits).
+func Units(q resource.Quantity, unit api.MemoryUnit) int64 { return api.DRAUnits(q, unit) }
 
 // Devices are the slice devices (of the driver of names) for inv: one per card, shareable
 // (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit)
