@@ -3,9 +3,11 @@ package api
 import (
 	"strconv"
 	"strings"
+	"unicode"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 )
 
 // The DRA contract: what the node agent's DRA mode publishes in its node's
@@ -61,6 +63,85 @@ func DRAUnits(q resource.Quantity, unit MemoryUnit) int64 {
 	}
 	b := unit.MiB() << 20
 	return (q.Value() + b - 1) / b
+}
+
+// DRADevices are the devices of the driver's slice for inv, as the node
+// agent's DRA mode publishes them: one per card, shareable
+// (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit)
+// less what held says device-plugin pods hold on it as capacity
+// DRACapacityMemory that claims consume in whole units (default one unit,
+// step one unit). A card with nothing left is left out. An unhealthy or
+// isolated card carries a NoSchedule device taint (DeviceTaintUnhealthy
+// with the reason as a label value, DeviceTaintIsolated): no new claim is
+// allocated on it, and the claims already on it keep it.
+//
+// Worked example: a 40 GiB card of which a device-plugin pod holds 8 is
+// card-0 with memory 32Gi, request policy default 1Gi, min 1Gi, step 1Gi.
+func (n Names) DRADevices(inv Inventory, held map[int]int64) []resourceapi.Device {
+	unit := inv.Unit
+	one := DRAQuantity(1, unit)
+	var out []resourceapi.Device
+	for _, c := range inv.Cards {
+		units := c.Units - held[c.Index]
+		if units <= 0 {
+			continue
+		}
+		out = append(out, resourceapi.Device{
+			Name:                     DRADeviceName(c.Index),
+			AllowMultipleAllocations: ptr.To(true),
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+				DRAAttributeModel: {StringValue: ptr.To(c.Model)},
+				DRAAttributeUUID:  {StringValue: ptr.To(c.UUID)},
+				DRAAttributeIndex: {IntValue: ptr.To(int64(c.Index))},
+			},
+			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+				DRACapacityMemory: {
+					Value: DRAQuantity(units, unit),
+					RequestPolicy: &resourceapi.CapacityRequestPolicy{
+						Default:    ptr.To(one),
+						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one), Step: ptr.To(one)},
+					},
+				},
+			},
+			Taints: n.draTaints(c),
+		})
+	}
+	return out
+}
+
+func (n Names) draTaints(c Card) []resourceapi.DeviceTaint {
+	switch c.State {
+	case CardHealthy:
+		return nil
+	case CardUnhealthy:
+		return []resourceapi.DeviceTaint{{Key: n.DeviceTaintUnhealthy(), Value: labelValue(c.Reason), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	default:
+		return []resourceapi.DeviceTaint{{Key: n.DeviceTaintIsolated(), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+}
+
+// labelValue makes s a label value: runs of other characters become one
+// '-', at most 63 characters, starting and ending alphanumeric ("XID 79
+// (fallen off the bus)" is "XID-79-fallen-off-the-bus").
+func labelValue(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range s {
+		ok := r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_')
+		switch {
+		case ok:
+			b.WriteRune(r)
+			dash = false
+		case !dash && b.Len() > 0:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := b.String()
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return strings.TrimRightFunc(out, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 }
 
 // draUnitOf is the unit a device's memory is counted in: its request

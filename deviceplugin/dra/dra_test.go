@@ -82,8 +82,9 @@ func TestDevicesOfferEachCardsMemoryAsSharedCapacity(t *testing.T) {
 	if want := (resourceapi.DeviceTaint{Key: "gpushare.example.com/isolated", Effect: resourceapi.DeviceTaintEffectNoSchedule}); len(got[0].Taints) != 1 || got[0].Taints[0] != want {
 		t.Errorf("isolated card-0 taints %v, want %v", got[0].Taints, want)
 	}
-	if v := labelValue(strings.Repeat("x", 70) + "!"); len(v) != 63 {
-		t.Errorf("a long reason gives %q (%d characters), want 63", v, len(v))
+	s.SetUnhealthy("GPU-ccc", strings.Repeat("x", 70)+"!")
+	if v := Devices(api.DefaultNames(), s.Inventory(), nil)[2].Taints[0].Value; len(v) != 63 {
+		t.Errorf("a long reason gives the taint value %q (%d characters), want 63", v, len(v))
 	}
 }
 

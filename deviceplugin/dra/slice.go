@@ -11,12 +11,9 @@ package dra
 
 import (
 	"fmt"
-	"strings"
-	"unicode"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
 )
@@ -52,78 +49,12 @@ func Quantity(units int64, unit api.MemoryUnit) resource.Quantity {
 // consumes 2, as the request policy's step rounds it; api.DRAUnits).
 func Units(q resource.Quantity, unit api.MemoryUnit) int64 { return api.DRAUnits(q, unit) }
 
-// Devices are the slice devices (of the driver of names) for inv: one per card, shareable
-// (allowMultipleAllocations), its offered memory (Card.Units of inv.Unit)
-// less what held says device-plugin pods hold on it (Held) as capacity
-// "memory" that claims consume in whole units (default one unit, step one
-// unit). A card with nothing left is left out. An unhealthy or isolated card
-// carries a NoSchedule device taint (Names.DeviceTaintUnhealthy with the
-// reason, Names.DeviceTaintIsolated): no new claim is allocated on it, and the claims
-// already on it keep it.
+// Devices are the slice devices of the driver of names for inv, less what
+// held says device-plugin pods hold on each card (Held): the contract's
+// api.Names.DRADevices, where their shape is defined beside how the
+// inspector and the extender read them back.
 func Devices(names api.Names, inv api.Inventory, held map[int]int64) []resourceapi.Device {
-	unit := inv.Unit
-	one := Quantity(1, unit)
-	var out []resourceapi.Device
-	for _, c := range inv.Cards {
-		units := c.Units - held[c.Index]
-		if units <= 0 {
-			continue
-		}
-		out = append(out, resourceapi.Device{
-			Name:                     DeviceName(c.Index),
-			AllowMultipleAllocations: ptr.To(true),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				AttributeModel: {StringValue: ptr.To(c.Model)},
-				AttributeUUID:  {StringValue: ptr.To(c.UUID)},
-				AttributeIndex: {IntValue: ptr.To(int64(c.Index))},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				CapacityMemory: {
-					Value: Quantity(units, unit),
-					RequestPolicy: &resourceapi.CapacityRequestPolicy{
-						Default:    ptr.To(one),
-						ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: ptr.To(one), Step: ptr.To(one)},
-					},
-				},
-			},
-			Taints: taints(names, c),
-		})
-	}
-	return out
-}
-
-func taints(names api.Names, c api.Card) []resourceapi.DeviceTaint {
-	switch c.State {
-	case api.CardHealthy:
-		return nil
-	case api.CardUnhealthy:
-		return []resourceapi.DeviceTaint{{Key: names.DeviceTaintUnhealthy(), Value: labelValue(c.Reason), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-	default:
-		return []resourceapi.DeviceTaint{{Key: names.DeviceTaintIsolated(), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
-	}
-}
-
-// labelValue makes s a label value: runs of other characters become one
-// '-', at most 63 characters, starting and ending alphanumeric.
-func labelValue(s string) string {
-	var b strings.Builder
-	dash := false
-	for _, r := range s {
-		ok := r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_')
-		switch {
-		case ok:
-			b.WriteRune(r)
-			dash = false
-		case !dash && b.Len() > 0:
-			b.WriteByte('-')
-			dash = true
-		}
-	}
-	out := b.String()
-	if len(out) > 63 {
-		out = out[:63]
-	}
-	return strings.TrimRightFunc(out, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	return names.DRADevices(inv, held)
 }
 
 // errNotOurs says an allocation result names a device this node does not

@@ -6,7 +6,7 @@
 //	dratest.Slice("n1", api.UnitGiB, dratest.Card("n1", 0, "NVIDIA A100", 40)).Obj()
 //	dratest.Claim("ns", "ten").On("n1", 0, "10Gi").ReservedFor("train").Obj()
 //
-// A slice's devices are the node agent's own (deviceplugin/dra.Devices), so a
+// A slice's devices are the node agent's own (api.Names.DRADevices), so a
 // test only reads slices the real program would write, unless it adds a
 // device of its own (Device). Names are api.DefaultNames'; a card's UUID is
 // podtest.CardUUID's, so that pods' records name the same cards.
@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/dra"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -39,34 +38,42 @@ type SliceBuilder struct {
 
 // Slice is the slice the node agent publishes for node with cards in unit:
 // driver api.DefaultNames().DRADriver(), pool node, generation 1, one device
-// per card (dra.Devices, nothing held by device-plugin pods).
+// per card (api.Names.DRADevices, nothing held by device-plugin pods).
 func Slice(node string, unit api.MemoryUnit, cards ...api.Card) *SliceBuilder {
 	return SliceHolding(node, unit, nil, cards...)
 }
 
 // SliceHolding is Slice with the units device-plugin pods hold per card
-// index withheld, as the node agent withholds them (dra.Held).
+// index withheld, as the node agent withholds them (deviceplugin/dra.Held).
 func SliceHolding(node string, unit api.MemoryUnit, held map[int]int64, cards ...api.Card) *SliceBuilder {
 	names := api.DefaultNames()
 	inv := api.Inventory{Version: api.InventoryVersion, Unit: unit, Cards: cards}
-	return &SliceBuilder{s: resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: node + "-" + names.DRADriver() + "-1"},
+	b := &SliceBuilder{s: resourceapi.ResourceSlice{
 		Spec: resourceapi.ResourceSliceSpec{
 			Driver:   names.DRADriver(),
 			Pool:     resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
 			NodeName: ptr.To(node),
-			Devices:  dra.Devices(names, inv, held),
+			Devices:  names.DRADevices(inv, held),
 		},
 	}}
+	return b.named()
 }
 
 // Driver makes the slice another driver's.
-func (b *SliceBuilder) Driver(name string) *SliceBuilder { b.s.Spec.Driver = name; return b }
+func (b *SliceBuilder) Driver(name string) *SliceBuilder {
+	b.s.Spec.Driver = name
+	return b.named()
+}
 
-// Generation sets the pool's generation (and the name's suffix).
+// Generation sets the pool's generation.
 func (b *SliceBuilder) Generation(g int64) *SliceBuilder {
 	b.s.Spec.Pool.Generation = g
-	b.s.Name = fmt.Sprintf("%s-%s-%d", b.s.Spec.Pool.Name, b.s.Spec.Driver, g)
+	return b.named()
+}
+
+// named names the slice after its pool, driver and generation.
+func (b *SliceBuilder) named() *SliceBuilder {
+	b.s.Name = fmt.Sprintf("%s-%s-%d", b.s.Spec.Pool.Name, b.s.Spec.Driver, b.s.Spec.Pool.Generation)
 	return b
 }
 
