@@ -35,7 +35,7 @@ func TestBuildAgreesWithTheExtendersCache(t *testing.T) {
 		index int
 	}
 	fromInspector := map[cardKey]int64{}
-	for _, n := range Build(api.DefaultNames(), nodes, pods).Nodes {
+	for _, n := range Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods}).Nodes {
 		for _, c := range n.Cards {
 			fromInspector[cardKey{n.Name, c.Index}] = c.Allocated
 		}

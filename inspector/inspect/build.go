@@ -33,6 +33,12 @@ type nodeBuild struct {
 	// is to be compared with it once the pods are placed (checkAllocatable).
 	healthy          int64
 	checkAllocatable bool
+	// dra is the node's DRA side (nil: none); sliced says its cards come
+	// from its ResourceSlice (it has no readable inventory).
+	dra    *api.DRANode
+	sliced bool
+	// draUnreadable: the DRA objects could not be read (DRA.Unreadable).
+	draUnreadable bool
 }
 
 // checkAllocatableAfterPlacement warns when the kubelet's allocatable
@@ -80,29 +86,36 @@ func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
 		Message: fmt.Sprintf("node %s: %s allocatable is %d but the inventory's healthy cards%s %s", b.view.Name, b.names.ResourceName(), got, held, want)})
 }
 
-// Build turns nodes and pods into a View. It is a pure function: everything
-// is decoded with the api package, nothing is fetched. Nodes that are not GPU
-// nodes (IsGPUNode) are ignored; pods are counted when bound and holding
-// their units (api.HoldsUnits).
-func Build(names api.Names, nodes []corev1.Node, pods []corev1.Pod) View {
+// Build turns the cluster's nodes, pods and DRA objects into a View. It is
+// a pure function: everything is decoded with the api package, nothing is
+// fetched. Nodes that are neither GPU nodes (IsGPUNode) nor DRA nodes (a
+// ResourceSlice of the gpushare driver, or its claims, api.Names.DRAUsage)
+// are ignored; pods are counted when bound and holding their units
+// (api.HoldsUnits), claims when allocated (placeClaims).
+func Build(names api.Names, c Cluster) View {
 	names = names.OrDefault()
 	v := View{Version: ViewVersion, Source: SourceAPIServer, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
+	dra := names.DRAUsage(pointers(c.DRA.Slices), pointers(c.DRA.Claims))
 	builds := map[string]*nodeBuild{}
 	known := map[string]bool{}
 	var order []*nodeBuild
-	for i := range nodes {
-		n := &nodes[i]
+	for i := range c.Nodes {
+		n := &c.Nodes[i]
 		known[n.Name] = true
-		if !IsGPUNode(names, n) {
+		d := dra[n.Name]
+		if !IsGPUNode(names, n) && d == nil {
 			continue
 		}
-		b := buildNode(names, n, &v.Warnings)
+		if d == nil && isDRANode(names, n) {
+			d = &api.DRANode{Name: n.Name} // labelled for DRA, nothing published (or readable)
+		}
+		b := buildNode(names, n, d, c.DRA.Unreadable != "", &v.Warnings)
 		builds[n.Name] = b
 		order = append(order, b)
 	}
 
-	for i := range pods {
-		p := &pods[i]
+	for i := range c.Pods {
+		p := &c.Pods[i]
 		if !counts(p) {
 			continue
 		}
@@ -110,8 +123,13 @@ func Build(names api.Names, nodes []corev1.Node, pods []corev1.Pod) View {
 	}
 
 	for _, b := range order {
+		b.placeClaims(&v.Warnings)
 		b.checkAllocatableAfterPlacement(&v.Warnings)
 		v.Nodes = append(v.Nodes, *b.view)
+	}
+	claimsOffNodes(dra, known, &v.Warnings)
+	if c.DRA.Unreadable != "" {
+		v.Warnings = append(v.Warnings, Warning{Code: WarnDRAUnreadable, Message: c.DRA.Unreadable})
 	}
 	v.finish()
 	return v
@@ -150,6 +168,9 @@ func (v *View) finish() {
 		for ci := range n.Cards {
 			c := &n.Cards[ci]
 			sort.Slice(c.Pods, func(i, j int) bool { return podLess(c.Pods[i], c.Pods[j]) })
+			slices.SortFunc(c.Claims, func(a, b Claim) int {
+				return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Request, b.Request))
+			})
 			if c.Allocated > c.Total {
 				v.Warnings = append(v.Warnings, overcommitted(n, c))
 			}
@@ -167,10 +188,11 @@ func (v *View) tally() {
 	totals := map[api.MemoryUnit]*Total{}
 	for ni := range v.Nodes {
 		n := &v.Nodes[ni]
-		n.Allocated, n.Total = 0, 0
+		n.Allocated, n.Total, n.Claimed = 0, 0, 0
 		for _, c := range n.Cards {
 			n.Allocated += c.Allocated
 			n.Total += c.Total
+			n.Claimed += c.Claimed
 		}
 		if n.Unit == "" {
 			continue // no readable inventory: unit unknown, left out of the totals
@@ -194,12 +216,17 @@ func (v *View) tally() {
 }
 
 // buildNode reads one GPU node's inventory and status and checks that they
-// agree, appending a warning for each disagreement.
-func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild {
+// agree, appending a warning for each disagreement. On a DRA node (d not
+// nil) the cards come from its ResourceSlice when it has no readable
+// inventory (sliceCards), and the kubelet's figures are not checked: the
+// device plugin does not serve there. draUnreadable says the DRA objects
+// could not be read.
+func buildNode(names api.Names, n *corev1.Node, d *api.DRANode, draUnreadable bool, warnings *[]Warning) *nodeBuild {
 	view := &Node{
 		Name:      n.Name,
 		Address:   internalIP(n),
 		Cordoned:  n.Spec.Unschedulable,
+		DRA:       d != nil,
 		Cards:     []Card{},
 		Uncounted: []Uncounted{},
 	}
@@ -211,13 +238,16 @@ func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild 
 		a := q.Value()
 		view.Allocatable = &a
 	}
-	b := &nodeBuild{names: names, view: view, cardPos: map[string]int{}}
+	b := &nodeBuild{names: names, view: view, cardPos: map[string]int{}, dra: d, draUnreadable: draUnreadable}
 	warn := func(code WarningCode, format string, args ...any) {
 		*warnings = append(*warnings, Warning{Node: n.Name, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
 
 	inv, err := names.InventoryFromNode(n)
 	switch {
+	case err != nil && d != nil:
+		b.sliceCards(n, warn)
+		return b
 	case errors.Is(err, api.ErrNoInventory):
 		view.InventoryError = err.Error()
 		switch {
@@ -237,23 +267,13 @@ func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild 
 
 	b.inv, b.hasInv = inv, true
 	view.Unit = inv.Unit
-	// The operator's isolation annotation takes effect in the extender at
-	// once, before the device plugin reports the card isolated; show it the
-	// same way. A malformed one makes the extender refuse the node.
-	var iso api.Isolation
-	if s, ok := n.Annotations[names.AnnotationIsolation()]; ok {
-		var err error
-		if iso, err = api.ParseIsolation(s); err != nil {
-			warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
-				n.Name, names.AnnotationIsolation(), err)
-		}
-	}
+	iso := isolation(names, n, warn)
 	cards := append([]api.Card(nil), inv.Cards...)
 	sort.Slice(cards, func(i, j int) bool { return cards[i].Index < cards[j].Index })
 	var healthy int64
 	for _, c := range cards {
 		b.cardPos[c.UUID] = len(view.Cards)
-		shown := iso.Apply(c)
+		shown := iso.Apply(sliceState(d, c))
 		view.Cards = append(view.Cards, Card{
 			Index: c.Index, UUID: c.UUID, Model: c.Model, State: shown.State, Reason: shown.Reason,
 			Total: c.Units, UsedMiB: c.UsedMiB, Pods: []Pod{},
@@ -269,6 +289,8 @@ func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild 
 		capacity = *view.Capacity
 	}
 	switch {
+	case d != nil:
+		// Served through DRA: the device plugin's figures do not apply.
 	case len(cards) == 0:
 		warn(WarnNoCards, "node %s: the gpushare inventory lists no cards (did the device plugin find no GPU?)", n.Name)
 	case capacity == 0:
@@ -282,6 +304,23 @@ func buildNode(names api.Names, n *corev1.Node, warnings *[]Warning) *nodeBuild 
 		b.healthy, b.checkAllocatable = healthy, true
 	}
 	return b
+}
+
+// isolation is the node's isolation annotation: the operator's isolation
+// takes effect in the extender at once, before the device plugin reports
+// the card isolated; it is shown the same way. A malformed one makes the
+// extender refuse the node (warned).
+func isolation(names api.Names, n *corev1.Node, warn func(WarningCode, string, ...any)) api.Isolation {
+	s, ok := n.Annotations[names.AnnotationIsolation()]
+	if !ok {
+		return api.Isolation{}
+	}
+	iso, err := api.ParseIsolation(s)
+	if err != nil {
+		warn(WarnInvalidIsolation, "node %s: %s annotation: %v; the gpushare extender places no new pods on this node until it is fixed",
+			n.Name, names.AnnotationIsolation(), err)
+	}
+	return iso
 }
 
 // placePod puts a counted pod's containers on the cards of its node, or
@@ -390,7 +429,7 @@ func uncountedLess(a, b Uncounted) bool {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Container, b.Container)) < 0
 }
 
-// warningLess orders by node, pod, code, then message.
+// warningLess orders by node, pod, claim, code, then message.
 func warningLess(a, b Warning) bool {
-	return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Message, b.Message)) < 0
+	return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Claim, b.Claim), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Message, b.Message)) < 0
 }

@@ -60,7 +60,7 @@ func TestFreeMemory(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes, pods := split(tc.objs(t))
-			v := Build(api.DefaultNames(), nodes, pods)
+			v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods})
 			if len(v.Nodes) != 1 {
 				t.Fatalf("%d nodes, want 1", len(v.Nodes))
 			}

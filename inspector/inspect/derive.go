@@ -33,8 +33,10 @@ func Percent(allocated, total int64) int64 {
 }
 
 // IsGPUNode reports whether the inspector lists the node: it has
-// example.com/gpu-mem capacity (even 0), a gpushare inventory annotation, or
-// the gpushare=true label that asks for the device plugin.
+// example.com/gpu-mem capacity (even 0), a gpushare inventory annotation,
+// the gpushare=true label that asks for the device plugin, or the
+// <domain>/dra=true label that asks for the node agent in DRA mode (Build
+// also lists the nodes with a gpushare ResourceSlice or claims).
 func IsGPUNode(names api.Names, n *corev1.Node) bool {
 	if _, ok := n.Status.Capacity[names.ResourceName()]; ok {
 		return true
@@ -42,5 +44,11 @@ func IsGPUNode(names api.Names, n *corev1.Node) bool {
 	if _, ok := n.Annotations[names.AnnotationInventory()]; ok {
 		return true
 	}
-	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue
+	return n.Labels[api.LabelEnabled] == api.LabelEnabledValue || isDRANode(names, n)
+}
+
+// isDRANode reports whether the node is labelled to serve its cards
+// through DRA (api.Names.LabelDRA).
+func isDRANode(names api.Names, n *corev1.Node) bool {
+	return n.Labels[names.LabelDRA()] == api.LabelEnabledValue
 }

@@ -17,8 +17,9 @@ type Filter struct {
 	// matching of the card-models pod annotation, api.ModelPattern); a node
 	// left with no card is dropped.
 	Model *api.ModelPattern
-	// Namespace, when set, lists only that namespace's pods on the cards,
-	// in the uncounted lists and in the pod warnings.
+	// Namespace, when set, lists only that namespace's pods and DRA claims
+	// on the cards, in the uncounted lists and in the pod and claim
+	// warnings.
 	Namespace string
 }
 
@@ -50,8 +51,9 @@ func (f Filter) Apply(v View) View {
 		if w.Node != "" && !kept[w.Node] {
 			return false
 		}
-		ns, _, _ := strings.Cut(w.Pod, "/")
-		return w.Pod == "" || f.namespaceOK(ns)
+		of := w.Pod + w.Claim // at most one is set
+		ns, _, _ := strings.Cut(of, "/")
+		return of == "" || f.namespaceOK(ns)
 	})
 	out.tally()
 	return out
@@ -66,6 +68,9 @@ func (f Filter) cards(in []Card) []Card {
 			continue
 		}
 		c.Pods = keepEach(c.Pods, func(p Pod) bool { return f.namespaceOK(p.Namespace) })
+		if c.Claims != nil {
+			c.Claims = keepEach(c.Claims, func(cl Claim) bool { return f.namespaceOK(cl.Namespace) })
+		}
 		out = append(out, c)
 	}
 	return out

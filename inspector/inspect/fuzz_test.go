@@ -105,7 +105,7 @@ func FuzzViewOfMalformedAnnotations(f *testing.F) {
 		}
 		pod := pb.Obj()
 
-		v := Build(api.DefaultNames(), []corev1.Node{*n}, []corev1.Pod{*pod, *okPod})
+		v := Build(api.DefaultNames(), Cluster{Nodes: []corev1.Node{*n}, Pods: []corev1.Pod{*pod, *okPod}})
 
 		for name, print := range map[string]func(*bytes.Buffer) error{
 			"table":          func(b *bytes.Buffer) error { return PrintTable(b, api.DefaultNames(), v, false) },

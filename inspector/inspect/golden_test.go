@@ -122,6 +122,7 @@ var scenarios = map[string]func(t *testing.T) []runtime.Object{
 		}
 	},
 	"whole-cards": wholeCardsScenario,
+	"dra":         draScenario,
 	"eight-cards": eightCardsScenario,
 	"waiting":     waitingScenario,
 	"reporting-health": func(t *testing.T) []runtime.Object {
@@ -194,6 +195,11 @@ var goldenCases = []struct {
 	{"waiting-pool.txt", "waiting", []string{"-l", "pool=train"}},
 	{"mixed-sizes-model.txt", "mixed-sizes", []string{"--model", "A100"}},
 	{"mixed-sizes-namespace-details.txt", "mixed-sizes", []string{"-d", "-n", "research"}},
+	{"dra.txt", "dra", nil},
+	{"dra-details.txt", "dra", []string{"-d"}},
+	{"dra.json", "dra", []string{"-o", "json"}},
+	{"dra-one-node-details.txt", "dra", []string{"dra-a", "-d"}},
+	{"dra-namespace-details.txt", "dra", []string{"-d", "-n", "research"}},
 }
 
 func TestGolden(t *testing.T) {

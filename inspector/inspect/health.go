@@ -31,8 +31,9 @@ type Health struct {
 var ErrUnhealthy = errors.New("gpushare is not healthy")
 
 // CheckHealth judges a view and the workloads found in the release namespace ns: every GPU node
-// reports consistently (no warning of the view but a transient TerminatingOverlap), there is at
-// least one, and each workload has all its pods ready and updated. Each problem says what to do.
+// reports consistently (no warning of the view but a transient TerminatingOverlap, or
+// DRAUnreadable, which is about the caller's permissions), there is at least one, and each
+// workload has all its pods ready and updated. Each problem says what to do.
 func CheckHealth(v View, workloads []Workload, ns string) Health {
 	h := Health{Nodes: len(v.Nodes), Workloads: workloads}
 	for _, n := range v.Nodes {
@@ -42,7 +43,7 @@ func CheckHealth(v View, workloads []Workload, ns string) Health {
 		h.Problems = append(h.Problems, "no node reports GPU cards: label the GPU nodes gpushare=true (the chart's devicePlugin.nodeSelector) and check the device plugin's pods")
 	}
 	for _, w := range v.Warnings {
-		if w.Code == WarnTerminatingOverlap {
+		if w.Code == WarnTerminatingOverlap || w.Code == WarnDRAUnreadable {
 			continue
 		}
 		where := w.Node
@@ -117,7 +118,7 @@ func PrintHealth(w io.Writer, h Health) {
 
 // renderHealth reads the cluster once and prints the health verdict; an unhealthy one is an error.
 func (o *Options) renderHealth(ctx context.Context, w io.Writer) error {
-	nodes, pods, err := o.gather(ctx)
+	c, err := o.gather(ctx)
 	if err != nil {
 		return err
 	}
@@ -129,7 +130,7 @@ func (o *Options) renderHealth(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	h := CheckHealth(Build(o.names(), nodes, pods), wls, o.ReleaseNamespace)
+	h := CheckHealth(Build(o.names(), c), wls, o.ReleaseNamespace)
 	PrintHealth(w, h)
 	if len(h.Problems) > 0 {
 		return fmt.Errorf("%w: %d problems", ErrUnhealthy, len(h.Problems))

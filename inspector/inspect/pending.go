@@ -158,7 +158,8 @@ func asks(r api.PodRequest, unit api.MemoryUnit) string {
 	return s
 }
 
-// snapshot is the allocator's picture of the nodes that take new pods.
+// snapshot is the allocator's picture of the nodes that take new pods
+// through the device plugin.
 func snapshot(v View) []*allocator.Node {
 	refused := map[string]bool{}
 	for _, w := range v.Warnings {
@@ -168,7 +169,7 @@ func snapshot(v View) []*allocator.Node {
 	}
 	var out []*allocator.Node
 	for _, n := range v.Nodes {
-		if !takesPods(n, refused) {
+		if !takesPods(n, refused) || n.DRA { // a DRA node takes claims, not example.com/gpu-mem pods
 			continue
 		}
 		an := &allocator.Node{Name: n.Name, Unit: n.Unit}

@@ -5,9 +5,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/dratest"
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
@@ -38,7 +40,7 @@ func waitingScenario(t *testing.T) []runtime.Object {
 
 func TestSuggest(t *testing.T) {
 	nodes, pods := split(waitingScenario(t))
-	v := Build(api.DefaultNames(), nodes, pods)
+	v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods})
 	snap := snapshot(v)
 	share := func(units ...int64) allocator.Request {
 		r := api.PodRequest{}
@@ -77,7 +79,7 @@ func TestSuggest(t *testing.T) {
 
 func TestPendingListsOnlyWaitingGPUPods(t *testing.T) {
 	nodes, pods := split(waitingScenario(t))
-	pv := BuildPending(api.DefaultNames(), Build(api.DefaultNames(), nodes, pods), pods)
+	pv := BuildPending(api.DefaultNames(), Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods}), pods)
 	var got []string
 	for _, p := range pv.Pods {
 		got = append(got, p.Namespace+"/"+p.Name+" "+string(p.Change.Kind))
@@ -85,5 +87,16 @@ func TestPendingListsOnlyWaitingGPUPods(t *testing.T) {
 	want := []string{"ml/fits-now FitsNow", "ml/h100-only NoCardOfThatSize", "ml/needs-room Free", "ml/too-big NoCardOfThatSize", "ml/two-whole Free", "research/new Free"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// A node served through DRA takes claims, not example.com/gpu-mem pods: its
+// free memory is no place for a waiting pod of the device plugin.
+func TestPendingPodsAreNotSentToDRANodes(t *testing.T) {
+	nodes, pods := split(append(waitingScenario(t), makeNode(t, "dra-h", "10.0.8.9").label(api.DefaultNames().LabelDRA(), "true").obj()))
+	v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods, DRA: DRA{Slices: []resourceapi.ResourceSlice{*dratest.Slice("dra-h", api.UnitGiB, gpu("dra-h", 0, h100, 80)).Obj()}}})
+	got := Suggest(snapshot(v), v, allocator.NewRequest(api.PodRequest{Containers: []api.ContainerRequest{{Name: "c", Units: 60}}}))
+	if got.Kind != ChangeNoCard {
+		t.Errorf("a 60 GiB pod: %s on %s, want %s: only the DRA node has such a card", got.Kind, got.Node, ChangeNoCard)
 	}
 }

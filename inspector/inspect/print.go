@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"sigs.k8s.io/yaml"
@@ -88,11 +89,20 @@ func (s unitStyle) amount(allocated, total int64, u api.MemoryUnit) string {
 	return a
 }
 
+// nodeName is the node's name in the table, with what sets it apart:
+// "gpu-7 (DRA)", "gpu-8 (cordoned)".
 func nodeName(n Node) string {
-	if n.Cordoned {
-		return n.Name + " (cordoned)"
+	var marks []string
+	if n.DRA {
+		marks = append(marks, "DRA")
 	}
-	return n.Name
+	if n.Cordoned {
+		marks = append(marks, "cordoned")
+	}
+	if len(marks) == 0 {
+		return n.Name
+	}
+	return n.Name + " (" + strings.Join(marks, ", ") + ")"
 }
 
 // printSource names the source when it is not the API server, whose view is
@@ -193,7 +203,12 @@ func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fro
 	} else {
 		fmt.Fprintf(kv, "Allocated:\t%s (%d%%)\n", style.amount(n.Allocated, n.Total, n.Unit), Percent(n.Allocated, n.Total))
 	}
-	if !fromExtender {
+	switch {
+	case n.DRA && n.Unit != "":
+		fmt.Fprintf(kv, "Served:\tthrough DRA (ResourceClaims); claims hold %d %s\n", n.Claimed, n.Unit)
+	case n.DRA:
+		fmt.Fprintf(kv, "Served:\tthrough DRA (ResourceClaims)\n")
+	case !fromExtender:
 		fmt.Fprintf(kv, "Kubelet:\t%s capacity %s, allocatable %s\n", names.ResourceName(), optInt(n.Capacity), optInt(n.Allocatable))
 	}
 	if n.InventoryError != "" {
@@ -211,11 +226,14 @@ func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fro
 		for _, c := range n.Cards {
 			sampled = sampled || c.UsedMiB != nil
 		}
-		used := ""
+		used, claimed := "", ""
 		if sampled {
 			used = fmt.Sprintf("\tUSED(%s)", n.Unit)
 		}
-		fmt.Fprintf(tw, "  GPU\tMODEL\tUUID\tSTATE\tALLOCATED/TOTAL(%s)%s\n", n.Unit, used)
+		if n.DRA {
+			claimed = fmt.Sprintf("\tDRA CLAIMS(%s)", n.Unit)
+		}
+		fmt.Fprintf(tw, "  GPU\tMODEL\tUUID\tSTATE\tALLOCATED/TOTAL(%s)%s%s\n", n.Unit, claimed, used)
 		for _, c := range n.Cards {
 			state := string(c.State)
 			if c.Reason != "" {
@@ -224,22 +242,31 @@ func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fro
 			if sampled {
 				used = "\t" + usedIn(n.Unit, c.UsedMiB)
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d/%d%s\n", c.Index, dash(c.Model), c.UUID, state, c.Allocated, c.Total, used)
+			if n.DRA {
+				claimed = "\t" + strconv.FormatInt(c.Claimed, 10)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d/%d%s%s\n", c.Index, dash(c.Model), dash(c.UUID), state, c.Allocated, c.Total, claimed, used)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 
 		fmt.Fprintln(w)
-		pods := 0
+		pods, claims := 0, 0
 		for _, c := range n.Cards {
 			pods += len(c.Pods)
+			claims += len(c.Claims)
 		}
 		switch {
-		case pods == 0 && n.Allocated > 0:
+		case pods+claims == 0 && n.Allocated > 0 && n.DRA:
+			fmt.Fprintln(w, "  No pod or claim of the namespace asked for on this node's GPUs (the memory allocated is other namespaces').")
+		case pods+claims == 0 && n.Allocated > 0:
 			fmt.Fprintln(w, "  No pod of the namespace asked for on this node's GPUs (the memory allocated is other namespaces').")
-		case pods == 0:
+		case pods+claims == 0 && n.DRA:
+			fmt.Fprintln(w, "  No pods or claims on this node's GPUs.")
+		case pods+claims == 0:
 			fmt.Fprintln(w, "  No pods on this node's GPUs.")
+		case pods == 0:
 		default:
 			tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 			fmt.Fprintf(tw, "  GPU\tPOD\tCONTAINER\t%s\tSTATUS\n", n.Unit)
@@ -260,6 +287,14 @@ func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fro
 				return err
 			}
 		}
+		if claims > 0 {
+			if pods > 0 {
+				fmt.Fprintln(w)
+			}
+			if err := printClaims(w, n); err != nil {
+				return err
+			}
+		}
 	}
 
 	if len(n.Uncounted) > 0 {
@@ -269,6 +304,24 @@ func printNodeDetails(w io.Writer, names api.Names, n Node, style unitStyle, fro
 		}
 	}
 	return nil
+}
+
+// printClaims writes the DRA claims on the node's cards, one line per
+// claim and card: the pods it is reserved for, or that it is reserved for
+// none (its memory is allocated all the same).
+func printClaims(w io.Writer, n Node) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "  GPU\tDRA CLAIM\tREQUEST\t%s\tPODS\tSTATUS\n", n.Unit)
+	for _, c := range n.Cards {
+		for _, cl := range c.Claims {
+			status := "allocated"
+			if len(cl.Pods) == 0 {
+				status = "allocated, reserved for no pod"
+			}
+			fmt.Fprintf(tw, "  %d\t%s/%s\t%s\t%d\t%s\t%s\n", c.Index, cl.Namespace, cl.Name, dash(cl.Request), cl.Units, dash(strings.Join(cl.Pods, ",")), status)
+		}
+	}
+	return tw.Flush()
 }
 
 // usedIn prints memory in use in the node's unit: GiB with one decimal

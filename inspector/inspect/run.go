@@ -75,13 +75,13 @@ func (o *Options) render(ctx context.Context, w io.Writer) error {
 
 // renderPending prints the GPU pods waiting for a node.
 func (o *Options) renderPending(ctx context.Context, w io.Writer) error {
-	nodes, pods, err := o.gather(ctx)
+	c, err := o.gather(ctx)
 	if err != nil {
 		return err
 	}
-	v := Filter{Model: o.model}.Apply(Build(o.names(), nodes, pods))
+	v := Filter{Model: o.model}.Apply(Build(o.names(), c))
 	var mine []corev1.Pod
-	for _, p := range pods {
+	for _, p := range c.Pods {
 		if (o.Namespace == "" || p.Namespace == o.Namespace) && (o.selector == nil || o.selector.Matches(labels.Set(p.Labels))) {
 			mine = append(mine, p)
 		}
@@ -104,37 +104,37 @@ func (o *Options) view(ctx context.Context) (View, error) {
 		v, err := FromExtender(ctx, o.HTTPClient, o.FromExtender, o.NodeName)
 		return f.Apply(v), err
 	}
-	nodes, pods, err := o.gather(ctx)
+	c, err := o.gather(ctx)
 	if err != nil {
 		return View{}, err
 	}
 	if o.selector != nil {
 		f.Nodes = map[string]bool{}
-		for _, n := range nodes {
+		for _, n := range c.Nodes {
 			if o.selector.Matches(labels.Set(n.Labels)) {
 				f.Nodes[n.Name] = true
 			}
 		}
 	}
-	return f.Apply(Build(o.names(), nodes, pods)), nil
+	return f.Apply(Build(o.names(), c)), nil
 }
 
-// gather reads the nodes and pods from the API server (Gather), saying
-// which server could not be reached.
-func (o *Options) gather(ctx context.Context) ([]corev1.Node, []corev1.Pod, error) {
+// gather reads the cluster from the API server (Gather), saying which
+// server could not be reached.
+func (o *Options) gather(ctx context.Context) (Cluster, error) {
 	client, err := o.kubeClient()
 	if err != nil {
-		return nil, nil, err
+		return Cluster{}, err
 	}
-	nodes, pods, err := Gather(ctx, client, o.names(), o.NodeName)
+	c, err := Gather(ctx, client, o.names(), o.NodeName)
 	if err != nil {
 		var status apierrors.APIStatus
 		if o.server != "" && !errors.As(err, &status) && !errors.Is(err, ErrNodeNotFound) && !errors.Is(err, ErrNotGPUNode) {
-			return nil, nil, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
+			return Cluster{}, fmt.Errorf("cannot reach the Kubernetes API server at %s: %w", o.server, err)
 		}
-		return nil, nil, err
+		return Cluster{}, err
 	}
-	return nodes, pods, nil
+	return c, nil
 }
 
 // names are the configured names; Validate has checked them.

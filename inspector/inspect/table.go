@@ -17,12 +17,14 @@ const (
 	markUnhealthy = "U"
 	markIsolated  = "I"
 	markWhole     = "W"
+	markClaimed   = "D"
 )
 
 // PrintTable writes the default view: one row per GPU node with a column per
-// card index (allocated/total), the node's allocated/total, memory in use
-// when sampled, what new pods can still get (FREE) and the most of it on one
-// card (MAX FREE); then the totals, the per-model summary and the warnings.
+// card index (allocated/total), the node's allocated/total, what DRA claims
+// hold on it (DRA, when a claim holds memory anywhere), memory in use when
+// sampled, what new pods can still get (FREE) and the most of it on one card
+// (MAX FREE); then the totals, the per-model summary and the warnings.
 // oneNode leaves out the cluster lines and the model summary, for a view
 // restricted to one node. Rows of 8-card nodes fit 120 columns.
 func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
@@ -35,12 +37,13 @@ func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 	}
 	style := newUnitStyle(v)
 	indexSet := map[int]bool{}
-	sampled := false
+	sampled, claimed := false, false
 	for _, n := range v.Nodes {
 		for _, c := range n.Cards {
 			indexSet[c.Index] = true
 		}
 		sampled = sampled || n.UsedMiB != nil
+		claimed = claimed || n.Claimed > 0
 	}
 	indexes := make([]int, 0, len(indexSet))
 	for i := range indexSet {
@@ -54,6 +57,9 @@ func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 		head = append(head, fmt.Sprintf("GPU%d", i))
 	}
 	head = append(head, style.header())
+	if claimed {
+		head = append(head, "DRA")
+	}
 	if sampled {
 		head = append(head, "USED")
 	}
@@ -73,13 +79,18 @@ func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 				continue
 			}
 			cell := style.amount(c.Allocated, c.Total, n.Unit)
-			if m := cardMark(c); m != "" {
-				marks[m] = true
+			if m := cardMarks(c, marks); m != "" {
 				cell += " " + m
 			}
 			row = append(row, cell)
 		}
 		row = append(row, style.amount(n.Allocated, n.Total, n.Unit))
+		switch {
+		case claimed && n.DRA:
+			row = append(row, style.figure(n.Claimed, n.Unit))
+		case claimed:
+			row = append(row, "-")
+		}
 		if sampled {
 			row = append(row, usedIn(n.Unit, n.UsedMiB))
 		}
@@ -89,7 +100,7 @@ func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	printLegend(w, marks)
+	printLegend(w, marks, claimed)
 	if !oneNode {
 		printTotals(w, v)
 		if err := printModels(w, v); err != nil {
@@ -112,11 +123,28 @@ func cardMark(c Card) string {
 	return ""
 }
 
-// printLegend says what the columns and the marks shown mean.
-func printLegend(w io.Writer, marks map[string]bool) {
+// cardMarks are a card's marks, comma-separated: cardMark's, then D when
+// DRA claims hold memory on it. Each one shown is recorded in shown.
+func cardMarks(c Card, shown map[string]bool) string {
+	var ms []string
+	if m := cardMark(c); m != "" {
+		ms = append(ms, m)
+	}
+	if c.Claimed > 0 {
+		ms = append(ms, markClaimed)
+	}
+	for _, m := range ms {
+		shown[m] = true
+	}
+	return strings.Join(ms, ",")
+}
+
+// printLegend says what the columns and the marks shown mean; claimed: the
+// DRA column is shown.
+func printLegend(w io.Writer, marks map[string]bool, claimed bool) {
 	var shown []string
 	for _, m := range []struct{ mark, meaning string }{
-		{markUnhealthy, "unhealthy"}, {markIsolated, "isolated"}, {markWhole, "given whole"},
+		{markUnhealthy, "unhealthy"}, {markIsolated, "isolated"}, {markWhole, "given whole"}, {markClaimed, "DRA claims hold some of it"},
 	} {
 		if marks[m.mark] {
 			shown = append(shown, m.mark+" "+m.meaning)
@@ -126,7 +154,11 @@ func printLegend(w io.Writer, marks map[string]bool) {
 	if len(shown) > 0 {
 		cards += " (" + strings.Join(shown, ", ") + ")"
 	}
-	fmt.Fprintf(w, "%s; NODE: on the node.\nFREE: what new pods can still get on the node; MAX FREE: the most of it on one card.\n", cards)
+	node := "NODE: on the node"
+	if claimed {
+		node += "; DRA: of it, what DRA claims hold (-d lists them)"
+	}
+	fmt.Fprintf(w, "%s; %s.\nFREE: what new pods can still get on the node; MAX FREE: the most of it on one card.\n", cards, node)
 }
 
 // printModels writes one row per card model: how many cards, how many in

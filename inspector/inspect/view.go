@@ -94,6 +94,14 @@ type Node struct {
 	// FreeCards is how many of those cards hold nothing: what can be given
 	// whole (example.com/gpu) now.
 	FreeCards int `json:"freeCards"`
+	// DRA is true when the node serves its cards through DRA: it has a
+	// ResourceSlice of the gpushare driver, or claims are allocated on it.
+	// Its cards come from the slice when it has no inventory annotation, and
+	// the kubelet's example.com/gpu-mem figures are not checked.
+	DRA bool `json:"dra,omitempty"`
+	// Claimed is the sum of the cards' Claimed: what DRA claims hold on the
+	// node (part of Allocated).
+	Claimed int64 `json:"claimed,omitempty"`
 	// UsedMiB is the memory in use summed over the cards that report it
 	// (Card.UsedMiB), in MiB; absent when none does.
 	UsedMiB *int64 `json:"usedMiB,omitempty"`
@@ -128,9 +136,34 @@ type Card struct {
 	// Whole is true while the card is given whole (api.Names.WholeResourceName)
 	// to the one container in Pods; it then counts as fully allocated.
 	Whole bool `json:"whole,omitempty"`
-	// Pods are the containers placed on the card, sorted by namespace, name
-	// and container.
+	// Pods are the containers placed on the card by the device plugin,
+	// sorted by namespace, name and container.
 	Pods []Pod `json:"pods"`
+	// Claimed is the memory DRA claims consume on the card, the sum of
+	// Claims' Units; it is part of Allocated, beside the Pods' units.
+	Claimed int64 `json:"claimed,omitempty"`
+	// Claims are the DRA claims allocated on the card (the gpushare
+	// driver's allocation results), sorted by namespace, name and request;
+	// nil (absent in JSON) when there are none.
+	Claims []Claim `json:"claims,omitempty"`
+}
+
+// Claim is one DRA ResourceClaim's share of one card: an allocation result
+// of the gpushare driver (api.DRAShare) in the node's unit.
+type Claim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Request is the claim's request the share is for.
+	Request string `json:"request"`
+	// Units is the memory consumed, in the node's unit (rounded up to whole
+	// units, as the node agent's request policy rounds it).
+	Units int64 `json:"units"`
+	// ShareID is the allocator's share ID of the card.
+	ShareID string `json:"shareID,omitempty"`
+	// Pods are the pods the claim is reserved for, in its namespace;
+	// empty while it is reserved for none: it is allocated all the same and
+	// its memory counts.
+	Pods []string `json:"pods"`
 }
 
 // Pod is one container's share of one card.
@@ -162,9 +195,11 @@ type Uncounted struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// Container is set when only one container could not be placed.
-	Container string      `json:"container,omitempty"`
-	Code      WarningCode `json:"code"`
-	Message   string      `json:"message"`
+	Container string `json:"container,omitempty"`
+	// Claim is true when Name is a DRA ResourceClaim's, not a pod's.
+	Claim   bool        `json:"claim,omitempty"`
+	Code    WarningCode `json:"code"`
+	Message string      `json:"message"`
 }
 
 // WarningCode classifies a Warning; the codes are a stable interface.
@@ -212,13 +247,20 @@ const (
 	// WarnNodeUnusable: an assignment is on a node without a readable
 	// inventory, or on a node that does not exist.
 	WarnNodeUnusable WarningCode = "NodeUnusable"
+	// WarnDRAUnreadable: the DRA ResourceSlices or ResourceClaims could not
+	// be read (the user may not list them, or the extender has not read them
+	// yet): DRA nodes and claims are missing from the view, which is
+	// otherwise complete.
+	WarnDRAUnreadable WarningCode = "DRAUnreadable"
 )
 
 // Warning is one problem, in words for people and a code for scripts.
 type Warning struct {
 	Node string `json:"node,omitempty"`
 	// Pod is "namespace/name" when the warning is about a pod.
-	Pod     string      `json:"pod,omitempty"`
+	Pod string `json:"pod,omitempty"`
+	// Claim is "namespace/name" when the warning is about a DRA claim.
+	Claim   string      `json:"claim,omitempty"`
 	Code    WarningCode `json:"code"`
 	Message string      `json:"message"`
 }

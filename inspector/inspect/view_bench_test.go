@@ -32,7 +32,7 @@ func BenchmarkBuild(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		v := Build(api.DefaultNames(), nodes, pods)
+		v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods})
 		if len(v.Nodes) != 1000 || v.Totals[0].Allocated != 16000*30 {
 			b.Fatalf("built %d nodes, %d allocated", len(v.Nodes), v.Totals[0].Allocated)
 		}

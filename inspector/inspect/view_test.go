@@ -58,7 +58,7 @@ func TestBuildDoesNotCount(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := Build(api.DefaultNames(), nodes, []corev1.Pod{*c.pod})
+			v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: []corev1.Pod{*c.pod}})
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)
@@ -119,7 +119,7 @@ func TestAllocatableLeavesOutCardsHeldWhole(t *testing.T) {
 			for _, p := range tc.pods {
 				pods = append(pods, *p)
 			}
-			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), Cluster{Nodes: []corev1.Node{*node}, Pods: pods})
 			var got []string
 			for _, w := range v.Warnings {
 				if w.Code == WarnAllocatableMismatch {
@@ -167,7 +167,7 @@ func TestOvercommitByTerminatingPods(t *testing.T) {
 			for _, p := range c.pods {
 				pods = append(pods, *p)
 			}
-			v := Build(api.DefaultNames(), []corev1.Node{*node}, pods)
+			v := Build(api.DefaultNames(), Cluster{Nodes: []corev1.Node{*node}, Pods: pods})
 			codes := []WarningCode{}
 			for _, w := range v.Warnings {
 				codes = append(codes, w.Code)
