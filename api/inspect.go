@@ -1,6 +1,9 @@
 package api
 
-import "k8s.io/apimachinery/pkg/types"
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // The JSON the scheduler extender serves at GET /inspect (a list of
 // ExtenderNode, sorted by name) and GET /inspect/{node} (one ExtenderNode):
@@ -22,6 +25,14 @@ type ExtenderNode struct {
 	// Unplaced lists pods whose assignment names a card the node's
 	// inventory does not have (e.g. the card disappeared).
 	Unplaced []ExtenderPod `json:"unplaced,omitempty"`
+	// DRA is true when the node serves its cards through DRA: it has a
+	// ResourceSlice of the gpushare driver or claims are allocated on it
+	// (an extender started with --inspect-dra only). Its cards come from
+	// the slice when it has no inventory.
+	DRA bool `json:"dra,omitempty"`
+	// UnplacedClaims lists the claims' shares of a card the node does not
+	// list (or of a node whose cards are unknown).
+	UnplacedClaims []ExtenderClaim `json:"unplacedClaims,omitempty"`
 }
 
 // ExtenderCard is one card of an ExtenderNode.
@@ -33,8 +44,14 @@ type ExtenderCard struct {
 	// Reason says why the card is not healthy (Isolation.Apply).
 	Reason   string `json:"reason,omitempty"`
 	Capacity int64  `json:"capacity"`
-	// Used is the units assigned; a card held whole shows its capacity.
+	// Used is the units assigned, the claims' included; a card held whole
+	// shows its capacity.
 	Used int64 `json:"used"`
+	// Claimed is the part of Used that DRA claims hold (Claims).
+	Claimed int64 `json:"claimed,omitempty"`
+	// Claims are the DRA claims allocated on the card, sorted by
+	// namespace, name and request.
+	Claims []ExtenderClaim `json:"claims,omitempty"`
 	// Whole is true while the card is given whole (WholeResourceName) to
 	// the one pod in Pods; it then takes nothing else.
 	Whole bool          `json:"whole,omitempty"`
@@ -55,6 +72,28 @@ type ExtenderPod struct {
 	State ExtenderPodState `json:"state"`
 	// Phase is the assignment's phase: Assigned or Allocated.
 	Phase AssignmentPhase `json:"phase"`
+	// CardUUID is the card the record names, in ExtenderNode.Unplaced only
+	// (the node's inventory does not list it; its ResourceSlice may).
+	CardUUID string `json:"cardUUID,omitempty"`
+}
+
+// ExtenderClaim is one DRA claim's share of a card: an allocation result of
+// the gpushare driver (DRAShare).
+type ExtenderClaim struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       types.UID `json:"uid"`
+	Request   string    `json:"request"`
+	// Device is the device allocated (card-N).
+	Device string `json:"device"`
+	// Memory is the capacity consumed; Units is it in the node's Unit
+	// (DRAShare.Units; in GiB when the node's unit is unknown).
+	Memory  resource.Quantity `json:"memory"`
+	Units   int64             `json:"units"`
+	ShareID string            `json:"shareID,omitempty"`
+	// Pods are the pods the claim is reserved for, in its namespace; empty
+	// while it is reserved for none (it holds its memory all the same).
+	Pods []string `json:"pods"`
 }
 
 // ExtenderPodState is how the extender's cache knows of a pod's units.
@@ -93,6 +132,12 @@ const (
 	// places no new GPU pods on the node until it serves again.
 	InventoryErrorPluginNotServing InventoryErrorCode = "PluginNotServing"
 )
+
+// ExtenderWarningDRAUnreadable begins the text of the HTTP Warning header
+// (code 299, `Warning: 299 - "DRAUnreadable: why"`) of an /inspect answer
+// without the DRA claims an extender started with --inspect-dra would show:
+// it has not read the ResourceSlices and ResourceClaims (yet).
+const ExtenderWarningDRAUnreadable = "DRAUnreadable"
 
 // ExtenderError is the body of every answer of the extender's HTTP server
 // that is not 200: what went wrong, for people. The HTTP status is the code

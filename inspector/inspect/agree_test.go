@@ -1,6 +1,8 @@
 package inspect
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -59,5 +61,54 @@ func TestBuildAgreesWithTheExtendersCache(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, fromCache, cmp.AllowUnexported(cardKey{})); diff != "" {
 		t.Errorf("extender's cache (-want +got):\n%s", diff)
+	}
+}
+
+// TestBuildAgreesWithTheExtenderOnDRA: the inspector reading the API server
+// (Build) and reading the extender's /inspect (cache.AddDRA on the cache's
+// nodes, viewFromExtender) show every card of the DRA scenario with the
+// same memory, claims and total, and the same claims not counted: both
+// read the DRA objects with api.Names.DRAUsage.
+func TestBuildAgreesWithTheExtenderOnDRA(t *testing.T) {
+	names := api.DefaultNames()
+	cl := cluster(draScenario(t))
+	c := cache.New()
+	for i := range cl.Nodes {
+		c.SetNode(&cl.Nodes[i])
+	}
+	for i := range cl.Pods {
+		c.SetPod(&cl.Pods[i])
+	}
+	usage := names.DRAUsage(pointers(cl.DRA.Slices), pointers(cl.DRA.Claims))
+	fromExtender := viewFromExtender(cache.AddDRA(c.Inspect(), usage), nil)
+
+	type card struct {
+		Allocated, Claimed, Total int64
+		Claims                    string
+	}
+	cards := func(v View) map[string]card {
+		out := map[string]card{}
+		for _, n := range v.Nodes {
+			var uncounted []string
+			for _, u := range n.Uncounted {
+				uncounted = append(uncounted, u.Namespace+"/"+u.Name)
+			}
+			out[n.Name] = card{Claims: fmt.Sprintf("DRA %v, uncounted %v", n.DRA, uncounted)}
+			for _, c := range n.Cards {
+				var claims []string
+				for _, cl := range c.Claims {
+					claims = append(claims, fmt.Sprintf("%s/%s %d %v", cl.Namespace, cl.Name, cl.Units, cl.Pods))
+				}
+				out[fmt.Sprintf("%s/%d", n.Name, c.Index)] = card{c.Allocated, c.Claimed, c.Total, strings.Join(claims, ", ")}
+			}
+		}
+		return out
+	}
+	want := cards(Build(names, cl))
+	if len(want) < 5 {
+		t.Fatalf("the scenario shows too little: %v", want)
+	}
+	if diff := cmp.Diff(want, cards(fromExtender)); diff != "" {
+		t.Errorf("extender (-inspector +extender):\n%s", diff)
 	}
 }

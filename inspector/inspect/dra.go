@@ -77,11 +77,7 @@ func (b *nodeBuild) placeClaims(warnings *[]Warning) {
 		index, ok := api.DRACardIndex(s.Device)
 		pos, known := byIndex[index]
 		if !ok || !known || (uuid != "" && b.view.Cards[pos].UUID != uuid) {
-			why := "whose cards are unknown"
-			if b.view.Unit != "" {
-				why = "whose gpushare ResourceSlice and inventory do not list that card"
-			}
-			msg := fmt.Sprintf("claim %s/%s (request %s) is allocated %s of %s on node %s, %s; not counted", s.Namespace, s.Name, s.Request, s.Memory.String(), s.Device, d.Name, why)
+			msg := claimNotCounted(s.Namespace, s.Name, s.Request, s.Memory.String(), s.Device, d.Name, b.view.Unit != "")
 			b.view.Uncounted = append(b.view.Uncounted, Uncounted{Namespace: s.Namespace, Name: s.Name, Claim: true, Code: WarnUnknownCard, Message: msg})
 			*warnings = append(*warnings, Warning{Node: d.Name, Claim: s.Namespace + "/" + s.Name, Code: WarnUnknownCard, Message: msg})
 			return
@@ -100,6 +96,17 @@ func (b *nodeBuild) placeClaims(warnings *[]Warning) {
 	for _, s := range d.Unplaced {
 		place(s, "")
 	}
+}
+
+// claimNotCounted says that a claim's share of device on node is not
+// counted: the node does not list that card, or (cardsKnown false) its
+// cards are unknown.
+func claimNotCounted(namespace, name, request, memory, device, node string, cardsKnown bool) string {
+	why := "whose cards are unknown"
+	if cardsKnown {
+		why = "whose gpushare ResourceSlice and inventory do not list that card"
+	}
+	return fmt.Sprintf("claim %s/%s (request %s) is allocated %s of %s on node %s, %s; not counted", namespace, name, request, memory, device, node, why)
 }
 
 // claimsOffNodes warns about the claims allocated on nodes that do not

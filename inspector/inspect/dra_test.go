@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,18 +59,7 @@ func draScenario(t *testing.T) []runtime.Object {
 // TestClaimsCountOnTheirCards: what each card of the DRA scenario holds,
 // by the device plugin's pods and by claims.
 func TestClaimsCountOnTheirCards(t *testing.T) {
-	c := Cluster{}
-	for _, o := range draScenario(t) {
-		switch o := o.(type) {
-		case *corev1.Node:
-			c.Nodes = append(c.Nodes, *o)
-		case *corev1.Pod:
-			c.Pods = append(c.Pods, *o)
-		default:
-			addDRA(&c.DRA, o)
-		}
-	}
-	v := Build(api.DefaultNames(), c)
+	v := Build(api.DefaultNames(), cluster(draScenario(t)))
 	type card struct {
 		Allocated, Claimed, Total int64
 		Claims                    []string
@@ -107,13 +95,19 @@ func TestClaimsCountOnTheirCards(t *testing.T) {
 	}
 }
 
-func addDRA(d *DRA, o runtime.Object) {
-	switch o := o.(type) {
-	case *resourceapi.ResourceSlice:
-		d.Slices = append(d.Slices, *o)
-	case *resourceapi.ResourceClaim:
-		d.Claims = append(d.Claims, *o)
+// cluster is what Gather would read from a fake API server holding objs.
+func cluster(objs []runtime.Object) Cluster {
+	var c Cluster
+	c.Nodes, c.Pods = split(objs)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *resourceapi.ResourceSlice:
+			c.DRA.Slices = append(c.DRA.Slices, *o)
+		case *resourceapi.ResourceClaim:
+			c.DRA.Claims = append(c.DRA.Claims, *o)
+		}
 	}
+	return c
 }
 
 // runCmdWith is runCmd with a client of the test's.

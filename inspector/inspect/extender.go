@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/gpushare/gpushare/api"
@@ -63,20 +64,41 @@ func FromExtender(ctx context.Context, client *http.Client, base, node string) (
 	if err != nil {
 		return View{}, fmt.Errorf("the gpushare extender at %s answered JSON this inspector does not read: %w", u, err)
 	}
-	return viewFromExtender(nodes), nil
+	return viewFromExtender(nodes, draWarnings(resp.Header)), nil
 }
 
-// viewFromExtender converts the extender's nodes into a View. A card's
-// Allocated is the extender's Used (what it decides with); a node the
-// extender knows without cards, unit or inventory error is a CPU node and is
-// left out.
-func viewFromExtender(in []api.ExtenderNode) View {
-	v := View{Version: ViewVersion, Source: SourceExtender, Nodes: []Node{}, Totals: []Total{}, Warnings: []Warning{}}
-	for _, en := range in {
-		if en.Unit == "" && en.InventoryError == "" && len(en.Cards) == 0 && len(en.Unplaced) == 0 {
+// draWarnings are the Warning headers of an /inspect answer that say the
+// extender could not show the DRA claims (api.ExtenderWarningDRAUnreadable),
+// as View warnings.
+func draWarnings(h http.Header) []Warning {
+	var out []Warning
+	for _, v := range h.Values("Warning") {
+		text, ok := strings.CutPrefix(v, "299 - ")
+		if !ok {
 			continue
 		}
-		n := Node{Name: en.Name, Unit: en.Unit, InventoryError: en.InventoryError, Cards: []Card{}, Uncounted: []Uncounted{}}
+		if t, err := strconv.Unquote(text); err == nil {
+			text = t
+		}
+		if msg, ok := strings.CutPrefix(text, api.ExtenderWarningDRAUnreadable+": "); ok {
+			out = append(out, Warning{Code: WarnDRAUnreadable, Message: msg + "; DRA claims are not counted (as the extender sees it)"})
+		}
+	}
+	return out
+}
+
+// viewFromExtender converts the extender's nodes into a View, with
+// warnings of the answer's own. A card's Allocated is the extender's Used
+// (what it decides with, and what DRA claims hold); a node the extender
+// knows without cards, unit, inventory error or DRA is a CPU node and is
+// left out.
+func viewFromExtender(in []api.ExtenderNode, warnings []Warning) View {
+	v := View{Version: ViewVersion, Source: SourceExtender, Nodes: []Node{}, Totals: []Total{}, Warnings: append([]Warning{}, warnings...)}
+	for _, en := range in {
+		if en.Unit == "" && en.InventoryError == "" && len(en.Cards) == 0 && len(en.Unplaced) == 0 && !en.DRA {
+			continue
+		}
+		n := Node{Name: en.Name, Unit: en.Unit, InventoryError: en.InventoryError, DRA: en.DRA, Cards: []Card{}, Uncounted: []Uncounted{}}
 		if en.InventoryError != "" {
 			code := WarnInvalidInventory // also from an extender that sends no code
 			switch en.InventoryErrorCode {
@@ -93,6 +115,10 @@ func viewFromExtender(in []api.ExtenderNode) View {
 				pod.Whole = p.Whole
 				c.Pods = append(c.Pods, pod)
 			}
+			for _, cl := range ec.Claims {
+				c.Claimed += cl.Units
+				c.Claims = append(c.Claims, Claim{Namespace: cl.Namespace, Name: cl.Name, Request: cl.Request, Units: cl.Units, ShareID: cl.ShareID, Pods: append([]string{}, cl.Pods...)})
+			}
 			n.Cards = append(n.Cards, c)
 		}
 		for _, p := range en.Unplaced {
@@ -100,6 +126,11 @@ func viewFromExtender(in []api.ExtenderNode) View {
 				p.Namespace, p.Name, p.Container, p.Units, en.Unit, n.Name)
 			n.Uncounted = append(n.Uncounted, Uncounted{Namespace: p.Namespace, Name: p.Name, Container: p.Container, Code: WarnUnknownCard, Message: msg})
 			v.Warnings = append(v.Warnings, Warning{Node: n.Name, Pod: p.Namespace + "/" + p.Name, Code: WarnUnknownCard, Message: msg})
+		}
+		for _, cl := range en.UnplacedClaims {
+			msg := claimNotCounted(cl.Namespace, cl.Name, cl.Request, cl.Memory.String(), cl.Device, n.Name, n.Unit != "")
+			n.Uncounted = append(n.Uncounted, Uncounted{Namespace: cl.Namespace, Name: cl.Name, Claim: true, Code: WarnUnknownCard, Message: msg})
+			v.Warnings = append(v.Warnings, Warning{Node: n.Name, Claim: cl.Namespace + "/" + cl.Name, Code: WarnUnknownCard, Message: msg})
 		}
 		v.Nodes = append(v.Nodes, n)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpushare/gpushare/api"
 )
@@ -168,7 +169,7 @@ func TestFromExtenderWarningFollowsTheInventoryErrorCode(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", InventoryError: c.msg, InventoryErrorCode: c.code, Cards: []api.ExtenderCard{}}})
+			v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", InventoryError: c.msg, InventoryErrorCode: c.code, Cards: []api.ExtenderCard{}}}, nil)
 			want := []Warning{{Node: "gpu-a", Code: c.want, Message: c.msg + " (as the extender sees it)"}}
 			if diff := cmp.Diff(want, v.Warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
@@ -180,8 +181,35 @@ func TestFromExtenderWarningFollowsTheInventoryErrorCode(t *testing.T) {
 func TestFromExtenderShowsTheCardsReason(t *testing.T) {
 	v := viewFromExtender([]api.ExtenderNode{{Name: "gpu-a", Unit: api.UnitGiB, Cards: []api.ExtenderCard{
 		{Index: 0, UUID: "GPU-a0", State: api.CardUnhealthy, Reason: "XID 79", Capacity: 40, Pods: []api.ExtenderPod{}},
-	}}})
+	}}}, nil)
 	if got := v.Nodes[0].Cards[0]; got.State != api.CardUnhealthy || got.Reason != "XID 79" {
 		t.Errorf("card: state %q reason %q, want unhealthy, XID 79", got.State, got.Reason)
+	}
+}
+
+// The extender's DRA nodes and claims come through --from-extender as they
+// do from the API server; an answer without them says why in a Warning
+// header, which becomes a DRAUnreadable warning.
+func TestFromExtenderShowsTheDRAClaims(t *testing.T) {
+	dra := api.ExtenderNode{Name: "d1", Unit: api.UnitGiB, DRA: true, Cards: []api.ExtenderCard{{
+		Index: 0, UUID: "GPU-d0", Model: a100, State: api.CardHealthy, Capacity: 40, Used: 15, Claimed: 15, Pods: []api.ExtenderPod{},
+		Claims: []api.ExtenderClaim{{Namespace: "ns", Name: "ten", Request: "gpu", Device: "card-0", Units: 10, Pods: []string{"p"}}, {Namespace: "ns", Name: "idle", Request: "gpu", Device: "card-0", Units: 5}},
+	}}, UnplacedClaims: []api.ExtenderClaim{{Namespace: "ns", Name: "lost", Request: "gpu", Device: "card-3", Memory: resource.MustParse("4Gi"), Units: 4}}}
+	v := viewFromExtender([]api.ExtenderNode{dra}, nil)
+	n := v.Nodes[0]
+	c := n.Cards[0]
+	if !n.DRA || n.Claimed != 15 || c.Allocated != 15 || c.Claimed != 15 || len(c.Claims) != 2 || c.Claims[0].Name != "idle" || n.Free != 25 {
+		t.Errorf("DRA node %+v, want DRA with card 0 holding 15 of claims idle and ten, 25 free", n)
+	}
+	if len(n.Uncounted) != 1 || !n.Uncounted[0].Claim || len(v.Warnings) != 1 || v.Warnings[0].Claim != "ns/lost" || v.Warnings[0].Code != WarnUnknownCard {
+		t.Errorf("the claim on card-3: uncounted %+v, warnings %+v", n.Uncounted, v.Warnings)
+	}
+
+	h := http.Header{}
+	h.Add("Warning", `299 - "DRAUnreadable: the extender has not read the DRA ResourceSlices and ResourceClaims yet"`)
+	h.Add("Warning", `299 - "something else"`)
+	want := []Warning{{Code: WarnDRAUnreadable, Message: "the extender has not read the DRA ResourceSlices and ResourceClaims yet; DRA claims are not counted (as the extender sees it)"}}
+	if diff := cmp.Diff(want, draWarnings(h)); diff != "" {
+		t.Errorf("warnings from the headers (-want +got):\n%s", diff)
 	}
 }

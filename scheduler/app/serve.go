@@ -103,7 +103,13 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	if workers == 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys})
+	var dra *cache.DRA
+	var draSource server.DRASource
+	if o.InspectDRA {
+		dra = cache.NewDRA(clients.Read, names, o.ResyncPeriod)
+		draSource = dra
+	}
+	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys, DRAUsage: draSource})
 	if err != nil {
 		return err
 	}
@@ -124,6 +130,11 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	defer cancel()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
+	if dra != nil {
+		if err := dra.Run(ctx); err != nil {
+			return err
+		}
+	}
 	publisher, nodesChanged, err := cardLimitsPublisher(o, names, clients, factory)
 	if err != nil {
 		return err

@@ -3,7 +3,10 @@
 // units of each card the pods assigned to it hold.
 //
 // It is fed by client-go informers (pods and nodes) and rebuilt from the
-// pods' assignment annotations on start, so a restart loses nothing. Bind
+// pods' assignment annotations on start, so a restart loses nothing. For
+// /inspect only, DRA (dra.go) reads the gpushare DRA driver's ResourceSlices
+// and the ResourceClaims through informers of its own, and AddDRA puts them
+// on the nodes the cache shows. Bind
 // uses the assume protocol of kube-scheduler's own cache: Assume records a
 // placement before the API writes, Forget drops it if they fail, and the
 // informer confirms it when it shows the pod bound with its assignment.

@@ -65,6 +65,7 @@ func (n *nodeState) info() api.ExtenderNode {
 			if i, ok := pos[ca.CardUUID]; ok {
 				ni.Cards[i].Pods = append(ni.Cards[i].Pods, pu)
 			} else {
+				pu.CardUUID = ca.CardUUID
 				ni.Unplaced = append(ni.Unplaced, pu)
 			}
 		}
@@ -75,6 +76,7 @@ func (n *nodeState) info() api.ExtenderNode {
 					pu.Units = ni.Cards[i].Capacity
 					ni.Cards[i].Pods = append(ni.Cards[i].Pods, pu)
 				} else {
+					pu.CardUUID = uuid
 					ni.Unplaced = append(ni.Unplaced, pu)
 				}
 			}

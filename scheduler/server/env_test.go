@@ -69,6 +69,8 @@ type envOpts struct {
 	maxBest int
 	// dra serves the DRA prioritize verb (Config.DRA).
 	dra DRA
+	// draUsage adds the DRA claims to /inspect (Config.DRAUsage).
+	draUsage DRASource
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -117,7 +119,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 		c = o.wrap(e.cache)
 	}
 	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody, MaxBestNodes: o.maxBest,
-		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed, DRA: o.dra})
+		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed, DRA: o.dra, DRAUsage: o.draUsage})
 	if err != nil {
 		t.Fatal(err)
 	}

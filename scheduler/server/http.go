@@ -152,11 +152,11 @@ func (s *Server) ReadOnlyHandler(gatherer prometheus.Gatherer) http.Handler {
 
 func (s *Server) readOnlyRoutes(r *gin.Engine, gatherer prometheus.Gatherer) {
 	r.GET("/inspect", func(c *gin.Context) {
-		respond(c, s.cache.Inspect(), nil)
+		respond(c, s.inspect(c), nil)
 	})
 	r.GET("/inspect/:node", func(c *gin.Context) {
 		node := c.Param("node")
-		infos := s.cache.Inspect(node)
+		infos := s.inspect(c, node)
 		if len(infos) == 0 {
 			respond(c, nil, fmt.Errorf("%w: node %q is not in the extender's cache", ErrNotFound, node))
 			return

@@ -35,3 +35,14 @@ func errTooManyContainers(names api.Names, req api.PodRequest) error {
 	}
 	return nil
 }
+
+// DefaultMaxBodyBytes bounds a request body by default: 4 MiB. The largest
+// call kube-scheduler makes with nodeCacheCapable: true (the shipped
+// configuration) is a filter or prioritize with the pod and every node's
+// name. A pod is at most ~1.5 MiB (etcd's request limit); 5,000 node names
+// of the longest legal length (253 characters, quoted, comma) are 1.28 MB:
+// 2.8 MB together, so 4 MiB leaves room. Bodies are decoded as they stream,
+// and a larger one is refused with 413 after 4 MiB is read, so one call
+// holds at most that much. With nodeCacheCapable: false (full Node objects,
+// 5–15 KB each) raise it (--max-request-bytes).
+const DefaultMaxBodyBytes = 4 << 20

@@ -121,6 +121,8 @@ type Config struct {
 	MaxBestNodes int
 	// DRA, when set, serves the DRA prioritize verb (dra.go).
 	DRA DRA
+	// DRAUsage, when set, adds the DRA driver's claims to /inspect.
+	DRAUsage DRASource
 }
 
 // DefaultMaxBestNodes is the cap on tied best nodes the extender's command
@@ -167,6 +169,8 @@ type Server struct {
 	allowed allowedPolicies
 	// dra is the DRA prioritize verb's view (nil: it scores nothing).
 	dra DRA
+	// draUsage adds the DRA claims to /inspect (inspectdra.go; nil: none).
+	draUsage DRASource
 }
 
 // New checks cfg and returns a Server.
@@ -231,19 +235,9 @@ func New(cfg Config) (*Server, error) {
 		recordKeys:  cfg.RecordKeys,
 		memo:        &evalMemo{},
 		dra:         cfg.DRA,
+		draUsage:    cfg.DRAUsage,
 	}, nil
 }
-
-// DefaultMaxBodyBytes bounds a request body by default: 4 MiB. The largest
-// call kube-scheduler makes with nodeCacheCapable: true (the shipped
-// configuration) is a filter or prioritize with the pod and every node's
-// name. A pod is at most ~1.5 MiB (etcd's request limit); 5,000 node names
-// of the longest legal length (253 characters, quoted, comma) are 1.28 MB:
-// 2.8 MB together, so 4 MiB leaves room. Bodies are decoded as they stream,
-// and a larger one is refused with 413 after 4 MiB is read, so one call
-// holds at most that much. With nodeCacheCapable: false (full Node objects,
-// 5–15 KB each) raise it (--max-request-bytes).
-const DefaultMaxBodyBytes = 4 << 20
 
 // Errors that decide the HTTP status (see httpStatus).
 var (
