@@ -67,6 +67,21 @@ func draNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 	return node, slice
 }
 
+// applyDeviceClass applies the chart's DRA objects (the DeviceClass, the
+// slice policy), rendered for namespace ns, until the test ends.
+func applyDeviceClass(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	class := renderChart(ctx, t, ns, "templates/dra.yaml", "--set", "dra.enabled=true")
+	file := filepath.Join(t.TempDir(), "deviceclass.yaml")
+	if err := os.WriteFile(file, class, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply the chart's DeviceClass: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file) })
+}
+
 // memoryClaim is a claim for memory of one card of the driver's class.
 func memoryClaim(ns, name, memory string) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{
@@ -108,15 +123,7 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	ns := testNamespace(ctx, t, c, "dra")
-	class := renderChart(ctx, t, ns, "templates/dra.yaml", "--set", "dra.enabled=true")
-	file := filepath.Join(t.TempDir(), "deviceclass.yaml")
-	if err := os.WriteFile(file, class, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(ctx, "apply", "-f", file); err != nil {
-		t.Fatalf("kubectl apply the chart's DeviceClass: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file) })
+	applyDeviceClass(ctx, t, c, ns)
 
 	node, slice := draNode(ctx, t, c, "dra-a", "1x40GiB:NVIDIA-A100")
 	if n := len(slice.Spec.Devices); n != 1 {

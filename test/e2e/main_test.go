@@ -165,8 +165,9 @@ func setup(t *testing.T) *cluster.Cluster {
 // extenderArgs are the extender's flags besides kubeconfig and listen. Pods
 // may name spread (TestPodsChooseTheirCardsAndPolicy); the others run under
 // binpack. The device plugin pods the node agents keep (pluginPodArgs) are
-// followed as the chart's are.
-var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel}
+// followed as the chart's are. /inspect shows the DRA claims, as the
+// chart's extender does with dra.enabled (TestInspectorShowsDRAClaims).
+var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel, "--inspect-dra"}
 
 // pluginPodLabel is the label of the device plugin pods the node agents keep
 // with pluginPodArgs, and the extender's --device-plugin-selector.
