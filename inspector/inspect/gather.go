@@ -24,7 +24,8 @@ const pageSize = 500
 var ErrNodeNotFound = errors.New("node not found")
 
 // ErrNotGPUNode is returned (wrapped) when the node named on the command line
-// exists but has no names.ResourceName capacity, inventory or gpushare label.
+// exists but has no names.ResourceName capacity, inventory, gpushare label,
+// ResourceSlice of the gpushare DRA driver or claims of it.
 var ErrNotGPUNode = errors.New("not a GPU node")
 
 // Cluster is what the inspector reads from the API server: the nodes, the
@@ -55,15 +56,12 @@ type DRA struct {
 // applies api.HoldsUnits itself, so a server that ignores field selectors
 // changes nothing.
 func Gather(ctx context.Context, client kubernetes.Interface, names api.Names, nodeName string) (Cluster, error) {
-	dra, err := GatherDRA(ctx, client, names, nodeName)
-	if err != nil {
-		return Cluster{}, err
-	}
 	podSelector := fields.AndSelectors(
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
 	)
 	var nodes []corev1.Node
+	var dra DRA
 	if nodeName != "" {
 		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -72,14 +70,21 @@ func Gather(ctx context.Context, client kubernetes.Interface, names api.Names, n
 		if err != nil {
 			return Cluster{}, fmt.Errorf("cannot read node %q: %w", nodeName, err)
 		}
+		if dra, err = GatherDRA(ctx, client, names, nodeName); err != nil {
+			return Cluster{}, err
+		}
 		if !IsGPUNode(names, n) && len(dra.Slices) == 0 && len(dra.Claims) == 0 { // both are this node's only
-			return Cluster{}, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory, no %s=%s label and no gpushare ResourceSlice", nodeName, ErrNotGPUNode, names.ResourceName(), api.LabelEnabled, api.LabelEnabledValue)
+			return Cluster{}, fmt.Errorf("node %q: %w: it has no %s capacity, no gpushare inventory, no %s=%s or %s=%s label, no gpushare ResourceSlice and no gpushare claims",
+				nodeName, ErrNotGPUNode, names.ResourceName(), api.LabelEnabled, api.LabelEnabledValue, names.LabelDRA(), api.LabelEnabledValue)
 		}
 		nodes = []corev1.Node{*n}
 		podSelector = fields.AndSelectors(podSelector, fields.OneTermEqualSelector("spec.nodeName", nodeName))
 	} else {
-		nodes, err = listNodes(ctx, client)
-		if err != nil {
+		var err error
+		if nodes, err = listNodes(ctx, client); err != nil {
+			return Cluster{}, err
+		}
+		if dra, err = GatherDRA(ctx, client, names, ""); err != nil {
 			return Cluster{}, err
 		}
 	}

@@ -31,8 +31,8 @@ func PrintTable(w io.Writer, names api.Names, v View, oneNode bool) error {
 	names = names.OrDefault()
 	printSource(w, v)
 	if len(v.Nodes) == 0 {
-		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation or the %s=%s label.\n",
-			names.ResourceName(), names.AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue)
+		fmt.Fprintf(w, "No GPU nodes found: no node has %s capacity, a %s annotation, the %s=%s or %s=%s label, or a gpushare ResourceSlice.\n",
+			names.ResourceName(), names.AnnotationInventory(), api.LabelEnabled, api.LabelEnabledValue, names.LabelDRA(), api.LabelEnabledValue)
 		return printWarnings(w, v)
 	}
 	style := newUnitStyle(v)
