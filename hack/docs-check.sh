@@ -21,7 +21,7 @@ broken=hack/testdata/docs-check-broken.md
 # Flags the docs name that belong to other programs. A flag of ours missing from a --help is
 # never to be added here: fix the doc.
 external="
---replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all
+--replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all --verb --resource
 --create-namespace --reuse-values --wait --install
 --endpoint-reconciler-type --authorization-config
 --write-config-to
