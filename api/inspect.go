@@ -27,7 +27,7 @@ type ExtenderNode struct {
 	Unplaced []ExtenderPod `json:"unplaced,omitempty"`
 	// DRA is true when the node serves its cards through DRA: it has a
 	// ResourceSlice of the gpushare driver or claims are allocated on it
-	// (an extender started with --inspect-dra only). Its cards come from
+	// (an extender started with --dra only). Its cards come from
 	// the slice when it has no inventory.
 	DRA bool `json:"dra,omitempty"`
 	// UnplacedClaims lists the claims' shares of a card the node does not
@@ -135,7 +135,7 @@ const (
 
 // ExtenderWarningDRAUnreadable begins the text of the HTTP Warning header
 // (code 299, `Warning: 299 - "DRAUnreadable: why"`) of an /inspect answer
-// without the DRA claims an extender started with --inspect-dra would show:
+// without the DRA claims an extender started with --dra would show:
 // it has not read the ResourceSlices and ResourceClaims (yet).
 const ExtenderWarningDRAUnreadable = "DRAUnreadable"
 

@@ -371,7 +371,7 @@ refuse bad-node-scope-url 'serverURL' --set nodeScope.enabled=true --set nodeSco
 
 # DRA (dra.enabled): the DeviceClass, a second node-agent DaemonSet in DRA mode on the nodes labelled
 # <domain>/dra=true (the device plugin's DaemonSet avoids them), its RBAC and slice policy; the
-# extender's /inspect shows the claims (GPUSHARE_INSPECT_DRA, list and watch on slices and claims).
+# extender's /inspect shows the claims (GPUSHARE_DRA, list and watch on slices and claims).
 render dra --set dra.enabled=true
 expect dra 'kind: DeviceClass'
 expect dra 'expression: device.driver == "gpushare.example.com"'
@@ -383,13 +383,13 @@ expect dra 'name: GPUSHARE_DRA$'
 expect dra 'mountPath: /var/lib/kubelet/plugins/gpushare.example.com'
 expect dra 'resources: \[resourceslices\]'
 expect dra 'name: gpushare-plugin-resourceslices'
-expect dra 'name: GPUSHARE_INSPECT_DRA$'
+expect dra 'name: GPUSHARE_DRA$'
 expect dra 'resources: \[resourceslices, resourceclaims\]'
 count dra 'kind: DaemonSet' 2
 expect dedicated 'kind: DeviceClass' absent
 expect dedicated 'GPUSHARE_DRA' absent
 expect dedicated 'resourceslices' absent
-expect dedicated 'GPUSHARE_INSPECT_DRA' absent
+expect dedicated 'GPUSHARE_DRA' absent
 
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'

@@ -112,12 +112,12 @@ type Options struct {
 	// NodeScope is the authorization webhook for the device plugin's reads
 	// (nodescope.go).
 	NodeScope NodeScopeOptions
-	// InspectDRA makes /inspect show the gpushare DRA driver's nodes and
-	// claims beside the device plugin's pods (cache.DRA): the extender then
-	// watches ResourceSlices and ResourceClaims, which its ClusterRole must
-	// allow (the chart's does with dra.enabled). It decides nothing with
-	// them.
-	InspectDRA bool
+	// DRA makes the extender read the gpushare DRA driver's ResourceSlices
+	// and the ResourceClaims (cache.DRA), which its ClusterRole must allow
+	// (the chart's does with dra.enabled): /inspect shows the claims beside
+	// the device plugin's pods, and the DRA prioritize verb scores nodes for
+	// pods with claims.
+	DRA bool
 }
 
 // DefaultOptions returns options that work in a cluster.
@@ -186,7 +186,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", o.RecordKeyInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart (0: every 5s)")
 	fs.Int64Var(&o.MaxRequestBytes, "max-request-bytes", o.MaxRequestBytes, "largest request body accepted (413 above it); the default fits a pod and 5,000 node names (nodeCacheCapable: true)")
 	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "unless GOGC is set, the Go garbage collector's target percentage (0: Go's default, 100)")
-	fs.BoolVar(&o.InspectDRA, "inspect-dra", o.InspectDRA, "show the DRA nodes and claims of the gpushare driver (--domain) in /inspect, counted on their cards: watches ResourceSlices and ResourceClaims (needs list and watch on them in resource.k8s.io)")
+	fs.BoolVar(&o.DRA, "dra", o.DRA, "read the gpushare DRA driver's ResourceSlices and the ResourceClaims (--domain's driver; needs list and watch on them in resource.k8s.io): /inspect shows the DRA nodes and claims on their cards, and /dra/prioritize scores nodes for pods with claims (docs/dra.md)")
 	fs.Float64Var(&o.GoMemoryLimitFraction, "go-memory-limit-fraction", o.GoMemoryLimitFraction, "unless GOMEMLIMIT is set, the Go runtime's soft memory limit as a fraction of the container's cgroup memory limit (0: none)")
 	o.Names.AddFlags(fs)
 	o.addAccessFlags(fs)

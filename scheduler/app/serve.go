@@ -105,11 +105,12 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 	}
 	var dra *cache.DRA
 	var draSource server.DRASource
-	if o.InspectDRA {
+	var draScore server.DRA
+	if o.DRA {
 		dra = cache.NewDRA(clients.Read, names, o.ResyncPeriod)
-		draSource = dra
+		draSource, draScore = dra, dra
 	}
-	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys, DRAUsage: draSource})
+	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys, DRAUsage: draSource, DRA: draScore})
 	if err != nil {
 		return err
 	}

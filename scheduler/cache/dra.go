@@ -32,6 +32,8 @@ var ErrDRANotSynced = errors.New("the extender has not read the DRA ResourceSlic
 type DRA struct {
 	names          api.Names
 	slices, claims toolscache.SharedIndexInformer
+	// score is the DRA prioritize verb's view (drascore.go).
+	score draScore
 }
 
 // NewDRA builds the informers (only names' driver's slices, every claim);
@@ -64,6 +66,9 @@ func (d *DRA) Run(ctx context.Context) error {
 			}
 			toolscache.DefaultWatchErrorHandler(ctx, r, err)
 		}); err != nil {
+			return fmt.Errorf("DRA informer: %w", err)
+		}
+		if _, err := inf.AddEventHandler(d.score.changes()); err != nil {
 			return fmt.Errorf("DRA informer: %w", err)
 		}
 		go inf.RunWithContext(ctx)

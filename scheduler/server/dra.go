@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/frag"
+	"github.com/gpushare/gpushare/scheduler/cache"
 )
 
 // DRA is what the DRA prioritize verb reads: pods that ask for GPU memory
@@ -22,6 +23,8 @@ type DRA interface {
 	// allocated claims; nil for a node the driver publishes no card of.
 	Nodes(names []string) []*allocator.Node
 }
+
+var _ DRA = (*cache.DRA)(nil)
 
 // draPolicy scores nodes for DRA pods: frag after the DRA allocator's
 // first-fit card (frag.DRA).

@@ -167,7 +167,7 @@ func setup(t *testing.T) *cluster.Cluster {
 // binpack. The device plugin pods the node agents keep (pluginPodArgs) are
 // followed as the chart's are. /inspect shows the DRA claims, as the
 // chart's extender does with dra.enabled (TestInspectorShowsDRAClaims).
-var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel, "--inspect-dra"}
+var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel, "--dra"}
 
 // pluginPodLabel is the label of the device plugin pods the node agents keep
 // with pluginPodArgs, and the extender's --device-plugin-selector.
