@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// containerdConfigV3 is containerd 2's configuration (version 3), the same
+// containerdConfigV3 is containerd 2's configuration (version 3: containerd
+// 2.0's; 2.4 migrates it at start, with a warning in its log), the same
 // node as containerdConfig's: its own root, state and socket, the CRI
 // plugin with the test's sandbox image and the native snapshotter, runc's shim
 // running nvidia-container-runtime when there is one. On top, what containerd
