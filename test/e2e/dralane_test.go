@@ -310,7 +310,7 @@ func TestDRALane(t *testing.T) {
 	// card; 10Gi is left, so a claim of 10Gi runs and one of a byte more waits.
 	restart := func(t *testing.T, what string, pid func() int, sig syscall.Signal, prefix string, newSlice bool) {
 		before := draSlice(ctx, t, c, node.Opts.Name)
-		old := pid()
+		old, driver := pid(), node.PluginPID()
 		if err := cluster.Signal(old, sig); err != nil {
 			t.Fatalf("stop the %s: %v", what, err)
 		}
@@ -320,6 +320,9 @@ func TestDRALane(t *testing.T) {
 			t.Fatalf("%s not restarted (pid %d → %d): %v\n%s", what, old, pid(), err, node.Logs())
 		}
 		restarted := time.Now()
+		if what == "driver" {
+			driver = pid()
+		}
 		// The kubelet deletes its node's slices when it starts; the driver
 		// publishes its slice again. A driver restart keeps the slice.
 		after := waitDRASlice(ctx, t, c, node, "the driver's slice after the "+what+" restart", func(s *resourceapi.ResourceSlice) bool {
@@ -351,6 +354,15 @@ func TestDRALane(t *testing.T) {
 		}
 		deleteClaimPods(ctx, t, c, ns, over.Name, rest.Name)
 		waitClaimSpecsGone(ctx, t, node, cdiDir, restUID)
+		// The driver serving since the restart (or, for a kubelet restart,
+		// since before it) is still the one serving now.
+		if now := node.PluginPID(); now != driver {
+			log, _ := os.ReadFile(node.PluginLog())
+			if len(log) > 4000 {
+				log = log[len(log)-4000:]
+			}
+			t.Errorf("the driver exited during the %s restart subtest (pid %d, now %d); its log ends:\n%s", what, driver, now, log)
+		}
 	}
 
 	t.Run("kubelet restart: running containers keep their card, the slice's accounting is unchanged", func(t *testing.T) {
