@@ -263,15 +263,7 @@ func TestDRALane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	ns := testNamespace(ctx, t, c, "dra-lane")
-	class := renderChart(ctx, t, ns, "templates/dra.yaml", "--set", "dra.enabled=true")
-	file := filepath.Join(t.TempDir(), "deviceclass.yaml")
-	if err := os.WriteFile(file, class, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(ctx, "apply", "-f", file); err != nil {
-		t.Fatalf("kubectl apply the chart's DeviceClass: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "delete", "--ignore-not-found", "-f", file) })
+	applyDeviceClass(ctx, t, c, ns)
 
 	node, slice, cdiDir := draLaneNode(ctx, t, c, tools, "dra-kubelet-1")
 	uuid := ""
