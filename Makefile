@@ -217,6 +217,15 @@ bench-burst: ## GPU pods' create→Ready beside pods without a request, one burs
 bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node (root; PODS=15 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
 	cd test && GPUSHARE_E2E=1 GPUSHARE_BENCH_BURST_LANE=1 GPUSHARE_BENCH_PODS=$(or $(PODS),15) GPUSHARE_BENCH_PLUGIN_ARGS='$(PLUGIN_ARGS)' $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout 20m -run '^TestBurstBenchOnARealKubelet$$' -v ./e2e/
 
+# The DRA lane (docs/e2e.md, docs/dra.md): gpushare's node agent as a DRA driver on the container
+# lane's real kubelet, with containerd 2 (built from the Go module proxy into the cache on first use)
+# applying the claims' CDI devices. Not part of `make test`: its cold build and run cost more than
+# the 3 minutes it may add there.
+.PHONY: e2e-dra-lane
+e2e-dra-lane: cluster-binaries ## the DRA lane: claims sharing a card on a real kubelet with containerd 2 and NVIDIA's runtime in CDI mode, kubelet and driver restarts (root; first run builds containerd v2.4.2, ~2.5 min)
+	LANE_CONTAINERD2=1 hack/container-lane.sh
+	cd test && GPUSHARE_E2E=1 GPUSHARE_E2E_DRA_LANE=1 $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout $(E2E_TIMEOUT) -run '^TestDRALane$$' -v ./e2e/
+
 .PHONY: test-devicemanager
 test-devicemanager: ## device plugin + real kubelet device manager: registration, Allocate, kubelet restart (root)
 	cd test && $(GO) test -race -count=1 -v -run . ./devicemanager/

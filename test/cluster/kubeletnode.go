@@ -67,6 +67,37 @@ func LaneBinaries() (found map[string]string, missing []string) {
 	return found, missing
 }
 
+// ContainerdVersion is the containerd 2 that hack/container-lane.sh builds
+// with LANE_CONTAINERD2=1, for the DRA lane: Debian's containerd 1.6 ignores
+// the CDI devices the kubelet names for DRA claims.
+const ContainerdVersion = "v2.4.2"
+
+// Containerd2BinDir is where hack/container-lane.sh puts containerd 2:
+// $GPUSHARE_CONTAINERD2_BIN, else
+// ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/containerd-v2.4.2/bin.
+func Containerd2BinDir() string {
+	if d := os.Getenv("GPUSHARE_CONTAINERD2_BIN"); d != "" {
+		return d
+	}
+	return filepath.Join(filepath.Dir(filepath.Dir(BinDir())), "containerd-"+ContainerdVersion, "bin")
+}
+
+// Containerd2Binaries are containerd 2's containerd, containerd-shim-runc-v2
+// and ctr in Containerd2BinDir, by name, to replace Debian's in LaneBinaries'
+// tools. Missing ones are listed in missing.
+func Containerd2Binaries() (found map[string]string, missing []string) {
+	found = map[string]string{}
+	for _, name := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		p := filepath.Join(Containerd2BinDir(), name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			found[name] = p
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	return found, missing
+}
+
 // KubeletNodeOptions describe a real node (test/kubeletnode/cmd).
 type KubeletNodeOptions struct {
 	Name string
@@ -83,6 +114,9 @@ type KubeletNodeOptions struct {
 	AcceptEnvvarUnprivileged bool
 	// GPUs is the simulated cards (the plugin's --nvml=spec: value).
 	GPUs string
+	// CDISpecDirs are more CDI spec directories for containerd (a DRA
+	// driver's --dra-cdi-dir); they need containerd 2 in Tools.
+	CDISpecDirs []string
 	// Images (OCI archives) to import; PauseImage is the sandbox image.
 	Images     []string
 	PauseImage string
@@ -131,6 +165,9 @@ func (c *Cluster) StartKubeletNode(opts KubeletNodeOptions) (*KubeletNode, error
 		if opts.AcceptEnvvarUnprivileged {
 			args = append(args, "--accept-envvar-unprivileged")
 		}
+	}
+	for _, d := range opts.CDISpecDirs {
+		args = append(args, "--cdi-spec-dir", d)
 	}
 	for _, img := range opts.Images {
 		args = append(args, "--image", img)

@@ -15,12 +15,16 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 )
 
-// containerdConfig is containerd 1.6's configuration (version 2): its own
+// containerdConfig is containerd 1.6's configuration (version 2; containerd 2
+// gets containerdConfigV3): its own
 // root, state and socket; the CRI plugin with the test's sandbox image, the
 // native snapshotter (no overlay mounts to leak), no CNI configuration (pods
 // use the host network), and — with the NVIDIA runtime — nvidia-container-runtime
 // as the runc shim's binary, the way NVIDIA's docs configure containerd.
 func (o *Options) containerdConfig() string {
+	if o.containerdMajor >= 2 {
+		return o.containerdConfigV3()
+	}
 	binary := o.Runc
 	if o.NvidiaRuntime != "" {
 		binary = o.NvidiaRuntime
@@ -284,6 +288,11 @@ func (o *Options) cdiSpec(cards []SimulatedCard) ([]byte, error) {
 func (o *Options) writeFiles() error {
 	for _, d := range []string{"containerd/root", "containerd/state", "cni/bin", "cni/net.d", "pod-logs", "nvidia-container-runtime", "cdi"} {
 		if err := os.MkdirAll(o.path(d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, d := range o.CDISpecDirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}

@@ -172,3 +172,39 @@ func TestOCIArchiveNamesTheImageAndHoldsItsFiles(t *testing.T) {
 		t.Errorf("config lacks the image env")
 	}
 }
+
+func TestContainerdMajorIsReadFromEitherVersionLine(t *testing.T) {
+	for line, want := range map[string]int{
+		"containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n": 1,
+		"containerd github.com/containerd/containerd/v2 v2.4.2 \n":                      2,
+	} {
+		got, err := parseContainerdMajor(line)
+		if err != nil || got != want {
+			t.Errorf("parseContainerdMajor(%q) = %d, %v; want %d", line, got, err, want)
+		}
+	}
+	if _, err := parseContainerdMajor("containerd"); err == nil {
+		t.Error("a line without a version: no error")
+	}
+}
+
+func TestContainerd2ConfigReadsTheNVIDIASpecAndTheDriversCDIDirectory(t *testing.T) {
+	o := &Options{StateDir: "/state", PauseImage: "gpushare.local/e2e/pause:v1", NvidiaRuntime: "/cache/nvidia-container-runtime",
+		CDISpecDirs: []string{"/state/dra-cdi"}, containerdMajor: 2}
+	cfg := o.containerdConfig()
+	for _, want := range []string{
+		"version = 3",
+		`cdi_spec_dirs = ["/state/cdi", "/state/dra-cdi"]`,
+		`BinaryName = "/cache/nvidia-container-runtime"`,
+		`sandbox = "gpushare.local/e2e/pause:v1"`,
+		`"io.containerd.nri.v1.nri"`,
+	} {
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd 2's config lacks %q:\n%s", want, cfg)
+		}
+	}
+	o.containerdMajor = 1
+	if cfg := o.containerdConfig(); !strings.Contains(cfg, "version = 2") || strings.Contains(cfg, "cdi_spec_dirs") {
+		t.Errorf("containerd 1.6's config:\n%s", cfg)
+	}
+}

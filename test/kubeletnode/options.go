@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -24,6 +26,11 @@ type Options struct {
 	// NvidiaRuntime is nvidia-container-runtime; empty: containerd runs runc
 	// directly and no CDI spec or device node is made.
 	NvidiaRuntime string
+	// CDISpecDirs are more directories of CDI specs for containerd, besides
+	// the node's NVIDIA spec (e.g. a DRA driver's --dra-cdi-dir). containerd 2
+	// applies the CDI devices the kubelet names for DRA claims; containerd 1.6
+	// ignores them, so these need containerd 2.
+	CDISpecDirs []string
 	// AcceptEnvvarUnprivileged is the starting value of the toolkit's
 	// accept-nvidia-visible-devices-envvar-when-unprivileged (docs/install.md: false).
 	AcceptEnvvarUnprivileged bool
@@ -46,6 +53,9 @@ type Options struct {
 	// Plugin and PluginArgs: the device plugin (empty: none).
 	Plugin     string
 	PluginArgs []string
+	// containerdMajor is the major version `containerd --version` reports
+	// (Complete): 1 gets a version 2 configuration, 2 a version 3 one.
+	containerdMajor int
 	// KubeletVerbosity is the kubelet's -v.
 	KubeletVerbosity int
 	// PodCIDR gives pods a network: a CNI bridge (BridgeName, gateway the
@@ -69,6 +79,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Ctr, "ctr", "ctr", "ctr binary (image import, cleanup)")
 	fs.StringVar(&o.Runc, "runc", "runc", "runc binary")
 	fs.StringVar(&o.NvidiaRuntime, "nvidia-runtime", "", "nvidia-container-runtime binary: containerd's runtime in CDI mode (empty: plain runc)")
+	fs.Func("cdi-spec-dir", "more CDI spec directory for containerd, e.g. a DRA driver's (repeatable; needs containerd 2)", func(s string) error { o.CDISpecDirs = append(o.CDISpecDirs, s); return nil })
 	fs.BoolVar(&o.AcceptEnvvarUnprivileged, "accept-envvar-unprivileged", false, "initial accept-nvidia-visible-devices-envvar-when-unprivileged")
 	fs.StringVar(&o.GPUs, "gpus", "", "simulated cards, the device plugin's --nvml=spec: value (CDI spec and device nodes)")
 	fs.Func("image", "OCI archive to import (repeatable)", func(s string) error { o.Images = append(o.Images, s); return nil })
@@ -122,7 +133,47 @@ func (o *Options) Complete(args []string) error {
 		}
 		*p = abs
 	}
+	for i, d := range o.CDISpecDirs {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return err
+		}
+		o.CDISpecDirs[i] = abs
+	}
+	major, err := containerdMajor(o.Containerd)
+	if err != nil {
+		return err
+	}
+	o.containerdMajor = major
+	if len(o.CDISpecDirs) > 0 && major < 2 {
+		return fmt.Errorf("--cdi-spec-dir: %s is containerd %d, which ignores the CDI devices the kubelet names; use containerd 2 (hack/container-lane.sh builds it with LANE_CONTAINERD2=1)", o.Containerd, major)
+	}
 	return nil
+}
+
+// containerdMajor runs `containerd --version` ("containerd
+// github.com/containerd/containerd/v2 v2.4.2 ..." or "containerd
+// github.com/containerd/containerd 1.6.20~ds1 ...") and returns the major
+// version.
+func containerdMajor(bin string) (int, error) {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return 0, fmt.Errorf("%s --version: %w", bin, err)
+	}
+	return parseContainerdMajor(string(out))
+}
+
+func parseContainerdMajor(version string) (int, error) {
+	f := strings.Fields(version)
+	if len(f) < 3 {
+		return 0, fmt.Errorf("containerd --version: unexpected %q", strings.TrimSpace(version))
+	}
+	major, _, _ := strings.Cut(strings.TrimPrefix(f[2], "v"), ".")
+	n, err := strconv.Atoi(major)
+	if err != nil {
+		return 0, fmt.Errorf("containerd --version: no version in %q", strings.TrimSpace(version))
+	}
+	return n, nil
 }
 
 func lookPath(p string) (string, error) {

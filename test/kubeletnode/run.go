@@ -137,9 +137,11 @@ func (o *Options) startContainerd(ctx context.Context) (*exec.Cmd, error) {
 	// The shims inherit this environment: NVIDIA's runtime reads its
 	// config.toml from NVIDIA_CTK_CONFIG_FILE_PATH (v1.19+) or
 	// $XDG_CONFIG_HOME/nvidia-container-runtime/config.toml (older ones too),
-	// and finds runc in PATH.
+	// and finds runc in PATH. containerd finds its shim in PATH before its own
+	// directory: containerd's directory comes first, so a containerd 2 built
+	// into the cache never starts Debian's 1.6 shim.
 	cmd.Env = envWith("NVIDIA_CTK_CONFIG_FILE_PATH="+o.ToolkitConfig(), "XDG_CONFIG_HOME="+o.StateDir,
-		"PATH="+filepath.Dir(o.Runc)+":"+os.Getenv("PATH"))
+		"PATH="+filepath.Dir(o.Containerd)+":"+filepath.Dir(o.Runc)+":"+os.Getenv("PATH"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
