@@ -68,22 +68,32 @@ func Run(ctx context.Context, client kubernetes.Interface, d *Driver, o RunOptio
 	tick := time.NewTicker(resync)
 	defer tick.Stop()
 	var last []resourceapi.Device
+	resynced := false
 	for {
 		changed := d.Store.Changed()
 		res := d.Resources()
-		if devices := res.Pools[d.Pool].Slices[0].Devices; !apiequality.Semantic.DeepEqual(devices, last) {
+		// Handed to the slice controller when the devices changed, and at
+		// every resync even when they did not: the controller then checks
+		// the pool against the API server at once, so a slice someone
+		// deleted (the kubelet deletes its node's slices when it starts)
+		// is back within a resync instead of the controller's own 30 s.
+		if devices := res.Pools[d.Pool].Slices[0].Devices; resynced || !apiequality.Semantic.DeepEqual(devices, last) {
 			if err := helper.PublishResources(ctx, res); err != nil {
 				return fmt.Errorf("publish the node's ResourceSlice: %w", err)
 			}
-			logger.Info("Published the node's cards", "pool", d.Pool, "devices", len(devices))
+			if !apiequality.Semantic.DeepEqual(devices, last) {
+				logger.Info("Published the node's cards", "pool", d.Pool, "devices", len(devices))
+			}
 			last = devices
 			d.published.Store(true)
 		}
+		resynced = false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-changed:
 		case <-tick.C:
+			resynced = true
 		}
 	}
 }

@@ -320,7 +320,7 @@ func TestDRALane(t *testing.T) {
 		after := waitDRASlice(ctx, t, c, node, "the driver's slice after the "+what+" restart", func(s *resourceapi.ResourceSlice) bool {
 			return (s.UID != before.UID) == newSlice
 		})
-		t.Logf("%s restarted (pid %d → %d); slice %s (before %s)", what, old, pid(), after.Name, before.Name)
+		t.Logf("%s restarted (pid %d → %d); slice %s (before %s) %v after the restart", what, old, pid(), after.Name, before.Name, time.Since(restarted).Round(100*time.Millisecond))
 
 		for _, p := range []*corev1.Pod{ten, twenty} {
 			fresh, err := c.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
