@@ -371,8 +371,10 @@ refuse bad-node-scope-url 'serverURL' --set nodeScope.enabled=true --set nodeSco
 
 # DRA (dra.enabled): the DeviceClass, a second node-agent DaemonSet in DRA mode on the nodes labelled
 # <domain>/dra=true (the device plugin's DaemonSet avoids them), its RBAC and slice policy; the
-# extender's /inspect shows the claims (GPUSHARE_DRA, list and watch on slices and claims).
+# extender reads the slices and claims (GPUSHARE_DRA, list and watch on them) for /inspect and the
+# DRA prioritize verb, which the dedicated scheduler's configuration names (dra.scoring).
 render dra --set dra.enabled=true
+render dra-noscore --set dra.enabled=true --set dra.scoring.enabled=false
 expect dra 'kind: DeviceClass'
 expect dra 'expression: device.driver == "gpushare.example.com"'
 expect dra 'name: gpushare-device-plugin-dra'
@@ -383,13 +385,16 @@ expect dra 'name: GPUSHARE_DRA$'
 expect dra 'mountPath: /var/lib/kubelet/plugins/gpushare.example.com'
 expect dra 'resources: \[resourceslices\]'
 expect dra 'name: gpushare-plugin-resourceslices'
-expect dra 'name: GPUSHARE_DRA$'
+count dra 'name: GPUSHARE_DRA$' 2
+expect dra 'prioritizeVerb: dra/prioritize'
+expect dra-noscore 'prioritizeVerb: dra/prioritize' absent
+expect dra-noscore 'name: GPUSHARE_DRA$'
 expect dra 'resources: \[resourceslices, resourceclaims\]'
 count dra 'kind: DaemonSet' 2
 expect dedicated 'kind: DeviceClass' absent
 expect dedicated 'GPUSHARE_DRA' absent
 expect dedicated 'resourceslices' absent
-expect dedicated 'GPUSHARE_DRA' absent
+expect dedicated 'dra/prioritize' absent
 
 render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
