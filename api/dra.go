@@ -164,3 +164,15 @@ func draUnitOf(c resourceapi.DeviceCapacity) MemoryUnit {
 	}
 	return UnitGiB
 }
+
+// DRARequestUnits is the memory a claim's request asks of one device, in
+// whole units of unit (DRAUnits): its capacity.requests.memory, or one unit
+// (the request policy's default) when it asks none.
+func DRARequestUnits(r *resourceapi.ExactDeviceRequest, unit MemoryUnit) int64 {
+	if r.Capacity != nil {
+		if q, ok := r.Capacity.Requests[DRACapacityMemory]; ok {
+			return DRAUnits(q, unit)
+		}
+	}
+	return 1
+}

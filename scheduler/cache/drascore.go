@@ -130,12 +130,7 @@ func ClaimDemands(claim *resourceapi.ResourceClaim, class string, unit api.Memor
 		if e == nil || e.DeviceClassName != class || e.AllocationMode == resourceapi.DeviceAllocationModeAll {
 			continue
 		}
-		units := int64(1)
-		if e.Capacity != nil {
-			if q, ok := e.Capacity.Requests[api.DRACapacityMemory]; ok {
-				units = api.DRAUnits(q, unit)
-			}
-		}
+		units := api.DRARequestUnits(e, unit)
 		count := max(e.Count, 1)
 		for range count {
 			out = append(out, allocator.Demand{Container: claim.Name + "/" + r.Name, Units: units})
