@@ -142,18 +142,20 @@ OLDEST_TESTS = TestSmokeNodeReadyPodScheduledAndRunning|TestExtenderPlacesPodOnP
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min on 2 idle cores, then skipped)
 	hack/build-k8s.sh
 
-container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), kubelet, NVIDIA runtime + nvidia-ctk (cached)
-	hack/container-lane.sh
+# LANE_CONTAINERD2=1 (the default) also builds containerd 2 for the DRA lane (cached).
+LANE_CONTAINERD2 ?= 1
+container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), containerd 2 for the DRA lane (module proxy, cached), kubelet, NVIDIA runtime + nvidia-ctk (cached)
+	LANE_CONTAINERD2=$(LANE_CONTAINERD2) hack/container-lane.sh
 
-e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane (root; docs/e2e.md)
-	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout $(E2E_TIMEOUT) ./...
+e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane, the DRA lane included (root; docs/e2e.md)
+	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 GPUSHARE_E2E_DRA_LANE=1 $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout $(E2E_TIMEOUT) ./...
 
 .PHONY: e2e-oldest k8s-prebuild
 k8s-prebuild: ## start building the Kubernetes binaries of K8S_VERSION and OLDEST_K8S_VERSION in the background at the lowest priority (first step of `make test`; log bin/k8s-prebuild.log; `hack/k8s-prebuild.sh stop` stops it)
 	@OLDEST_K8S_VERSION=$(OLDEST_K8S_VERSION) hack/k8s-prebuild.sh start
 
 e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes (OLDEST_K8S_VERSION, default v1.35.4; root)
-	$(MAKE) --no-print-directory cluster-binaries container-lane K8S_VERSION=$(OLDEST_K8S_VERSION) LANE_K8S_BINARIES=kubelet
+	$(MAKE) --no-print-directory cluster-binaries container-lane K8S_VERSION=$(OLDEST_K8S_VERSION) LANE_K8S_BINARIES=kubelet LANE_CONTAINERD2=0
 	cd test && K8S_VERSION=$(OLDEST_K8S_VERSION) GPUSHARE_E2E=1 $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout $(E2E_TIMEOUT) -run '^($(OLDEST_TESTS))$$' ./e2e/
 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
