@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+
+	"github.com/gin-gonic/gin"
 
 	corev1 "k8s.io/api/core/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
@@ -47,7 +50,7 @@ func (s *Server) PrioritizeDRA(ctx context.Context, args *extenderv1.ExtenderArg
 	for i, n := range names {
 		out[i].Host = n
 	}
-	if s.dra == nil || len(args.Pod.Spec.ResourceClaims) == 0 {
+	if !s.scoresDRA(args.Pod) {
 		return out, nil
 	}
 	req, ok, err := s.dra.Request(args.Pod)
@@ -63,4 +66,52 @@ func (s *Server) PrioritizeDRA(ctx context.Context, args *extenderv1.ExtenderArg
 		out[i].Score = sc
 	}
 	return out, nil
+}
+
+// scoresDRA reports whether the DRA verb scores pod: it has claims and the
+// server a DRA view.
+func (s *Server) scoresDRA(pod *corev1.Pod) bool {
+	return s.dra != nil && len(pod.Spec.ResourceClaims) > 0
+}
+
+// draArgs is ExtenderArgs with the candidates left undecoded: most pods
+// kube-scheduler sends the DRA verb have no claims, and for them the
+// thousands of node names are skipped, not read.
+type draArgs struct {
+	Pod       *corev1.Pod
+	Nodes     json.RawMessage
+	NodeNames json.RawMessage
+}
+
+// serveDRA answers POST /dra/prioritize: an empty list (every node 0) for
+// a pod the verb does not score, without reading the candidates.
+func (s *Server) serveDRA(c *gin.Context) {
+	var raw draArgs
+	if err := s.decode(c, &raw); err != nil {
+		respond(c, nil, err)
+		return
+	}
+	if raw.Pod == nil {
+		respond(c, nil, fmt.Errorf("%w: Pod is missing", ErrBadRequest))
+		return
+	}
+	if !s.scoresDRA(raw.Pod) {
+		respond(c, extenderv1.HostPriorityList{}, nil)
+		return
+	}
+	args := extenderv1.ExtenderArgs{Pod: raw.Pod}
+	for _, f := range []struct {
+		raw json.RawMessage
+		v   any
+	}{{raw.NodeNames, &args.NodeNames}, {raw.Nodes, &args.Nodes}} {
+		if len(f.raw) == 0 || string(f.raw) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(f.raw, f.v); err != nil {
+			respond(c, nil, fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, err))
+			return
+		}
+	}
+	res, err := s.PrioritizeDRA(c.Request.Context(), &args)
+	respond(c, res, err)
 }

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -94,9 +97,65 @@ func TestPrioritizeDRAScoresNodesForClaimsWithFragAfterFirstFit(t *testing.T) {
 		}
 	}
 
-	// Over HTTP, as kube-scheduler calls it.
-	rec := do(t, e.srv.Handler(nil), "POST", "/dra/prioritize", mustJSON(t, &extenderv1.ExtenderArgs{Pod: claimPod, NodeNames: &names}))
-	if rec.Code != 200 {
-		t.Fatalf("POST /dra/prioritize: %d %s", rec.Code, rec.Body)
+	// Over HTTP, as kube-scheduler calls it: the scores for a pod with
+	// claims; an empty list, the candidates unread, for a pod without;
+	// malformed bodies refused.
+	e = newEnv(t, envOpts{dra: fakeDRA{nodes: nodes, units: 10}}, nil)
+	h := e.srv.Handler(nil)
+	rec := do(t, h, "POST", "/dra/prioritize", mustJSON(t, &extenderv1.ExtenderArgs{Pod: claimPod, NodeNames: &names}))
+	var list extenderv1.HostPriorityList
+	if err := json.Unmarshal(rec.Body.Bytes(), &list); rec.Code != 200 || err != nil || len(list) != len(names) || list[2].Host != "exact" || list[2].Score != extenderv1.MaxExtenderPriority {
+		t.Errorf("POST /dra/prioritize, a pod with claims: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	plainBody := `{"Pod": ` + mustJSON(t, plain) + `, "NodeNames": {"not": "a list, and never read"}}`
+	if rec := do(t, h, "POST", "/dra/prioritize", plainBody); rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != "[]" {
+		t.Errorf("POST /dra/prioritize, a pod without claims: %d %s, want 200 []", rec.Code, rec.Body)
+	}
+	for body, want := range map[string]string{
+		`{"NodeNames": ["a"]}`: "Pod is missing",
+		`{"Pod": ` + mustJSON(t, claimPod) + `, "NodeNames": 5}`: "malformed JSON",
+		`{"Pod": ` + mustJSON(t, claimPod) + `}`:                 "neither NodeNames nor Nodes is set",
+		`{"Pod": `:                                               "malformed JSON",
+	} {
+		if rec := do(t, h, "POST", "/dra/prioritize", body); rec.Code != 400 || !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("POST /dra/prioritize %s: %d %s, want 400 naming %q", body, rec.Code, rec.Body, want)
+		}
+	}
+}
+
+// BenchmarkPrioritizeDRA: one DRA prioritize call over n nodes of 8
+// cards, for a pod with claims (every node scored) and for a pod without
+// (what every other pod costs when kube-scheduler calls the verb for all
+// pods), decoding included (over the handler, as kube-scheduler posts it).
+func BenchmarkPrioritizeDRA(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		nodes := map[string]*allocator.Node{}
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("node-%05d", i)
+			used := make([]int64, 8)
+			for c := range used {
+				used[c] = int64((i*7 + c*13) % 41)
+			}
+			nodes[names[i]] = draNode(names[i], used...)
+			nodes[names[i]].Summarize()
+		}
+		e := newEnv(b, envOpts{dra: fakeDRA{nodes: nodes, units: 10}}, nil)
+		h := e.srv.Handler(nil)
+		claimPod := podtest.Make("ns", "claimant").Obj()
+		claimPod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
+		for _, tc := range []struct {
+			name string
+			pod  *corev1.Pod
+		}{{"claims", claimPod}, {"no-claims", podtest.Make("ns", "plain").Obj()}} {
+			body := mustJSON(b, &extenderv1.ExtenderArgs{Pod: tc.pod, NodeNames: &names})
+			b.Run(fmt.Sprintf("nodes=%d/pod=%s", n, tc.name), func(b *testing.B) {
+				for b.Loop() {
+					if rec := do(b, h, "POST", "/dra/prioritize", body); rec.Code != 200 {
+						b.Fatalf("%d %s", rec.Code, rec.Body)
+					}
+				}
+			})
+		}
 	}
 }

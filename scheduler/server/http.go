@@ -75,15 +75,7 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 	r.Use(gin.Recovery())
 	r.POST("/filter", func(c *gin.Context) { s.serveArgs(c, verbFilter) })
 	r.POST("/prioritize", func(c *gin.Context) { s.serveArgs(c, verbPrioritize) })
-	r.POST("/dra/prioritize", func(c *gin.Context) {
-		var args extenderv1.ExtenderArgs
-		if err := s.decode(c, &args); err != nil {
-			respond(c, nil, err)
-			return
-		}
-		res, err := s.PrioritizeDRA(c.Request.Context(), &args)
-		respond(c, res, err)
-	})
+	r.POST("/dra/prioritize", s.serveDRA)
 	r.POST("/bind", func(c *gin.Context) {
 		var args extenderv1.ExtenderBindingArgs
 		if err := s.decode(c, &args); err != nil {
