@@ -46,10 +46,7 @@ func (s *Server) PrioritizeDRA(ctx context.Context, args *extenderv1.ExtenderArg
 	if err != nil {
 		return nil, err
 	}
-	out := make(extenderv1.HostPriorityList, len(names))
-	for i, n := range names {
-		out[i].Host = n
-	}
+	out := zeroScores(names)
 	if !s.scoresDRA(args.Pod) {
 		return out, nil
 	}

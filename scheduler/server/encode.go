@@ -159,3 +159,12 @@ func clipReason(msg string) string {
 	}
 	return fmt.Sprintf("%s… (%d more bytes)", msg[:cut], len(msg)-cut)
 }
+
+// zeroScores is every named node at score 0, in order.
+func zeroScores(names []string) extenderv1.HostPriorityList {
+	out := make(extenderv1.HostPriorityList, len(names))
+	for i, n := range names {
+		out[i].Host = n
+	}
+	return out
+}

@@ -476,10 +476,7 @@ func (s *Server) prioritize(ctx context.Context, args *extenderv1.ExtenderArgs, 
 	if err != nil {
 		return nil, err
 	}
-	out := make(extenderv1.HostPriorityList, len(names))
-	for i, n := range names {
-		out[i].Host = n
-	}
+	out := zeroScores(names)
 	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
 		return nil, err

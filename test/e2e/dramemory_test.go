@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,14 +29,7 @@ func TestDRAClaimOverItsMemoryIsEnforced(t *testing.T) {
 	ctx0, cancel0 := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel0()
 	ns0 := testNamespace(ctx0, t, c, "dra-mem")
-	class := renderChart(ctx0, t, ns0, "templates/dra.yaml", "--set", "dra.enabled=true")
-	file := filepath.Join(t.TempDir(), "deviceclass.yaml")
-	if err := os.WriteFile(file, class, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(ctx0, "apply", "-f", file); err != nil {
-		t.Fatalf("kubectl apply the chart's DeviceClass: %v\n%s", err, out)
-	}
+	applyDeviceClass(ctx0, t, c, ns0)
 	for _, mode := range []memusage.Mode{memusage.ModeReport, memusage.ModeEvict} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(ctx0, 2*time.Minute)
