@@ -64,7 +64,10 @@ type Options struct {
 	// Instance, when set, names this plugin process's sockets (SocketNames),
 	// so that a new plugin registers beside the old one during a rolling
 	// update instead of replacing its socket.
-	Instance           string
+	Instance string
+	// NodeLockFile, when set, is the file every plugin of the node locks: only its holder does
+	// the node's duties (runNodeDuties), so a standby can serve the kubelet beside it.
+	NodeLockFile       string
 	PodResourcesSocket string
 	// WholeCards registers the whole-card resource (api.Names.WholeResourceName)
 	// beside gpu-mem.
@@ -113,6 +116,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
 	fs.StringVar(&o.Instance, "instance", "", "a name unique to this plugin process on its node (the chart passes the pod's name): its sockets are then gpushare-<hash>.sock and gpushare-whole-<hash>.sock, so that during a rolling update the new plugin registers beside the old one and the kubelet (1.37+) hands over without marking the devices unhealthy; empty: gpushare.sock and gpushare-whole.sock")
+	fs.StringVar(&o.NodeLockFile, "node-lock-file", "", "a file on the node (the chart: /var/lib/gpushare/node-agent.lock) that every plugin of the node locks; only the holder publishes the inventory and samples and enforces memory, while every plugin serves the kubelet, so a standby plugin (--instance of its own) keeps the node's GPU devices healthy in the kubelet while the other restarts and takes the duties over when it exits; empty: this plugin does them at once")
 	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
 	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as --whole-resource-name (one device per card, exclusive with --resource-name; its own registration with the kubelet)")
 	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
@@ -342,8 +346,12 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.ResourceName())}
 		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.WholeResourceName())}
 	}
-	go Publish(ctx, cl, store, recordKey, log)
-	metrics, err := plugin.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg))
+	nodeReg := prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)
+	metrics, err := plugin.NewMetrics(nodeReg)
+	if err != nil {
+		return err
+	}
+	gauge, err := newDutiesGauge(nodeReg)
 	if err != nil {
 		return err
 	}
@@ -363,9 +371,12 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	if err := startMemory(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, podres, nil, keys, client, reg, pluginReadiness(p.Serving)); err != nil {
+	memory, err := startMemory(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, podres, nil, keys, client, reg, pluginReadiness(p.Serving))
+	if err != nil {
 		return err
 	}
+	publish := func(ctx context.Context) { Publish(ctx, cl, store, recordKey, log) }
+	go runNodeDuties(ctx, o.NodeLockFile, gauge, log, publish, memory)
 	return p.Run(ctx, restart)
 }
 

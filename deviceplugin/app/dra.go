@@ -57,9 +57,11 @@ func runDRA(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *
 		Get: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 		}}
-	if err := startMemory(ctx, o, names, g, store, cl, nil, claims.Grants, keys, client, reg, d.Serving); err != nil {
+	memory, err := startMemory(ctx, o, names, g, store, cl, nil, claims.Grants, keys, client, reg, d.Serving)
+	if err != nil {
 		return err
 	}
+	go runNodeDuties(ctx, o.NodeLockFile, nil, log, memory)
 	log.Info("Serving the cards through DRA", "driver", d.Name, "cdiDir", d.CDIDir)
 	return dra.Run(ctx, client, d, dra.RunOptions{NodeName: o.NodeName, RegistryDir: o.DRA.RegistryDir, PluginDir: o.DRA.PluginDir})
 }

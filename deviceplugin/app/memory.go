@@ -97,11 +97,12 @@ type nodeGPUs struct {
 	sim  *nvml.Simulator
 }
 
-// startMemory starts the metrics endpoint and the memory sampler (with its
-// enforcer) per the options; both stop with ctx.
+// startMemory starts the metrics endpoint (stopped with ctx) and returns the memory sampler
+// (with its enforcer) per the options, a node duty (nil when sampling is off): it runs in the
+// one process of the node that holds the node lock (runNodeDuties).
 // claims, when set, are the grants of containers given memory through ResourceClaims (a node
 // served by DRA).
-func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) error {
+func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) (duty, error) {
 	log := klog.FromContext(ctx).WithName("memory")
 	m := o.Memory
 	gpus, sim := g.nvml, g.sim
@@ -112,21 +113,21 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 	if m.SampleInterval > 0 {
 		var err error
 		if metrics, err = usage.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if m.MetricsAddress != "" {
 		guard, err := adminauth.New(m.Auth, client)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := serveMetrics(ctx, m.MetricsAddress, guard.Wrap(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ready, log); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if m.SampleInterval == 0 {
 		log.Info("GPU memory sampling is off (--memory-sample-interval=0): no usage metrics, no enforcement")
-		return nil
+		return nil, nil
 	}
 	mode, _ := usage.ParseMode(m.Enforcement)
 	tol, _ := usage.ParseTolerance(m.Tolerance)
@@ -147,9 +148,10 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 		Clock:        clk,
 		Log:          log,
 	}
-	log.Info("GPU memory sampling", "interval", m.SampleInterval, "enforcement", mode, "tolerance", tol.String(), "grace", m.Grace, "mps", m.MPS)
-	go loop.Run(ctx)
-	return nil
+	return func(ctx context.Context) {
+		log.Info("GPU memory sampling", "interval", m.SampleInterval, "enforcement", mode, "tolerance", tol.String(), "grace", m.Grace, "mps", m.MPS)
+		loop.Run(ctx)
+	}, nil
 }
 
 // readiness says whether the node agent serves the kubelet, and if not, what it lacks.

@@ -106,6 +106,12 @@ func (b *Builder) ContainerStatus(name, containerID string) *Builder {
 	return b
 }
 
+// ContainerReady adds the status of container name, ready or not (its readiness probe).
+func (b *Builder) ContainerReady(name string, ready bool) *Builder {
+	b.pod.Status.ContainerStatuses = append(b.pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: name, Ready: ready})
+	return b
+}
+
 // Failed marks the pod Failed with the kubelet's reason and message (e.g.
 // UnexpectedAdmissionError: refused at admission).
 func (b *Builder) Failed(reason, message string) *Builder {

@@ -15,7 +15,7 @@ import (
 
 // WithDevicePluginSelector makes the cache follow the device plugin's own
 // pods, the pods sel matches (the chart's DaemonSet pods): a node whose
-// plugin pods are all not serving — none Ready, or every one being deleted
+// plugin pods are all not serving — none Ready (nor any of their containers), or every one being deleted
 // or finished, or none left where one ran — fits no GPU pod
 // (api.ErrPluginNotServing, on the node's snapshot as its InventoryErr), so
 // that no pod is bound there while the kubelet holds the node's GPU devices
@@ -32,12 +32,19 @@ type pluginPod struct {
 	serving bool
 }
 
-// serving reports whether a plugin pod serves: Ready, not finished, not
-// being deleted (a deleted plugin stops on its own schedule; the kubelet
-// marks the devices unhealthy the moment it does).
+// serving reports whether a plugin pod serves: Ready, or at least one of its containers ready
+// (the chart's pod runs a standby plugin beside the active one, each registered with the
+// kubelet on its own socket, and the node's devices stay healthy while either serves: the pod
+// is not Ready while one of them restarts), not finished, not being deleted (a deleted plugin
+// stops on its own schedule; the kubelet marks the devices unhealthy the moment it does).
 func serving(p *corev1.Pod) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Ready {
+			return true
+		}
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {

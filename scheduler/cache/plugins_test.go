@@ -88,6 +88,14 @@ func TestNoGPUPodOnANodeWhosePluginIsNotServing(t *testing.T) {
 	if err := fits("n1"); err != nil {
 		t.Errorf("the DaemonSet's new pod is Ready: %v; want fits", err)
 	}
+	// The pod's standby plugin serves while the active one restarts: the pod is not Ready (one
+	// container is not), the node's devices stay healthy in the kubelet.
+	c.SetPod(pluginPod("plugin-c", "n1", false).ContainerReady("device-plugin", false).ContainerReady("device-plugin-standby", true).Obj())
+	if err := fits("n1"); err != nil {
+		t.Errorf("the standby container is ready while the active one restarts: %v; want fits", err)
+	}
+	c.SetPod(pluginPod("plugin-c", "n1", false).ContainerReady("device-plugin", false).ContainerReady("device-plugin-standby", false).Obj())
+	notServing("both plugin containers not ready", "n1", "plugin-c")
 
 	// Without a selector plugin pods are ordinary pods.
 	off := cache.New()

@@ -116,8 +116,14 @@ func (n *Node) PID() int { return n.cmd.Process.Pid }
 func (n *Node) LogFile() string { return filepath.Join(n.Opts.StateDir, "agent.log") }
 
 // PluginPID is the PID the agent recorded for its device plugin (0 if none).
-func (n *Node) PluginPID() int {
-	b, err := os.ReadFile(filepath.Join(n.Opts.StateDir, "plugin.pid"))
+func (n *Node) PluginPID() int { return n.readPID("plugin.pid") }
+
+// StandbyPluginPID is the PID the agent recorded for its standby plugin
+// (agent flag --plugin-standby; nodeagent.StandbyPIDFileName; 0 if none).
+func (n *Node) StandbyPluginPID() int { return n.readPID("plugin-standby.pid") }
+
+func (n *Node) readPID(file string) int {
+	b, err := os.ReadFile(filepath.Join(n.Opts.StateDir, file))
 	if err != nil {
 		return 0
 	}
@@ -173,10 +179,15 @@ func (n *Node) Stop() error {
 	return nil
 }
 
-// StopPlugin stops the device plugin recorded in the node's PID file, if it
-// still runs that binary.
+// StopPlugin stops the device plugins recorded in the node's PID files
+// (the plugin and its standby), each if it still runs that binary.
 func (n *Node) StopPlugin() {
-	pid := n.PluginPID()
+	for _, pid := range []int{n.PluginPID(), n.StandbyPluginPID()} {
+		n.stopPlugin(pid)
+	}
+}
+
+func (n *Node) stopPlugin(pid int) {
 	if pid <= 0 || n.Opts.PluginBinary == "" {
 		return
 	}

@@ -27,6 +27,7 @@ var (
 	chaosOps       = flag.Int("chaos.ops", 200, "operations of the chaos run")
 	chaosKeepGoing = flag.Bool("chaos.keep-going", false, "record violations and go on instead of stopping at the first")
 	chaosPluginPod = flag.Bool("chaos.plugin-pods", true, "node agents keep their plugin's pod, Ready while it serves, and the extender places no GPU pod where it is not (false: no plugin pods, as before the extender followed them)")
+	chaosStandby   = flag.Bool("chaos.standby", true, "each node runs a standby plugin beside its plugin, as the chart's pod does, and kill-plugin kills one of the two in turn (false: one plugin per node)")
 )
 
 // chaosLabel is on the chaos run's Nodes (set by their agents at creation);
@@ -76,6 +77,10 @@ func TestChaos(t *testing.T) {
 	if *chaosPluginPod {
 		agentArgs = append(agentArgs, pluginPodArgs(testNamespace(ctx, t, c, "plugins"))...)
 	}
+	if *chaosStandby {
+		agentArgs = append(agentArgs, "--plugin-standby")
+	}
+	kills := map[string]int{} // kill-plugins per node: with a standby, the two are killed in turn
 	for _, n := range chaosNodes {
 		node, err := c.StartNode(cluster.NodeOptions{
 			Name: n.name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
@@ -150,6 +155,10 @@ func TestChaos(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			pid := nodes[name].PluginPID()
+			if *chaosStandby && kills[name]%2 == 1 {
+				pid = nodes[name].StandbyPluginPID()
+			}
+			kills[name]++
 			if pid == 0 {
 				return nil // between plugin lives: the agent is restarting it
 			}

@@ -66,6 +66,11 @@ type Config struct {
 	// Plugin, when set, is a device plugin process the agent runs beside the
 	// device manager, started after it.
 	Plugin *PluginCommand
+	// Standby, when set with Plugin, is a second plugin process the agent
+	// runs beside it, as the chart's pod runs a standby container: each
+	// registers on its own socket, and the device manager keeps the node's
+	// devices healthy while either serves.
+	Standby *PluginCommand
 	// PluginPod, when set with Plugin and the device manager, is the
 	// plugin's pod the agent keeps, as a DaemonSet and the kubelet would.
 	PluginPod *PluginPod
@@ -127,8 +132,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	if cfg.Plugin != nil {
-		if err := cfg.Plugin.validate(); err != nil {
+	for _, p := range []*PluginCommand{cfg.Plugin, cfg.Standby} {
+		if p == nil {
+			continue
+		}
+		if err := p.validate(); err != nil {
 			return nil, err
 		}
 	}
@@ -212,6 +220,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			defer wg.Done()
 			a.cfg.Plugin.supervise(ctx, a.cfg.NodeName)
 		}()
+		if a.cfg.Standby != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				a.cfg.Standby.supervise(ctx, a.cfg.NodeName)
+			}()
+		}
 		if a.cfg.PluginPod != nil && a.dm != nil {
 			wg.Add(1)
 			go func() {

@@ -31,6 +31,9 @@ type Options struct {
 	PluginPodLabels    string
 	// PluginRestartDelay: see PluginCommand.RestartDelay.
 	PluginRestartDelay time.Duration
+	// PluginStandby runs a second plugin process beside the first, as the
+	// chart's DaemonSet pod runs a standby container: see Config.Standby.
+	PluginStandby bool
 	// StatusInterval: see Config.StatusInterval.
 	StatusInterval time.Duration
 }
@@ -47,6 +50,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PluginPodNamespace, "plugin-pod-namespace", "", "keep a pod for the plugin in this namespace, Ready while the plugin serves (as the chart's DaemonSet pod); empty: none")
 	fs.StringVar(&o.PluginPodLabels, "plugin-pod-labels", "app.kubernetes.io/component=device-plugin", "labels of the plugin's pod: k=v,k2=v2")
 	fs.DurationVar(&o.PluginRestartDelay, "plugin-restart-delay", time.Second, "pause before restarting a plugin that exited (the kubelet restarts a crashed container at once the first time, then after 10 s, 20 s, ...)")
+	fs.BoolVar(&o.PluginStandby, "plugin-standby", false, "run a standby plugin process beside the plugin, as the chart's pod does: both get --instance (the plugin pod's name, and it with -standby) and --node-lock-file (node-agent.lock in the state directory), the standby logs to plugin-standby.log and its PID is in plugin-standby.pid")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", 0, "how often a change in device capacity is posted to the Node (the kubelet's nodeStatusUpdateFrequency is 10s); 0: within the 1 s resync")
 	fs.BoolVar(&o.NoDeviceManager, "no-device-manager", false, "run without the kubelet device manager (no root, no devices)")
 }
@@ -80,6 +84,14 @@ func (o *Options) Complete(args []string) error {
 // GPUProcessesFileName is the simulated NVML's process file in the node's
 // state directory; pass it to the plugin as --nvml-sim-processes.
 const GPUProcessesFileName = "gpu-processes.json"
+
+// NodeLockFileName and StandbyPIDFileName are, in the node's state
+// directory, the node lock both plugin processes of --plugin-standby take
+// and the standby's PID file.
+const (
+	NodeLockFileName   = "node-agent.lock"
+	StandbyPIDFileName = "plugin-standby.pid"
+)
 
 // Config builds the agent's configuration from the options.
 func (o *Options) Config() (Config, error) {
@@ -124,6 +136,15 @@ func (o *Options) Config() (Config, error) {
 			return Config{}, fmt.Errorf("--plugin: %w", err)
 		}
 		cfg.Plugin = p
+		if o.PluginStandby {
+			lock := "--node-lock-file=" + filepath.Join(o.StateDir, NodeLockFileName)
+			standby := *p
+			standby.Args = append(append([]string(nil), p.Args...), "--instance="+pluginPodName(o.NodeName)+"-standby", lock)
+			standby.LogFile = filepath.Join(o.StateDir, "plugin-standby.log")
+			standby.PIDFile = filepath.Join(o.StateDir, StandbyPIDFileName)
+			p.Args = append(append([]string(nil), p.Args...), "--instance="+pluginPodName(o.NodeName), lock)
+			cfg.Standby = &standby
+		}
 		if o.PluginPodNamespace != "" {
 			labels, err := splitPairs(o.PluginPodLabels)
 			if err != nil {

@@ -63,137 +63,13 @@ spec:
       tolerations: {{- toYaml . | nindent 8 }}
       {{- end }}
       containers:
-        - name: device-plugin
-          image: {{ include "gpushare.image" . }}
-          imagePullPolicy: {{ .Values.image.pullPolicy }}
-          command: [/usr/local/bin/gpushare-device-plugin]
-          {{- with .Values.devicePlugin.extraArgs }}
-          args: {{- toYaml . | nindent 12 }}
-          {{- end }}
-          env:
-            - name: NODE_NAME
-              valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
-            - name: GPUSHARE_INSTANCE
-              valueFrom: {fieldRef: {fieldPath: metadata.name}}
-            {{- include "gpushare.namesEnv" . | nindent 12 }}
-            - name: GPUSHARE_MEMORY_UNIT
-              value: {{ .Values.devicePlugin.memoryUnit | quote }}
-            - name: GPUSHARE_DEVICE_LIST_STRATEGY
-              value: {{ .Values.devicePlugin.deviceListStrategy | quote }}
-            - name: GPUSHARE_DEVICE_ID_STRATEGY
-              value: {{ .Values.devicePlugin.deviceIDStrategy | quote }}
-            - name: GPUSHARE_HEALTH_CHECKS
-              value: {{ .Values.devicePlugin.healthChecks | quote }}
-            - name: GPUSHARE_FAIL_ON_INIT_ERROR
-              value: {{ .Values.devicePlugin.failOnInitError | quote }}
-            - name: GPUSHARE_MEMORY_SAMPLE_INTERVAL
-              value: {{ .Values.devicePlugin.memory.sampleInterval | quote }}
-            - name: GPUSHARE_MEMORY_ENFORCEMENT
-              value: {{ .Values.devicePlugin.memory.enforcement | quote }}
-            - name: GPUSHARE_MEMORY_TOLERANCE
-              value: {{ .Values.devicePlugin.memory.tolerance | quote }}
-            - name: GPUSHARE_MEMORY_GRACE
-              value: {{ .Values.devicePlugin.memory.grace | quote }}
-            - name: GPUSHARE_METRICS_ADDRESS
-              value: ":{{ .Values.devicePlugin.metricsPort }}"
-            - name: GPUSHARE_ADMIN_AUTH
-              value: {{ ternary "delegated" "none" .Values.adminAuth.enabled }}
-            {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 12 }}{{ end }}
-            {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
-            # The node's own record key survives plugin restarts and rolling updates (both plugin
-            # pods of a node share it), so the records it signed stay trusted.
-            - name: GPUSHARE_NODE_KEY_FILE
-              value: /var/lib/gpushare/node-record-key
-            {{- end }}
-            {{- if .Values.devicePlugin.mps.enabled }}
-            - name: GPUSHARE_MPS
-              value: "true"
-            - name: GPUSHARE_MPS_PIPE_DIR
-              value: {{ .Values.devicePlugin.mps.pipeDirectory | quote }}
-            - name: GPUSHARE_MPS_SHM_DIR
-              value: {{ .Values.devicePlugin.mps.shmDirectory | quote }}
-            {{- end }}
-            {{- if $dra }}
-            - name: GPUSHARE_DRA
-              value: "true"
-            - name: GPUSHARE_DRA_CDI_DIR
-              value: /var/run/cdi
-            - name: GPUSHARE_DRA_REGISTRY_DIR
-              value: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir | quote }}
-            - name: GPUSHARE_DRA_PLUGIN_DIR
-              value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
-            {{- end }}
-            {{- if or $iso.index $iso.uuid }}
-            - name: GPUSHARE_ISOLATION_FILE
-              value: /etc/gpushare/isolation/unhealthyDevices.json
-            {{- end }}
-            # NVML needs every card's device node and the driver's utility libraries. The cards are
-            # asked for the way gpushare asks for a pod's card: a volume mount named "all" under
-            # /var/run/nvidia-container-devices, which the NVIDIA toolkit honours for unprivileged
-            # containers (accept-nvidia-visible-devices-as-volume-mounts=true, docs/install.md),
-            # while it ignores NVIDIA_VISIBLE_DEVICES=all there. So no privileged container.
-            - name: NVIDIA_VISIBLE_DEVICES
-              value: {{ if .Values.devicePlugin.privileged }}all{{ else }}/var/run/nvidia-container-devices{{ end }}
-            - name: NVIDIA_DRIVER_CAPABILITIES
-              value: utility
-          securityContext:
-            # Root (uid 0) without any capability: the kubelet's device-plugins and pod-resources
-            # directories and sockets are root's, and their owner needs no capability to create its
-            # socket or connect to the kubelet's. NVML opens the device nodes the runtime put in the
-            # container's device cgroup: no capability either. Proved by the container lane
-            # (docs/e2e.md, "the device plugin's own pod"). devicePlugin.privileged=true is for
-            # toolkits without volume-mount device requests.
-            privileged: {{ .Values.devicePlugin.privileged }}
-            {{- if not .Values.devicePlugin.privileged }}
-            allowPrivilegeEscalation: false
-            capabilities: {drop: [ALL]}
-            readOnlyRootFilesystem: true
-            seccompProfile: {type: RuntimeDefault}
-            {{- end }}
-            runAsUser: 0
-          {{- if not $dra }}
-          ports:
-            - name: metrics
-              containerPort: {{ .Values.devicePlugin.metricsPort }}
-          # Ready once the kubelet streams the devices from this plugin (ListAndWatch open on every
-          # resource it serves): a rolling update stops the old plugin only then.
-          readinessProbe:
-            httpGet: {path: /readyz, port: metrics}
-            periodSeconds: 2
-            failureThreshold: 1
-          {{- end }}
-          resources: {{- toYaml .Values.devicePlugin.resources | nindent 12 }}
-          volumeMounts:
-            {{- if not .Values.devicePlugin.privileged }}
-            - name: all-gpus
-              mountPath: /var/run/nvidia-container-devices/all
-              readOnly: true
-            {{- end }}
-            {{- if $dra }}
-            # The DRA driver's socket, its registration with the kubelet and the claims' CDI specs.
-            - name: dra-plugins
-              mountPath: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain }}
-            - name: dra-registry
-              mountPath: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir }}
-            - name: cdi
-              mountPath: /var/run/cdi
-            {{- else }}
-            - name: device-plugins
-              mountPath: /var/lib/kubelet/device-plugins
-            - name: pod-resources
-              mountPath: /var/lib/kubelet/pod-resources
-              readOnly: true
-            {{- end }}
-            {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyMount" . | nindent 12 }}{{ end }}
-            {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
-            - name: node-state
-              mountPath: /var/lib/gpushare
-            {{- end }}
-            {{- if or $iso.index $iso.uuid }}
-            - name: isolation
-              mountPath: /etc/gpushare/isolation
-              readOnly: true
-            {{- end }}
+        {{- include "gpushare.nodeAgent.container" (dict "root" . "dra" $dra "standby" false) | nindent 8 }}
+        {{- if include "gpushare.nodeAgent.standby" (dict "root" . "dra" $dra) }}
+        # The standby: a second plugin on its own socket. The kubelet (1.37+) keeps both endpoints,
+        # so the node's GPU devices stay healthy while either serves, and a crash of one fails no
+        # pod at admission; the holder of the node lock does the node's duties (docs/install.md).
+        {{- include "gpushare.nodeAgent.container" (dict "root" . "dra" $dra "standby" true) | nindent 8 }}
+        {{- end }}
       volumes:
         {{- if not .Values.devicePlugin.privileged }}
         - name: all-gpus
@@ -213,7 +89,7 @@ spec:
           hostPath: {path: {{ printf "%s/pod-resources" .Values.devicePlugin.kubeletDir }}, type: Directory}
         {{- end }}
         {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordPublicKeyVolume" . | nindent 8 }}{{ end }}
-        {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
+        {{- if not $dra }}
         - name: node-state
           hostPath: {path: /var/lib/gpushare, type: DirectoryOrCreate}
         {{- end }}
@@ -223,4 +99,165 @@ spec:
             name: {{ include "gpushare.deviceplugin.fullname" . }}-isolation
         {{- end }}
 {{- end -}}
+{{- end -}}
+
+{{/* One plugin container of the node agent's pod. Arguments: dict "root" "dra" (bool) "standby"
+(bool: the standby beside the active plugin, its own socket and metrics port). */}}
+{{- define "gpushare.nodeAgent.container" -}}
+{{- $dra := .dra -}}
+{{- $standby := .standby -}}
+{{- with .root -}}
+{{- $iso := .Values.devicePlugin.isolation }}
+{{- $port := ternary (int .Values.devicePlugin.standby.metricsPort) (int .Values.devicePlugin.metricsPort) $standby }}
+- name: device-plugin{{ if $standby }}-standby{{ end }}
+  image: {{ include "gpushare.image" . }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: [/usr/local/bin/gpushare-device-plugin]
+  {{- with .Values.devicePlugin.extraArgs }}
+  args: {{- toYaml . | nindent 4 }}
+  {{- end }}
+  env:
+    - name: NODE_NAME
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    {{- if $standby }}
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    - name: GPUSHARE_INSTANCE
+      value: "$(POD_NAME)-standby"
+    {{- else }}
+    - name: GPUSHARE_INSTANCE
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    {{- end }}
+    {{- include "gpushare.namesEnv" . | nindent 4 }}
+    - name: GPUSHARE_MEMORY_UNIT
+      value: {{ .Values.devicePlugin.memoryUnit | quote }}
+    - name: GPUSHARE_DEVICE_LIST_STRATEGY
+      value: {{ .Values.devicePlugin.deviceListStrategy | quote }}
+    - name: GPUSHARE_DEVICE_ID_STRATEGY
+      value: {{ .Values.devicePlugin.deviceIDStrategy | quote }}
+    - name: GPUSHARE_HEALTH_CHECKS
+      value: {{ .Values.devicePlugin.healthChecks | quote }}
+    - name: GPUSHARE_FAIL_ON_INIT_ERROR
+      value: {{ .Values.devicePlugin.failOnInitError | quote }}
+    - name: GPUSHARE_MEMORY_SAMPLE_INTERVAL
+      value: {{ .Values.devicePlugin.memory.sampleInterval | quote }}
+    - name: GPUSHARE_MEMORY_ENFORCEMENT
+      value: {{ .Values.devicePlugin.memory.enforcement | quote }}
+    - name: GPUSHARE_MEMORY_TOLERANCE
+      value: {{ .Values.devicePlugin.memory.tolerance | quote }}
+    - name: GPUSHARE_MEMORY_GRACE
+      value: {{ .Values.devicePlugin.memory.grace | quote }}
+    - name: GPUSHARE_METRICS_ADDRESS
+      value: ":{{ $port }}"
+    - name: GPUSHARE_ADMIN_AUTH
+      value: {{ ternary "delegated" "none" .Values.adminAuth.enabled }}
+    {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 4 }}{{ end }}
+    {{- if not $dra }}
+    # Only the plugin of the node that holds this lock publishes the inventory and samples and
+    # enforces memory (the standby, or the old pod of a rolling update, waits for it).
+    - name: GPUSHARE_NODE_LOCK_FILE
+      value: /var/lib/gpushare/node-agent.lock
+    {{- end }}
+    {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
+    # The node's own record key survives plugin restarts and rolling updates (both plugin
+    # pods of a node share it), so the records it signed stay trusted.
+    - name: GPUSHARE_NODE_KEY_FILE
+      value: /var/lib/gpushare/node-record-key
+    {{- end }}
+    {{- if .Values.devicePlugin.mps.enabled }}
+    - name: GPUSHARE_MPS
+      value: "true"
+    - name: GPUSHARE_MPS_PIPE_DIR
+      value: {{ .Values.devicePlugin.mps.pipeDirectory | quote }}
+    - name: GPUSHARE_MPS_SHM_DIR
+      value: {{ .Values.devicePlugin.mps.shmDirectory | quote }}
+    {{- end }}
+    {{- if $dra }}
+    - name: GPUSHARE_DRA
+      value: "true"
+    - name: GPUSHARE_DRA_CDI_DIR
+      value: /var/run/cdi
+    - name: GPUSHARE_DRA_REGISTRY_DIR
+      value: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir | quote }}
+    - name: GPUSHARE_DRA_PLUGIN_DIR
+      value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
+    {{- end }}
+    {{- if or $iso.index $iso.uuid }}
+    - name: GPUSHARE_ISOLATION_FILE
+      value: /etc/gpushare/isolation/unhealthyDevices.json
+    {{- end }}
+    # NVML needs every card's device node and the driver's utility libraries. The cards are
+    # asked for the way gpushare asks for a pod's card: a volume mount named "all" under
+    # /var/run/nvidia-container-devices, which the NVIDIA toolkit honours for unprivileged
+    # containers (accept-nvidia-visible-devices-as-volume-mounts=true, docs/install.md),
+    # while it ignores NVIDIA_VISIBLE_DEVICES=all there. So no privileged container.
+    - name: NVIDIA_VISIBLE_DEVICES
+      value: {{ if .Values.devicePlugin.privileged }}all{{ else }}/var/run/nvidia-container-devices{{ end }}
+    - name: NVIDIA_DRIVER_CAPABILITIES
+      value: utility
+  securityContext:
+    # Root (uid 0) without any capability: the kubelet's device-plugins and pod-resources
+    # directories and sockets are root's, and their owner needs no capability to create its
+    # socket or connect to the kubelet's. NVML opens the device nodes the runtime put in the
+    # container's device cgroup: no capability either. Proved by the container lane
+    # (docs/e2e.md, "the device plugin's own pod"). devicePlugin.privileged=true is for
+    # toolkits without volume-mount device requests.
+    privileged: {{ .Values.devicePlugin.privileged }}
+    {{- if not .Values.devicePlugin.privileged }}
+    allowPrivilegeEscalation: false
+    capabilities: {drop: [ALL]}
+    readOnlyRootFilesystem: true
+    seccompProfile: {type: RuntimeDefault}
+    {{- end }}
+    runAsUser: 0
+  {{- if not $dra }}
+  ports:
+    - name: metrics{{ if $standby }}-standby{{ end }}
+      containerPort: {{ $port }}
+  # Ready once the kubelet streams the devices from this plugin (ListAndWatch open on every
+  # resource it serves): a rolling update stops the old plugin only then.
+  readinessProbe:
+    httpGet: {path: /readyz, port: metrics{{ if $standby }}-standby{{ end }}}
+    periodSeconds: 2
+    failureThreshold: 1
+  {{- end }}
+  resources: {{- toYaml .Values.devicePlugin.resources | nindent 4 }}
+  volumeMounts:
+    {{- if not .Values.devicePlugin.privileged }}
+    - name: all-gpus
+      mountPath: /var/run/nvidia-container-devices/all
+      readOnly: true
+    {{- end }}
+    {{- if $dra }}
+    # The DRA driver's socket, its registration with the kubelet and the claims' CDI specs.
+    - name: dra-plugins
+      mountPath: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain }}
+    - name: dra-registry
+      mountPath: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir }}
+    - name: cdi
+      mountPath: /var/run/cdi
+    {{- else }}
+    - name: device-plugins
+      mountPath: /var/lib/kubelet/device-plugins
+    - name: pod-resources
+      mountPath: /var/lib/kubelet/pod-resources
+      readOnly: true
+    {{- end }}
+    {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyMount" . | nindent 4 }}{{ end }}
+    {{- if not $dra }}
+    - name: node-state
+      mountPath: /var/lib/gpushare
+    {{- end }}
+    {{- if or $iso.index $iso.uuid }}
+    - name: isolation
+      mountPath: /etc/gpushare/isolation
+      readOnly: true
+    {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when the node agent's pod runs a standby plugin: device-plugin mode, enabled, and a
+kubelet that keeps one endpoint per socket (1.37+). Arguments: dict "root" "dra". */}}
+{{- define "gpushare.nodeAgent.standby" -}}
+{{- if and (not .dra) .root.Values.devicePlugin.standby.enabled (semverCompare ">=1.37.0-0" .root.Capabilities.KubeVersion.Version) }}true{{ end }}
 {{- end -}}
