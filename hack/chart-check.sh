@@ -118,6 +118,16 @@ expect nameoverride 'app.kubernetes.io/name: gpu$'
 expect dedicated 'maxSurge: 1$'
 expect dedicated 'name: GPUSHARE_INSTANCE$'
 expect dedicated 'path: /readyz, port: metrics'
+# A standby plugin beside it (1.37+): its own socket (instance), metrics port and readiness; both
+# take the node lock, so only one does the node's duties.
+expect dedicated '- name: device-plugin-standby$'
+expect dedicated 'value: "\$\(POD_NAME\)-standby"$'
+expect dedicated 'path: /readyz, port: metrics-standby'
+expect dedicated 'value: ":9403"$'
+expect dedicated 'value: /var/lib/gpushare/node-agent.lock$'
+render nostandby --set devicePlugin.standby.enabled=false
+expect nostandby 'device-plugin-standby' absent
+expect nostandby 'value: /var/lib/gpushare/node-agent.lock$'
 
 # The second kube-scheduler follows the cluster's version; the chart refuses versions outside the
 # supported range (Chart.yaml kubeVersion, docs/compatibility.md).
@@ -131,6 +141,8 @@ kver() { # kver NAME KUBE_VERSION WANT_IMAGE_TAG ARGS...
   fi
 }
 kver kube-oldest v1.35.4 v1.35.4
+# Before 1.37 the kubelet keeps one endpoint per resource: no standby.
+expect kube-oldest 'device-plugin-standby' absent
 kver kube-vendor-suffix v1.36.3-eks-113cf36 v1.36.3
 kver kube-pinned v1.37.2 v1.37.0 --set scheduler.kubeScheduler.image.tag=v1.37.0
 for kv in v1.34.4 v1.38.0; do
@@ -157,16 +169,17 @@ render plugin-pod-scope-off --set admission.pluginPodScope=false
 expect plugin-pod-scope-off 'plugin-pod-scope' absent
 expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
 
-# Who reads the endpoints (adminAuth, default on): both programs told delegated, both service
+# Who reads the endpoints (adminAuth, default on): both programs told delegated (the extender and
+# the device plugin's two containers, the plugin and its standby: 3 settings), both service
 # accounts bound to system:auth-delegator, the reader ClusterRoles; the ServiceMonitor sends
 # Prometheus's token; the verbs check kube-scheduler's certificate name in extender-only mode.
-count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 2
-count dedicated 'value: delegated$' 2
+count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 3
+count dedicated 'value: delegated$' 3
 expect dedicated 'name: "system:auth-delegator"'
 expect dedicated 'nonResourceURLs: \[/metrics\]'
 expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
 render admin-auth-off --set adminAuth.enabled=false
-count admin-auth-off 'value: none$' 2
+count admin-auth-off 'value: none$' 3
 expect admin-auth-off 'system:auth-delegator' absent
 render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-noauth 'bearerTokenFile' absent
@@ -195,12 +208,12 @@ expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
 # Record signing (default on): the chart's generated private key Secret, mounted read-only (no
 # subPath, so that a rotation reaches the running programs) into the extender only; the device
 # plugin mounts the public-key ConfigMap the extender writes; both told where by
-# GPUSHARE_RECORD_KEY_DIR.
+# GPUSHARE_RECORD_KEY_DIR (the extender and the two plugin containers: 3).
 expect dedicated 'name: gpushare-record-key$'
 expect dedicated '^  current: [A-Za-z0-9+/=]{80,}$'
-count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 2
-count dedicated 'value: "/etc/gpushare/record-key"$' 2
-count dedicated 'mountPath: /etc/gpushare/record-key$' 2
+count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 3
+count dedicated 'value: "/etc/gpushare/record-key"$' 3
+count dedicated 'mountPath: /etc/gpushare/record-key$' 3
 count dedicated 'secretName: gpushare-record-key$' 1
 count dedicated 'name: gpushare-record-public-key$' 2
 expect dedicated 'value: "gpushare-system/gpushare-record-public-key"$'
@@ -209,10 +222,10 @@ expect dedicated 'subPath' absent
 render record-key-existing --set recordSigning.existingSecret=team-record-key
 expect record-key-existing 'name: gpushare-record-key$' absent
 count record-key-existing 'secretName: team-record-key$' 1
-count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 2
+count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 3
 
 render record-key-extender-only --set scheduler.mode=extender-only
-count record-key-extender-only 'mountPath: /etc/gpushare/record-key$' 2
+count record-key-extender-only 'mountPath: /etc/gpushare/record-key$' 3
 expect record-key-extender-only 'mountPath: /etc/gpushare/tls$'
 
 render record-signing-off --set recordSigning.enabled=false
@@ -340,13 +353,13 @@ expect dedicated 'kind: NetworkPolicy' absent
 render alibaba --set names.resourceName=aliyun.com/gpu-mem --set names.wholeResourceName=acme.io/gpu --set names.domain=gpushare.acme.io
 expect alibaba '- name: aliyun.com/gpu-mem$'
 expect alibaba '- name: acme.io/gpu$'
-count alibaba 'value: "aliyun.com/gpu-mem"$' 2
-count alibaba 'value: "gpushare.acme.io"$' 2
+count alibaba 'value: "aliyun.com/gpu-mem"$' 3
+count alibaba 'value: "gpushare.acme.io"$' 3
 expect alibaba "'aliyun.com/gpu-mem' in c.resources.requests"
 expect alibaba "'gpushare.acme.io/assignment' in object.metadata.annotations"
 expect alibaba "k == 'gpushare.acme.io/inventory'"
 expect alibaba 'example.com' absent
-count dedicated 'value: "example.com/gpu-mem"$' 2
+count dedicated 'value: "example.com/gpu-mem"$' 3
 refuse bad-resource-name 'resourceName' --set names.resourceName=gpu-mem
 refuse bad-domain 'domain' --set names.domain=Not_A_Domain
 

@@ -13,10 +13,14 @@ import (
 type Cause string
 
 const (
+	// CauseCallCut: the kubelet's message says the plugin's connection broke during the call
+	// (Allocate or GetPreferredAllocation): the plugin was killed while it answered for this very
+	// pod. The kubelet does not retry an admission; no second plugin can take such a call over.
+	CauseCallCut Cause = "plugin killed in the call"
 	// CauseRestart: the pod's node had its device plugin killed within RestartWindow before the
-	// rejection was first seen (the latest kill of the node's plugin or agent was the plugin's), or
-	// the kubelet's message says the plugin's connection broke during the call. The kubelet marks a
-	// resource's devices unhealthy while its last plugin is gone.
+	// rejection was first seen (the latest kill of the node's plugin or agent was the plugin's)
+	// while no other plugin of the node served the kubelet (NodeEvent.Covered false). The kubelet
+	// marks a resource's devices unhealthy while its last plugin is gone.
 	CauseRestart Cause = "plugin restart"
 	// CauseKubeletRestart: the latest kill within RestartWindow was of the node's agent (the
 	// kubelet): the new kubelet admits the pods bound to it before the plugin has registered with
@@ -34,7 +38,7 @@ const (
 )
 
 // Causes lists every Cause in the order the summary prints them.
-var Causes = []Cause{CauseRestart, CauseKubeletRestart, CauseIsolation, CauseWholeHold, CauseOther}
+var Causes = []Cause{CauseCallCut, CauseRestart, CauseKubeletRestart, CauseIsolation, CauseWholeHold, CauseOther}
 
 // RestartWindow is how long after a kill of a node's plugin or agent a rejection on that node
 // counts as the restart's: the restart, the plugin's registration and the kubelet's first
@@ -48,6 +52,10 @@ type NodeEvent struct {
 	Kind Kind
 	// Isolated: the operation isolated at least one card (lifting an isolation is not a cause).
 	Isolated bool
+	// Covered: a plugin kill while another plugin of the node (its standby) was registered with
+	// the kubelet: the node's devices stayed healthy, so the kill explains no rejection but the
+	// call it cut (CauseCallCut).
+	Covered bool
 }
 
 // brokenCall are the kubelet's messages for a plugin that died during Allocate or
@@ -56,17 +64,18 @@ var brokenCall = []string{"connection closing", "EOF", "Unavailable", "connectio
 
 // AdmissionCause attributes one rejected pod: seen is when the run first saw it Failed, events
 // are its node's NodeEvents, wholeHeld whether a pod holding whole cards was bound to its node
-// then. A restart (the latest kill of the node's plugin or agent) explains a rejection before an
-// isolation does, and both before a whole-card hold.
+// then. A call the plugin's death cut explains it first; then a restart (the latest kill of the
+// node's plugin or agent, a plugin kill its standby covered not counted) before an isolation, and
+// both before a whole-card hold.
 func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld bool) Cause {
 	for _, m := range brokenCall {
 		if strings.Contains(p.Status.Message, m) {
-			return CauseRestart
+			return CauseCallCut
 		}
 	}
 	var latest *NodeEvent
 	for i, e := range events {
-		if (e.Kind == KindKillPlugin || e.Kind == KindKillAgent) && !e.At.After(seen) && seen.Sub(e.At) <= RestartWindow &&
+		if (e.Kind == KindKillPlugin && !e.Covered || e.Kind == KindKillAgent) && !e.At.After(seen) && seen.Sub(e.At) <= RestartWindow &&
 			(latest == nil || e.At.After(latest.At)) {
 			latest = &events[i]
 		}

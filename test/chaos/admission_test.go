@@ -25,7 +25,10 @@ func TestAdmissionCause(t *testing.T) {
 		wholeHeld bool
 		want      Cause
 	}{
-		{"the plugin died during the call", "Allocate failed due to rpc error: code = Unavailable desc = error reading from server: EOF, which is unexpected", nil, false, CauseRestart},
+		{"the plugin died during the call", "Allocate failed due to rpc error: code = Unavailable desc = error reading from server: EOF, which is unexpected", nil, false, CauseCallCut},
+		{"the plugin died during the call while its standby served", "Allocate failed due to device plugin GetPreferredAllocation rpc failed with err: rpc error: code = Unavailable desc = error reading from server: EOF, which is unexpected", []NodeEvent{{At: seen.Add(-time.Second), Kind: KindKillPlugin, Covered: true}}, false, CauseCallCut},
+		{"a plugin kill its standby covered is not the cause", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate, Isolated: true}, {At: seen.Add(-time.Second), Kind: KindKillPlugin, Covered: true}}, false, CauseIsolation},
+		{"an uncovered kill before a covered one is", unhealthy, []NodeEvent{{At: seen.Add(-5 * time.Second), Kind: KindKillPlugin}, {At: seen.Add(-time.Second), Kind: KindKillPlugin, Covered: true}}, false, CauseRestart},
 		{"plugin killed 10 s before", unhealthy, []NodeEvent{{At: seen.Add(-10 * time.Second), Kind: KindKillPlugin}}, false, CauseRestart},
 		{"agent killed 30 s before", unhealthy, []NodeEvent{{At: seen.Add(-RestartWindow), Kind: KindKillAgent}}, false, CauseKubeletRestart},
 		{"the latest kill names the restart", unhealthy, []NodeEvent{{At: seen.Add(-2 * time.Second), Kind: KindKillAgent}, {At: seen.Add(-9 * time.Second), Kind: KindKillPlugin}}, false, CauseKubeletRestart},

@@ -29,8 +29,10 @@ type Hooks struct {
 	// KillExtender SIGKILLs the extender, starts it again and returns once
 	// it is ready (its /readyz), so that the run's checks can read /inspect.
 	KillExtender func(ctx context.Context) error
-	// KillPlugin SIGKILLs the node's device plugin (its agent restarts it).
-	KillPlugin func(ctx context.Context, node string) error
+	// KillPlugin SIGKILLs a device plugin of the node (its agent restarts it) and says whether
+	// another plugin of the node was registered with the kubelet then (a standby: the node's
+	// devices stay healthy; NodeEvent.Covered).
+	KillPlugin func(ctx context.Context, node string) (covered bool, err error)
 	// KillAgent SIGKILLs the node's agent and starts another one.
 	KillAgent func(ctx context.Context, node string) error
 	// Inspector runs `kubectl inspect gpushare -o json`.
@@ -323,12 +325,18 @@ func (r *Runner) do(ctx context.Context, op Op, rep *Report) error {
 		rep.Restarts[op.Kind]++
 		r.logf("%s → restarted", op)
 	case KindKillPlugin:
-		r.nodeEvent(op.Node, NodeEvent{Kind: op.Kind})
-		if err := r.Hooks.KillPlugin(ctx, op.Node); err != nil {
+		at := time.Now()
+		covered, err := r.Hooks.KillPlugin(ctx, op.Node)
+		if err != nil {
 			return err
 		}
+		r.nodeEvent(op.Node, NodeEvent{At: at, Kind: op.Kind, Covered: covered})
 		rep.Restarts[op.Kind]++
-		r.logf("%s → killed (its agent restarts it)", op)
+		if covered {
+			r.logf("%s → killed while another plugin of the node served (its agent restarts it)", op)
+		} else {
+			r.logf("%s → killed (its agent restarts it)", op)
+		}
 	case KindKillAgent:
 		r.nodeEvent(op.Node, NodeEvent{Kind: op.Kind})
 		if err := r.Hooks.KillAgent(ctx, op.Node); err != nil {
@@ -692,7 +700,9 @@ func (r *Runner) observe(ctx context.Context) (*Observation, error) {
 
 // nodeEvent records a kill or an isolation of a node, now.
 func (r *Runner) nodeEvent(node string, e NodeEvent) {
-	e.At = time.Now()
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
 	r.mu.Lock()
 	r.events[node] = append(r.events[node], e)
 	r.mu.Unlock()

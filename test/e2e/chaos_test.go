@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -151,21 +153,26 @@ func TestChaos(t *testing.T) {
 			extender, err = c.StartExtender(ctx, extenderBin, extenderPort, extenderArgs...)
 			return err
 		},
-		KillPlugin: func(_ context.Context, name string) error {
+		KillPlugin: func(_ context.Context, name string) (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			pid := nodes[name].PluginPID()
+			node := nodes[name]
+			victim, other := node.PluginPID, node.StandbyPluginPID
+			otherLog := filepath.Join(node.Opts.StateDir, "plugin-standby.log")
 			if *chaosStandby && kills[name]%2 == 1 {
-				pid = nodes[name].StandbyPluginPID()
+				victim, other = other, victim
+				otherLog = filepath.Join(node.Opts.StateDir, "plugin.log")
 			}
 			kills[name]++
+			covered := *chaosStandby && registered(other(), otherLog)
+			pid := victim()
 			if pid == 0 {
-				return nil // between plugin lives: the agent is restarting it
+				return covered, nil // between plugin lives: the agent is restarting it
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
-				return fmt.Errorf("kill plugin of %s: %w", name, err)
+				return false, fmt.Errorf("kill plugin of %s: %w", name, err)
 			}
-			return nil
+			return covered, nil
 		},
 		KillAgent: func(ctx context.Context, name string) error {
 			mu.Lock()
@@ -254,6 +261,26 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos %s", rep.Summary())
 	t.Logf("kinds: %v; refused at creation: %v; rejected by the kubelet: %v", rep.Kinds, rep.Refused, rep.Rejected)
+}
+
+// registered reports whether the plugin process pid runs and has registered both its resources
+// with the node's device manager: its log (logFile) has its "Registered with the kubelet" lines
+// (klog writes the PID in each line's header).
+func registered(pid int, logFile string) bool {
+	if pid <= 0 || syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		return false
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, fmt.Sprintf(" %d run.go", pid)) && strings.Contains(line, "Registered with the kubelet") {
+			n++
+		}
+	}
+	return n >= 2
 }
 
 // killGroup SIGKILLs a process group the harness started (Setpgid: the

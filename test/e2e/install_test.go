@@ -434,6 +434,27 @@ func TestInstallLane(t *testing.T) {
 		return
 	}
 
+	t.Run("a SIGKILL of either plugin container fails no GPU pod created through it", func(t *testing.T) {
+		keep := map[string]bool{gpu.Name: true}
+		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			if !keep[p.Name] {
+				_ = c.Client.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+			}
+		}
+		for _, p := range pods.Items {
+			if !keep[p.Name] {
+				if err := cluster.WaitPodGone(ctx, c.Client, ns, p.Name, 2*time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		checkPluginCrashesFailNoPod(ctx, t, c, ns)
+	})
+
 	t.Run("helm uninstall leaves what docs/install.md lists, and its commands remove it", func(t *testing.T) {
 		helm(t, c, "uninstall", installRelease, "-n", installNamespace, "--wait", "--timeout", "3m")
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
