@@ -179,9 +179,9 @@ OPS           ?= 2000
 KEEP_GOING    ?=
 CHAOS_TIMEOUT ?= 3h
 .PHONY: chaos
-chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operations and restarts, invariants after each (SEED=n OPS=2000 KEEP_GOING=1 PLUGIN_PODS=0 STANDBY=0; root)
+chaos: cluster-binaries ## chaos run on the e2e harness: seeded random operations and restarts, invariants after each (SEED=n OPS=2000 KEEP_GOING=1 PLUGIN_PODS=0 STANDBY=0 CHAOS_LOG=file; root)
 	cd test && GPUSHARE_E2E=1 $(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -run '^TestChaos$$' -v ./e2e/ \
-	  -args -chaos.seed=$(SEED) -chaos.ops=$(OPS) $(if $(KEEP_GOING),-chaos.keep-going) $(if $(filter 0,$(PLUGIN_PODS)),-chaos.plugin-pods=false) $(if $(filter 0,$(STANDBY)),-chaos.standby=false)
+	  -args -chaos.seed=$(SEED) -chaos.ops=$(OPS) $(if $(KEEP_GOING),-chaos.keep-going) $(if $(filter 0,$(PLUGIN_PODS)),-chaos.plugin-pods=false) $(if $(filter 0,$(STANDBY)),-chaos.standby=false) $(if $(CHAOS_LOG),-chaos.log=$(abspath $(CHAOS_LOG)))
 
 # The device plugin against the real kubelet device manager (test/devicemanager): the test
 # re-runs itself in a private mount namespace (unshare -m, tmpfs on /var/lib); needs root.

@@ -27,7 +27,7 @@ external="
 --write-config-to
 --scheduler-config --extender-url
 --clean
---labels --plugin --leave-plugin-running --no-device-manager --state-dir --plugin-pod-namespace --plugin-pod-labels --plugin-restart-delay --node-status-update-frequency
+--labels --plugin --leave-plugin-running --no-device-manager --state-dir --plugin-pod-namespace --plugin-pod-labels --plugin-restart-delay --node-status-update-frequency --plugin-standby
 --in-place --set
 --gpu-memory-utilization
 --name

@@ -29,6 +29,7 @@ var (
 	chaosOps       = flag.Int("chaos.ops", 200, "operations of the chaos run")
 	chaosKeepGoing = flag.Bool("chaos.keep-going", false, "record violations and go on instead of stopping at the first")
 	chaosPluginPod = flag.Bool("chaos.plugin-pods", true, "node agents keep their plugin's pod, Ready while it serves, and the extender places no GPU pod where it is not (false: no plugin pods, as before the extender followed them)")
+	chaosLog       = flag.String("chaos.log", "", "write the run's report with its operation log (each rejected pod with its cause) to this file, also when the run passes")
 	chaosStandby   = flag.Bool("chaos.standby", true, "each node runs a standby plugin beside its plugin, as the chart's pod does, and kill-plugin kills one of the two in turn (false: one plugin per node)")
 )
 
@@ -255,6 +256,11 @@ func TestChaos(t *testing.T) {
 	t.Logf("chaos: seed %d, %d operations on %v", *chaosSeed, len(plan), topo.Nodes)
 	rep, err := r.Run(ctx, plan)
 	replay := fmt.Sprintf("make chaos SEED=%d OPS=%d", *chaosSeed, *chaosOps)
+	if *chaosLog != "" && rep != nil {
+		if err := os.WriteFile(*chaosLog, []byte(rep.Text(replay)), 0o644); err != nil {
+			t.Errorf("-chaos.log: %v", err)
+		}
+	}
 	if err != nil || !rep.OK() {
 		t.Errorf("%s\n%s\nlogs: %s (extender %s, nodes %s/nodes/NODE/{agent,plugin}.log)", errText(err), rep.Text(replay), c.StateDir(), extender.LogPath, c.StateDir())
 		return

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -21,20 +20,21 @@ import (
 
 // checkPluginCrashesFailNoPod is the install lane's crash test on the real kubelet: the chart's
 // device plugin pod runs the plugin and its standby; each container in turn is SIGKILLed (its
-// process, seen from the host) while GPU pods arrive every 0.5 s, from just before the kill until
-// the kubelet has restarted the container and it is ready again. None of those pods fails at
+// process, seen from the host) while GPU pods arrive every 0.5 s (at most 10), from just before the
+// kill until the kubelet has restarted the container and it is ready again. None of those pods fails at
 // admission: the kubelet keeps the node's GPU devices healthy through the other container's
 // endpoint. ns must hold no pod but keep (whose card must stay).
 func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
-	for _, container := range []string{"device-plugin", "device-plugin-standby"} {
+	for round, container := range []string{"device-plugin", "device-plugin-standby"} {
 		pod, restarts := pluginContainer(ctx, t, c, container)
 		pid := pluginProcess(t, pod.Name, container)
 		stop, created := make(chan struct{}), make(chan []string, 1)
 		go func() {
 			var names []string
 			defer func() { created <- names }()
-			for i := 0; ; i++ {
-				p := installPod(ns, fmt.Sprintf("crash-%s-%d", strings.TrimPrefix(container, "device-plugin"), i), 1)
+			// At most 10 a round: the lane's kubelet runs 30 pods.
+			for i := 0; i < 10; i++ {
+				p := installPod(ns, fmt.Sprintf("crash%d-%d", round, i), 1)
 				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 					t.Errorf("create %s: %v", p.Name, err)
 				} else {
