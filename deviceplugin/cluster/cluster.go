@@ -213,6 +213,38 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 	})
 }
 
+// CacheBehind reports whether the API server has a pod bound to the node, not yet admitted nor
+// being deleted, that the pod cache lacks or holds at another resourceVersion: only then can
+// waiting for the cache show the plugin a pod the kubelet is admitting. One list of the node's
+// pods (field selector spec.nodeName, which the node-scope authorization allows) without a
+// resourceVersion: the latest state. A pod deleted before the kubelet admitted it is on neither
+// side, so the plugin answers at once instead of holding the kubelet's admission (every pod of
+// the node waits behind it) for its whole --allocate-wait.
+func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
+	list, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.node).String()})
+	if err != nil {
+		return false, fmt.Errorf("list the node's pods: %w", err)
+	}
+	cached, err := c.Pods()
+	if err != nil {
+		return false, err
+	}
+	have := make(map[types.UID]string, len(cached))
+	for _, p := range cached {
+		have[p.UID] = p.ResourceVersion
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.NodeName != c.node || p.DeletionTimestamp != nil || api.Admitted(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if rv, ok := have[p.UID]; !ok || rv != p.ResourceVersion {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // readPod reads one pod of the node from the API server (nil: none by
 // that name on this node). It lists with the field selectors
 // metadata.name and spec.nodeName rather than getting the pod by name: a

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -195,5 +196,49 @@ func TestArrivalFollowsTheOrderPodsAreBound(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("a deleted pod keeps its arrival: %v", err)
+	}
+}
+
+// The wait of Allocate for a pod the kubelet saw first helps only while the
+// cache is behind the API server: a pod of the node awaiting admission that
+// the cache lacks. Pods admitted, being deleted, finished or of other nodes
+// do not count; a pod deleted before its admission is on neither side.
+func TestCacheBehind(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := metav1.Now()
+	deleting := podtest.Bound(node, "deleting", 1).GPU("c", 1).Obj()
+	deleting.DeletionTimestamp = &now
+	others := []runtime.Object{
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+		podtest.Bound(node, "running", 1).GPU("c", 1).Phase(corev1.PodRunning).Obj(),
+		podtest.Bound(node, "started", 1).GPU("c", 1).Started().Obj(),
+		podtest.Bound(node, "failed", 1).GPU("c", 1).Phase(corev1.PodFailed).Obj(),
+		podtest.Bound("elsewhere", "other", 1).GPU("c", 1).Obj(),
+		deleting,
+	}
+	// Not started: the cache is empty.
+	if behind, err := New(fake.NewClientset(others...), node).CacheBehind(ctx); err != nil || behind {
+		t.Errorf("no pod of the node awaits admission: CacheBehind = %v, %v; want false", behind, err)
+	}
+	client := fake.NewClientset(append(others, podtest.Bound(node, "p", 1).GPU("c", 1).Obj())...)
+	c := New(client, node)
+	if behind, err := c.CacheBehind(ctx); err != nil || !behind {
+		t.Errorf("pod p awaits admission, the cache lacks it: CacheBehind = %v, %v; want true", behind, err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		behind, err := c.CacheBehind(ctx)
+		return err == nil && !behind, nil
+	}); err != nil {
+		t.Errorf("the cache synced: CacheBehind still true: %v", err)
+	}
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if behind, err := c.CacheBehind(ctx); err != nil || behind {
+		t.Errorf("pod p deleted before its admission (the cache may still show it): CacheBehind = %v, %v; want false", behind, err)
 	}
 }

@@ -22,6 +22,9 @@ import (
 // pods in creation order, record writes visible at once, and the order in
 // which the informer saw the pods bound (arrival; absent: not known).
 type memCluster struct {
+	// behind: the API server has a pod of the node the informer has not
+	// shown yet (CacheBehind), e.g. one the kubelet saw first.
+	behind  bool
 	mu      sync.Mutex
 	pods    []*corev1.Pod
 	arrival map[types.UID]uint64
@@ -33,6 +36,9 @@ func (c *memCluster) Arrival(uid types.UID) (uint64, bool) {
 	n, ok := c.arrival[uid]
 	return n, ok
 }
+
+// CacheBehind says behind.
+func (c *memCluster) CacheBehind(context.Context) (bool, error) { return c.behind, nil }
 
 func (c *memCluster) Pods() ([]*corev1.Pod, error) {
 	c.mu.Lock()

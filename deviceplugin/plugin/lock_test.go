@@ -136,7 +136,7 @@ func TestASlowCallDoesNotBlockAnotherAllocate(t *testing.T) {
 func TestAllocateWaitsOnTheInjectedClock(t *testing.T) {
 	store, c := twoCards(t)
 	clk := testingclock.NewFakeClock(time.Now())
-	mem := &memCluster{}
+	mem := &memCluster{behind: true} // the pod is on the API server, not yet in the cache
 	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 2 * time.Second, Clock: clk}, store, mem, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
 	done := make(chan error, 1)
 	go func() { done <- allocateIDs(context.Background(), p, unitIDs(c[0].UUID, 0, 2)) }()
@@ -156,6 +156,34 @@ func TestAllocateWaitsOnTheInjectedClock(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Allocate still waiting after the fake clock passed --allocate-wait")
+	}
+}
+
+// A pod deleted before the kubelet admitted it is on neither the API server
+// nor the cache, yet the kubelet may still work through its queue and ask
+// for it: Allocate and GetPreferredAllocation answer at once (NotFound; no
+// preference) instead of holding the kubelet's admissions, every pod of the
+// node behind this one, for --allocate-wait. The fake clock never moves: a
+// wait would never end.
+func TestNoWaitForAPodTheAPIServerDoesNotHave(t *testing.T) {
+	store, c := twoCards(t)
+	clk := testingclock.NewFakeClock(time.Now())
+	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 10 * time.Second, Clock: clk}, store, &memCluster{}, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
+	done := make(chan error, 2)
+	go func() { done <- allocateIDs(context.Background(), p, unitIDs(c[0].UUID, 0, 2)) }()
+	go func() {
+		_, err := p.units.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: unitIDs(c[0].UUID, 0, 8), AllocationSize: 2}}})
+		done <- err
+	}()
+	for i := range 2 {
+		select {
+		case err := <-done:
+			if i == 0 && err != nil && status.Code(err) != codes.NotFound {
+				t.Errorf("err = %v, want NotFound (Allocate) or none (GetPreferredAllocation)", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("still waiting for a pod the API server does not have (the fake clock never moves)")
+		}
 	}
 }
 
@@ -194,7 +222,7 @@ func TestMalformedDeviceIDsAreInvalidArgument(t *testing.T) {
 func TestGetPreferredAllocationWaitsOnTheInjectedClock(t *testing.T) {
 	store, c := twoCards(t)
 	clk := testingclock.NewFakeClock(time.Now())
-	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 2 * time.Second, Clock: clk}, store, &memCluster{}, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
+	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 2 * time.Second, Clock: clk}, store, &memCluster{behind: true}, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
 	type answer struct {
 		resp *pluginapi.PreferredAllocationResponse
 		err  error

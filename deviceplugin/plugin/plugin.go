@@ -132,6 +132,10 @@ type Cluster interface {
 	// Arrival is the order in which the pod cache first saw the pod bound
 	// to the node (false: not seen); see allocate.State.Arrival.
 	Arrival(uid types.UID) (uint64, bool)
+	// CacheBehind reports whether the API server has a pod of the node
+	// awaiting admission that Pods does not show as it is (absent, or at
+	// another version): only then can waiting for the cache help.
+	CacheBehind(ctx context.Context) (bool, error)
 }
 
 // Plugin serves the kubelet. Build it with New.

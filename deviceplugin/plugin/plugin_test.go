@@ -811,6 +811,13 @@ type lateCluster struct {
 	looked int
 }
 
+// CacheBehind: the API server has the pods the first look did not show.
+func (l *lateCluster) CacheBehind(context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.looked <= 1, nil
+}
+
 func (l *lateCluster) Pods() ([]*corev1.Pod, error) {
 	l.mu.Lock()
 	l.looked++

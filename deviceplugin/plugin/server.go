@@ -225,9 +225,25 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (dec
 // first call, or ctx is done: the wait of Allocate and of both
 // GetPreferredAllocations for a pod the kubelet saw before the plugin's
 // informer. look takes allocMu itself; it is not held while waiting.
+//
+// Waiting helps only while the cache is behind the API server. So at the
+// first miss, and every cacheCheckEvery polls after it, the plugin asks the
+// API server (Cluster.CacheBehind): when the cache already shows every pod
+// of the node awaiting admission as it is, the wait ends at once. That is
+// the case of a pod deleted before the kubelet admitted it (the kubelet may
+// still work through its queue): waiting would hold the kubelet's
+// admissions, every pod of the node behind this one, for AllocateWait.
 func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
+	for polls := 0; !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline); polls++ {
+		if polls%cacheCheckEvery == 0 {
+			if behind, err := p.cluster.CacheBehind(ctx); err == nil && !behind {
+				p.log.V(1).Info("Not waiting: the pod cache shows every pod of the node awaiting admission (a pod deleted before its admission?)")
+				return
+			} else if err != nil {
+				p.log.V(1).Info("Waiting for the pod cache: the API server could not be asked whether it is behind", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -235,6 +251,10 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 		}
 	}
 }
+
+// cacheCheckEvery is how many allocatePolls of a wait pass between two
+// questions to the API server whether the pod cache is behind (1 s).
+const cacheCheckEvery = 10
 
 // waitForView is waitFor for a look at one listing of the pod cache, taken
 // under allocMu with accts merged; a cache that cannot be listed ends the

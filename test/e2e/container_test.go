@@ -401,22 +401,31 @@ func TestContainerLane(t *testing.T) {
 		createChartSecrets(ctx, t, c.Client, chartPod)
 		pod := runProbePod(ctx, t, c, node, chartPod)
 		defer deletePods(ctx, t, c, pod)
-		checkPluginPodLeastPrivilege(t, pod, probeSees(ctx, t, node, pod, "device-plugin", time.Time{}))
+		// Each plugin container: the plugin, and its standby where the chart runs one.
+		for i, ctr := range pod.Spec.Containers {
+			t.Logf("container %s", ctr.Name)
+			checkPluginPodLeastPrivilege(t, pod, i, probeSees(ctx, t, node, pod, ctr.Name, time.Time{}))
+		}
 
 		// Without its "all" device request the same unprivileged pod sees no
 		// card: the request, not a privilege, is what gives NVML the cards.
 		bare := chartPluginPod(ctx, t, ns, "plugin-pod-no-request", node.Opts.Name)
-		mounts := bare.Spec.Containers[0].VolumeMounts[:0]
-		for _, m := range bare.Spec.Containers[0].VolumeMounts {
-			if !strings.HasPrefix(m.MountPath, api.VisibleDevicesVolumeRoot) {
-				mounts = append(mounts, m)
+		for i := range bare.Spec.Containers {
+			ctr := &bare.Spec.Containers[i]
+			mounts := ctr.VolumeMounts[:0]
+			for _, m := range ctr.VolumeMounts {
+				if !strings.HasPrefix(m.MountPath, api.VisibleDevicesVolumeRoot) {
+					mounts = append(mounts, m)
+				}
 			}
+			ctr.VolumeMounts = mounts
 		}
-		bare.Spec.Containers[0].VolumeMounts = mounts
 		bare = runProbePod(ctx, t, c, node, bare)
 		defer deletePods(ctx, t, c, bare)
-		if seen := probeSees(ctx, t, node, bare, "device-plugin", time.Time{}); len(seen.Devices) != 0 {
-			t.Errorf("the plugin pod without its device request sees %v; want no card", seen.Devices)
+		for _, ctr := range bare.Spec.Containers {
+			if seen := probeSees(ctx, t, node, bare, ctr.Name, time.Time{}); len(seen.Devices) != 0 {
+				t.Errorf("the plugin pod's %s without its device request sees %v; want no card", ctr.Name, seen.Devices)
+			}
 		}
 	})
 

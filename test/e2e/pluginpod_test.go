@@ -55,16 +55,19 @@ func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, se
 	spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSDefault
 	spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists})
-	ctr := &spec.Containers[0]
-	ctr.Image, ctr.ImagePullPolicy, ctr.Command = probeImage, corev1.PullNever, nil
-	// The probe serves no metrics, and the lane runs two copies of this pod
-	// on one node at once (with and without the device mount): with host
-	// networking the chart's metrics port would be a host port they share.
-	ctr.Ports = nil
-	ctr.Env = append(ctr.Env,
-		corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", "/"}, ":")},
-		corev1.EnvVar{Name: "PROBE_CONNECT", Value: pluginPodSocket + ":" + pluginPodResources},
-	)
+	// Every plugin container of the pod (the plugin, and its standby where the chart runs one).
+	for i := range spec.Containers {
+		ctr := &spec.Containers[i]
+		ctr.Image, ctr.ImagePullPolicy, ctr.Command = probeImage, corev1.PullNever, nil
+		// The probe serves no metrics, and the lane runs two copies of this pod
+		// on one node at once (with and without the device mount): with host
+		// networking the chart's metrics port would be a host port they share.
+		ctr.Ports, ctr.ReadinessProbe = nil, nil
+		ctr.Env = append(ctr.Env,
+			corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", "/"}, ":")},
+			corev1.EnvVar{Name: "PROBE_CONNECT", Value: pluginPodSocket + ":" + pluginPodResources},
+		)
+	}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: spec}
 }
 
@@ -74,9 +77,9 @@ func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, se
 // simulated node; EPERM would be the cgroup refusing it), the kubelet's
 // sockets accept it and its socket directory takes a file, while the root
 // filesystem and the PodResources directory are read-only.
-func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, seen kubeletnode.ProbeReport) {
+func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, container int, seen kubeletnode.ProbeReport) {
 	t.Helper()
-	sc := pod.Spec.Containers[0].SecurityContext
+	sc := pod.Spec.Containers[container].SecurityContext
 	if sc == nil || sc.Privileged == nil || *sc.Privileged {
 		t.Fatalf("the chart's device plugin container is privileged (%+v); the premise of this check is that it is not", sc)
 	}
