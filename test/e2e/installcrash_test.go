@@ -20,8 +20,8 @@ import (
 
 // checkPluginCrashesFailNoPod is the install lane's crash test on the real kubelet: the chart's
 // device plugin pod runs the plugin and its standby; each container in turn is SIGKILLed (its
-// process, seen from the host) while GPU pods arrive every 0.5 s (at most 10), from just before the
-// kill until the kubelet has restarted the container and it is ready again. None of those pods fails at
+// process, seen from the host) and GPU pods arrive every 0.5 s (at most 10) from the kill until
+// the kubelet has restarted the container and it is ready again. None of those pods fails at
 // admission: the kubelet keeps the node's GPU devices healthy through the other container's
 // endpoint. ns must hold no pod but keep (whose card must stay).
 func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
@@ -31,6 +31,12 @@ func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.C
 	for round, container := range []string{"device-plugin", "device-plugin-standby"} {
 		pod, restarts := pluginContainer(ctx, t, c, container)
 		pid := pluginProcess(t, pod.Name, container)
+		// The kill first: a pod whose Allocate the kill itself cut fails (the kubelet does not retry
+		// an admission; docs/operations.md), so the pods arrive from the kill on.
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %s (pid %d): %v", container, pid, err)
+		}
+		killed := time.Now()
 		stop, created := make(chan struct{}), make(chan []string, 1)
 		go func() {
 			var names []string
@@ -50,11 +56,6 @@ func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.C
 				}
 			}
 		}()
-		time.Sleep(700 * time.Millisecond)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatalf("kill %s (pid %d): %v", container, pid, err)
-		}
-		killed := time.Now()
 		_, err := cluster.WaitPod(ctx, c.Client, installNamespace, pod.Name, 2*time.Minute, container+" restarted and ready", func(p *corev1.Pod) bool {
 			for _, cs := range p.Status.ContainerStatuses {
 				if cs.Name == container {
