@@ -125,8 +125,11 @@ expect dedicated 'value: "\$\(POD_NAME\)-standby"$'
 expect dedicated 'path: /readyz, port: metrics-standby'
 expect dedicated 'value: ":9403"$'
 expect dedicated 'value: /var/lib/gpushare/node-agent.lock$'
+expect dedicated 'kubectl.kubernetes.io/default-container: device-plugin$'
+expect conventions 'kubectl.kubernetes.io/default-container: device-plugin$'
 render nostandby --set devicePlugin.standby.enabled=false
 expect nostandby 'device-plugin-standby' absent
+expect nostandby 'kubectl.kubernetes.io/default-container' absent
 expect nostandby 'value: /var/lib/gpushare/node-agent.lock$'
 
 # The second kube-scheduler follows the cluster's version; the chart refuses versions outside the

@@ -32,7 +32,12 @@ spec:
   template:
     metadata:
       labels: {{- $selector | nindent 8 }}
-      {{- with .Values.devicePlugin.podAnnotations }}
+      {{- $annotations := .Values.devicePlugin.podAnnotations | default dict }}
+      {{- if include "gpushare.nodeAgent.standby" (dict "root" . "dra" $dra) }}
+      {{- /* kubectl logs/exec without -c take the plugin, not its standby. */}}
+      {{- $annotations = merge (dict "kubectl.kubernetes.io/default-container" "device-plugin") $annotations }}
+      {{- end }}
+      {{- with $annotations }}
       annotations: {{- toYaml . | nindent 8 }}
       {{- end }}
     spec:
