@@ -829,6 +829,35 @@ func (l *lateCluster) Pods() ([]*corev1.Pod, error) {
 	return l.Cluster.Pods()
 }
 
+// caughtUpCluster is a pod cache that lacks the pods at the first look and
+// has caught up by the time the plugin asks whether it is behind the API
+// server (CacheBehind reads the cache after the API server).
+type caughtUpCluster struct{ lateCluster }
+
+func (c *caughtUpCluster) CacheBehind(context.Context) (bool, error) { return false, nil }
+
+// A cache that catches up between the plugin's look and its question to the
+// API server is looked at once more: the kubelet gets the assigned card, not
+// a best-fit guess.
+func TestGetPreferredAllocationLooksAgainWhenTheCacheCaughtUp(t *testing.T) {
+	var late *caughtUpCluster
+	h := newHarness(t, setup{
+		cfg:  Config{AllocateWait: 5 * time.Second},
+		wrap: func(c Cluster) Cluster { late = &caughtUpCluster{lateCluster{Cluster: c}}; return late },
+		pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
+		},
+	})
+	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)
+	resp, err := h.dp.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(unitIDs(h.cards[1].UUID, 0, 3), resp.ContainerResponses[0].DeviceIDs); diff != "" {
+		t.Errorf("preferred (-want +got):\n%s", diff)
+	}
+}
+
 func TestAllocateWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 	var late *lateCluster
 	h := newHarness(t, setup{

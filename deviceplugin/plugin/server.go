@@ -238,7 +238,11 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	for polls := 0; !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline); polls++ {
 		if polls%cacheCheckEvery == 0 {
 			if behind, err := p.cluster.CacheBehind(ctx); err == nil && !behind {
-				p.log.V(1).Info("Not waiting: the pod cache shows every pod of the node awaiting admission (a pod deleted before its admission?)")
+				// The cache may have caught up since the last look (CacheBehind reads it after the
+				// API server): one more look, then no wait.
+				if !look() {
+					p.log.V(1).Info("Not waiting: the pod cache shows every pod of the node awaiting admission (a pod deleted before its admission?)")
+				}
 				return
 			} else if err != nil {
 				p.log.V(1).Info("Waiting for the pod cache: the API server could not be asked whether it is behind", "err", err)
