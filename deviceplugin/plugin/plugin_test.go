@@ -840,10 +840,17 @@ func (c *caughtUpCluster) CacheBehind(context.Context) (bool, error) { return fa
 // API server is looked at once more: the kubelet gets the assigned card, not
 // a best-fit guess.
 func TestGetPreferredAllocationLooksAgainWhenTheCacheCaughtUp(t *testing.T) {
-	var late *caughtUpCluster
+	checkPrefersTheAssignedCard(t, func(c Cluster) Cluster { return &caughtUpCluster{lateCluster{Cluster: c}} })
+}
+
+// checkPrefersTheAssignedCard asks GetPreferredAllocation, through the pod
+// cache wrap makes, for 3 units of a pod assigned card 1 with units of both
+// cards available, and wants card 1's.
+func checkPrefersTheAssignedCard(t *testing.T, wrap func(Cluster) Cluster) {
+	t.Helper()
 	h := newHarness(t, setup{
 		cfg:  Config{AllocateWait: 5 * time.Second},
-		wrap: func(c Cluster) Cluster { late = &caughtUpCluster{lateCluster{Cluster: c}}; return late },
+		wrap: wrap,
 		pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
 		},
@@ -884,21 +891,7 @@ func TestAllocateWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 // Allocate, GetPreferredAllocation waits for the pod and steers to its card.
 func TestGetPreferredAllocationWaitsForAPodTheKubeletSawFirst(t *testing.T) {
 	var late *lateCluster
-	h := newHarness(t, setup{
-		cfg:  Config{AllocateWait: 5 * time.Second},
-		wrap: func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late },
-		pods: func(c [2]podtest.Card) []*corev1.Pod {
-			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
-		},
-	})
-	avail := append(unitIDs(h.cards[0].UUID, 0, 8), unitIDs(h.cards[1].UUID, 0, 8)...)
-	resp, err := h.dp.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: avail, AllocationSize: 3}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(unitIDs(h.cards[1].UUID, 0, 3), resp.ContainerResponses[0].DeviceIDs); diff != "" {
-		t.Errorf("preferred (-want +got):\n%s", diff)
-	}
+	checkPrefersTheAssignedCard(t, func(c Cluster) Cluster { late = &lateCluster{Cluster: c}; return late })
 	late.mu.Lock()
 	defer late.mu.Unlock()
 	if late.looked < 2 {
