@@ -32,7 +32,7 @@ func main() {
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
 	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
 	flag.IntVar(&o.Scale, "scale", 1, "replay each trace this many times over as one cluster (k× the nodes and k× the pods, names suffixed): the same workload on a larger cluster, e.g. 4 for openb at ~4,850 nodes")
-	nodesToScore := flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node, the shipped configuration; 0: its adaptive default)")
+	nodesToScore := flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node; 0: its adaptive default, the shipped configuration)")
 	tolerance := flag.Float64("workload-tolerance", allocator.WorkloadTolerance, "how far the workload the policies read may lag the pods seen: a new value once a shape's share of the pods has moved by more than this (the extender's rule); 0: exact after every pod")
 	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
