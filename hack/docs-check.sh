@@ -10,6 +10,13 @@
 #                                                             -> the string "gpushare_foo" in Go code
 #   key          gpushare.example.com/foo anywhere           -> n.key("foo") or a key* constant in api/names.go
 #
+#   default  `--foo` (`x`) or `--foo` (default x)            -> the flag's "(default x)" in --help
+#   policy   `gpushare-foo` (the chart's admission policies) -> a ValidatingAdmissionPolicy of the chart;
+#            "N admission policies" -> N the chart's count; operations.md's table lists every one
+#   version  `hack/k8s-version`, vX.Y.Z                      -> that file; "Kubernetes 1.A, 1.B or 1.C"
+#            -> Chart.yaml's kubeVersion range
+#   link     [text](path#anchor) to a repository file        -> the file exists, the anchor is a heading
+#
 # Then it checks itself: hack/testdata/docs-check-broken.md names one missing name of each kind,
 # and each must be reported. DOCS="a.md b.md" checks other files instead of the user docs.
 set -euo pipefail
@@ -22,7 +29,7 @@ broken=hack/testdata/docs-check-broken.md
 # never to be added here: fix the doc.
 external="
 --replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all --verb --resource
---create-namespace --reuse-values --wait --install
+--create-namespace --reuse-values --reset-then-reuse-values --wait --install
 --endpoint-reconciler-type --authorization-config
 --write-config-to
 --scheduler-config --extender-url
@@ -45,8 +52,29 @@ grep -oE '^[a-zA-Z0-9_-]+:' Makefile | tr -d : | sort -u >"$tmp/targets"
 
 $GO build -o "$tmp/bin/" ./scheduler ./deviceplugin ./inspector
 for b in scheduler deviceplugin inspector; do
-	"$tmp/bin/$b" --help 2>&1 | grep -oE -- '--[a-z][a-z0-9_-]*' || true
+	"$tmp/bin/$b" --help >"$tmp/help-$b" 2>&1 || true
+	grep -oE -- '--[a-z][a-z0-9_-]*' "$tmp/help-$b" || true
 done | sort -u >"$tmp/flags"
+# "flag default" for every flag whose --help line ends in (default X); quotes dropped.
+cat "$tmp"/help-* | awk '
+	match($0, /^ *(-[a-z], )?--[a-z0-9-]+/) {
+		f = substr($0, RSTART, RLENGTH); sub(/^ *(-[a-z], )?--/, "", f)
+		if (match($0, /\(default [^)]*\)$/)) {
+			d = substr($0, RSTART + 9, RLENGTH - 10); gsub(/"/, "", d); print f, d
+		}
+	}' | sort -u >"$tmp/defaults"
+
+# The chart's admission policies (names without the release prefix), and how many render by default:
+# every ValidatingAdmissionPolicy of the templates but the DRA ones (dra.enabled is off by default).
+chart=charts/gpushare
+grep -h -A3 '^kind: ValidatingAdmissionPolicy$' $chart/templates/*.yaml |
+	sed -n 's/^  name: {{ \$fullname }}-\([a-z0-9-]*\)$/\1/p' | sort -u >"$tmp/policies"
+npolicies=$(for f in $chart/templates/*.yaml; do case $f in */dra*) continue ;; esac; grep -c '^kind: ValidatingAdmissionPolicy$' "$f" || true; done | awk '{n += $1} END {print n}')
+sed -n 's/.*name: {{ \$fullname }}-\([a-z0-9-]*\).*/\1/p' $chart/templates/*.yaml | sort -u >"$tmp/objects"
+printf '%s\n' system scheduler device-plugin >>"$tmp/objects"
+k8sversion=$(cat hack/k8s-version)
+# kubeVersion: ">=1.A.0-0 <1.B.0-0" -> oldest 1.A, newest 1.(B-1)
+read -r kmin kmax < <(sed -n 's/^kubeVersion: ">=1\.\([0-9]*\)\.0-0 <1\.\([0-9]*\)\.0-0"$/\1 \2/p' $chart/Chart.yaml | awk '{print $1, $2 - 1}')
 tr -s ' \n' '\n\n' <<<"$external" | { grep . || true; } >>"$tmp/flags"
 
 git ls-files '*.go' | grep -v '_test\.go$' | xargs grep -ohE '"gpushare_[a-z0-9_]+"' | tr -d '"' | sort -u >"$tmp/metrics"
@@ -102,6 +130,69 @@ check() {
 		awk -F: '{print $1 ":" $2 " names the metric " $3 ", which no program exports"}'
 	{ grep -noE 'gpushare\.example\.com/[a-z0-9.-]*[a-z0-9]' "$@" /dev/null || true; } | missing "$tmp/keys" |
 		awk -F: '{print $1 ":" $2 " names the key " $3 ", which api/ does not define"}'
+	check_facts "$@"
+}
+
+# words: one..twenty as numbers, for counts written out.
+number() { awk -v w="$1" 'BEGIN { n = split("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen", a, " "); for (i = 1; i <= n; i++) if (a[i] == tolower(w)) { print i; exit } print w }'; }
+
+# check_facts FILE...: defaults, policies, versions and links the files state.
+check_facts() {
+	# `--flag` (`value`) / `--flag` (default value): one value, then ")" "," or ";".
+	{ grep -noE '`--[a-z0-9-]+` \((default )?`?\**[^`),;/* ]+( (s|ms|min|m|h))?\**`?[),;]' "$@" /dev/null || true; } |
+		sed -E 's/^([^:]*):([0-9]+):`--([a-z0-9-]+)` \((default )?`?\**([^`),;/* ]+( (s|ms|min|m|h))?)\**`?.$/\1:\2:\3:\5/' |
+		awk -F: 'NR == FNR { sub(/ /, ":"); split($0, d, ":"); def[d[1]] = d[2]; next }
+			function norm(v) { gsub(/[ *]/, "", v); sub(/min$/, "m", v); sub(/m0s$/, "m", v); sub(/h0m$/, "h", v); return v }
+			($3 in def) && norm($4) != norm(def[$3]) {
+				print $1 ":" $2 " says --" $3 " defaults to " $4 ", but its --help says " def[$3]
+			}' "$tmp/defaults" -
+	# On a line about policies, `gpushare-foo` must be an object of the chart (a policy, its ConfigMap, …);
+	# operations.md's table of policies lists exactly the chart's.
+	{ grep -niE 'polic' "$@" /dev/null || true; } | grep -oE '^[^:]*:[0-9]+:|`gpushare-[a-z0-9-]+`' |
+		awk '/^`/ { gsub(/`|gpushare-/, ""); print where $0; next } { where = $0 }' |
+		awk -F: 'NR == FNR { o[$0] = 1; next } !($3 in o) {
+			print $1 ":" $2 " names the admission policy (or chart object) gpushare-" $3 ", which the chart does not define"
+		}' "$tmp/objects" -
+	for f in "$@"; do
+		case $f in */operations.md) ;; *) continue ;; esac
+		awk '/^## / { in_section = /[Aa]dmission polic/ } in_section' "$f" |
+			sed -n 's/^| `gpushare-\([a-z0-9-]*\)` |.*/\1/p' | sort -u >"$tmp/listed"
+		comm -3 "$tmp/policies" "$tmp/listed" | sed "s|^\t*|$f: the table of admission policies and the chart differ on gpushare-|"
+	done
+	{ grep -noiE '\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|[0-9]+) (admission policies|ValidatingAdmissionPolicies)' "$@" /dev/null || true; } |
+		while IFS=: read -r f l text; do
+			n=$(number "${text%% *}")
+			[ "$n" = "$npolicies" ] || echo "$f:$l says ${text%% *} admission policies; the chart renders $npolicies by default"
+		done
+	# versions
+	{ grep -noE '`hack/k8s-version`[^v`]{0,6}v1\.[0-9]+\.[0-9]+' "$@" /dev/null || true; } |
+		while IFS=: read -r f l text; do
+			v=v${text##*v}
+			[ "$v" = "$k8sversion" ] || echo "$f:$l says hack/k8s-version is $v; it is $k8sversion"
+		done
+	{ grep -noE 'Kubernetes 1\.[0-9]+, 1\.[0-9]+,? (or|and) 1\.[0-9]+' "$@" /dev/null || true; } |
+		while IFS=: read -r f l text; do
+			lo=$(echo "$text" | sed -E 's/Kubernetes 1\.([0-9]+),.*/\1/'); hi=${text##*1.}
+			[ "$lo" = "$kmin" ] && [ "$hi" = "$kmax" ] ||
+				echo "$f:$l says $text; the chart's kubeVersion allows 1.$kmin to 1.$kmax"
+		done
+	# links to repository files and their headings
+	for f in "$@"; do
+		{ grep -noE '\]\([^) #:]*(#[a-z0-9_-]+)?\)' "$f" || true; } | while IFS=: read -r l link; do
+			target=${link#](}; target=${target%)}
+			anchor=; case $target in *'#'*) anchor=${target#*#}; target=${target%%#*} ;; esac
+			[ -n "$target" ] && file=$(dirname "$f")/$target || file=$f
+			if [ ! -e "$file" ]; then echo "$f:$l links to $target, which does not exist"; continue; fi
+			[ -n "$anchor" ] && [ -f "$file" ] || continue
+			slugs "$file" | grep -qxF -- "$anchor" || echo "$f:$l links to $target#$anchor, a heading $file does not have"
+		done
+	done
+}
+
+# slugs FILE: GitHub's anchor of every heading: lower case, punctuation dropped, spaces to hyphens.
+slugs() {
+	awk '/^```/ { fence = !fence } !fence && /^#+ / { sub(/^#+ /, ""); print }' "$1" |
+		tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9 _-]//g; s/ /-/g'
 }
 
 fail=0
@@ -115,9 +206,9 @@ fi
 
 # The check must see what is broken in $broken: one name of each kind.
 check "$broken" >"$tmp/self"
-for kind in '`make ' 'the flag ' 'the metric ' 'the key '; do
-	if ! grep -qF "names $kind" "$tmp/self"; then
-		echo "docs-check: self-test: $broken names something missing that the check did not report (looked for: names ${kind}…)"
+for kind in '`make ' 'the flag ' 'the metric ' 'the key ' 'defaults to ' 'the admission policy ' 'admission policies; ' 'hack/k8s-version is ' "kubeVersion allows " 'which does not exist' 'a heading '; do
+	if ! grep -qF "$kind" "$tmp/self"; then
+		echo "docs-check: self-test: $broken states something wrong that the check did not report (looked for: ${kind}…)"
 		fail=1
 	fi
 done
