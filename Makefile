@@ -46,7 +46,7 @@ chart-check: ## helm lint + render matrix + refusals of contradictory values + t
 
 test: k8s-prebuild lint unit fuzz-short chart-check playground-check docs-check image-check-amd64 e2e e2e-oldest ## the test command CI runs: the Kubernetes binaries started building in the background (k8s-prebuild), lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
 
-docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists (and the check catches a doc that names missing ones)
+docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists; the flag defaults, chart policies, Kubernetes versions and links they state are right; docs/*.md within 3,000 lines and CHANGELOG.md within 250 (and the check catches a doc that breaks each rule)
 	hack/docs-check.sh
 
 # Go native fuzz targets, PACKAGE:TARGET. `make unit` already runs each one's seed corpus

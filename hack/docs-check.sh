@@ -16,6 +16,8 @@
 #   version  `hack/k8s-version`, vX.Y.Z                      -> that file; "Kubernetes 1.A, 1.B or 1.C"
 #            -> Chart.yaml's kubeVersion range
 #   link     [text](path#anchor) to a repository file        -> the file exists, the anchor is a heading
+#   budget   docs/*.md at most DOCS_LINES lines in all (3000; generated references live under
+#            docs/reference/ and do not count), CHANGELOG.md at most CHANGELOG_LINES (250)
 #
 # Then it checks itself: hack/testdata/docs-check-broken.md names one missing name of each kind,
 # and each must be reported. DOCS="a.md b.md" checks other files instead of the user docs.
@@ -195,18 +197,30 @@ slugs() {
 		tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9 _-]//g; s/ /-/g'
 }
 
+# budget LIMIT WHAT FILE...: one line when the files hold more than LIMIT lines in all.
+budget() {
+	local limit=$1 what=$2; shift 2
+	local n; n=$(cat "$@" | wc -l)
+	[ "$n" -le "$limit" ] || echo "$what: $n lines, more than $limit: cut prose before adding (largest: $(wc -l "$@" | sort -rn | sed -n '2,4p' | awk '{printf "%s%s %s", sep, $2, $1; sep = ", "}'))"
+}
+
 fail=0
 check "${docs[@]}" >"$tmp/found"
+if [ -z "${DOCS:-}" ]; then
+	budget "${DOCS_LINES:-3000}" "docs/*.md" docs/*.md >>"$tmp/found"
+	budget "${CHANGELOG_LINES:-250}" CHANGELOG.md CHANGELOG.md /dev/null >>"$tmp/found"
+fi
 if [ -s "$tmp/found" ]; then
 	sed 's/^/docs-check: /' "$tmp/found"
 	fail=1
 else
-	echo "docs-check: ${#docs[@]} files: every make target, flag, metric and key they name exists"
+	echo "docs-check: ${#docs[@]} files: every make target, flag, metric and key they name exists; the defaults, policies, versions and links they state are right; within the line budget"
 fi
 
-# The check must see what is broken in $broken: one name of each kind.
+# The check must see what is broken in $broken: one name of each kind, and a file over its budget.
 check "$broken" >"$tmp/self"
-for kind in '`make ' 'the flag ' 'the metric ' 'the key ' 'defaults to ' 'the admission policy ' 'admission policies; ' 'hack/k8s-version is ' "kubeVersion allows " 'which does not exist' 'a heading '; do
+budget 5 "$broken" "$broken" /dev/null >>"$tmp/self"
+for kind in '`make ' 'the flag ' 'the metric ' 'the key ' 'defaults to ' 'the admission policy ' 'admission policies; ' 'hack/k8s-version is ' "kubeVersion allows " 'which does not exist' 'a heading ' 'more than 5'; do
 	if ! grep -qF "$kind" "$tmp/self"; then
 		echo "docs-check: self-test: $broken states something wrong that the check did not report (looked for: ${kind}…)"
 		fail=1
