@@ -247,8 +247,8 @@ func TestMainReplaysATraceDirectory(t *testing.T) {
 
 func TestNodesToFindIsKubeSchedulers(t *testing.T) {
 	for _, tc := range []struct{ percent, nodes, want int }{
-		{100, 5000, 5000}, // the shipped configuration: every node
-		{0, 5000, 500},    // adaptive: 50 − 5000/125 = 10 %
+		{100, 5000, 5000}, // every node
+		{0, 5000, 500},    // adaptive (shipped): 50 − 5000/125 = 10 %
 		{0, 1000, 420},    // adaptive: 50 − 8 = 42 %
 		{0, 1213, 497},    // openb's cluster: 50 − 9 = 41 %
 		{0, 50000, 2500},  // adaptive floor: 5 %
