@@ -48,7 +48,7 @@ type Options struct {
 	// Prepare, when set, runs in each burst's namespace before its pods
 	// are created (e.g. the ResourceClaimTemplate DRA pods name).
 	Prepare func(ctx context.Context, client kubernetes.Interface, namespace string) error
-	Log func(format string, args ...any)
+	Log     func(format string, args ...any)
 }
 
 // DefaultOptions are the figures of the playground measurement: 100 pods
