@@ -215,11 +215,21 @@ func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
 		}
 		ps = append(ps, p)
 	}
-	arrival := st.Arrival
+	SortAdmission(ps, st.Admitting, st.Arrival)
+	return ps
+}
+
+// SortAdmission sorts pods awaiting admission into the kubelet's admission
+// order: the pods the kubelet is admitting first (admitting; nil: none
+// known), then by creation time, then arrival (arrival; a pod not seen yet
+// arrived after every pod seen; nil: unknown), then UID. The kubelet admits
+// the pods of each batch it receives by creation time (HandlePodAdditions),
+// and receives them in the order its watch sees them bound, the order the
+// plugin's informer sees them too.
+func SortAdmission(ps []*corev1.Pod, admitting func(types.UID) bool, arrival func(types.UID) (uint64, bool)) {
 	if arrival == nil {
 		arrival = func(types.UID) (uint64, bool) { return 0, false }
 	}
-	admitting := st.Admitting
 	if admitting == nil {
 		admitting = func(types.UID) bool { return false }
 	}
@@ -241,7 +251,6 @@ func awaiting(pods []*corev1.Pod, st State) []*corev1.Pod {
 		}
 		return ps[i].UID < ps[j].UID
 	})
-	return ps
 }
 
 // recordedAllocated reports whether the pod's trusted record is Allocated

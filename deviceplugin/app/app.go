@@ -341,15 +341,15 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		return runDRA(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, grant, keys, client, reg)
 	}
 
-	var podres, wholePodres plugin.PodResources
-	if o.PodResourcesSocket != "" {
-		podres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.ResourceName())}
-		wholePodres = plugin.KubeletPodResources{Socket: o.PodResourcesSocket, Resource: string(names.WholeResourceName())}
-	}
 	nodeReg := prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)
 	metrics, err := plugin.NewMetrics(nodeReg)
 	if err != nil {
 		return err
+	}
+	var podres, wholePodres plugin.PodResources
+	if o.PodResourcesSocket != "" {
+		podres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.ResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.ResourceName())))
+		wholePodres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.WholeResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.WholeResourceName())))
 	}
 	gauge, err := newDutiesGauge(nodeReg)
 	if err != nil {

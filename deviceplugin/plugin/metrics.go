@@ -24,18 +24,25 @@ const (
 	// MetricRecordWriteSeconds is each write of a pod's record after an
 	// Allocate (read, merge, patch, retries).
 	MetricRecordWriteSeconds = "gpushare_device_plugin_record_write_seconds"
+	// MetricPodResourcesGets is, per read of the kubelet's account of a
+	// resource (an admission call, the reconciler, the usage sampler), the
+	// PodResources Get calls it made: pods already complete are remembered,
+	// so a read costs the pods being admitted, not every pod of the node.
+	MetricPodResourcesGets = "gpushare_device_plugin_podresources_gets"
 )
 
 // Metrics times the device plugin's calls. A nil *Metrics records nothing.
 type Metrics struct {
 	allocate, wait, preferred, bindTo *prometheus.HistogramVec
 	write                             prometheus.Histogram
+	gets                              *prometheus.HistogramVec
 }
 
 // callBuckets: 1 ms to ~33 s; bindBuckets: 0.25 s to ~4 min.
 var (
 	callBuckets = prometheus.ExponentialBuckets(0.001, 2, 16)
 	bindBuckets = prometheus.ExponentialBuckets(0.25, 2, 11)
+	getsBuckets = []float64{0, 1, 2, 4, 8, 16, 32, 64, 128}
 )
 
 // NewMetrics builds the metrics and registers them on reg.
@@ -51,8 +58,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Per container given devices: time from its pod's binding (PodScheduled, one-second resolution) to that Allocate, by resource."}, []string{"resource"}),
 		write: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricRecordWriteSeconds, Buckets: callBuckets,
 			Help: "Time one write of a pod's assignment record took after an Allocate (read, merge, patch, retries)."}),
+		gets: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricPodResourcesGets, Buckets: getsBuckets,
+			Help: "PodResources Get calls per read of the kubelet's account of a resource (admission calls, reconciler, usage sampler): the pods being admitted, not every pod of the node."}, []string{"resource"}),
 	}
-	for _, c := range []prometheus.Collector{m.allocate, m.wait, m.preferred, m.bindTo, m.write} {
+	for _, c := range []prometheus.Collector{m.allocate, m.wait, m.preferred, m.bindTo, m.write, m.gets} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -88,4 +97,14 @@ func (m *Metrics) observeWrite(took time.Duration) {
 	if m != nil {
 		m.write.Observe(took.Seconds())
 	}
+}
+
+// ObservePodResourcesGets returns the function a resource's
+// KubeletPodResources reports its Gets per read to (nil on a nil *Metrics).
+func (m *Metrics) ObservePodResourcesGets(resource string) func(int) {
+	if m == nil {
+		return nil
+	}
+	h := m.gets.WithLabelValues(resource)
+	return func(n int) { h.Observe(float64(n)) }
 }

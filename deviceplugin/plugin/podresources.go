@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
 
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
@@ -12,9 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/allocate"
 )
 
 // Holding is one container's devices of one resource, as the kubelet's
@@ -50,7 +54,9 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 
 // KubeletPodResources reads the kubelet PodResources API
 // (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix socket, keeping the
-// devices of one resource.
+// devices of one resource. Use one value per resource (NewKubeletPodResources)
+// and share it between the plugin and the usage sampler: it remembers what
+// can no longer change.
 //
 // It calls Get, one pod at a time, and never List: in kubelet v1.34 List
 // first calls the device manager's UpdateAllocatedDevices, which rebuilds
@@ -60,63 +66,177 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 // the account inside GetPreferredAllocation, Allocate and PreStartContainer,
 // exactly that window, and its reconciler and usage sampler may run during
 // any admission. Get reads the pod's allocations and changes nothing.
+//
+// A read asks about as few pods as the answer needs, so that an admission
+// costs O(1) Gets, not O(pods on the node) (the kubelet serves all its
+// PodResources clients together at 100 calls a second):
+//   - A pod whose every container that asks for the resource holds devices
+//     is complete: the kubelet allocates all of a pod's containers during
+//     its admission and never re-allocates a container that holds devices,
+//     so the answer is remembered and the pod is not asked again while it is
+//     on the node.
+//   - The other pods are asked in the kubelet's admission order
+//     (allocate.SortAdmission): pods it has admitted first, then pods
+//     awaiting admission, and the read stops at the first pod the kubelet
+//     knows whose containers do not all hold devices yet. The kubelet admits
+//     one pod at a time (HandlePodAdditions), so that is the pod it is
+//     admitting, and the pods after it in its order are not known to it yet:
+//     they hold nothing. The read also stops after unknownWindow pods the
+//     kubelet does not know: it receives pods in the order its watch sees
+//     them bound, so the pods after those have not reached it either. The
+//     window is more than one so that two pods bound in the same second and
+//     admitted in the other order are still both read.
 type KubeletPodResources struct {
 	Socket   string
 	Resource string
+	// Arrival is the order the plugin's informer saw each pod bound (nil:
+	// unknown): ties in creation time go by it, as the kubelet's do.
+	Arrival func(types.UID) (uint64, bool)
+	// Observe, if set, is told how many Gets each read made.
+	Observe func(gets int)
+
+	mu       sync.Mutex
+	complete map[types.UID][]Holding
+}
+
+// unknownWindow is how many pods the kubelet does not know a read asks
+// about before it takes the rest in the kubelet's order as unknown too.
+const unknownWindow = 2
+
+// NewKubeletPodResources reads resource's devices from the kubelet's
+// PodResources socket.
+func NewKubeletPodResources(socket, resource string, arrival func(types.UID) (uint64, bool), observe func(int)) *KubeletPodResources {
+	return &KubeletPodResources{Socket: socket, Resource: resource, Arrival: arrival, Observe: observe}
 }
 
 // Get implements PodResources. Pods that ask for none of the resource are
 // not asked about: the kubelet gave them none.
-func (k KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
-	var asking []*corev1.Pod
+func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
+	var out []Holding
+	var ask []*corev1.Pod
+	k.mu.Lock()
+	if k.complete == nil {
+		k.complete = map[types.UID][]Holding{}
+	}
+	asking := map[types.UID]bool{}
 	for _, p := range pods {
-		if asksFor(p, corev1.ResourceName(k.Resource)) {
-			asking = append(asking, p)
+		if !asksFor(p, corev1.ResourceName(k.Resource)) {
+			continue
+		}
+		asking[p.UID] = true
+		if hs, ok := k.complete[p.UID]; ok {
+			out = append(out, hs...)
+			continue
+		}
+		ask = append(ask, p)
+	}
+	for uid := range k.complete {
+		if !asking[uid] {
+			delete(k.complete, uid) // gone from the node: its UID never comes back
 		}
 	}
-	if len(asking) == 0 {
-		return nil, nil
+	k.mu.Unlock()
+	gets := 0
+	defer func() {
+		if k.Observe != nil {
+			k.Observe(gets)
+		}
+	}()
+	if len(ask) == 0 {
+		return out, nil
 	}
+	order(ask, k.Arrival)
 	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", k.Socket, err)
 	}
 	defer func() { _ = conn.Close() }()
 	client := podresourcesv1.NewPodResourcesListerClient(conn)
-	var out []Holding
-	for _, p := range asking {
-		resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
+	unknown := 0
+	for _, p := range ask {
+		if unknown == unknownWindow {
+			break // the kubelet has not received the pods after these yet
+		}
+		gets++
+		hs, known, err := k.get(ctx, client, p)
 		if err != nil {
-			switch st := status.Convert(err); {
-			case st.Code() == codes.Unimplemented,
-				// The kubelet answers a disabled Get with a plain error
-				// (pkg/kubelet/apis/podresources/server_v1.go): its
-				// message is all there is to tell.
-				st.Code() == codes.Unknown && strings.Contains(st.Message(), "Get method disabled"):
-				return nil, fmt.Errorf("pod resources Get on %s: %w (%s)", k.Socket, ErrGetDisabled, st.Message())
-			case st.Code() == codes.Unknown && strings.Contains(st.Message(), "not found"):
-				continue // not known to the kubelet: it holds nothing
-			}
-			return nil, fmt.Errorf("pod resources Get of %s/%s on %s: %w", p.Namespace, p.Name, k.Socket, err)
+			return nil, err
 		}
-		pr := resp.GetPodResources()
-		before := len(out)
-		for _, c := range pr.GetContainers() {
-			var ids []string
-			for _, d := range c.GetDevices() {
-				if d.GetResourceName() == k.Resource {
-					ids = append(ids, d.GetDeviceIds()...)
-				}
-			}
-			if len(ids) > 0 {
-				out = append(out, Holding{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(), IDs: ids})
-			}
+		if !known {
+			unknown++ // not known to the kubelet: it holds nothing
+			continue
 		}
-		if len(out) == before {
-			out = append(out, Holding{Namespace: p.Namespace, Pod: p.Name})
+		if complete(p, corev1.ResourceName(k.Resource), hs) {
+			out = append(out, hs...)
+			k.mu.Lock()
+			k.complete[p.UID] = hs
+			k.mu.Unlock()
+			continue
 		}
+		// The pod the kubelet is admitting: the pods after it are not
+		// known to the kubelet yet.
+		if len(hs) == 0 {
+			hs = []Holding{{Namespace: p.Namespace, Pod: p.Name}}
+		}
+		return append(out, hs...), nil
 	}
 	return out, nil
+}
+
+// order sorts the pods to ask into the kubelet's admission order: the pods
+// it has admitted (their status shows it) first, then the others
+// (allocate.SortAdmission).
+func order(ps []*corev1.Pod, arrival func(types.UID) (uint64, bool)) {
+	allocate.SortAdmission(ps, func(uid types.UID) bool { return false }, arrival)
+	sort.SliceStable(ps, func(i, j int) bool { return api.Admitted(ps[i]) && !api.Admitted(ps[j]) })
+}
+
+// complete reports whether every container of the pod that asks for res
+// holds devices in hs.
+func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
+	held := map[string]bool{}
+	for _, h := range hs {
+		held[h.Container] = len(h.IDs) > 0
+	}
+	for _, c := range api.KubeletDemand(p, res) {
+		if c.Units > 0 && !held[c.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// get asks the kubelet about one pod: the devices of the resource its
+// containers hold, and whether the kubelet knows the pod.
+func (k *KubeletPodResources) get(ctx context.Context, client podresourcesv1.PodResourcesListerClient, p *corev1.Pod) ([]Holding, bool, error) {
+	resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
+	if err != nil {
+		switch st := status.Convert(err); {
+		case st.Code() == codes.Unimplemented,
+			// The kubelet answers a disabled Get with a plain error
+			// (pkg/kubelet/apis/podresources/server_v1.go): its
+			// message is all there is to tell.
+			st.Code() == codes.Unknown && strings.Contains(st.Message(), "Get method disabled"):
+			return nil, false, fmt.Errorf("pod resources Get on %s: %w (%s)", k.Socket, ErrGetDisabled, st.Message())
+		case st.Code() == codes.Unknown && strings.Contains(st.Message(), "not found"):
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("pod resources Get of %s/%s on %s: %w", p.Namespace, p.Name, k.Socket, err)
+	}
+	pr := resp.GetPodResources()
+	var out []Holding
+	for _, c := range pr.GetContainers() {
+		var ids []string
+		for _, d := range c.GetDevices() {
+			if d.GetResourceName() == k.Resource {
+				ids = append(ids, d.GetDeviceIds()...)
+			}
+		}
+		if len(ids) > 0 {
+			out = append(out, Holding{Namespace: pr.GetNamespace(), Pod: pr.GetName(), Container: c.GetName(), IDs: ids})
+		}
+	}
+	return out, true, nil
 }
 
 // asksFor reports whether a container of the pod (init containers too)

@@ -35,7 +35,7 @@ func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podt
 	)
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	p := New(Config{PluginDir: t.TempDir()}, store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	return p, srv, mem, card0
 }
@@ -272,7 +272,7 @@ func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
 	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 0).GPU("main", 4).Phase(corev1.PodRunning).Obj())
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	cl := &vanishingCluster{memCluster: mem, gone: "a"}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err := p.Reconcile(context.Background()); err != nil {
@@ -292,7 +292,7 @@ func TestKubeletAccountIsReadWithinTheKubeletsRateLimit(t *testing.T) {
 		pods = append(pods, podtest.Bound("n", name, i).GPU("c", 1).Obj())
 		srv.Hold("ns", name, "c", api.UnitID(podtest.CardUUID("n", 0), int64(i)))
 	}
-	k := KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	k := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	for round := range 3 {
 		hs, err := k.Get(context.Background(), pods)
 		if err != nil {

@@ -49,12 +49,57 @@ func TestSummarizeAndReport(t *testing.T) {
 	if want := 900*time.Millisecond + 21*time.Second; g.Span != want {
 		t.Errorf("GPU first create → last Ready = %v, want %v", g.Span, want)
 	}
-	if r := Ratio(stats); r != 1.9 {
+	if r := float64(g.CreateToReady.P90) / float64(p.CreateToReady.P90); r != 1.9 {
 		t.Errorf("ratio = %v, want 1.9", r)
 	}
-	var b strings.Builder
-	WriteReport(&b, Options{Pods: 10, GiB: 4, Clients: 2}, stats)
-	if out := b.String(); !strings.Contains(out, "1.900 (target ≤ 1.2: not met)") || !strings.Contains(out, "GPU 4 GiB") {
-		t.Errorf("report:\n%s", out)
+}
+
+// burst is a burst's stats where every pod of each kind is Ready, with the
+// given p90 create → Ready (zero: the kind is absent).
+func burst(m Mix, plainP90, gpuP90 time.Duration) Result {
+	r := Result{Mix: m, Stats: map[string]Stats{}}
+	if plainP90 > 0 {
+		r.Stats[Plain] = Stats{Kind: Plain, Pods: 100, Ready: 100, CreateToReady: Percentiles{N: 100, P50: plainP90 / 2, P90: plainP90, Max: plainP90}}
+	}
+	if gpuP90 > 0 {
+		r.Stats[GPU] = Stats{Kind: GPU, Pods: 100, Ready: 100, CreateToReady: Percentiles{N: 100, P50: gpuP90 / 2, P90: gpuP90, Max: gpuP90}}
+	}
+	return r
+}
+
+// The verdict compares every figure with the no-GPU-alone p90, so a mixed
+// burst where both kinds wait behind the GPU pods (a ratio near 1 between
+// them) is not met; a pod that is not Ready fails it too.
+func TestJudge(t *testing.T) {
+	s := time.Second
+	for _, tc := range []struct {
+		name    string
+		results []Result
+		met     bool
+		want    string
+	}{
+		{name: "node pace for both kinds", met: true, results: []Result{burst(PlainOnly, 5*s, 0), burst(GPUOnly, 0, 5500*time.Millisecond), burst(Interleaved, 6*s, 6*s)}},
+		{name: "both kinds slow in the mixed burst: the old ratio was 0.8", results: []Result{burst(PlainOnly, 5*s, 0), burst(GPUOnly, 0, 40*s), burst(Interleaved, 240*s, 192*s)},
+			want: "mixed: no GPU p90 240.00s is 48.00× the no-GPU-alone p90 5.00s"},
+		{name: "GPU alone slow", results: []Result{burst(PlainOnly, 5*s, 0), burst(GPUOnly, 0, 7*s), burst(Interleaved, 5*s, 5*s)}, want: "GPU alone: GPU p90 7.00s is 1.40×"},
+		{name: "a GPU pod never Ready", results: func() []Result {
+			r := []Result{burst(PlainOnly, 5*s, 0), burst(GPUOnly, 0, 5*s), burst(Interleaved, 5*s, 5*s)}
+			g := r[2].Stats[GPU]
+			g.Ready = 99
+			r[2].Stats[GPU] = g
+			return r
+		}(), want: "mixed: 99 of 100 GPU pods Ready"},
+		{name: "no baseline", results: []Result{burst(GPUOnly, 0, 5*s), burst(Interleaved, 5*s, 5*s)}, want: "no-GPU alone: not run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			met, why := Judge(tc.results)
+			if met != tc.met || (tc.want != "" && !strings.Contains(strings.Join(why, "\n"), tc.want)) {
+				t.Errorf("Judge = %v, %q; want %v and a reason containing %q", met, why, tc.met, tc.want)
+			}
+			var b strings.Builder
+			if got := WriteSuite(&b, Options{Pods: 100, GiB: 4, Clients: 16}, tc.results); got != tc.met {
+				t.Errorf("WriteSuite = %v, want %v:\n%s", got, tc.met, b.String())
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -9,21 +10,27 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/burstbench"
+	"github.com/gpushare/gpushare/test/cluster"
 )
 
 // TestBurstBenchOnARealKubelet is `make bench-burst-lane`, not part of
-// `make test`: `make bench-burst`'s burst on the container lane's real node
-// (kubelet, containerd, runc through NVIDIA's runtime, gpushare's plugin
-// serving 2×40 GiB) — pods without a request and GPU pods of 4 GiB,
-// interleaved, created at once — and the figures per kind, create → bound →
-// Ready. It fails only if a pod fails or the burst does not settle; the
-// figures are printed, not judged. GPUSHARE_BENCH_PODS (default 15 of each
-// kind: the lane's kubelet runs at most 30 pods, maxPods) and GPUSHARE_BENCH_PLUGIN_ARGS
-// (space-separated plugin flags, e.g. "--kube-api-qps=5 --kube-api-burst=10"
-// for client-go's old budget) vary it.
+// `make test`: `make bench-burst`'s three bursts on the container lane's
+// real node (kubelet, containerd, runc through NVIDIA's runtime, gpushare's
+// plugin serving 2×40 GiB) — pods without a request alone, GPU pods of 4 GiB
+// alone, both interleaved — with the figures per kind, create → bound →
+// Ready, and the verdict (burstbench.Judge): it fails unless every pod is
+// Ready and the GPU and mixed p90s are within the target of the no-GPU-alone
+// p90. GPUSHARE_BENCH_PODS (default 15 of each kind: the lane's kubelet runs
+// at most 30 pods, maxPods) and GPUSHARE_BENCH_PLUGIN_ARGS (space-separated
+// plugin flags, e.g. "--kube-api-qps=5 --kube-api-burst=10" for client-go's
+// old budget) vary it.
 func TestBurstBenchOnARealKubelet(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH_BURST_LANE") != "1" {
 		t.Skip("a benchmark: make bench-burst-lane")
@@ -31,12 +38,61 @@ func TestBurstBenchOnARealKubelet(t *testing.T) {
 	c := setup(t)
 	tools := needLane(t)
 	needExtender(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	node, _ := laneNode(ctx, t, c, tools, "burst-kubelet", strings.Fields(os.Getenv("GPUSHARE_BENCH_PLUGIN_ARGS"))...)
+	o := laneBurstOptions(t, 4)
+	runLaneSuite(ctx, t, c, o, node.LogFile())
+}
 
+// TestBurstBenchDRAOnARealKubelet is the DRA variant of
+// TestBurstBenchOnARealKubelet (`make bench-burst-lane`): on the DRA lane's
+// real node (containerd 2 applying the claims' CDI devices, gpushare's node
+// agent as the DRA driver of one 40 GiB card), the GPU pods each have a
+// claim of 2Gi of the gpushare DeviceClass's memory (from a
+// ResourceClaimTemplate), placed by kube-scheduler's own DRA allocator; the
+// same three bursts and the same verdict.
+func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
+	if os.Getenv("GPUSHARE_BENCH_BURST_LANE") != "1" || os.Getenv("GPUSHARE_E2E_DRA_LANE") != "1" {
+		t.Skip("a benchmark: make bench-burst-lane (with the DRA lane)")
+	}
+	c := setup(t)
+	needRoot(t)
+	tools := needDRALane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	applyDeviceClass(ctx, t, c, testNamespace(ctx, t, c, "dra-burst-class"))
+	node, _, _ := draLaneNode(ctx, t, c, tools, "dra-burst-kubelet")
+	o := laneBurstOptions(t, 2)
+	adapt := o.Pod
+	const template = "gpu-mem"
+	o.Prepare = func(ctx context.Context, client kubernetes.Interface, ns string) error {
+		claim := memoryClaim(ns, template, fmt.Sprintf("%dGi", o.GiB))
+		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: template, Namespace: ns},
+			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: claim.Spec},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	o.Pod = func(p *corev1.Pod) {
+		adapt(p)
+		c0 := &p.Spec.Containers[0]
+		if _, gpu := c0.Resources.Limits[api.DefaultNames().ResourceName()]; !gpu {
+			return
+		}
+		c0.Resources.Limits = nil
+		c0.Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}}
+	}
+	runLaneSuite(ctx, t, c, o, node.LogFile())
+}
+
+// laneBurstOptions are the lane's burst settings: GPUSHARE_BENCH_PODS of each
+// kind (default 15), gib GiB each, pods that run on the lane's node.
+func laneBurstOptions(t *testing.T, gib int64) burstbench.Options {
+	t.Helper()
 	o := burstbench.DefaultOptions()
-	o.Pods = 15
+	o.Pods, o.GiB = 15, gib
 	if v := os.Getenv("GPUSHARE_BENCH_PODS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -47,7 +103,7 @@ func TestBurstBenchOnARealKubelet(t *testing.T) {
 	// The suite's kube-scheduler has one profile (the extender's, called only
 	// for pods that ask for its resources): both kinds use it.
 	o.GPUScheduler, o.PlainScheduler = schedulerName, schedulerName
-	o.Timeout = 5 * time.Minute
+	o.Timeout = 4 * time.Minute
 	o.Log = t.Logf
 	o.Pod = func(p *corev1.Pod) {
 		// The lane's node has no pod network and pulls nothing.
@@ -57,20 +113,32 @@ func TestBurstBenchOnARealKubelet(t *testing.T) {
 			p.Spec.Containers[i].Image, p.Spec.Containers[i].ImagePullPolicy = pauseImage, corev1.PullNever
 		}
 	}
+	return o
+}
+
+// runLaneSuite runs the three bursts, prints the figures and fails unless
+// the target is met.
+func runLaneSuite(ctx context.Context, t *testing.T, c *cluster.Cluster, o burstbench.Options, nodeLog string) {
+	t.Helper()
 	cfg := *c.RESTConfig
 	cfg.QPS, cfg.Burst = -1, 0 // the burst is the cluster's to absorb
 	client, err := kubernetes.NewForConfig(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods, err := burstbench.Run(ctx, client, o)
-	burstbench.WriteReport(os.Stdout, o, burstbench.Summarize(pods))
-	for name, tl := range pods {
-		if tl.Failed {
-			t.Errorf("%s Failed: %s", name, tl.FailedReason)
+	results := burstbench.RunSuite(ctx, client, o)
+	met := burstbench.WriteSuite(os.Stdout, o, results)
+	for _, r := range results {
+		for name, tl := range r.Pods {
+			if tl.Failed {
+				t.Errorf("%s burst: %s Failed: %s", r.Mix, name, tl.FailedReason)
+			}
+		}
+		if r.Err != nil {
+			t.Errorf("%s burst: %v", r.Mix, r.Err)
 		}
 	}
-	if err != nil {
-		t.Fatalf("%v\nkubelet node log: %s", err, node.LogFile())
+	if !met {
+		t.Errorf("target not met (figures above); kubelet node log: %s", nodeLog)
 	}
 }

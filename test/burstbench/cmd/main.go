@@ -1,14 +1,16 @@
 // Command gpushare-burstbench measures time to a running pod in a burst, GPU
-// pods beside pods without a request (package burstbench; `make
-// bench-burst`).
+// pods alone, pods without a request alone and both interleaved (package
+// burstbench; `make bench-burst`). It exits 1 unless the target is met.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 
 	"k8s.io/client-go/kubernetes"
@@ -45,18 +47,32 @@ func main() {
 	o.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "burstbench: "+format+"\n", args...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	pods, err := burstbench.Run(ctx, client, o)
-	burstbench.WriteReport(os.Stdout, o, burstbench.Summarize(pods))
-	for name, t := range pods {
-		switch {
-		case t.Failed:
-			fmt.Printf("%s Failed: %s\n", name, t.FailedReason)
-		case t.Ready.IsZero():
-			fmt.Printf("%s not seen Ready (created %v, bound %v)\n", name, !t.Created.IsZero(), !t.Bound.IsZero())
+	results := burstbench.RunSuite(ctx, client, o)
+	met := burstbench.WriteSuite(os.Stdout, o, results)
+	for _, r := range results {
+		notReady(os.Stdout, r)
+		if r.Err != nil {
+			fmt.Fprintf(os.Stderr, "gpushare-burstbench: %s burst: %v\n", r.Mix, r.Err)
 		}
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpushare-burstbench:", err)
+	if !met {
 		os.Exit(1)
+	}
+}
+
+// notReady prints each pod of the burst that failed or was never seen Ready.
+func notReady(w io.Writer, r burstbench.Result) {
+	names := make([]string, 0, len(r.Pods))
+	for name := range r.Pods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		switch t := r.Pods[name]; {
+		case t.Failed:
+			fmt.Fprintf(w, "%s burst: %s Failed: %s\n", r.Mix, name, t.FailedReason)
+		case t.Ready.IsZero():
+			fmt.Fprintf(w, "%s burst: %s not seen Ready (created %v, bound %v)\n", r.Mix, name, !t.Created.IsZero(), !t.Bound.IsZero())
+		}
 	}
 }

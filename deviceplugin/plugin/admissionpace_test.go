@@ -1,0 +1,145 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
+	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/internal/podtest"
+)
+
+// countingCluster counts the calls that asked the API server whether the
+// pod cache is behind (the wait for a pod the kubelet saw first).
+type countingCluster struct {
+	*memCluster
+	behind atomic.Int64
+}
+
+func (c *countingCluster) CacheBehind(ctx context.Context) (bool, error) {
+	c.behind.Add(1)
+	return c.memCluster.CacheBehind(ctx)
+}
+
+// A burst of same-size GPU pods bound to one node at once, admitted by the
+// kubelet one at a time through the real PodResources client
+// (KubeletPodResources against a PodResources server that counts calls):
+// each admission call (GetPreferredAllocation, Allocate, PreStartContainer)
+// reads the kubelet's account with at most a few Gets whatever the number of
+// pods on the node, and none waits for or asks the API server about a pod
+// the cache already has. Reading every pod of the node per call made a
+// burst of N pods cost O(N²) Gets, paced under the kubelet's rate limit: a
+// node admitted one GPU pod every few seconds. The count, not the time, is
+// checked, so the test does not depend on the machine's speed.
+func TestBurstAdmissionReadsTheAccountInConstantGets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// lag: how many admissions later the pod's status shows it admitted.
+		lag int
+		// swap: the kubelet admits each pair of pods in the other order
+		// than the plugin's queue.
+		swap bool
+	}{
+		{name: "status follows at once", lag: 0},
+		{name: "status three admissions behind", lag: 3},
+		{name: "kubelet order differs in pairs, status behind", lag: 2, swap: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testBurstPace(t, tc.lag, tc.swap) })
+	}
+}
+
+func testBurstPace(t *testing.T, lag int, swap bool) {
+	const pods, size = 24, 4
+	ctx := context.Background()
+	sn := simtest.New(t, nodeName, "spec:3x32GiB:Test-GPU")
+	res := string(api.DefaultNames().ResourceName())
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	var names []string
+	for i := range pods {
+		name := fmt.Sprintf("p%02d", i)
+		names = append(names, name)
+		mem.arrival[types.UID("uid-"+name)] = uint64(i)
+		mem.pods = append(mem.pods, podtest.Bound(nodeName, name, 1).GPU("main", size).Assign(api.PhaseAssigned, sn.Cards[i%3]).Obj())
+	}
+	cl := &countingCluster{memCluster: mem}
+	srv := podrestest.Start(t, res)
+	var reads, maxGets int
+	podres := NewKubeletPodResources(srv.Socket, res, mem.Arrival, func(n int) { reads++; maxGets = max(maxGets, n) })
+	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	k := newKubeletModel(sn.Store, &fakePodResources{})
+
+	order := append([]string(nil), names...)
+	if swap {
+		for i := 0; i+1 < len(order); i += 2 {
+			order[i], order[i+1] = order[i+1], order[i]
+		}
+	}
+	byName := map[string]*corev1.Pod{}
+	for _, pod := range mem.pods {
+		byName[pod.Name] = pod
+	}
+	admitted := func(name string) {
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+		for i, pod := range mem.pods {
+			if pod.Name == name {
+				mem.pods[i] = pod.DeepCopy()
+				mem.pods[i].Status.Phase = corev1.PodRunning
+			}
+		}
+	}
+	calls := 0
+	held := map[string]string{} // pod → card of its units
+	for i, name := range order {
+		pod := byName[name]
+		srv.Know(pod.Namespace, name) // the kubelet's pod manager has it: it is being admitted
+		ids, err := k.allocate(ctx, p, pod, pod.Spec.Containers[0])
+		if err != nil {
+			t.Fatalf("admission %d (%s): %v", i+1, name, err)
+		}
+		srv.Hold(pod.Namespace, name, "main", ids...)
+		if held[name], err = cardOfIDs(ids); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+			t.Fatalf("PreStartContainer of %s: %v", name, err)
+		}
+		calls += 3
+		if i >= lag {
+			admitted(order[i-lag])
+		}
+	}
+	if err := p.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		a := mem.record(t, name)
+		if a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != held[name] {
+			t.Errorf("pod %s holds units of %s; its record says %s on %s", name, held[name], a.Phase, a.Containers[0].CardUUID)
+		}
+	}
+	list, gets := srv.Calls()
+	if list != 0 {
+		t.Errorf("PodResources List called %d times; want never", list)
+	}
+	t.Logf("%d pods, %d admission calls: %d PodResources Gets in %d reads (most in one read: %d), %d CacheBehind calls", pods, calls, gets, reads, maxGets, cl.behind.Load())
+	// A read asks the pod being admitted, and once each pod the kubelet
+	// completed since the last read: a handful, never the node's pods.
+	if maxGets > 3 {
+		t.Errorf("one read of the kubelet's account made %d PodResources Gets; want at most 3 (the pods being admitted, not the %d pods of the node)", maxGets, pods)
+	}
+	if gets > 2*calls {
+		t.Errorf("%d admission calls made %d PodResources Gets; want at most %d (2 a call): each admission must cost O(1) Gets, not O(pods on the node)", calls, gets, 2*calls)
+	}
+	if n := cl.behind.Load(); n != 0 {
+		t.Errorf("%d admission calls asked the API server whether the cache was behind although every pod was in the cache; want 0", n)
+	}
+}
