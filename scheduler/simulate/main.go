@@ -17,16 +17,20 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/replay"
+	"github.com/gpushare/gpushare/scheduler/replay/synth"
 )
 
 func main() {
 	o := replay.Options{Stdout: os.Stdout}
-	var workloads, policies string
+	var workloads, policies, synthetic, nodes, curve string
 	var quiet bool
 	flag.StringVar(&o.TracesDir, "traces", envOr("GPUSHARE_TRACES", "scheduler/simulate/traces"), "directory with openb/ and fgd_anchor_unallocated.csv (env GPUSHARE_TRACES)")
 	flag.StringVar(&workloads, "workloads", "default", `comma-separated openb workloads ("default", "gpushare40", …) or "all" for the anchor's 17`)
 	flag.StringVar(&o.MemoryNodes, "memory-nodes", "", "node file of a memory-format trace (replaces -workloads)")
 	flag.StringVar(&o.MemoryPods, "memory-pods", "", "pod file of a memory-format trace")
+	flag.StringVar(&synthetic, "synthetic", "", "generate the workload instead: FLEET/REQUESTS, fleets "+strings.Join(synth.FleetNames(), ", ")+", request mixes "+strings.Join(synth.RequestNames(), ", ")+" (replaces -workloads; the workload of -first-seed, or of each seed with -curve)")
+	flag.StringVar(&nodes, "nodes", "1000", "comma-separated node counts of -synthetic (a replay uses the first)")
+	flag.StringVar(&curve, "curve", "", `comma-separated percentageOfNodesToScore settings, e.g. "0,10,25,50,100": print what each costs the first policy against every node on -synthetic at each -nodes, instead of the report`)
 	flag.StringVar(&policies, "policies", strings.Join(registry.Names(), ","), "comma-separated policies")
 	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
@@ -41,16 +45,11 @@ func main() {
 	flag.StringVar(&o.JSONFile, "json", "", "also write the JSON report to this file")
 	flag.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
 	flag.Parse()
-	if *nodesToScore < 0 || *nodesToScore > 100 {
-		fmt.Fprintf(os.Stderr, "-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100\n", *nodesToScore)
+	o.NodesToScore, o.WorkloadTolerance = nodesToScore, tolerance
+	if err := synthesize(&o, synthetic, nodes, curve); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
 		os.Exit(2)
 	}
-	o.NodesToScore = nodesToScore
-	if *tolerance < 0 || *tolerance >= 1 {
-		fmt.Fprintf(os.Stderr, "-workload-tolerance %v: want 0 (exact) to below 1\n", *tolerance)
-		os.Exit(2)
-	}
-	o.WorkloadTolerance = tolerance
 	o.Workloads = strings.Split(workloads, ",")
 	o.Policies = strings.Split(policies, ",")
 	if !quiet {
@@ -62,6 +61,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
 		os.Exit(1)
 	}
+}
+
+// synthesize sets o's generated workload, node counts and curve settings.
+func synthesize(o *replay.Options, synthetic, nodes, curve string) (err error) {
+	if o.Nodes, err = replay.ParseInts("nodes", nodes); err != nil {
+		return err
+	}
+	if o.Curve, err = replay.ParseInts("curve", curve); err != nil || synthetic == "" {
+		return err
+	}
+	spec, err := synth.ParseSpec(synthetic)
+	o.Generate = func(n int, seed int64) (*replay.Trace, error) { return synth.Generate(spec, n, seed) }
+	return err
 }
 
 func envOr(key, def string) string {

@@ -132,6 +132,12 @@ func ParseSpec(s string) (Spec, error) {
 	return Spec{Fleet: fleet, Requests: reqs}, nil
 }
 
+// FleetNames are the names of Fleets, sorted.
+func FleetNames() []string { return strings.Split(names(Fleets), ", ") }
+
+// RequestNames are the names of Requests, sorted.
+func RequestNames() []string { return strings.Split(names(Requests), ", ") }
+
 func names[T any](m map[string]T) string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -156,9 +162,14 @@ func names[T any](m map[string]T) string {
 // machine: filled with pods of a few GiB, an 8-card 80 GiB node runs out of
 // CPU first, as a real one would.
 //
-// A share larger than every card of the fleet, or more whole cards than
-// its largest node has, is not generated (the bucket's range is cut to
-// the fleet), so every pod fits an empty node.
+// Whole cards are asked of the fleet's largest cards (their models, e.g.
+// the 80 GiB A100s and H100s), as a job that wants a whole card wants a
+// large one; so a whole card is the same size wherever it goes and the
+// unallocated share compares settings fairly (an L4 given as a whole
+// card would count 24 GiB allocated, an H100 80). A share larger than
+// every card of the fleet, or more whole cards than a node of the largest
+// cards has, is not generated (the bucket is cut to the fleet), so every
+// pod fits an empty node.
 func Generate(spec Spec, nodes int, seed int64) (*replay.Trace, error) {
 	fleet, ok := Fleets[spec.Fleet]
 	if !ok {
@@ -176,14 +187,25 @@ func Generate(spec Spec, nodes int, seed int64) (*replay.Trace, error) {
 		Name: fmt.Sprintf("synth_%s_%s_n%d_s%d", spec.Fleet, spec.Requests, nodes, seed),
 		Unit: api.UnitGiB,
 	}
+	counts := Apportion(weights(fleet, func(n NodeType) float64 { return n.Weight }), nodes)
 	var maxCard int64
-	maxCards := 0
-	for i, count := range Apportion(weights(fleet, func(n NodeType) float64 { return n.Weight }), nodes) {
-		nt := fleet[i]
-		if count > 0 {
+	for i, nt := range fleet {
+		if counts[i] > 0 {
 			maxCard = max(maxCard, nt.CardGiB)
-			maxCards = max(maxCards, nt.Cards)
 		}
+	}
+	maxCards := 0    // of a node of the largest cards
+	var big []string // the models of the largest cards
+	for i, nt := range fleet {
+		if counts[i] > 0 && nt.CardGiB == maxCard {
+			maxCards = max(maxCards, nt.Cards)
+			if !slices.Contains(big, nt.Model) {
+				big = append(big, nt.Model)
+			}
+		}
+	}
+	for i, count := range counts {
+		nt := fleet[i]
 		for range count {
 			n := replay.NodeSpec{CPUMilli: nt.CPUMilli, MemoryMiB: nt.MemoryMiB, Cards: make([]replay.CardSpec, nt.Cards)}
 			for k := range n.Cards {
@@ -196,7 +218,7 @@ func Generate(spec Spec, nodes int, seed int64) (*replay.Trace, error) {
 	for i := range t.Nodes {
 		t.Nodes[i].Name = fmt.Sprintf("node-%05d", i)
 	}
-	t.WholeCardUnits = (t.Capacity() + int64(t.Cards())/2) / int64(t.Cards())
+	t.WholeCardUnits = maxCard // every whole card is one of the largest
 	cum := cumulative(weights(buckets, func(b Bucket) float64 { return b.Weight }))
 	var total int64
 	for total < t.Capacity() {
@@ -205,6 +227,7 @@ func Generate(spec Spec, nodes int, seed int64) (*replay.Trace, error) {
 		switch {
 		case b.WholeCards > 0:
 			p.WholeCards = min(b.WholeCards, maxCards)
+			p.Models = big
 			p.CPUMilli = int64(p.WholeCards) * 8000
 			p.MemoryMiB = int64(p.WholeCards) * 32 * gib
 		case b.MaxGiB > 0:

@@ -109,9 +109,13 @@ func TestRequestMixProportionsAndBounds(t *testing.T) {
 		var maxCard int64
 		maxCards := 0
 		for _, n := range tr.Nodes {
-			maxCards = max(maxCards, len(n.Cards))
-			for _, c := range n.Cards {
-				maxCard = max(maxCard, c.Capacity)
+			maxCard = max(maxCard, n.Cards[0].Capacity)
+		}
+		big := map[string]bool{}
+		for _, n := range tr.Nodes {
+			if n.Cards[0].Capacity == maxCard {
+				maxCards = max(maxCards, len(n.Cards))
+				big[n.Cards[0].Model] = true
 			}
 		}
 		mix := Requests[spec.Requests]
@@ -120,6 +124,12 @@ func TestRequestMixProportionsAndBounds(t *testing.T) {
 		for _, p := range tr.Pods {
 			if p.Units < 0 || p.Units > maxCard || p.WholeCards > maxCards || (p.Units > 0 && p.Units < 1) {
 				t.Fatalf("%s: pod %s asks %d GiB / %d cards; the fleet's largest card is %d GiB, node %d cards", spec, p.Name, p.Units, p.WholeCards, maxCard, maxCards)
+			}
+			if p.WholeCards > 0 && (len(p.Models) != len(big) || !allIn(p.Models, big)) {
+				t.Fatalf("%s: pod %s asks whole cards of %v, want the largest cards' models %v", spec, p.Name, p.Models, big)
+			}
+			if p.WholeCards == 0 && len(p.Models) > 0 {
+				t.Fatalf("%s: pod %s asks a share of %v, want any model", spec, p.Name, p.Models)
 			}
 			i := bucketOf(mix, p, maxCard, maxCards)
 			if i < 0 {
@@ -225,3 +235,12 @@ func TestApportion(t *testing.T) {
 }
 
 func replayPolicy() (*allocator.Policy, error) { return registry.Lookup("frag") }
+
+func allIn(models []string, set map[string]bool) bool {
+	for _, m := range models {
+		if !set[m] {
+			return false
+		}
+	}
+	return true
+}
