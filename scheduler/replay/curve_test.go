@@ -98,3 +98,23 @@ func TestSamplingCurveRefusesBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// gpushare-simulate -curve: the generated workload's curve, as a table.
+func TestMainPrintsTheCurveOfAGeneratedWorkload(t *testing.T) {
+	tiny := tinyTrace(t)
+	mk := func(nodes int, seed int64) (*Trace, error) { return tiny.Scaled(nodes / len(tiny.Nodes)), nil }
+	var out bytes.Buffer
+	o := Options{Generate: mk, Nodes: []int{150}, Curve: []int{0, 50}, Policies: []string{"frag"}, FirstSeed: 1, Seeds: 2, Output: "table", Parallel: 2, Stdout: &out}
+	if err := Main(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"tiny_x150, frag, seeds 1-2", "0 (adaptive)", "   50  ", "  100  "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	o.Generate = nil
+	if err := Main(context.Background(), o); err == nil || !strings.Contains(err.Error(), "-synthetic") {
+		t.Errorf("-curve without a generated workload: %v, want an error naming -synthetic", err)
+	}
+}

@@ -132,6 +132,16 @@ func ParseSpec(s string) (Spec, error) {
 	return Spec{Fleet: fleet, Requests: reqs}, nil
 }
 
+// Maker is the generator of the workload named by spec (ParseSpec) at any
+// size and seed: what replay.Options.Generate takes.
+func Maker(spec string) (func(nodes int, seed int64) (*replay.Trace, error), error) {
+	s, err := ParseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	return func(nodes int, seed int64) (*replay.Trace, error) { return Generate(s, nodes, seed) }, nil
+}
+
 // FleetNames are the names of Fleets, sorted.
 func FleetNames() []string { return strings.Split(names(Fleets), ", ") }
 
