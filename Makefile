@@ -92,6 +92,20 @@ bench-packing-gib: ## replay the heterogeneous GiB workload (traces/gib, from op
 	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
 	for nts in 100 0; do echo "percentageOfNodesToScore $$nts:"; $(BIN)/gpushare-simulate -memory-nodes $(TRACES)/gib/openb_gib_nodes.csv -memory-pods $(TRACES)/gib/openb_gib_pods.csv $(if $(POLICIES),-policies $(POLICIES)) -nodes-to-score $$nts -quiet | tail -3; done
 
+# What kube-scheduler's percentageOfNodesToScore costs in packing (docs/packing.md): a generated
+# workload (SYNTH=FLEET/REQUESTS: fleets mixed, inference, training; requests mixed, small, large), each
+# setting of CURVE against every node on the same workload, per seed. 5,000 nodes × 10 seeds is ~6 minutes
+# on 16 cores; SYNTH_NODES=15000 takes hours of CPU.
+SYNTH       ?= mixed/mixed
+SYNTH_NODES ?= 1000,5000
+SYNTH_SEEDS ?= 10
+CURVE       ?= 0,10,25,50,100
+.PHONY: bench-sampling
+bench-sampling: ## packing cost and replay rate of percentageOfNodesToScore CURVE (0,10,25,50,100) against every node, frag, generated GiB workload SYNTH at SYNTH_NODES (1000,5000), SYNTH_SEEDS seeds
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate
+	$(BIN)/gpushare-simulate -synthetic $(SYNTH) -nodes $(SYNTH_NODES) -seeds $(SYNTH_SEEDS) -curve $(CURVE) -policies $(or $(POLICIES),frag) -quiet
+
 bench-packing: ## replay the openb traces for every policy, table beside the FGD anchor (VARIANTS=all for 17)
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/gpushare-simulate ./scheduler/simulate

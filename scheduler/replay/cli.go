@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
@@ -44,6 +46,14 @@ type Options struct {
 	// JSONFile, when set, also gets the JSON report (whatever Output is).
 	JSONFile string
 	Stdout   io.Writer
+	// Generate, when set, makes the workload instead of reading one (e.g.
+	// synth.Generate): of Nodes[0] nodes with seed FirstSeed for a replay,
+	// of each of Nodes with each seed for a curve.
+	Generate func(nodes int, seed int64) (*Trace, error)
+	Nodes    []int
+	// Curve, when not empty, are the percentageOfNodesToScore settings of a
+	// SamplingCurve of the first policy, printed instead of the report.
+	Curve []int
 	// Progress gets a line per finished replay (nil: none).
 	Progress io.Writer
 }
@@ -55,6 +65,20 @@ func Main(ctx context.Context, o Options) error {
 	}
 	if o.Seeds < 1 {
 		return fmt.Errorf("-seeds %d: want at least 1", o.Seeds)
+	}
+	if p := o.NodesToScore; p != nil && (*p < 0 || *p > 100) {
+		return fmt.Errorf("-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100", *p)
+	}
+	if tol := o.WorkloadTolerance; tol != nil && (*tol < 0 || *tol >= 1) {
+		return fmt.Errorf("-workload-tolerance %v: want 0 (exact) to below 1", *tol)
+	}
+	if o.Generate != nil && len(o.Nodes) == 0 {
+		return fmt.Errorf("a generated workload needs -nodes")
+	}
+	for _, n := range o.Nodes {
+		if n < 1 {
+			return fmt.Errorf("-nodes %d: want at least 1", n)
+		}
 	}
 	var policies []*allocator.Policy
 	for _, name := range o.Policies {
@@ -80,8 +104,17 @@ func Main(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	if len(o.Curve) > 0 {
+		return o.curve(ctx, policies[0])
+	}
 	var traces []*Trace
-	if o.MemoryNodes != "" || o.MemoryPods != "" {
+	if o.Generate != nil {
+		t, err := o.Generate(o.Nodes[0], o.FirstSeed)
+		if err != nil {
+			return err
+		}
+		traces = append(traces, t)
+	} else if o.MemoryNodes != "" || o.MemoryPods != "" {
 		t, err := LoadMemory(o.MemoryNodes, o.MemoryPods)
 		if err != nil {
 			return err
@@ -179,4 +212,47 @@ func Main(ctx context.Context, o Options) error {
 		return err
 	}
 	return WriteMatrix(o.Stdout, rep, anchor)
+}
+
+// curve prints the SamplingCurve of policy over o.Nodes and o.Seeds seeds,
+// on the generated workload.
+func (o Options) curve(ctx context.Context, policy *allocator.Policy) error {
+	if o.Generate == nil {
+		return fmt.Errorf("-curve needs a generated workload (-synthetic FLEET/REQUESTS)")
+	}
+	c := SamplingCurve{Sizes: o.Nodes, Percents: o.Curve, Policy: policy, Inflate: o.Inflate, Make: o.Generate, Parallel: o.Parallel, Now: time.Now, Progress: o.Progress}
+	for s := range o.Seeds {
+		c.Seeds = append(c.Seeds, o.FirstSeed+int64(s))
+	}
+	points, err := c.Run(ctx)
+	if err != nil {
+		return err
+	}
+	if o.Output == "json" {
+		enc := json.NewEncoder(o.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(points)
+	}
+	t, err := o.Generate(o.Nodes[0], o.FirstSeed)
+	if err != nil {
+		return err
+	}
+	return WriteCurve(o.Stdout, fmt.Sprintf("%s, %s, seeds %d-%d", strings.SplitN(t.Name, "_n", 2)[0], policy.Name, c.Seeds[0], c.Seeds[len(c.Seeds)-1]), points)
+}
+
+// ParseInts reads a comma-separated list of integers ("0,10,25"); an
+// empty string is an empty list.
+func ParseInts(flagName, s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("-%s %q: want comma-separated integers", flagName, s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

@@ -17,43 +17,39 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/replay"
+	"github.com/gpushare/gpushare/scheduler/replay/synth"
 )
 
 func main() {
 	o := replay.Options{Stdout: os.Stdout}
-	var workloads, policies string
-	var quiet bool
+	var workloads, policies, synthetic, nodes, curve string
 	flag.StringVar(&o.TracesDir, "traces", envOr("GPUSHARE_TRACES", "scheduler/simulate/traces"), "directory with openb/ and fgd_anchor_unallocated.csv (env GPUSHARE_TRACES)")
 	flag.StringVar(&workloads, "workloads", "default", `comma-separated openb workloads ("default", "gpushare40", …) or "all" for the anchor's 17`)
 	flag.StringVar(&o.MemoryNodes, "memory-nodes", "", "node file of a memory-format trace (replaces -workloads)")
 	flag.StringVar(&o.MemoryPods, "memory-pods", "", "pod file of a memory-format trace")
+	flag.StringVar(&synthetic, "synthetic", "", "generate the workload instead: FLEET/REQUESTS, fleets "+strings.Join(synth.FleetNames(), ", ")+", request mixes "+strings.Join(synth.RequestNames(), ", ")+" (replaces -workloads; the workload of -first-seed, or of each seed with -curve)")
+	flag.StringVar(&nodes, "nodes", "1000", "comma-separated node counts of -synthetic (a replay uses the first)")
+	flag.StringVar(&curve, "curve", "", `comma-separated percentageOfNodesToScore settings, e.g. "0,10,25,50,100": print what each costs the first policy against every node on -synthetic at each -nodes, instead of the report`)
 	flag.StringVar(&policies, "policies", strings.Join(registry.Names(), ","), "comma-separated policies")
 	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
 	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
 	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
 	flag.IntVar(&o.Scale, "scale", 1, "replay each trace this many times over as one cluster (k× the nodes and k× the pods, names suffixed): the same workload on a larger cluster, e.g. 4 for openb at ~4,850 nodes")
-	nodesToScore := flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node; 0: its adaptive default, the shipped configuration)")
-	tolerance := flag.Float64("workload-tolerance", allocator.WorkloadTolerance, "how far the workload the policies read may lag the pods seen: a new value once a shape's share of the pods has moved by more than this (the extender's rule); 0: exact after every pod")
+	o.NodesToScore = flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node; 0: its adaptive sample, the shipped configuration)")
+	o.WorkloadTolerance = flag.Float64("workload-tolerance", allocator.WorkloadTolerance, "how far the workload the policies read may lag the pods seen: a new value once a shape's share of the pods has moved by more than this (the extender's rule); 0: exact after every pod")
 	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
 	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
 	flag.StringVar(&o.PNG, "png", "", "write the allocation curves of the first workload to this PNG")
 	flag.StringVar(&o.JSONFile, "json", "", "also write the JSON report to this file")
-	flag.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
 	flag.Parse()
-	if *nodesToScore < 0 || *nodesToScore > 100 {
-		fmt.Fprintf(os.Stderr, "-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100\n", *nodesToScore)
+	if err := synthesize(&o, synthetic, nodes, curve); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
 		os.Exit(2)
 	}
-	o.NodesToScore = nodesToScore
-	if *tolerance < 0 || *tolerance >= 1 {
-		fmt.Fprintf(os.Stderr, "-workload-tolerance %v: want 0 (exact) to below 1\n", *tolerance)
-		os.Exit(2)
-	}
-	o.WorkloadTolerance = tolerance
-	o.Workloads = strings.Split(workloads, ",")
-	o.Policies = strings.Split(policies, ",")
-	if !quiet {
+	o.Workloads, o.Policies = strings.Split(workloads, ","), strings.Split(policies, ",")
+	if !*quiet {
 		o.Progress = os.Stderr
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -62,6 +58,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
 		os.Exit(1)
 	}
+}
+
+// synthesize sets o's generated workload, node counts and curve settings.
+func synthesize(o *replay.Options, synthetic, nodes, curve string) (err error) {
+	if o.Nodes, err = replay.ParseInts("nodes", nodes); err == nil {
+		o.Curve, err = replay.ParseInts("curve", curve)
+	}
+	if err == nil && synthetic != "" {
+		o.Generate, err = synth.Maker(synthetic)
+	}
+	return err
 }
 
 func envOr(key, def string) string {
