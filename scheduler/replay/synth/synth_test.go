@@ -193,9 +193,12 @@ func TestTracesReplay(t *testing.T) {
 	for _, spec := range every(t) {
 		tr := generate(t, spec, 40, 1)
 		run := replay.ReplaySampled(tr, p, 1, replay.DefaultInflate, 100)
-		if run.FailedAt100 != 0 && run.UnallocatedAt100() > 50 {
-			t.Errorf("%s: %.1f%% unallocated at 100%% arrival, %d pods failed before: the trace does not fill its fleet", spec, run.UnallocatedAt100(), run.FailedAt100)
+		// The trace asks for the fleet's capacity: at 100 % arrival most of
+		// the fleet is allocated, whatever the mix.
+		if u := run.UnallocatedAt100(); u > 50 {
+			t.Errorf("%s: %.1f%% unallocated at 100%% arrival (%d pods failed before): the trace does not fill its fleet", spec, u, run.FailedAt100)
 		}
+		t.Logf("%s: %.1f%% unallocated at 100%% arrival", spec, run.UnallocatedAt100())
 	}
 }
 
