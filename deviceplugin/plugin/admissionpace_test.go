@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -142,4 +143,75 @@ func testBurstPace(t *testing.T, lag int, swap bool) {
 	if n := cl.behind.Load(); n != 0 {
 		t.Errorf("%d admission calls asked the API server whether the cache was behind although every pod was in the cache; want 0", n)
 	}
+}
+
+// heldWrites is an API server whose record writes wait for release.
+type heldWrites struct {
+	*memCluster
+	release chan struct{}
+	writes  atomic.Int64
+}
+
+func (c *heldWrites) UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error {
+	<-c.release // whatever the write's own timeout: the API server has not answered
+	c.writes.Add(1)
+	return c.memCluster.UpdateAssignment(ctx, namespace, name, uid, mutate)
+}
+
+// The kubelet admits one pod at a time, its sync loop blocked on Allocate:
+// an Allocate of units answers without waiting for the API server, and the
+// record writer writes the record after it; PreStartContainer, which the
+// kubelet calls before it starts the container, waits for the record.
+func TestAllocateOfUnitsDoesNotWaitForTheAPIServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sn := simtest.New(t, nodeName, "spec:1x16GiB:Test-GPU")
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 1).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj())
+	cl := &heldWrites{memCluster: mem, release: make(chan struct{})}
+	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
+	go p.runRecordWriter(ctx)
+	waitServing(t, p)
+	ids := unitIDs(sn.Cards[0].UUID, 0, 4)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Allocate waited for the API server's record write: the kubelet's admission of the node's next pod waits with it")
+	}
+	if a := mem.record(t, "a"); a.Phase != api.PhaseAssigned {
+		t.Fatalf("record written before the API server answered: %s", a.Phase)
+	}
+	pre := make(chan error, 1)
+	go func() {
+		_, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+		pre <- err
+	}()
+	close(cl.release)
+	if err := <-pre; err != nil {
+		t.Fatal(err)
+	}
+	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != sn.Cards[0].UUID {
+		t.Errorf("after PreStartContainer the record says %s on %s; want Allocated on the card", a.Phase, a.Containers[0].CardUUID)
+	}
+}
+
+func waitServing(t *testing.T, p *Plugin) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		p.records.mu.Lock()
+		on := p.records.serving
+		p.records.mu.Unlock()
+		if on {
+			return
+		}
+	}
+	t.Fatal("the record writer did not start")
 }

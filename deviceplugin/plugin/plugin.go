@@ -150,6 +150,8 @@ type Plugin struct {
 	// state is the node's state: which card is held by whom, in what form.
 	state     nodeState
 	reconcile chan struct{}
+	// records are the records Allocate leaves to the record writer.
+	records *recordQueue
 
 	// units and whole are the two resources served: gpu-mem units and
 	// whole cards.
@@ -191,7 +193,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), state: newNodeState()}
+	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), records: newRecordQueue(), state: newNodeState()}
 	// One server type per resource, each with its kind, account and ledger.
 	p.units = &server[allocate.Units]{p: p, kind: units{p}, res: &resource{name: cfg.Names.ResourceName(), socketName: cfg.SocketName, options: &unitOptions, podres: podres, ledger: p.state.units, cardsOf: unitCards}}
 	p.whole = &server[allocate.Cards]{p: p, kind: cards{p}, res: &resource{name: cfg.Names.WholeResourceName(), socketName: cfg.WholeSocketName, options: &cardOptions, podres: cfg.WholePodResources, ledger: p.state.whole, cardsOf: wholeCards}}

@@ -247,6 +247,10 @@ func (h *harness) mustAllocate(t *testing.T, ids []string) *pluginapi.ContainerA
 // record reads a pod's assignment from the API server.
 func (h *harness) record(t *testing.T, name string) api.Assignment {
 	t.Helper()
+	// The records an Allocate left to the record writer are written first.
+	for deadline := time.Now().Add(30 * time.Second); !h.plugin.records.idle() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	p, err := h.client.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ func (p *Plugin) KubeletSocketPath() string {
 // restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	go p.RunReconciler(ctx)
+	go p.runRecordWriter(ctx)
 	units := p.units.endpoint()
 	units.tried = make(chan struct{})
 	if !p.cfg.WholeCards {

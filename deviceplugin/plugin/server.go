@@ -134,9 +134,10 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 
 // Allocate answers the kubelet for each container request: the device IDs
 // are parsed once, here; then which container each is for (decide, under
-// allocMu), what the container gets, and, after the lock, the records. A
-// failed record write does not fail the container: reconciliation retries
-// it.
+// allocMu), what the container gets, and, after the lock, the records
+// (queued for the record writer where PreStartContainer writes them before
+// the container starts: recordQueue). A failed record write does not fail
+// the container: reconciliation retries it.
 func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
 	start := p.cfg.Clock.Now()
@@ -185,7 +186,11 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, s.kind.respond(d))
 	}
-	p.writeRecords(ctx, writes)
+	if s.res.options.PreStartRequired {
+		p.queueRecords(ctx, writes) // PreStartContainer writes the record before the container starts
+	} else {
+		p.writeRecords(ctx, writes)
+	}
 	select {
 	case p.reconcile <- struct{}{}:
 	default:

@@ -253,6 +253,9 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	p.swapDeferred(ctx)
 	accts := k.accounts(ctx)
 	if !accts.units.ok {
+		// The plugin's decision is all there is: its record, which Allocate
+		// left to the record writer, is written before the container starts.
+		p.writeDecided(ctx, u.IDs)
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	var refs []podRef
@@ -266,8 +269,10 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	}
 	p.writeRecords(ctx, refs)
 	if !held || h.Guess {
-		// Not (yet) in the kubelet's account: nothing certain to record.
+		// Not (yet) in the kubelet's account: nothing certain to record
+		// beyond the plugin's own decision.
 		p.log.V(2).Info("PreStartContainer for units the kubelet's account does not show", "devices", len(u.IDs))
+		p.writeDecided(ctx, u.IDs)
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	p.state.units.start(h.UID, h.Container)
@@ -276,4 +281,13 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.card(), err)
 	}
 	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+// writeDecided writes the record of the pod the plugin's ledger gave ids
+// (its decision at Allocate, which the record writer may not have written
+// yet); errors are logged: the reconciler retries.
+func (p *Plugin) writeDecided(ctx context.Context, ids []string) {
+	if h, ok := p.state.units.byDeviceIDs(ids); ok {
+		p.writeRecords(ctx, []podRef{{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}})
+	}
 }

@@ -1,0 +1,97 @@
+package plugin
+
+import (
+	"context"
+	"sync"
+)
+
+// recordQueue holds the records Allocate decided for a resource whose
+// containers the kubelet starts only after PreStartContainer (gpu-mem
+// units): those are written after Allocate has returned, by the plugin's
+// record writer, so that the kubelet's admission of the node's next pod (one
+// at a time, its sync loop blocked on this call) does not wait for an API
+// server round trip. The record is still right before the container starts:
+// PreStartContainer writes it, and waits for the write. Whole cards have no
+// PreStartContainer: Allocate writes their records before it returns. A
+// write that fails, or one queued when the plugin stops, is the
+// reconciler's to redo, as a failed write in Allocate always was.
+type recordQueue struct {
+	mu      sync.Mutex
+	pending []podRef
+	serving bool
+	// writing: the writer has taken records it has not finished writing.
+	writing bool
+	wake    chan struct{}
+}
+
+func newRecordQueue() *recordQueue { return &recordQueue{wake: make(chan struct{}, 1)} }
+
+// put queues refs for the writer and reports whether one serves the queue
+// (false: the caller writes them itself).
+func (q *recordQueue) put(refs []podRef) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.serving {
+		return false
+	}
+	q.pending = append(q.pending, refs...)
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (q *recordQueue) take() []podRef {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.pending
+	q.pending = nil
+	q.writing = len(out) > 0
+	return out
+}
+
+func (q *recordQueue) done() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.writing = false
+}
+
+// idle reports whether every queued record has been written (or given up).
+func (q *recordQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) == 0 && !q.writing
+}
+
+func (q *recordQueue) setServing(on bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.serving = on
+}
+
+// queueRecords hands an Allocate's records to the writer, or writes them
+// now when no writer runs (the plugin's Run starts one).
+func (p *Plugin) queueRecords(ctx context.Context, refs []podRef) {
+	if len(refs) == 0 {
+		return
+	}
+	if !p.records.put(refs) {
+		p.writeRecords(ctx, refs)
+	}
+}
+
+// runRecordWriter writes the queued records until ctx ends.
+func (p *Plugin) runRecordWriter(ctx context.Context) {
+	p.records.setServing(true)
+	defer p.records.setServing(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.records.wake:
+			p.writeRecords(ctx, p.records.take())
+			p.records.done()
+		}
+	}
+}
