@@ -57,6 +57,9 @@ type Usage struct {
 	UsedBytes    int64
 	// PIDs are the container's processes on the card, ascending.
 	PIDs []uint32
+	// TerminationGrace is the pod's terminationGracePeriodSeconds (nil: the
+	// pod sets none, or the pod cache does not know it).
+	TerminationGrace *int64
 }
 
 // CardSample is one card's totals.
@@ -247,6 +250,9 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 			continue
 		}
 		sort.Slice(u.PIDs, func(a, b int) bool { return u.PIDs[a] < u.PIDs[b] })
+		if p := byUID[u.Ref.UID]; p != nil {
+			u.TerminationGrace = p.Spec.TerminationGracePeriodSeconds
+		}
 		out.Usages = append(out.Usages, *u)
 	}
 	sort.Slice(out.Usages, func(a, b int) bool { return out.Usages[a].less(out.Usages[b]) })

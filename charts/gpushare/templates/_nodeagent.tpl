@@ -152,6 +152,8 @@ spec:
       value: {{ .Values.devicePlugin.memory.tolerance | quote }}
     - name: GPUSHARE_MEMORY_GRACE
       value: {{ .Values.devicePlugin.memory.grace | quote }}
+    - name: GPUSHARE_MEMORY_EVICT_GRACE
+      value: {{ .Values.devicePlugin.memory.evictGrace | quote }}
     - name: GPUSHARE_METRICS_ADDRESS
       value: ":{{ $port }}"
     - name: GPUSHARE_ADMIN_AUTH
