@@ -114,7 +114,7 @@ func (k KubeActions) Evict(ctx context.Context, v Verdict) error {
 	u := v.Usage
 	uid := u.Ref.UID
 	err := k.Client.PolicyV1().Evictions(u.Ref.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
 		DeleteOptions: &metav1.DeleteOptions{
 			Preconditions:      &metav1.Preconditions{UID: &uid},
 			GracePeriodSeconds: ptr.To(EvictionGrace(u.TerminationGrace, k.EvictGrace)),
