@@ -178,14 +178,15 @@ func Decide(prev State, s Sample, p Policy) (State, []Verdict) {
 		if !u.Grant && u.Ref.Container == "" && granted[[2]string{string(u.Ref.UID), u.Card}] {
 			continue
 		}
-		allowed := p.Tolerance.Allowed(u.GrantedBytes)
+		grantedBytes, usedBytes := u.Measured()
+		allowed := p.Tolerance.Allowed(grantedBytes)
 		k := Key{UID: u.Ref.UID, Container: u.Ref.Container, Card: u.Card}
 		o, was := prev[k]
 		var elapsed time.Duration
 		if was && s.Time.After(o.Last) {
 			elapsed = s.Time.Sub(o.Last)
 		}
-		if u.UsedBytes <= allowed {
+		if usedBytes <= allowed {
 			if !was {
 				continue
 			}

@@ -80,8 +80,14 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 	if container == "" {
 		container = "(not yet named in the pod status)"
 	}
+	used := bytesString(u.UsedBytes)
+	if u.Shared != nil {
+		// Containers naming one claim share its memory and are measured together.
+		used = fmt.Sprintf("%s (with the containers sharing its claim, %v: %s)", used, u.Shared.Containers, bytesString(u.Shared.UsedBytes))
+		grant = "they were granted " + bytesString(u.Shared.GrantedBytes) + " together"
+	}
 	msg := fmt.Sprintf("container %s uses %s of GPU memory on card %s and %s (allowed with tolerance: %s) since %s, over it for %s in all (time within the grant pays back a quarter of its length): %s",
-		container, bytesString(u.UsedBytes), u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), v.OverFor.Round(time.Second), what)
+		container, used, u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), v.OverFor.Round(time.Second), what)
 	now := metav1.NewTime(k.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: u.Ref.Pod + ".", Namespace: u.Ref.Namespace},
