@@ -34,6 +34,7 @@ type MemoryOptions struct {
 	Enforcement    string
 	Tolerance      string
 	Grace          time.Duration
+	EvictGrace     time.Duration
 	ProcRoot       string
 	MetricsAddress string
 	MPS            bool
@@ -46,9 +47,10 @@ type MemoryOptions struct {
 
 func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&m.SampleInterval, "memory-sample-interval", 5*time.Second, "how often GPU memory in use is sampled per process and container (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement)")
-	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.DefaultMode), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod only: its neighbours on the card lose the memory it takes), evict (the Eviction API, honouring PodDisruptionBudgets) or kill (SIGKILL to its processes on the card)")
+	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.DefaultMode), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod only: its neighbours on the card lose the memory it takes), evict (the Eviction API with a termination grace of at most --memory-evict-grace; when a PodDisruptionBudget refuses the eviction, or the container still holds the memory after that grace, SIGKILL to its processes on the card) or kill (SIGKILL to its processes on the card)")
 	fs.StringVar(&m.Tolerance, "memory-tolerance", "5%", "how far past its grant a container may go: a percentage of the grant (5%) or a quantity (512Mi)")
 	fs.DurationVar(&m.Grace, "memory-grace", 30*time.Second, "how long a container must stay over its grant before it is acted on")
+	fs.DurationVar(&m.EvictGrace, "memory-evict-grace", 30*time.Second, "with --memory-enforcement=evict, the longest termination grace an eviction grants (the pod's own terminationGracePeriodSeconds when shorter); a container still holding the memory this long plus two sample intervals after the eviction has its processes on the card killed")
 	fs.StringVar(&m.ProcRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods through /proc/<pid>/cgroup (the plugin needs hostPID)")
 	fs.StringVar(&m.MetricsAddress, "metrics-address", "", "address of the Prometheus /metrics endpoint, e.g. :9402 (the chart sets it); empty: none (several simulated nodes on one host would collide on a fixed default)")
 	fs.BoolVar(&m.MPS, "mps", false, "MPS mode: set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mount the MPS pipe and shm directories (the node must run nvidia-cuda-mps-control)")
@@ -76,6 +78,9 @@ func (m MemoryOptions) validate() error {
 	if m.Grace < 0 {
 		return fmt.Errorf("--memory-grace=%v: want 0 or a positive duration, e.g. 30s", m.Grace)
 	}
+	if m.EvictGrace < 0 || m.EvictGrace%time.Second != 0 {
+		return fmt.Errorf("--memory-evict-grace=%v: want whole seconds, 0 or more, e.g. 30s", m.EvictGrace)
+	}
 	if m.MetricsAddress != "" {
 		if _, _, err := net.SplitHostPort(m.MetricsAddress); err != nil {
 			return fmt.Errorf("--metrics-address=%q: want host:port or :port, e.g. :9402 (empty: no endpoint)", m.MetricsAddress)
@@ -85,6 +90,13 @@ func (m MemoryOptions) validate() error {
 		return err
 	}
 	return m.mps().Validate()
+}
+
+// policy is the enforcement policy: a container still over its grant two
+// sample intervals past the eviction's grace is killed (the kubelet had the
+// grace to stop it; a sample to see it gone).
+func (m MemoryOptions) policy(tol usage.Tolerance) usage.Policy {
+	return usage.Policy{Tolerance: tol, Grace: m.Grace, KillAfter: m.EvictGrace + 2*m.SampleInterval}
 }
 
 func (m MemoryOptions) mps() plugin.MPS {
@@ -138,8 +150,8 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 			Pods: cl.Pods, PodResources: podres, Claims: claims, Keys: keys, Clock: clk.Now,
 		},
 		Enforcer: &usage.Enforcer{
-			Mode: mode, Policy: usage.Policy{Tolerance: tol, Grace: m.Grace}, Log: log, Count: metrics.Count,
-			Actions: usage.KubeActions{Client: client, Node: o.NodeName, Proc: m.ProcRoot, Signal: usage.SignalKill, Now: clk.Now},
+			Mode: mode, Policy: m.policy(tol), Log: log, Count: metrics.Count,
+			Actions: usage.KubeActions{Client: client, Node: o.NodeName, Proc: m.ProcRoot, Signal: usage.SignalKill, Now: clk.Now, EvictGrace: m.EvictGrace},
 		},
 		Metrics:      metrics,
 		Interval:     m.SampleInterval,
@@ -149,7 +161,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 		Log:          log,
 	}
 	return func(ctx context.Context) {
-		log.Info("GPU memory sampling", "interval", m.SampleInterval, "enforcement", mode, "tolerance", tol.String(), "grace", m.Grace, "mps", m.MPS)
+		log.Info("GPU memory sampling", "interval", m.SampleInterval, "enforcement", mode, "tolerance", tol.String(), "grace", m.Grace, "evictGrace", m.EvictGrace, "mps", m.MPS)
 		loop.Run(ctx)
 	}, nil
 }

@@ -107,11 +107,24 @@ func TestCardIndexAndUnits(t *testing.T) {
 	}
 }
 
+// claim is an allocated claim whose requests (one per result's request
+// name) ask for what the results consume, as the scheduler allocates them.
 func claim(uid, namespace string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
-	return &resourceapi.ResourceClaim{
+	c := &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "c-" + uid, Namespace: namespace, UID: types.UID(uid)},
 		Status:     resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}},
 	}
+	for _, r := range results {
+		if slices.ContainsFunc(c.Spec.Devices.Requests, func(q resourceapi.DeviceRequest) bool { return q.Name == r.Request }) {
+			continue
+		}
+		req := resourceapi.DeviceRequest{Name: r.Request, Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpushare.example.com"}}
+		if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
+			req.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{CapacityMemory: q}}
+		}
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, req)
+	}
+	return c
 }
 
 func result(request, pool, device, memory string) resourceapi.DeviceRequestAllocationResult {
@@ -187,7 +200,9 @@ func TestPrepareHandsTheClaimTheDevicePluginsGrantThroughCDI(t *testing.T) {
 func TestPrepareNamesNvidiasCDIDeviceWhenAsked(t *testing.T) {
 	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: t.TempDir(), NvidiaCDIKind: "nvidia.com/gpu",
 		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyEnvvar}}
-	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim("u1", "team", result("gpu", "gpu-1", "card-0", "1536Mi"))})
+	c := claim("u1", "team", result("gpu", "gpu-1", "card-0", "2Gi"))
+	c.Spec.Devices.Requests[0].Exactly.Capacity.Requests[CapacityMemory] = resource.MustParse("1536Mi") // rounded up to a unit
+	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})
 	if err != nil || got["u1"].Err != nil {
 		t.Fatal(err, got["u1"].Err)
 	}

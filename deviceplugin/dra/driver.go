@@ -2,7 +2,7 @@ package dra
 
 import (
 	"context"
-	"fmt"
+	"sync"
 	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -40,6 +40,10 @@ type Driver struct {
 
 	// published is set once the slice was published: the driver serves.
 	published atomic.Bool
+
+	mu sync.Mutex
+	// shares are the claims prepared, each checked (CheckAllocation).
+	shares prepared
 }
 
 // Serving says whether the driver serves: registered with the kubelet
@@ -80,10 +84,16 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 }
 
 func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	if claim.Status.Allocation == nil {
-		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
-	}
 	unit := d.Store.Unit()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.shares == nil {
+		d.shares = prepared{}
+	}
+	share, err := CheckAllocation(claim, d.Name, d.Pool, unit, Devices(d.Grant.Names, d.Store.Inventory(), d.held()), d.shares.others(claim.UID))
+	if err != nil {
+		return nil, err
+	}
 	var devices []kubeletplugin.Device
 	var specs []cdispec.Device
 	for _, r := range claim.Status.Allocation.Devices.Results {
@@ -109,6 +119,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 	if err := writeSpec(d.CDIDir, d.cdiKind(), claim.UID, specs); err != nil {
 		return nil, err
 	}
+	d.shares[claim.UID] = share
 	return devices, nil
 }
 
@@ -132,8 +143,11 @@ func (d *Driver) card(pool, device string) (nvml.Card, error) {
 // UnprepareResourceClaims removes the claims' CDI specs.
 func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	out := make(map[types.UID]error, len(claims))
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for _, c := range claims {
 		out[c.UID] = removeSpec(d.CDIDir, d.cdiKind(), c.UID)
+		delete(d.shares, c.UID)
 	}
 	return out, nil
 }

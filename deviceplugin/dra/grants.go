@@ -26,7 +26,9 @@ import (
 // cardOf(device) names, consuming the result's memory (a result without
 // consumed memory: the whole card). claimOf returns the pod's claim of that
 // pod-level name, nil when it is unknown or not allocated. A container that
-// names one claim twice (two requests) is granted the sum.
+// names one claim twice (two requests) is granted the sum. Each grant names
+// its allocation result (Grant.Share: claim UID, request, device): the
+// containers naming one claim share its memory, and are measured together.
 func GrantsOf(driver, pool string, pod *corev1.Pod, claimOf func(podClaim string) *resourceapi.ResourceClaim, cardOf func(device string) (nvml.Card, bool)) []usage.Grant {
 	var out []usage.Grant
 	add := func(c *corev1.Container) {
@@ -47,7 +49,8 @@ func GrantsOf(driver, pool string, pod *corev1.Pod, claimOf func(podClaim string
 				if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
 					bytes = q.Value()
 				}
-				out = append(out, usage.Grant{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Card: card.UUID, Bytes: bytes})
+				share := string(claim.UID) + "/" + r.Request + "/" + r.Device
+				out = append(out, usage.Grant{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Card: card.UUID, Bytes: bytes, Share: share})
 			}
 		}
 	}

@@ -103,16 +103,16 @@ func TestClaimGrantsGiveEachContainerWhatItsClaimsConsumed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	grant := func(p *corev1.Pod, c, card string, bytes int64) usage.Grant {
-		return usage.Grant{Namespace: p.Namespace, Pod: p.Name, Container: c, Card: card, Bytes: bytes}
+	grant := func(p *corev1.Pod, c, card string, bytes int64, share string) usage.Grant {
+		return usage.Grant{Namespace: p.Namespace, Pod: p.Name, Container: c, Card: card, Bytes: bytes, Share: share}
 	}
 	want := []usage.Grant{
-		grant(pod, "main", "GPU-aaa", 10*gib),
-		grant(pod, "main", "GPU-ccc", 3*gib),
-		grant(pod, "main", "GPU-ccc", 20*gib),
-		grant(pod, "main", "GPU-bbb", 40*gib),
-		grant(pod, "side", "GPU-ccc", 3*gib),
-		grant(other, "main", "GPU-aaa", 4*gib),
+		grant(pod, "main", "GPU-aaa", 10*gib, "claim-shared/gpu/card-0"),
+		grant(pod, "main", "GPU-ccc", 3*gib, "claim-train-tmpl-x7k2/small/card-2"),
+		grant(pod, "main", "GPU-ccc", 20*gib, "claim-train-tmpl-x7k2/big/card-2"),
+		grant(pod, "main", "GPU-bbb", 40*gib, "claim-train-tmpl-x7k2/whole/card-1"),
+		grant(pod, "side", "GPU-ccc", 3*gib, "claim-train-tmpl-x7k2/small/card-2"), // shared with main
+		grant(other, "main", "GPU-aaa", 4*gib, "claim-mine/gpu/card-0"),
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("grants (-want +got):\n%s", d)

@@ -57,7 +57,28 @@ type Policy struct {
 	// account back at a PaybackDivisor-th of its length, so dipping under
 	// the grant for a sample does not reset anything.
 	Grace time.Duration
+	// KillAfter is how long after its pod's eviction a container may still
+	// hold memory over its grant before its processes on the card are killed
+	// (Escalation EscalateOutlived): the eviction's bounded termination grace
+	// plus time for the kubelet to act. 0: never (evictions are trusted).
+	KillAfter time.Duration
 }
+
+// Escalation is why the Enforcer kills, in evict mode, a container that
+// eviction alone did not take the memory from.
+type Escalation string
+
+const (
+	// EscalateNone: the mode's own action.
+	EscalateNone Escalation = ""
+	// EscalateRefused: the Eviction API refused the eviction (429: a
+	// PodDisruptionBudget allows no disruption now). A tenant may create such
+	// a budget; it must not keep the memory.
+	EscalateRefused Escalation = "eviction-refused"
+	// EscalateOutlived: the pod was evicted Policy.KillAfter ago and the
+	// container still holds the memory (a process that ignores SIGTERM).
+	EscalateOutlived Escalation = "outlived-eviction"
+)
 
 // PaybackDivisor is how much slower time within the grant pays back time
 // over it: a sample within the grant after 20 s pays back 5 s. A container
@@ -91,6 +112,10 @@ type Over struct {
 	// Acted is set once it has been acted on in its current run over the
 	// grant (a sample within the grant ends the run).
 	Acted bool
+	// EvictedAt is when its pod was evicted in this run over the grant (zero:
+	// not evicted); Killed whether its processes were killed since.
+	EvictedAt time.Time
+	Killed    bool
 }
 
 // State is the containers with time over their grant not yet paid back; the
@@ -106,13 +131,20 @@ type Verdict struct {
 	// account (Over.Debt): at least the grace period.
 	Since   time.Time
 	OverFor time.Duration
+	// Escalation is set when the verdict is a kill after an eviction that
+	// did not take the memory (evict mode).
+	Escalation Escalation
+	// EvictedAt is when the pod was evicted, for EscalateOutlived.
+	EvictedAt time.Time
 }
 
 // Decide is the enforcement decision, a pure function: given the accounts
 // of time over the grant before (prev) and a new sample, it returns the
 // accounts now and the containers due for action: over their grant in this
 // sample, with at least p.Grace of time over the grant not paid back, and
-// not acted on yet in their current run over it.
+// not acted on yet in their current run over it; and, once a container's
+// pod was evicted (Over.EvictedAt, set by the Enforcer), the container still
+// over its grant p.KillAfter later, not killed yet (EscalateOutlived).
 //
 // Who can be due: a container with a grant on the card, using more than the
 // grant plus tolerance; and any container of a pod using a card it holds no
@@ -146,19 +178,21 @@ func Decide(prev State, s Sample, p Policy) (State, []Verdict) {
 		if !u.Grant && u.Ref.Container == "" && granted[[2]string{string(u.Ref.UID), u.Card}] {
 			continue
 		}
-		allowed := p.Tolerance.Allowed(u.GrantedBytes)
+		grantedBytes, usedBytes := u.Measured()
+		allowed := p.Tolerance.Allowed(grantedBytes)
 		k := Key{UID: u.Ref.UID, Container: u.Ref.Container, Card: u.Card}
 		o, was := prev[k]
 		var elapsed time.Duration
 		if was && s.Time.After(o.Last) {
 			elapsed = s.Time.Sub(o.Last)
 		}
-		if u.UsedBytes <= allowed {
+		if usedBytes <= allowed {
 			if !was {
 				continue
 			}
 			o.Debt -= elapsed / PaybackDivisor
 			o.Last, o.IsOver, o.Acted = s.Time, false, false
+			o.EvictedAt, o.Killed = time.Time{}, false
 			if o.Debt > 0 {
 				next[k] = o
 			}
@@ -170,8 +204,11 @@ func Decide(prev State, s Sample, p Policy) (State, []Verdict) {
 		o.Debt += elapsed
 		o.Last, o.IsOver = s.Time, true
 		next[k] = o
-		if !o.Acted && o.Debt >= p.Grace {
+		switch {
+		case !o.Acted && o.Debt >= p.Grace:
 			due = append(due, Verdict{Usage: u, AllowedBytes: allowed, Since: o.Since, OverFor: o.Debt})
+		case o.Acted && !o.Killed && !o.EvictedAt.IsZero() && p.KillAfter > 0 && s.Time.Sub(o.EvictedAt) >= p.KillAfter:
+			due = append(due, Verdict{Usage: u, AllowedBytes: allowed, Since: o.Since, OverFor: o.Debt, Escalation: EscalateOutlived, EvictedAt: o.EvictedAt})
 		}
 	}
 	return next, due

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/utils/ptr"
 )
 
 var (
@@ -233,4 +234,84 @@ type decideStep struct {
 	usages  []Usage
 	failed  string // a card NVML could not list
 	wantDue []Key
+}
+
+// A container whose pod was evicted and that still holds the memory
+// KillAfter later (it ignores SIGTERM, or asked for a day of grace) is due
+// again, for a kill; once only, and not before KillAfter, nor when the
+// policy trusts evictions (KillAfter 0), nor after it dipped within its grant.
+func TestDecideKillsAfterAnEvictionItOutlived(t *testing.T) {
+	over := []Usage{granted(podA, "GPU-0", 10*gib, 12*gib)}
+	within := []Usage{granted(podA, "GPU-0", 10*gib, 9*gib)}
+	type want struct {
+		at         time.Duration
+		usages     []Usage
+		escalation Escalation // "-": not due
+	}
+	tests := []struct {
+		name      string
+		killAfter time.Duration
+		steps     []want
+	}{
+		{name: "still over KillAfter after the eviction: killed once", killAfter: 40 * time.Second, steps: []want{
+			{0, over, "-"}, {30 * time.Second, over, EscalateNone}, // evicted at 30 s
+			{69 * time.Second, over, "-"}, {70 * time.Second, over, EscalateOutlived}, {75 * time.Second, over, "-"},
+		}},
+		{name: "KillAfter 0 trusts the eviction", killAfter: 0, steps: []want{
+			{0, over, "-"}, {30 * time.Second, over, EscalateNone}, {time.Hour, over, "-"},
+		}},
+		{name: "back within the grant after the eviction: not killed", killAfter: 40 * time.Second, steps: []want{
+			{0, over, "-"}, {30 * time.Second, over, EscalateNone}, {50 * time.Second, within, "-"}, {70 * time.Second, within, "-"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := Policy{Grace: 30 * time.Second, KillAfter: tt.killAfter}
+			var st State
+			for i, s := range tt.steps {
+				var due []Verdict
+				st, due = Decide(st, Sample{Time: t0.Add(s.at), Usages: s.usages, Cards: []CardSample{{UUID: "GPU-0"}}}, p)
+				got := Escalation("-")
+				if len(due) > 1 {
+					t.Fatalf("step %d: %d due", i, len(due))
+				}
+				if len(due) == 1 {
+					got = due[0].Escalation
+					k := key(podA, "GPU-0")
+					o := st[k]
+					o.Acted = true // as the Enforcer does: evict, then kill
+					if got == EscalateNone {
+						o.EvictedAt = t0.Add(s.at)
+					} else {
+						o.Killed = true
+						if !due[0].EvictedAt.Equal(t0.Add(30 * time.Second)) {
+							t.Errorf("step %d: EvictedAt %v", i, due[0].EvictedAt)
+						}
+					}
+					st[k] = o
+				}
+				if got != s.escalation {
+					t.Errorf("step %d (+%v): due %q, want %q", i, s.at, got, s.escalation)
+				}
+			}
+		})
+	}
+}
+
+func TestEvictionGrace(t *testing.T) {
+	for _, tt := range []struct {
+		pod   *int64
+		bound time.Duration
+		want  int64
+	}{
+		{pod: ptr.To[int64](86400), bound: 30 * time.Second, want: 30},
+		{pod: ptr.To[int64](5), bound: 30 * time.Second, want: 5},
+		{pod: nil, bound: 10 * time.Second, want: 10},
+		{pod: nil, bound: time.Minute, want: 30}, // Kubernetes' default grace
+		{pod: ptr.To[int64](60), bound: 0, want: 0},
+	} {
+		if got := EvictionGrace(tt.pod, tt.bound); got != tt.want {
+			t.Errorf("EvictionGrace(%v, %v) = %d, want %d", ptr.Deref(tt.pod, -1), tt.bound, got, tt.want)
+		}
+	}
 }

@@ -20,9 +20,11 @@ const (
 	// ModeReport records a Warning Event on the pod and changes nothing
 	// that runs: the over-user keeps the memory its neighbours were granted.
 	ModeReport Mode = "report"
-	// ModeEvict evicts the pod through the Eviction API (policy/v1), which
-	// honours PodDisruptionBudgets; refused evictions are retried. The
-	// default (DefaultMode): a neighbour on the same card keeps its grant.
+	// ModeEvict evicts the pod through the Eviction API (policy/v1) with a
+	// bounded termination grace; when the eviction is refused (a
+	// PodDisruptionBudget) or the container still holds the memory after the
+	// grace, its processes on the card are killed. The default (DefaultMode):
+	// a neighbour on the same card keeps its grant.
 	ModeEvict Mode = "evict"
 	// ModeKill sends SIGKILL to the container's processes on the card.
 	ModeKill Mode = "kill"
@@ -42,7 +44,8 @@ func ParseMode(s string) (Mode, error) {
 
 // ErrRetryLater is returned (wrapped) by Actions.Evict when the API server
 // refused the eviction for now (429: a PodDisruptionBudget allows no
-// disruption): the Enforcer tries again at the next sweep.
+// disruption): the Enforcer kills the container's processes on the card
+// instead.
 var ErrRetryLater = errors.New("eviction refused for now")
 
 // Actions are the Enforcer's effects, behind an interface (KubeActions and
@@ -60,7 +63,7 @@ type Actions interface {
 // Outcome is counted per action and result in the metrics.
 type Outcome struct {
 	Action string // report, evict, kill
-	Result string // done, retry, error
+	Result string // done, refused (an eviction refused, then a kill), error
 }
 
 // Enforcer applies Decide to each sample and acts per its Mode.
@@ -77,6 +80,13 @@ type Enforcer struct {
 
 // Observe takes one sample: decides who is due and acts on them. It
 // returns the verdicts it acted on (all due ones in report mode).
+//
+// In evict mode the memory is taken back whatever the pod sets: an eviction
+// the API server refuses (a PodDisruptionBudget allowing no disruption) is
+// followed at once by a kill of the container's processes on the card, and
+// a container still over its grant Policy.KillAfter after its pod's eviction
+// (a process that ignores SIGTERM) is killed then (Decide's
+// EscalateOutlived).
 func (e *Enforcer) Observe(ctx context.Context, s Sample) []Verdict {
 	if e.Mode == ModeOff {
 		return nil
@@ -91,39 +101,47 @@ func (e *Enforcer) Observe(ctx context.Context, s Sample) []Verdict {
 			"card", v.Usage.Card, "usedBytes", v.Usage.UsedBytes, "allowedBytes", v.AllowedBytes, "grantedBytes", v.Usage.GrantedBytes, "overFor", v.OverFor.Round(time.Second))
 		var err error
 		action := string(e.Mode)
-		switch e.Mode {
-		case ModeReport:
+		o := e.state[k]
+		switch {
+		case e.Mode == ModeReport:
 			err = e.Actions.Report(ctx, v, action)
-		case ModeEvict:
+		case e.Mode == ModeEvict && v.Escalation == EscalateNone:
 			if evicted[v.Usage.Ref.UID] {
 				// Another container of the pod was evicted with it this sweep.
-				o := e.state[k]
-				o.Acted = true
+				o.Acted, o.EvictedAt = true, s.Time
 				e.state[k] = o
 				continue
 			}
-			if err = e.Actions.Evict(ctx, v); err == nil {
+			err = e.Actions.Evict(ctx, v)
+			switch {
+			case err == nil:
 				evicted[v.Usage.Ref.UID] = true
+				o.EvictedAt = s.Time
 				e.report(ctx, log, v, action)
+			case errors.Is(err, ErrRetryLater):
+				// A disruption budget does not exempt a pod from its grant.
+				log.Info("GPU memory over grant: eviction refused (disruption budget); killing the container's processes on the card", "err", err)
+				e.count(action, "refused")
+				v.Escalation, action = EscalateRefused, string(ModeKill)
+				if err = e.Actions.Kill(ctx, v); err == nil {
+					o.Killed = true
+					e.report(ctx, log, v, action)
+				}
 			}
-		case ModeKill:
+		default: // kill mode, or a kill after an eviction (EscalateOutlived)
+			action = string(ModeKill)
 			if err = e.Actions.Kill(ctx, v); err == nil {
+				o.Killed = true
 				e.report(ctx, log, v, action)
 			}
 		}
-		switch {
-		case errors.Is(err, ErrRetryLater):
-			log.Info("GPU memory over grant: eviction refused for now (disruption budget), retrying at the next sweep", "err", err)
-			e.count(action, "retry")
-			continue
-		case err != nil:
+		if err != nil {
 			log.Error(err, "GPU memory over grant: action failed, retrying at the next sweep", "action", action)
 			e.count(action, "error")
 			continue
 		}
-		log.Info("GPU memory over grant: acted", "action", action, "pids", v.Usage.PIDs)
+		log.Info("GPU memory over grant: acted", "action", action, "escalation", v.Escalation, "pids", v.Usage.PIDs)
 		e.count(action, "done")
-		o := e.state[k]
 		o.Acted = true
 		e.state[k] = o
 		acted = append(acted, v)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 )
 
 // recorder is a fake Actions that records calls as "action ns/pod/container".
@@ -27,7 +28,7 @@ type recorder struct {
 }
 
 func (r *recorder) Report(_ context.Context, v Verdict, action string) error {
-	r.calls = append(r.calls, "event("+action+") "+v.Usage.Ref.String())
+	r.calls = append(r.calls, "event("+strings.TrimSpace(action+" "+string(v.Escalation))+") "+v.Usage.Ref.String())
 	return nil
 }
 
@@ -64,9 +65,10 @@ func TestEnforcerModes(t *testing.T) {
 		{
 			mode:     ModeEvict,
 			evictErr: []error{fmt.Errorf("x: %w", ErrRetryLater)},
-			// refused at the first sweep, evicted at the second
-			want:      []string{"evict ns/a/train", "evict ns/a/train", "event(evict) ns/a/train"},
-			wantCount: []Outcome{{"evict", "retry"}, {"evict", "done"}},
+			// a disruption budget refuses the eviction: killed at once, and
+			// the Event says why
+			want:      []string{"evict ns/a/train", "kill [11 12]", "event(kill eviction-refused) ns/a/train"},
+			wantCount: []Outcome{{"evict", "refused"}, {"kill", "done"}},
 		},
 		{mode: ModeKill, want: []string{"kill [11 12]", "event(kill) ns/a/train"}, wantCount: []Outcome{{"kill", "done"}}},
 	}
@@ -107,6 +109,28 @@ func TestEnforcerEvictsAPodOnceForTwoContainersOver(t *testing.T) {
 		t.Errorf("calls (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff([]Outcome{{"evict", "done"}}, counts); d != "" {
+		t.Errorf("outcomes (-want +got):\n%s", d)
+	}
+}
+
+// A pod evicted that keeps the memory (it ignores SIGTERM) has its
+// processes on the card killed KillAfter after the eviction, with an Event
+// saying why.
+func TestEnforcerKillsWhatOutlivesItsEviction(t *testing.T) {
+	s := Sample{Time: t0, Cards: []CardSample{{UUID: "GPU-0"}}, Usages: []Usage{
+		{Card: "GPU-0", Ref: podA, Grant: true, GrantedBytes: gib, UsedBytes: 2 * gib, PIDs: []uint32{7}},
+	}}
+	r := &recorder{}
+	var counts []Outcome
+	e := &Enforcer{Mode: ModeEvict, Policy: Policy{KillAfter: 10 * time.Second}, Actions: r, Log: klog.Background(), Count: func(o Outcome) { counts = append(counts, o) }}
+	for i := 0; i <= 4; i++ { // every 5 s: evicted at 0 s, killed at 10 s, nothing more
+		s.Time = t0.Add(time.Duration(i) * 5 * time.Second)
+		e.Observe(context.Background(), s)
+	}
+	if d := cmp.Diff([]string{"evict ns/a/train", "event(evict) ns/a/train", "kill [7]", "event(kill outlived-eviction) ns/a/train"}, r.calls); d != "" {
+		t.Errorf("calls (-want +got):\n%s", d)
+	}
+	if d := cmp.Diff([]Outcome{{"evict", "done"}, {"kill", "done"}}, counts); d != "" {
 		t.Errorf("outcomes (-want +got):\n%s", d)
 	}
 }
@@ -171,12 +195,17 @@ func TestKubeActionsEvict(t *testing.T) {
 				got = a.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
 				return true, nil, tt.reactErr
 			})
-			err := KubeActions{Client: c}.Evict(context.Background(), verdictFor(podA))
+			v := verdictFor(podA)
+			v.Usage.TerminationGrace = ptr.To[int64](86400) // SIGTERM trapped for a day
+			err := KubeActions{Client: c, EvictGrace: 30 * time.Second}.Evict(context.Background(), v)
 			if (err != nil) != tt.wantErr || errors.Is(err, ErrRetryLater) != tt.wantRetry {
 				t.Fatalf("err = %v, want error %v, retry %v", err, tt.wantErr, tt.wantRetry)
 			}
 			if got == nil || got.Name != "a" || got.Namespace != "ns" || got.DeleteOptions.Preconditions == nil || *got.DeleteOptions.Preconditions.UID != "uid-a" {
 				t.Errorf("eviction = %+v, want pod ns/a with its UID as precondition", got)
+			}
+			if got != nil && ptr.Deref(got.DeleteOptions.GracePeriodSeconds, -1) != 30 {
+				t.Errorf("eviction grace = %v, want 30 s (the bound), not the pod's day", got.DeleteOptions.GracePeriodSeconds)
 			}
 		})
 	}

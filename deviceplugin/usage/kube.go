@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 )
 
 // Event reasons the Enforcer records on pods.
@@ -35,6 +36,22 @@ type KubeActions struct {
 	// Signal sends SIGKILL to a PID (syscall.Kill in production).
 	Signal func(pid int) error
 	Now    func() time.Time
+	// EvictGrace bounds the termination grace an eviction grants
+	// (EvictionGrace): --memory-evict-grace.
+	EvictGrace time.Duration
+}
+
+// EvictionGrace is the termination grace, in seconds, that an eviction for
+// GPU memory grants a pod: its own terminationGracePeriodSeconds (podGrace;
+// nil: Kubernetes' default of 30 s), at most bound, rounded down to whole
+// seconds. A pod asking for a day (86400) with a bound of 30 s gets 30 s; a
+// pod asking for 5 s gets 5 s.
+func EvictionGrace(podGrace *int64, bound time.Duration) int64 {
+	g := int64(corev1.DefaultTerminationGracePeriodSeconds)
+	if podGrace != nil {
+		g = max(*podGrace, 0)
+	}
+	return min(g, int64(bound/time.Second))
 }
 
 // SignalKill is the production Signal.
@@ -45,11 +62,15 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 	u := v.Usage
 	reason := ReasonOverGrant
 	what := "reported only (--memory-enforcement=report)"
-	switch action {
-	case string(ModeEvict):
-		reason, what = ReasonEvicted, "the pod was evicted (--memory-enforcement=evict)"
-	case string(ModeKill):
-		reason, what = ReasonKilled, fmt.Sprintf("its processes %v on the card were killed (--memory-enforcement=kill)", u.PIDs)
+	switch {
+	case action == string(ModeEvict):
+		reason, what = ReasonEvicted, fmt.Sprintf("the pod was evicted with a termination grace of %ds (--memory-enforcement=evict); request more GPU memory or keep within the grant", EvictionGrace(u.TerminationGrace, k.EvictGrace))
+	case v.Escalation == EscalateRefused:
+		reason, what = ReasonKilled, fmt.Sprintf("its pod's eviction was refused (a PodDisruptionBudget allows no disruption now), so its processes %v on the card were killed: a disruption budget does not exempt a pod from its GPU memory grant; request more GPU memory or keep within the grant", u.PIDs)
+	case v.Escalation == EscalateOutlived:
+		reason, what = ReasonKilled, fmt.Sprintf("its pod was evicted at %s and it still held the memory, so its processes %v on the card were killed (a process that ignores SIGTERM keeps no memory past the eviction's grace); request more GPU memory or keep within the grant", v.EvictedAt.UTC().Format(time.RFC3339), u.PIDs)
+	case action == string(ModeKill):
+		reason, what = ReasonKilled, fmt.Sprintf("its processes %v on the card were killed (--memory-enforcement=kill); request more GPU memory or keep within the grant", u.PIDs)
 	}
 	grant := "no grant on this card"
 	if u.Grant {
@@ -59,8 +80,14 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 	if container == "" {
 		container = "(not yet named in the pod status)"
 	}
+	used := bytesString(u.UsedBytes)
+	if u.Shared != nil {
+		// Containers naming one claim share its memory and are measured together.
+		used = fmt.Sprintf("%s (with the containers sharing its claim, %v: %s)", used, u.Shared.Containers, bytesString(u.Shared.UsedBytes))
+		grant = "they were granted " + bytesString(u.Shared.GrantedBytes) + " together"
+	}
 	msg := fmt.Sprintf("container %s uses %s of GPU memory on card %s and %s (allowed with tolerance: %s) since %s, over it for %s in all (time within the grant pays back a quarter of its length): %s",
-		container, bytesString(u.UsedBytes), u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), v.OverFor.Round(time.Second), what)
+		container, used, u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), v.OverFor.Round(time.Second), what)
 	now := metav1.NewTime(k.Now())
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: u.Ref.Pod + ".", Namespace: u.Ref.Namespace},
@@ -86,14 +113,18 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 
 // Evict implements Actions through the Eviction API (policy/v1), with the
 // pod's UID as a precondition (a re-created pod of the same name is not
-// touched). 429 (a disruption budget allows none now) is ErrRetryLater; a
-// pod already gone is done.
+// touched) and a termination grace of at most EvictGrace (EvictionGrace).
+// 429 (a disruption budget allows none now) is ErrRetryLater; a pod already
+// gone is done.
 func (k KubeActions) Evict(ctx context.Context, v Verdict) error {
 	u := v.Usage
 	uid := u.Ref.UID
 	err := k.Client.PolicyV1().Evictions(u.Ref.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}},
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
+		DeleteOptions: &metav1.DeleteOptions{
+			Preconditions:      &metav1.Preconditions{UID: &uid},
+			GracePeriodSeconds: ptr.To(EvictionGrace(u.TerminationGrace, k.EvictGrace)),
+		},
 	})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):

@@ -53,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricActions,
-			Help: "Enforcement actions on containers over their GPU memory grant, by action (report, evict, kill) and result (done, retry, error).",
+			Help: "Enforcement actions on containers over their GPU memory grant, by action (report, evict, kill) and result (done, refused: an eviction a disruption budget refused, followed by a kill; error).",
 		}, []string{"action", "result"}),
 		sweep: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    MetricSweepSeconds,

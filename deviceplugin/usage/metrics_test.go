@@ -30,7 +30,7 @@ func TestMetricsExportTheSample(t *testing.T) {
 			{Card: "GPU-0", Ref: Ref{}, UsedBytes: gib},
 		},
 	})
-	m.Count(Outcome{Action: "evict", Result: "retry"})
+	m.Count(Outcome{Action: "evict", Result: "refused"})
 	want := `
 # HELP gpushare_card_gpu_memory_sample_ok 1 when NVML listed the card's processes at the last sweep, 0 when it failed.
 # TYPE gpushare_card_gpu_memory_sample_ok gauge
@@ -49,9 +49,9 @@ gpushare_card_gpu_memory_used_bytes{card_index="0",card_uuid="GPU-0"} 1.71798691
 # HELP gpushare_container_gpu_memory_granted_bytes GPU memory granted to a container on a card (its units of the configured resource, --resource-name).
 # TYPE gpushare_container_gpu_memory_granted_bytes gauge
 gpushare_container_gpu_memory_granted_bytes{card_uuid="GPU-0",container="train",namespace="ns",pod="a"} 1.073741824e+10
-# HELP gpushare_gpu_memory_enforcement_actions_total Enforcement actions on containers over their GPU memory grant, by action (report, evict, kill) and result (done, retry, error).
+# HELP gpushare_gpu_memory_enforcement_actions_total Enforcement actions on containers over their GPU memory grant, by action (report, evict, kill) and result (done, refused: an eviction a disruption budget refused, followed by a kill; error).
 # TYPE gpushare_gpu_memory_enforcement_actions_total counter
-gpushare_gpu_memory_enforcement_actions_total{action="evict",result="retry"} 1
+gpushare_gpu_memory_enforcement_actions_total{action="evict",result="refused"} 1
 `
 	names := []string{MetricCardSampleOK, MetricCardTotal, MetricCardUnaccounted, MetricCardUsed, MetricContainerGranted, MetricActions}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {

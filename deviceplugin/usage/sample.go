@@ -57,6 +57,32 @@ type Usage struct {
 	UsedBytes    int64
 	// PIDs are the container's processes on the card, ascending.
 	PIDs []uint32
+	// TerminationGrace is the pod's terminationGracePeriodSeconds (nil: the
+	// pod sets none, or the pod cache does not know it).
+	TerminationGrace *int64
+	// Shared is set when part of the grant is memory other containers were
+	// granted too (containers naming one ResourceClaim): Decide measures
+	// them together, by Shared's figures.
+	Shared *Shared
+}
+
+// Shared is the grant and use of the containers on one card that share
+// granted memory (directly, or through a container they each share with):
+// each share counted once, each container's use once. Two containers
+// naming one 10 GiB claim, using 6 GiB each, use 12 GiB of 10 GiB.
+type Shared struct {
+	Containers   []Ref
+	GrantedBytes int64
+	UsedBytes    int64
+}
+
+// Measured is what Decide holds the container to: its own grant and use,
+// or its share group's (Shared).
+func (u Usage) Measured() (granted, used int64) {
+	if u.Shared != nil {
+		return u.Shared.GrantedBytes, u.Shared.UsedBytes
+	}
+	return u.GrantedBytes, u.UsedBytes
 }
 
 // CardSample is one card's totals.
@@ -131,6 +157,10 @@ type Grant struct {
 	// Card is the card's UUID.
 	Card  string
 	Bytes int64
+	// Share names the memory granted (a claim's allocation result): the
+	// containers granted one share use it together and are measured
+	// together (Usage.Shared). Empty: the container's own.
+	Share string
 }
 
 type grantKey struct {
@@ -181,6 +211,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 			usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: mem[k.card]}
 		}
 	}
+	shares := map[usageKey]map[string]int64{} // the Grant.Share each grant comes from, by bytes
 	if s.Claims != nil {
 		claimed, err := s.Claims(ctx, pods)
 		if err != nil {
@@ -193,11 +224,18 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 				ref.UID = p.UID
 			}
 			k := usageKey{g.Card, ref}
-			if u, ok := usages[k]; ok {
-				u.GrantedBytes += g.Bytes
-				continue
+			u, ok := usages[k]
+			if !ok {
+				u = &Usage{Card: g.Card, Ref: ref, Grant: true}
+				usages[k] = u
 			}
-			usages[k] = &Usage{Card: g.Card, Ref: ref, Grant: true, GrantedBytes: g.Bytes}
+			u.GrantedBytes += g.Bytes
+			if g.Share != "" {
+				if shares[k] == nil {
+					shares[k] = map[string]int64{}
+				}
+				shares[k][g.Share] += g.Bytes
+			}
 		}
 	}
 	if s.buf == nil {
@@ -241,12 +279,16 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		out.Cards = append(out.Cards, cs)
 	}
 	s.owners = owners
+	groupShares(usages, shares)
 	failed := out.failedCards()
 	for _, u := range usages {
 		if failed[u.Card] {
 			continue
 		}
 		sort.Slice(u.PIDs, func(a, b int) bool { return u.PIDs[a] < u.PIDs[b] })
+		if p := byUID[u.Ref.UID]; p != nil {
+			u.TerminationGrace = p.Spec.TerminationGracePeriodSeconds
+		}
 		out.Usages = append(out.Usages, *u)
 	}
 	sort.Slice(out.Usages, func(a, b int) bool { return out.Usages[a].less(out.Usages[b]) })

@@ -287,3 +287,43 @@ func TestSweepMeasuresContainersAgainstTheirClaims(t *testing.T) {
 		t.Errorf("sweep with unreadable claims: %v, want the error", err)
 	}
 }
+
+// Containers naming one claim share its memory: two containers of a 10 GiB
+// claim using 6 GiB each use 12 GiB of it, and both are due; a container
+// with its own claim on the card is measured alone.
+func TestContainersSharingAClaimAreMeasuredTogether(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "main", "side")
+	b := n.pod("b", "solo")
+	n.run(100, a, 0, 0, 6*gib)
+	n.run(101, a, 1, 0, 6*gib)
+	n.run(200, b, 0, 0, 6*gib)
+	s := n.sampler()
+	s.Claims = func(context.Context, []*corev1.Pod) ([]Grant, error) {
+		return []Grant{
+			{Namespace: "ns", Pod: "a", Container: "main", Card: "GPU-0", Bytes: 10 * gib, Share: "claim-a/gpu/card-0"},
+			{Namespace: "ns", Pod: "a", Container: "side", Card: "GPU-0", Bytes: 10 * gib, Share: "claim-a/gpu/card-0"},
+			{Namespace: "ns", Pod: "b", Container: "solo", Card: "GPU-0", Bytes: 10 * gib, Share: "claim-b/gpu/card-0"},
+		}, nil
+	}
+	sample, err := s.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, due := Decide(nil, sample, Policy{Tolerance: Tolerance{Percent: 5}})
+	var got []string
+	for _, v := range due {
+		got = append(got, v.Usage.Ref.String())
+	}
+	if d := cmp.Diff([]string{"ns/a/main", "ns/a/side"}, got); d != "" {
+		t.Errorf("due (-want +got):\n%s", d)
+	}
+	for _, u := range sample.Usages {
+		if u.Ref.Pod == "a" && (u.Shared == nil || u.Shared.GrantedBytes != 10*gib || u.Shared.UsedBytes != 12*gib || len(u.Shared.Containers) != 2) {
+			t.Errorf("%s shared %+v, want 12 GiB used of 10 GiB by two containers", u.Ref, u.Shared)
+		}
+		if u.Ref.Pod == "b" && u.Shared != nil {
+			t.Errorf("solo measured with others: %+v", u.Shared)
+		}
+	}
+}

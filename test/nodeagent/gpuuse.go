@@ -79,7 +79,14 @@ type gpuUse struct {
 	container string
 	mib       uint64
 	card      int // -1: the container's own card
+	// ignoreTERM: the process ignores SIGTERM (a container that traps it),
+	// so only the grace period's end (SIGKILL) stops it.
+	ignoreTERM bool
 }
+
+// ignoreSIGTERM, at the end of an item of AnnotationSimulatedGPUUse, makes
+// the container's process ignore SIGTERM ("c0=6144+ignore-sigterm").
+const ignoreSIGTERM = "+ignore-sigterm"
 
 func parseGPUUse(s string) ([]gpuUse, error) {
 	var out []gpuUse
@@ -87,13 +94,14 @@ func parseGPUUse(s string) ([]gpuUse, error) {
 		if item = strings.TrimSpace(item); item == "" {
 			continue
 		}
+		item, ignoreTERM := strings.CutSuffix(item, ignoreSIGTERM)
 		name, rest, ok := strings.Cut(item, "=")
 		mibS, cardS, onCard := strings.Cut(rest, "@")
 		mib, err := strconv.ParseUint(mibS, 10, 64)
 		if !ok || err != nil || name == "" {
-			return nil, fmt.Errorf("%s %q: want container=MiB[@cardIndex]", api.DefaultNames().AnnotationSimulatedGPUUse(), item)
+			return nil, fmt.Errorf("%s %q: want container=MiB[@cardIndex][%s]", api.DefaultNames().AnnotationSimulatedGPUUse(), item, ignoreSIGTERM)
 		}
-		u := gpuUse{container: name, mib: mib, card: -1}
+		u := gpuUse{container: name, mib: mib, card: -1, ignoreTERM: ignoreTERM}
 		if onCard {
 			if u.card, err = strconv.Atoi(cardS); err != nil || u.card < 0 {
 				return nil, fmt.Errorf("%s %q: card index %q", api.DefaultNames().AnnotationSimulatedGPUUse(), item, cardS)
@@ -123,7 +131,7 @@ func (a *Agent) startGPUProcesses(ctx context.Context, pod *corev1.Pod, cardOf f
 		if card < 0 {
 			return fmt.Errorf("%s: container %s has no card; name one with @cardIndex", api.DefaultNames().AnnotationSimulatedGPUUse(), u.container)
 		}
-		pid, err := a.gpu.start(pod, u.container, card, u.mib)
+		pid, err := a.gpu.start(pod, u.container, card, u.mib, u.ignoreTERM)
 		if err != nil {
 			return err
 		}
@@ -132,12 +140,16 @@ func (a *Agent) startGPUProcesses(ctx context.Context, pod *corev1.Pod, cardOf f
 	return nil
 }
 
-func (g *gpuProcs) start(pod *corev1.Pod, container string, card int, mib uint64) (int, error) {
+func (g *gpuProcs) start(pod *corev1.Pod, container string, card int, mib uint64, ignoreTERM bool) (int, error) {
 	dir := filepath.Join(g.root, "kubepods", "burstable", "pod"+string(pod.UID), simContainerID(pod, container))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return 0, fmt.Errorf("cgroup %s: %w", dir, err)
 	}
 	cmd := exec.Command("sleep", "infinity")
+	if ignoreTERM {
+		// An ignored signal stays ignored across exec: sleep keeps sh's PID.
+		cmd = exec.Command("sh", "-c", "trap '' TERM; exec sleep infinity")
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, err
@@ -160,6 +172,21 @@ func (g *gpuProcs) start(pod *corev1.Pod, container string, card int, mib uint64
 		g.mu.Unlock()
 	}()
 	return pid, err
+}
+
+// terminatePod sends SIGTERM to the pod's processes (the start of a
+// graceful stop) and reports whether any still runs.
+func (g *gpuProcs) terminatePod(uid types.UID) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	running := false
+	for _, p := range g.procs {
+		if p.pod == uid {
+			running = true
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	return running
 }
 
 // stopPod kills the pod's processes (its containers stop).

@@ -12,11 +12,11 @@ import (
 )
 
 func TestParseGPUUse(t *testing.T) {
-	got, err := parseGPUUse("c0=6144, side=1024@1")
+	got, err := parseGPUUse("c0=6144, side=1024@1, trap=512@0+ignore-sigterm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []gpuUse{{container: "c0", mib: 6144, card: -1}, {container: "side", mib: 1024, card: 1}}
+	want := []gpuUse{{container: "c0", mib: 6144, card: -1}, {container: "side", mib: 1024, card: 1}, {container: "trap", mib: 512, card: 0, ignoreTERM: true}}
 	if d := cmp.Diff(want, got, cmp.AllowUnexported(gpuUse{})); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
 	}

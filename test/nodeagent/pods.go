@@ -267,10 +267,15 @@ func (a *Agent) patchPodStatus(ctx context.Context, pod *corev1.Pod, st corev1.P
 	return nil
 }
 
-// finishDeletion plays the kubelet's part of a pod deletion: the containers
-// are "stopped" at once, so the pod is removed (grace period 0, only this
-// very pod) and its devices are released in the device manager.
+// finishDeletion plays the kubelet's part of a pod deletion: the pod's GPU
+// processes get SIGTERM and, those that outlive the deletion's grace period
+// (until DeletionTimestamp), SIGKILL; then the pod is removed (grace period
+// 0, only this very pod) and its devices are released in the device
+// manager. A pod without GPU processes stops at once.
 func (a *Agent) finishDeletion(ctx context.Context, pod *corev1.Pod) {
+	if a.gpu != nil && a.cfg.Clock.Now().Before(pod.DeletionTimestamp.Time) && a.gpu.terminatePod(pod.UID) {
+		return // the next sync looks again
+	}
 	err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: ptr.To[int64](0),
 		Preconditions:      &metav1.Preconditions{UID: ptr.To(pod.UID)},

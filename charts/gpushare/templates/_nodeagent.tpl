@@ -152,6 +152,8 @@ spec:
       value: {{ .Values.devicePlugin.memory.tolerance | quote }}
     - name: GPUSHARE_MEMORY_GRACE
       value: {{ .Values.devicePlugin.memory.grace | quote }}
+    - name: GPUSHARE_MEMORY_EVICT_GRACE
+      value: {{ .Values.devicePlugin.memory.evictGrace | quote }}
     - name: GPUSHARE_METRICS_ADDRESS
       value: ":{{ $port }}"
     - name: GPUSHARE_ADMIN_AUTH
@@ -210,7 +212,14 @@ spec:
     privileged: {{ .Values.devicePlugin.privileged }}
     {{- if not .Values.devicePlugin.privileged }}
     allowPrivilegeEscalation: false
+    {{- $m := .Values.devicePlugin.memory }}
+    {{- if and (ne (toString $m.sampleInterval) "0s") (has $m.enforcement (list "evict" "kill")) }}
+    # KILL only: memory enforcement SIGKILLs an over-user's processes on the card (kill, and evict
+    # when a disruption budget refuses the eviction or the pod outlives its grace).
+    capabilities: {drop: [ALL], add: [KILL]}
+    {{- else }}
     capabilities: {drop: [ALL]}
+    {{- end }}
     readOnlyRootFilesystem: true
     seccompProfile: {type: RuntimeDefault}
     {{- end }}
