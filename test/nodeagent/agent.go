@@ -113,6 +113,9 @@ type Agent struct {
 	// (HandlePodAdditions), and its PodResources API answers only for pods
 	// there (GetPodByName).
 	known map[types.UID]bool
+	// starting holds the UIDs of admitted pods whose containers are being
+	// started (Agent.start).
+	starting map[types.UID]bool
 }
 
 // New checks the configuration and returns an agent.
@@ -140,7 +143,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}, known: map[types.UID]bool{}}, nil
+	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}, known: map[types.UID]bool{}, starting: map[types.UID]bool{}}, nil
 }
 
 // Run registers the node, starts the device manager and the device plugin,

@@ -90,7 +90,7 @@ func (a *Agent) knows(pod *corev1.Pod) bool {
 func (a *Agent) isHandled(uid types.UID) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.handled[uid]
+	return a.handled[uid] || a.starting[uid]
 }
 
 func (a *Agent) setHandled(uid types.UID) {
@@ -129,7 +129,6 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 		containers = append(containers, &pod.Spec.Containers[i])
 	}
 
-	records := ContainerRecords{Version: RecordVersion, Node: a.cfg.NodeName}
 	if a.dm != nil {
 		for _, c := range containers {
 			if err := a.dm.Allocate(pod, c); err != nil {
@@ -139,6 +138,23 @@ func (a *Agent) admit(ctx context.Context, pod *corev1.Pod) {
 				return
 			}
 		}
+	}
+	// Admitted. Like the kubelet's pod workers, starting the containers
+	// (the device run options, where the device manager calls
+	// PreStartContainer; the status) runs beside the admission of the
+	// node's next pod, not in front of it.
+	a.setStarting(pod.UID, true)
+	go a.start(ctx, pod, containers)
+}
+
+// start starts an admitted pod's containers (simulated) and reports it
+// Running; a failed step leaves it to the next sync, which admits it again
+// (the device manager answers a container it allocated from its own state).
+func (a *Agent) start(ctx context.Context, pod *corev1.Pod, containers []*corev1.Container) {
+	defer a.setStarting(pod.UID, false)
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
+	records := ContainerRecords{Version: RecordVersion, Node: a.cfg.NodeName}
+	if a.dm != nil {
 		for _, c := range containers {
 			opts, err := a.dm.GetDeviceRunContainerOptions(pod, c)
 			if err != nil {
@@ -291,4 +307,16 @@ func (a *Agent) finishDeletion(ctx context.Context, pod *corev1.Pod) {
 		a.gpu.stopPod(pod.UID)
 	}
 	klog.FromContext(ctx).V(2).Info("Pod deleted", "pod", klog.KObj(pod))
+}
+
+// setStarting marks a pod whose containers start (Agent.start) so that the
+// syncs meanwhile do not admit it again.
+func (a *Agent) setStarting(uid types.UID, on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if on {
+		a.starting[uid] = true
+	} else {
+		delete(a.starting, uid)
+	}
 }
