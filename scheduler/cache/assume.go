@@ -24,6 +24,16 @@ func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, ba
 	host := allocator.HostResources(req.Host)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if old, ok := c.pods[pod.UID]; ok && old.state == Nominated {
+		// The preemptor binds: its promise ends here. Decided on its own
+		// view of the node and nothing changed since, it is decided on the
+		// node as it is once the promise is gone.
+		view := old.view
+		c.remove(old)
+		if n, known := c.nodes[a.Node]; known && old.node == a.Node && basis == view {
+			basis = n.snap
+		}
+	}
 	if old, ok := c.pods[pod.UID]; ok {
 		if old.state != Assumed || !old.bindDone {
 			return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
@@ -115,8 +125,13 @@ func (c *Cache) CleanupExpired() int {
 	defer c.mu.Unlock()
 	var expired []*podState
 	for _, p := range c.pods {
-		if p.state == Assumed && p.bindDone && now.After(p.deadline) {
+		if (p.state == Assumed || p.state == Nominated) && p.bindDone && now.After(p.deadline) {
 			expired = append(expired, p)
+		}
+	}
+	for uid, o := range c.offers {
+		if now.After(o.deadline) {
+			delete(c.offers, uid)
 		}
 	}
 	for _, p := range expired {
