@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -160,7 +161,9 @@ type candidate struct {
 
 // potentialVictims returns the holders whose priority is below prio, most
 // important first (higher priority, then earlier start), as kube-scheduler
-// orders them. A holder whose pod cannot be read is not a candidate.
+// orders them (then by name, so that equal choices are always the same). A
+// holder whose pod cannot be read, or that is being deleted already, is
+// not a candidate.
 func (s *Server) potentialVictims(ctx context.Context, holders []cache.Holder, prio int32) []candidate {
 	var out []candidate
 	for _, h := range holders {
@@ -174,7 +177,10 @@ func (s *Server) potentialVictims(ctx context.Context, holders []cache.Holder, p
 		if pa, pb := podPriority(a.pod), podPriority(b.pod); pa != pb {
 			return int(pb) - int(pa)
 		}
-		return startTime(a.pod).Compare(startTime(b.pod).Time)
+		if c := startTime(a.pod).Compare(startTime(b.pod).Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
 	})
 	return out
 }
