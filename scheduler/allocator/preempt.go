@@ -38,7 +38,8 @@ type Victims struct {
 //
 // holders must be listed most important first (higher priority, then
 // earlier start), as kube-scheduler sorts them. For every card some holder
-// uses, and once for the whole node, Preempt removes the holders on it,
+// uses, and once for the whole node when req needs several cards (or no
+// card alone helps), Preempt removes the holders on it,
 // checks that req then fits, and gives back as many as still let it fit:
 // first those whose eviction would violate a PodDisruptionBudget, then the
 // others, most important first. Each group's victims are necessary: none
@@ -135,7 +136,11 @@ func (p *Policy) Preempt(node *Node, req Request, w *Workload, holders []Holder)
 			try(func(h Holder) bool { return h.uses(card) })
 		}
 	}
-	try(func(Holder) bool { return true })
+	if !found || !oneCard(req) {
+		// Several cards needed (or no card alone frees enough): the node
+		// as a whole.
+		try(func(Holder) bool { return true })
+	}
 	if !found {
 		return Victims{}, false
 	}
@@ -148,6 +153,12 @@ func (p *Policy) Preempt(node *Node, req Request, w *Workload, holders []Holder)
 	fits()
 	best.Placements = p.Decide(&trial, req, w).Placements
 	return best, true
+}
+
+// oneCard reports whether req needs a single card: one share, or one whole
+// card. The single-card groups then contain the best answer.
+func oneCard(req Request) bool {
+	return len(req.Demands) == 1 && req.Demands[0].WholeCards <= 1
 }
 
 func (h Holder) uses(card int) bool {

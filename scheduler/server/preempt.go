@@ -1,10 +1,12 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -175,22 +177,25 @@ func (s *Server) potentialVictims(ctx context.Context, holders []cache.Holder, p
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int {
 		if pa, pb := podPriority(a.pod), podPriority(b.pod); pa != pb {
-			return int(pb) - int(pa)
+			return cmp.Compare(pb, pa)
 		}
-		if c := startTime(a.pod).Compare(startTime(b.pod).Time); c != 0 {
+		if c := startTime(a.pod).Compare(startTime(b.pod)); c != 0 {
 			return c
 		}
-		return strings.Compare(a.pod.Namespace+"/"+a.pod.Name, b.pod.Namespace+"/"+b.pod.Name)
+		if c := strings.Compare(a.pod.Namespace, b.pod.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.pod.Name, b.pod.Name)
 	})
 	return out
 }
 
 // startTime is when the pod started; one not started sorts last.
-func startTime(p *corev1.Pod) metav1.Time {
+func startTime(p *corev1.Pod) time.Time {
 	if p.Status.StartTime != nil {
-		return *p.Status.StartTime
+		return p.Status.StartTime.Time
 	}
-	return metav1.Time{Time: p.CreationTimestamp.AddDate(100, 0, 0)}
+	return p.CreationTimestamp.AddDate(100, 0, 0)
 }
 
 func (s *Server) lookupPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
