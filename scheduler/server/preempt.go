@@ -111,6 +111,21 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 	return res, nil
 }
 
+// unresolvable reports whether preemption on the node could never make the
+// pod fit: the node has no usable inventory, no schedulable card, no card
+// large enough, or is unknown. Only full cards (InsufficientFree,
+// NotEnoughWholeCards) are resolvable.
+func unresolvable(d allocator.Decision) bool {
+	for _, r := range d.Reasons {
+		switch r.Code {
+		case allocator.ReasonInsufficientFree, allocator.ReasonNotEnoughWholeCards:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // kubeVictims returns kube-scheduler's victims per node, as UIDs, from
 // whichever form the call carries (NodeNameToMetaVictims when the extender
 // is nodeCacheCapable, NodeNameToVictims otherwise).

@@ -263,21 +263,6 @@ var (
 // reasonUnknownNode marks a candidate node the cache does not know.
 const reasonUnknownNode allocator.ReasonCode = "UnknownNode"
 
-// unresolvable reports whether preemption on the node could never make the
-// pod fit: the node has no usable inventory, no schedulable card, no card
-// large enough, or is unknown. Only full cards (InsufficientFree,
-// NotEnoughWholeCards) are resolvable.
-func unresolvable(d allocator.Decision) bool {
-	for _, r := range d.Reasons {
-		switch r.Code {
-		case allocator.ReasonInsufficientFree, allocator.ReasonNotEnoughWholeCards:
-		default:
-			return true
-		}
-	}
-	return false
-}
-
 // candidateNames returns the names of the candidate nodes, from NodeNames
 // (nodeCacheCapable: true) or Nodes (false).
 func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
