@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/test/cluster"
 )
@@ -27,7 +28,8 @@ import (
 // untouched; with a PodDisruptionBudget on one of the two cards left, a
 // second one evicts the other card's; a third then has only the protected
 // card left and evicts it (the violation unavoidable); a fourth high-priority pod, which no eviction of
-// lower-priority pods can help, stays Pending with the reason.
+// lower-priority pods can help, stays Pending with the reason; and a pod
+// that node totals say preemption would help, but no card, evicts nobody.
 func TestPreemptionFreesOneCard(t *testing.T) {
 	c := setup(t)
 	needRoot(t)
@@ -115,13 +117,63 @@ func TestPreemptionFreesOneCard(t *testing.T) {
 	}
 	waitFailedScheduling(ctx, t, c, ns, "big4")
 	msg := failedSchedulingMessage(ctx, t, c, ns, "big4")
-	if !strings.Contains(msg, "preemption") || !strings.Contains(msg, "GiB") {
-		t.Errorf("big4's reason %q: want kube-scheduler's preemption verdict and the extender's card reason", msg)
+	if !strings.Contains(msg, "No preemption victims found") {
+		t.Errorf("big4's reason %q: want kube-scheduler's preemption verdict", msg)
 	}
 	for _, name := range []string{"big", "big2", "big3"} {
 		if _, err := cluster.WaitPod(ctx, c.Client, ns, name, 5*time.Second, "Running", cluster.PodRunning); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+
+	// Enough on the node's totals, not on any card: each card holds a
+	// high-priority 32 GiB pod and a low-priority 8 GiB one. A 20 GiB pod
+	// would free 24 GiB by node totals, never 20 on one card: nobody is
+	// evicted and it stays Pending.
+	for _, name := range []string{"big4", "big", "big2", "big3"} {
+		deletePodNow(ctx, t, c, ns, name)
+	}
+	lows := map[string]string{}
+	for i := 0; i < 3; i++ {
+		h := runPod(ctx, t, c, pin(gpuPod(ns, fmt.Sprintf("high-%d", i), 32), high), node)
+		checkCards(ctx, t, c, h)
+	}
+	for i := 0; i < 3; i++ {
+		l := runPod(ctx, t, c, pin(gpuPod(ns, fmt.Sprintf("rest-%d", i), 8), low), node)
+		lows[l.Name] = checkCards(ctx, t, c, l).Containers[0].CardUUID
+	}
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pin(gpuPod(ns, "mid", 20), high), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFailedScheduling(ctx, t, c, ns, "mid")
+	t.Logf("mid pending: %s", failedSchedulingMessage(ctx, t, c, ns, "mid"))
+	// Give kube-scheduler time to act on its preemption, were it to.
+	var evicted string
+	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		for name := range lows {
+			p, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil) {
+				evicted = fmt.Sprintf("%s (%v)", name, err)
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err == nil {
+		t.Errorf("low-priority pod %s was evicted for mid, which no card could take", evicted)
+	}
+	if p, err := c.Client.CoreV1().Pods(ns).Get(ctx, "mid", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Errorf("mid bound to %q (%v), want Pending", p.Spec.NodeName, err)
+	}
+}
+
+// deletePodNow deletes the pod at once and waits until it is gone.
+func deletePodNow(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	if err := c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := cluster.WaitPodGone(ctx, c.Client, ns, name, time.Minute); err != nil {
+		t.Fatal(err)
 	}
 }
 
