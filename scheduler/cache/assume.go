@@ -118,7 +118,8 @@ func (c *Cache) FinishBinding(uid types.UID) {
 
 // CleanupExpired drops assumed pods whose bind finished more than the assume
 // TTL ago without the informer confirming them (the pod was deleted before
-// the informer saw it bound). It returns how many were dropped.
+// the informer saw it bound), and preemption promises and offers older than
+// the TTL (nominate.go). It returns how many pods were dropped.
 func (c *Cache) CleanupExpired() int {
 	now := c.clock.Now()
 	c.mu.Lock()
@@ -135,7 +136,7 @@ func (c *Cache) CleanupExpired() int {
 		}
 	}
 	for _, p := range expired {
-		klog.V(2).InfoS("Assumed pod expired without confirmation", "pod", klog.KRef(p.namespace, p.name), "node", p.node)
+		klog.V(2).InfoS("Assumed or nominated pod expired without binding", "pod", klog.KRef(p.namespace, p.name), "node", p.node, "state", p.state)
 		c.remove(p)
 	}
 	return len(expired)

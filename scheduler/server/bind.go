@@ -202,7 +202,7 @@ func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.
 			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		promised, hasPromise := api.Assignment{}, false
-		if at, view, pa, ok := s.cache.NominatedView(pod.UID); ok && at == node {
+		if at, view, pa, ok := s.nominatedView(pod); ok && at == node {
 			// A preemptor binds where its victims were: on its own view
 			// of the node, to the cards they freed while those still fit.
 			snap, promised, hasPromise = view, pa, promiseFits(view, pa)

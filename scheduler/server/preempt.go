@@ -282,7 +282,7 @@ func pdbViolations(cands []candidate, pdbs []*policyv1.PodDisruptionBudget) []bo
 // NominatedView); snaps itself when the pod has no promise. The caller's
 // snaps may be pooled or the decoder's: a changed one is a copy.
 func (s *Server) ownView(pod *corev1.Pod, names []string, snaps []*allocator.Node) []*allocator.Node {
-	node, view, _, ok := s.cache.NominatedView(pod.UID)
+	node, view, _, ok := s.nominatedView(pod)
 	if !ok {
 		return snaps
 	}
@@ -322,4 +322,14 @@ func promiseFits(node *allocator.Node, a api.Assignment) bool {
 		}
 	}
 	return true
+}
+
+// nominatedView is the cache's NominatedView for a pod kube-scheduler has
+// nominated a node for; other pods (nearly all) have no promise and skip
+// the cache's lock.
+func (s *Server) nominatedView(pod *corev1.Pod) (node string, view *allocator.Node, a api.Assignment, ok bool) {
+	if pod.Status.NominatedNodeName == "" {
+		return "", nil, api.Assignment{}, false
+	}
+	return s.cache.NominatedView(pod.UID)
 }

@@ -328,9 +328,7 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, 
 		snaps, ids = s.cache.SnapshotInto(s.snapPool.get(len(names)), names), nil
 		defer s.snapPool.put(snaps)
 	}
-	if pod.Status.NominatedNodeName != "" {
-		snaps = s.ownView(pod, names, snaps)
-	}
+	snaps = s.ownView(pod, names, snaps)
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -48,8 +49,13 @@ func TestPreemptionFreesOneCard(t *testing.T) {
 	}
 	// card of each low pod, by name.
 	cardOf := map[string]string{}
+	// Placed by spread, one card after the other: the pods started last,
+	// whom kube-scheduler's own choice on node totals evicts first, are on
+	// different cards.
 	for i := 0; i < 15; i++ {
-		p := runPod(ctx, t, c, pin(gpuPod(ns, fmt.Sprintf("low-%02d", i), 8), low), node)
+		lp := pin(gpuPod(ns, fmt.Sprintf("low-%02d", i), 8), low)
+		lp.Annotations = map[string]string{api.DefaultNames().AnnotationPolicy(): "spread"}
+		p := runPod(ctx, t, c, lp, node)
 		cardOf[p.Name] = checkCards(ctx, t, c, p).Containers[0].CardUUID
 	}
 	byCard := map[string][]string{}
