@@ -37,6 +37,11 @@ func (c *Cache) takeID() int32 {
 // Called with the write lock held.
 func (c *Cache) publish(n *nodeState) {
 	n.rebuild()
+	for _, p := range n.pods {
+		if p.state == Nominated {
+			p.view = n.build(p.uid)
+		}
+	}
 	if n.known {
 		c.snaps[n.name] = snapRef{name: n.name, id: n.id, snap: n.snap}
 	} else {
@@ -123,7 +128,12 @@ type packedNode struct {
 
 // rebuild publishes a fresh immutable snapshot of the node. Called with the
 // write lock held.
-func (n *nodeState) rebuild() {
+func (n *nodeState) rebuild() { n.snap = n.build("") }
+
+// build returns a fresh immutable snapshot of the node, without the units
+// of the pod whose UID is without (none when empty): a nominated pod's own
+// view of the node (nominate.go). Called with the lock held.
+func (n *nodeState) build(without types.UID) *allocator.Node {
 	var snap *allocator.Node
 	var cards []allocator.Card
 	var host *allocator.HostResources
@@ -151,6 +161,9 @@ func (n *nodeState) rebuild() {
 		used := make(map[string]int64, len(n.inv.Cards))
 		var whole map[string]bool
 		for _, p := range n.pods {
+			if p.uid == without && without != "" {
+				continue
+			}
 			for _, ca := range p.assignment.Containers {
 				used[ca.CardUUID] += ca.Units
 			}
@@ -175,7 +188,7 @@ func (n *nodeState) rebuild() {
 	}
 	// The snapshot is final from here on: never changed once published.
 	snap.Summarize()
-	n.snap = snap
+	return snap
 }
 
 // internState returns the package constant equal to s. The policy compares
