@@ -324,7 +324,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		wantError(t, "privileged init", err, "init container i is privileged")
 		allowed := testNamespace(ctx, t, c, "privileged-ok")
 		enforceAdmission(ctx, t, c, system, allowed)
-		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, allowed, types.MergePatchType, []byte(`{"metadata":{"labels":{"gpushare.example.com/privileged-pods":"allowed"}}}`), metav1.PatchOptions{}); err != nil {
+		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, allowed, types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, api.DefaultNames().LabelPrivilegedPods(), api.CardPinningAllowed)), metav1.PatchOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.Client.CoreV1().Pods(allowed).Create(ctx, privilegedPod(allowed, "priv"), dry); err != nil {
@@ -352,7 +352,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 			_ = c.Client.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 		})
 		names := api.DefaultNames()
-		fourTimes := fmt.Sprintf(`{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"GPU-x","model":"NVIDIA-A100","units":160}]}`)
+		fourTimes := `{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"GPU-x","model":"NVIDIA-A100","units":160}]}`
 		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
 		for _, tc := range []struct{ what, patch, sub string }{
 			{"inventory", fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, names.AnnotationInventory(), fourTimes), ""},
