@@ -185,8 +185,6 @@ count dedicated 'value: /etc/gpushare/metrics-token/token$' 2
 expect dedicated 'name: gpushare-metrics-token$'
 expect dedicated 'name: "system:auth-delegator"'
 count dedicated '\{kind: ServiceAccount, name: gpushare-device-plugin, namespace: gpushare-system\}' 1
-render podmonitor-auth --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
-count podmonitor-auth 'credentials: \{name: gpushare-metrics-token, key: token\}' 2
 expect dedicated 'nonResourceURLs: \[/metrics\]'
 expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
 render admin-auth-off --set adminAuth.enabled=false
@@ -275,6 +273,7 @@ expect mps 'value: "/run/nvidia/mps/shm"'
 render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect podmonitor 'kind: PodMonitor'
 expect podmonitor '- port: metrics'
+count podmonitor 'credentials: \{name: gpushare-metrics-token, key: token\}' 2
 
 render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
 expect observability 'kind: PrometheusRule'

@@ -273,9 +273,12 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		running.Spec.Volumes = append(running.Spec.Volumes, corev1.Volume{Name: "null", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null"}}})
+		// Its volumes cannot change: the rule is the mount path, whatever the volume.
+		if len(running.Spec.Volumes) == 0 {
+			t.Fatalf("pod-a has no volume to mount in an ephemeral container")
+		}
 		running.Spec.EphemeralContainers = append(running.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
-			Name: "debug", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}}})
+			Name: "debug", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []corev1.VolumeMount{{Name: running.Spec.Volumes[0].Name, MountPath: "/var/run/nvidia-container-devices/all"}}}})
 		_, err = c.Client.CoreV1().Pods(users).UpdateEphemeralContainers(ctx, "pod-a", running, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		wantError(t, "ephemeral container", err, "ephemeral container debug mounts a volume at /var/run/nvidia-container-devices/all")
 		// The host's device nodes or /dev/null, however the path is spelled.
@@ -318,8 +321,8 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		_, err := alice.CoreV1().Pods(users).Create(ctx, privilegedPod(users, "priv"), dry)
 		wantError(t, "privileged", err, "container c is privileged: a privileged container sees every GPU of its node", "namespace "+users+" may not run one", "label the namespace gpushare.example.com/privileged-pods=allowed")
 		init := privilegedPod(users, "priv-init")
-		init.Spec.InitContainers, init.Spec.Containers[0].SecurityContext = init.Spec.Containers, nil
-		init.Spec.InitContainers[0].Name = "i"
+		init.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "registry.k8s.io/pause:3.10", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+		init.Spec.Containers[0].SecurityContext = nil
 		_, err = alice.CoreV1().Pods(users).Create(ctx, init, dry)
 		wantError(t, "privileged init", err, "init container i is privileged")
 		allowed := testNamespace(ctx, t, c, "privileged-ok")
@@ -371,10 +374,7 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		if _, err := nora.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/rack":"r1"}}}`), dry); err != nil {
 			t.Errorf("nora annotating the node otherwise: %v, want allowed", err)
 		}
-		plugin := pluginIdentityOn(ctx, t, c, system, "trust-a")
-		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"AAAA"}}}`, names.AnnotationRecordKey())), dry); err != nil {
-			t.Errorf("the plugin on trust-a writing its record key: %v, want allowed", err)
-		}
+		// (The node's own plugin writing them: "the device plugin's identity writes only its own node".)
 	})
 
 	t.Run("the device plugin's identity writes only its own node", func(t *testing.T) {
@@ -391,6 +391,9 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"gpushare.example.com/gpu-count":"1"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			t.Errorf("plugin on trust-a writing its Node's gpushare label: %v, want allowed", err)
+		}
+		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"AAAA"}}}`, api.DefaultNames().AnnotationRecordKey())), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("plugin on trust-a writing its Node's record key: %v, want allowed", err)
 		}
 		// … and nothing else.
 		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
