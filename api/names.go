@@ -182,6 +182,12 @@ func (n Names) AnnotationCardUUIDs() string { return n.key(keyCardUUIDs) }
 // labelled namespaces (cardChoice.uuidPinning).
 func (n Names) LabelCardPinning() string { return n.key("card-pinning") }
 
+// LabelPrivilegedPods, on a Namespace, is set to CardPinningAllowed
+// ("allowed") by the cluster operator to let pods there run privileged
+// containers, which see every GPU of their node, where the chart's admission
+// policy refuses them (admission.privilegedPods).
+func (n Names) LabelPrivilegedPods() string { return n.key("privileged-pods") }
+
 // LabelDRA, with the value "true" on a Node, makes the node serve its cards
 // through DRA (the node agent's --dra mode, which the chart runs there)
 // instead of as device-plugin resources: <domain>/dra.

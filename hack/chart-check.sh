@@ -174,18 +174,40 @@ render plugin-pod-scope-off --set admission.pluginPodScope=false
 expect plugin-pod-scope-off 'plugin-pod-scope' absent
 expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
 
-# Who reads the endpoints (adminAuth, default on): both programs told delegated (the extender and
-# the device plugin's two containers, the plugin and its standby: 3 settings), both service
-# accounts bound to system:auth-delegator, the reader ClusterRoles; the ServiceMonitor sends
-# Prometheus's token; the verbs check kube-scheduler's certificate name in extender-only mode.
+# Who reads the endpoints (adminAuth, default on): the extender told delegated, its service
+# account bound to system:auth-delegator; the device plugin's two containers (the plugin and its
+# standby) told token, with the scrape token's Secret mounted, and their service account NOT bound
+# (no TokenReview/SubjectAccessReview oracle on GPU nodes); the reader ClusterRoles; the
+# ServiceMonitor sends Prometheus's token, the PodMonitor the scrape token; the verbs check
+# kube-scheduler's certificate name in extender-only mode.
 count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 3
-count dedicated 'value: delegated$' 3
+count dedicated 'value: delegated$' 1
+count dedicated 'value: token$' 2
+count dedicated 'value: /etc/gpushare/metrics-token/token$' 2
+expect dedicated 'name: gpushare-metrics-token$'
 expect dedicated 'name: "system:auth-delegator"'
+count dedicated '\{kind: ServiceAccount, name: gpushare-device-plugin, namespace: gpushare-system\}' 1
 expect dedicated 'nonResourceURLs: \[/metrics\]'
 expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
 render admin-auth-off --set adminAuth.enabled=false
 count admin-auth-off 'value: none$' 3
 expect admin-auth-off 'system:auth-delegator' absent
+expect admin-auth-off 'metrics-token' absent
+
+# Tenant isolation: the extender off GPU nodes by default (an own affinity or avoidGPUNodes=false
+# lifts it); Node records only the node's plugin's; privileged pods refused outside allowed
+# namespaces (kube-system by default); device requests through the toolkit's mount rule refused.
+expect dedicated '\{key: "gpushare", operator: NotIn, values: \["true"\]\}'
+expect dedicated '\{key: nvidia.com/gpu.present, operator: NotIn, values: \["true"\]\}'
+render extender-on-gpu-nodes --set scheduler.avoidGPUNodes=false
+expect extender-on-gpu-nodes 'gpu.present' absent
+expect dedicated 'name: gpushare-node-records$'
+expect dedicated 'name: gpushare-privileged$'
+expect dedicated 'values: \["gpushare-system","kube-system"\]'
+expect dedicated "m.mountPath.contains\('nvidia-container-devices'\)"
+render privileged-allowed --set admission.privilegedPods.refuse=false
+expect privileged-allowed 'gpushare-privileged' absent
+expect privileged-allowed 'name: gpushare-device-access$'
 render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-noauth 'bearerTokenFile' absent
 render servicemonitor-auth --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
@@ -253,6 +275,7 @@ expect mps 'value: "/run/nvidia/mps/shm"'
 render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
 expect podmonitor 'kind: PodMonitor'
 expect podmonitor '- port: metrics'
+count podmonitor 'credentials: \{name: gpushare-metrics-token, key: token\}' 2
 
 render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
 expect observability 'kind: PrometheusRule'

@@ -8,7 +8,8 @@
 #
 # It runs the shipped configuration: the chart (charts/gpushare) is installed
 # with helm into gpushare-system, so the admission policies, RBAC, ServiceAccounts
-# and the record key Secret are the chart's own; only its pods are kept off (the
+# and the record key Secret are the chart's own, with DRA on (its DeviceClass and
+# ResourceSlice policy); only its pods are kept off (the
 # extender and the plugins run here as processes, see install_chart). The
 # extender runs as the chart's extender ServiceAccount, each plugin as the chart's
 # device-plugin ServiceAccount with a token bound to its Node (the node name the
@@ -218,7 +219,7 @@ install_chart() {
 	helm="$("$ROOT/hack/tools.sh" helm)"
 	log "installing the chart (charts/gpushare) as release $RELEASE in $NAMESPACE: admission policies, RBAC, record key"
 	"$helm" upgrade --install "$RELEASE" "$ROOT/charts/gpushare" --kubeconfig "$KUBECONFIG_FILE" \
-		--namespace "$NAMESPACE" --create-namespace \
+		--namespace "$NAMESPACE" --create-namespace --set dra.enabled=true \
 		--set-json "devicePlugin.nodeSelector=$off" --set-json "scheduler.nodeSelector=$off" >"$LOGS/helm.log" 2>&1 ||
 		die "helm install failed: $(cat "$LOGS/helm.log")"
 	kubectl_ -n "$NAMESPACE" scale "deployment/$RELEASE-scheduler" --replicas=0 >/dev/null

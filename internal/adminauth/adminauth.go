@@ -8,6 +8,11 @@
 // checks come from k8s.io/apiserver; answers are cached briefly, so a
 // Prometheus scrape costs the API server nothing most of the time.
 //
+// Token mode (token.go) compares the bearer token with a shared scrape
+// token from a file instead: no API server round trip, so a node's
+// program needs no TokenReview or SubjectAccessReview rights, and a flood
+// of forged tokens costs the API server nothing.
+//
 // Probes (/healthz, /readyz) stay open: the kubelet sends no token.
 package adminauth
 
@@ -35,6 +40,8 @@ const (
 	// Delegated asks the API server who the caller is (TokenReview) and
 	// whether it may make the request (SubjectAccessReview). The default.
 	Delegated = "delegated"
+	// Token accepts one bearer token, read from Options.TokenFile.
+	Token = "token"
 	// None serves every request to whoever reaches the port.
 	None = "none"
 )
@@ -49,8 +56,10 @@ const (
 
 // Options are the --admin-auth setting.
 type Options struct {
-	// Mode is Delegated or None.
+	// Mode is Delegated, Token or None.
 	Mode string
+	// TokenFile holds the token Token mode accepts (a mounted Secret key).
+	TokenFile string
 }
 
 // DefaultOptions authenticates and authorizes every guarded request.
@@ -58,7 +67,8 @@ func DefaultOptions() Options { return Options{Mode: Delegated} }
 
 // AddFlags defines --admin-auth on fs; what names what it guards.
 func (o *Options) AddFlags(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&o.Mode, "admin-auth", o.Mode, "who may read "+what+": delegated (a bearer token the API server accepts, whose identity may get the path: a ClusterRole with nonResourceURLs, e.g. [/metrics], verbs [get]; needs create on tokenreviews and subjectaccessreviews, the system:auth-delegator ClusterRole) or none (anyone who reaches the port)")
+	fs.StringVar(&o.Mode, "admin-auth", o.Mode, "who may read "+what+": delegated (a bearer token the API server accepts, whose identity may get the path: a ClusterRole with nonResourceURLs, e.g. [/metrics], verbs [get]; needs create on tokenreviews and subjectaccessreviews, the system:auth-delegator ClusterRole), token (the bearer token in --admin-token-file; no API server call) or none (anyone who reaches the port)")
+	fs.StringVar(&o.TokenFile, "admin-token-file", o.TokenFile, "with --admin-auth=token: the file holding the one bearer token "+what+" accepts (e.g. a mounted Secret key)")
 }
 
 // Validate says what to change when Mode is unknown.
@@ -66,8 +76,13 @@ func (o Options) Validate() error {
 	switch o.Mode {
 	case Delegated, None:
 		return nil
+	case Token:
+		if o.TokenFile == "" {
+			return fmt.Errorf("--admin-auth=%s needs --admin-token-file (the file holding the bearer token to accept)", Token)
+		}
+		return nil
 	}
-	return fmt.Errorf("--admin-auth=%q: want %s or %s", o.Mode, Delegated, None)
+	return fmt.Errorf("--admin-auth=%q: want %s, %s or %s", o.Mode, Delegated, Token, None)
 }
 
 // Guard wraps handlers with the checks of one Options.
@@ -85,8 +100,11 @@ func New(o Options, client kubernetes.Interface, open ...string) (*Guard, error)
 		return nil, err
 	}
 	g := &Guard{open: sets.New(open...)}
-	if o.Mode == None {
+	switch o.Mode {
+	case None:
 		return g, nil
+	case Token:
+		return g.withToken(o.TokenFile)
 	}
 	if client == nil {
 		return nil, fmt.Errorf("--admin-auth=%s needs a Kubernetes client", Delegated)
@@ -125,6 +143,9 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 	if g.authn == nil {
 		return h
 	}
+	if g.authz == nil { // token mode: the token is the authorization
+		return g.withOpenPaths(h, g.authn(h))
+	}
 	checked := g.authn(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		attrs, err := filters.GetAuthorizerAttributes(r.Context())
 		if err != nil {
@@ -147,6 +168,11 @@ func (g *Guard) Wrap(h http.Handler) http.Handler {
 		}
 		writeStatus(w, http.StatusForbidden, "Forbidden", msg+".")
 	}))
+	return g.withOpenPaths(h, checked)
+}
+
+// withOpenPaths serves the open paths with h and the others with checked.
+func (g *Guard) withOpenPaths(h, checked http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if g.open.Has(r.URL.Path) {
 			h.ServeHTTP(w, r)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,7 +88,55 @@ func TestGuard(t *testing.T) {
 }
 
 func TestUnknownModeSaysWhatToSet(t *testing.T) {
-	if _, err := New(Options{Mode: "tls"}, apiServer(t)); err == nil || !strings.Contains(err.Error(), "want delegated or none") {
+	if _, err := New(Options{Mode: "tls"}, apiServer(t)); err == nil || !strings.Contains(err.Error(), "want delegated, token or none") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestTokenModeAcceptsOnlyTheScrapeTokenAndAsksNobody(t *testing.T) {
+	scrape := strings.Repeat("s3cret", 8)
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(scrape+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// No client: any TokenReview or SubjectAccessReview would panic.
+	g, err := New(Options{Mode: Token, TokenFile: file}, nil, "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("served")) })
+	h := g.Wrap(ok)
+	get := func(path, auth string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodGet, path, nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := get("/metrics", "Bearer "+scrape); rec.Code != 200 || rec.Body.String() != "served" {
+		t.Errorf("the scrape token: %d %s, want 200 served", rec.Code, rec.Body.String())
+	}
+	for _, auth := range []string{"", "Bearer " + scrape[:len(scrape)-1], "Bearer " + scrape + "x", "Basic " + scrape, "Bearer a-service-account-token"} {
+		if rec := get("/metrics", auth); rec.Code != 401 || !strings.Contains(rec.Body.String(), "metrics-token") {
+			t.Errorf("Authorization %q: %d %s, want 401 naming the Secret", auth, rec.Code, rec.Body.String())
+		}
+	}
+	if rec := get("/readyz", ""); rec.Code != 200 {
+		t.Errorf("probe without a token: %d, want 200", rec.Code)
+	}
+}
+
+func TestTokenModeRefusesAMissingOrShortToken(t *testing.T) {
+	if _, err := New(Options{Mode: Token}, nil); err == nil || !strings.Contains(err.Error(), "needs --admin-token-file") {
+		t.Errorf("no file: err = %v", err)
+	}
+	short := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(short, []byte("abc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Mode: Token, TokenFile: short}, nil); err == nil || !strings.Contains(err.Error(), "want at least 32") {
+		t.Errorf("short token: err = %v", err)
 	}
 }

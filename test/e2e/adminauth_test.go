@@ -23,12 +23,15 @@ import (
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
-// The extender's /inspect (which pod holds which card) and /metrics, and the
-// device plugin's /metrics, answer only a token the API server accepts of an
-// identity the chart's reader ClusterRoles grant: a tenant in the cluster
-// (a pod's service account, or no token at all) learns nothing there. Both
-// programs run with their defaults (--admin-auth=delegated); the roles and
-// binding are the chart's (templates/admin-auth.yaml, helm template).
+// The extender's /inspect (which pod holds which card) and /metrics answer
+// only a token the API server accepts of an identity the chart's reader
+// ClusterRoles grant (--admin-auth=delegated); the device plugin's /metrics
+// only the chart's scrape token (--admin-auth=token, as the chart runs it),
+// and a flood of forged tokens there costs the API server no TokenReview.
+// A tenant in the cluster (a pod's service account, or no token at all)
+// learns nothing. The roles and bindings are the chart's
+// (templates/admin-auth.yaml, helm template), whose auth-delegator binding
+// holds the extender's service account only.
 func TestAdminEndpointsRequireAuthorization(t *testing.T) {
 	c := setup(t)
 	needExtender(t)
@@ -48,6 +51,9 @@ func TestAdminEndpointsRequireAuthorization(t *testing.T) {
 	out := renderChart(ctx, t, system, "templates/admin-auth.yaml",
 		"--set", "adminAuth.metricsReaders[0].kind=ServiceAccount", "--set", "adminAuth.metricsReaders[0].name=prometheus", "--set", "adminAuth.metricsReaders[0].namespace="+system,
 		"--set", "adminAuth.inspectReaders[0].kind=ServiceAccount", "--set", "adminAuth.inspectReaders[0].name=operator", "--set", "adminAuth.inspectReaders[0].namespace="+system)
+	if strings.Contains(string(out), "{kind: ServiceAccount, name: gpushare-device-plugin,") {
+		t.Errorf("the chart binds the device plugin's service account to system:auth-delegator: every GPU node could review tokens and ask what any identity may do\n%s", out)
+	}
 	file := filepath.Join(t.TempDir(), "admin-auth.yaml")
 	if err := os.WriteFile(file, out, 0o644); err != nil {
 		t.Fatal(err)
@@ -78,12 +84,17 @@ func TestAdminEndpointsRequireAuthorization(t *testing.T) {
 	}
 	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
 
-	// A GPU node whose plugin serves its metrics.
+	// A GPU node whose plugin serves its metrics, behind the scrape token.
+	scrape := strings.Repeat("0123456789abcdef", 3)
+	tokenFile := filepath.Join(t.TempDir(), "metrics-token")
+	if err := os.WriteFile(tokenFile, []byte(scrape), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	metricsPort := freePort(t)
 	node, err := c.StartNode(cluster.NodeOptions{
 		Name: "adminauth-node", AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
 		Labels: api.LabelEnabled + "=true", PluginBinary: pluginBinary(t),
-		PluginArgs: []string{"--nvml=spec:1x40GiB:NVIDIA-A100", fmt.Sprintf("--metrics-address=127.0.0.1:%d", metricsPort)},
+		PluginArgs: []string{"--nvml=spec:1x40GiB:NVIDIA-A100", fmt.Sprintf("--metrics-address=127.0.0.1:%d", metricsPort), "--admin-auth=token", "--admin-token-file=" + tokenFile},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,11 +115,12 @@ func TestAdminEndpointsRequireAuthorization(t *testing.T) {
 		{"a tenant's service account is refused the extender's /inspect", admin + "/inspect", tenant, 403, `nonResourceURLs [\"/inspect\"]`},
 		{"a tenant's service account is refused /inspect/NODE", admin + "/inspect/adminauth-node", tenant, 403, "/inspect/*"},
 		{"a tenant's service account is refused the extender's /metrics", admin + "/metrics", tenant, 403, "may not get /metrics"},
-		{"a tenant's service account is refused the plugin's /metrics", plugin + "/metrics", tenant, 403, "may not get /metrics"},
-		{"anyone without a token is refused the plugin's /metrics", plugin + "/metrics", "", 401, "needs a bearer token"},
+		{"a tenant's service account is refused the plugin's /metrics", plugin + "/metrics", tenant, 401, "needs the scrape token"},
+		{"anyone without a token is refused the plugin's /metrics", plugin + "/metrics", "", 401, "needs the scrape token"},
 		{"a forged token is refused", admin + "/metrics", "not-a-token", 401, "needs a bearer token"},
 		{"metrics-reader reads the extender's /metrics", admin + "/metrics", prometheus, 200, "gpushare_"},
-		{"metrics-reader reads the plugin's /metrics", plugin + "/metrics", prometheus, 200, "gpushare_"},
+		{"metrics-reader's own token is not the plugin's scrape token", plugin + "/metrics", prometheus, 401, "metrics-token"},
+		{"the scrape token reads the plugin's /metrics", plugin + "/metrics", scrape, 200, "gpushare_"},
 		{"metrics-reader does not read /inspect", admin + "/inspect", prometheus, 403, "inspect-reader"},
 		{"inspect-reader reads /inspect/NODE", admin + "/inspect/adminauth-node", operator, 200, "adminauth-node"},
 		{"probes need no token", admin + "/readyz", "", 200, "ok"},
@@ -126,6 +138,38 @@ func TestAdminEndpointsRequireAuthorization(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a flood of forged tokens at the plugin's /metrics costs the API server no TokenReview", func(t *testing.T) {
+		before := tokenReviews(ctx, t, c)
+		for i := 0; i < 200; i++ {
+			if code, body := httpGet(ctx, t, plugin+"/metrics", fmt.Sprintf("forged-%d", i)); code != 401 {
+				t.Fatalf("forged token %d: %d %s, want 401", i, code, body)
+			}
+		}
+		if after := tokenReviews(ctx, t, c); after != before {
+			t.Errorf("TokenReviews the API server answered: %v before the flood, %v after; want none for it", before, after)
+		}
+	})
+}
+
+// tokenReviews is the API server's count of TokenReview creations
+// (apiserver_request_total, resource tokenreviews).
+func tokenReviews(ctx context.Context, t *testing.T, c *cluster.Cluster) float64 {
+	t.Helper()
+	raw, err := c.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="tokenreviews"`) {
+			var v float64
+			if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 // httpGet is GET url with token as bearer token ("" for none): code and body.

@@ -158,7 +158,7 @@ func enforceAdmission(ctx context.Context, t *testing.T, c *cluster.Cluster, sys
 	}
 }
 
-// applyAdmissionPolicies renders the chart's admission template for a release
+// applyAdmissionPolicies renders the chart's admission templates for a release
 // in namespace system and applies it to the cluster, with each policy binding
 // narrowed to the namespaces labelled for this release (enforceAdmission), so
 // the rest of the suite is not affected (cluster-scoped objects, Nodes, are
@@ -174,12 +174,13 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 // keeps all.
 func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, only []string, set ...string) {
 	t.Helper()
-	out := renderChart(ctx, t, system, "templates/admission.yaml", set...)
+	out := renderChart(ctx, t, system, "templates/admission.yaml",
+		append([]string{"--show-only", "templates/admission-tenants.yaml", "--show-only", "templates/admission-nodes.yaml"}, set...)...)
 	var docs [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var obj unstructured.Unstructured
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-			t.Fatalf("rendered admission.yaml: %v\n%s", err, doc)
+			t.Fatalf("rendered admission templates: %v\n%s", err, doc)
 		}
 		if len(obj.Object) == 0 {
 			continue
@@ -199,7 +200,7 @@ func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cl
 		docs = append(docs, b)
 	}
 	if only == nil && len(docs) < 13 {
-		t.Fatalf("admission.yaml rendered %d objects, want the five policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
+		t.Fatalf("the admission templates rendered %d objects, want the five policies, their bindings, the ConfigMap and its Role(Binding):\n%s", len(docs), out)
 	}
 	file := filepath.Join(t.TempDir(), "admission.yaml")
 	if err := os.WriteFile(file, bytes.Join(docs, []byte("\n---\n")), 0o644); err != nil {

@@ -396,6 +396,38 @@ func TestContainerLane(t *testing.T) {
 		}
 	})
 
+	t.Run("the toolkit's own mount rule: refused by the chart's policy, and every card without it", func(t *testing.T) {
+		// A pod that asks for no GPU and mounts the host's /dev/null at
+		// /var/run/nvidia-container-devices/all: NVIDIA's runtime reads it as
+		// a request for every card (requestsFromMounts).
+		attack := func(ns, name string) *corev1.Pod {
+			pod := probePod(ns, name, 0)
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null"}}})
+			pod.Spec.Containers[0].VolumeMounts = append(pod.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "all", MountPath: api.VisibleDevicesVolumeRoot + "/all"})
+			return pod
+		}
+		system, guarded := testNamespace(ctx, t, c, "gpushare-system"), testNamespace(ctx, t, c, "lane-guarded")
+		applyAdmissionPolicySubset(ctx, t, c, system, []string{"gpushare-device-access"})
+		enforceAdmission(ctx, t, c, system, guarded)
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = c.Client.CoreV1().Pods(guarded).Create(ctx, attack(guarded, "all-cards"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return last != nil, nil
+		}); err != nil {
+			t.Fatalf("the pod as written was admitted under the chart's device-access policy; want it refused")
+		}
+		wantError(t, "", last, "container c0 mounts a volume at /var/run/nvidia-container-devices/all", "ask for example.com/gpu-mem")
+
+		// The same pod where the policy does not apply: the real toolkit
+		// hands it every card, so the refusal above is what protects them.
+		pod := runProbePod(ctx, t, c, node, attack(ns, "all-cards-unguarded"))
+		defer deletePods(ctx, t, c, pod)
+		seen := probeSees(ctx, t, node, pod, "c0", time.Time{})
+		if diff := cmp.Diff(devicesFor(0, 1), seen.Devices); diff != "" {
+			t.Errorf("without the policy, the pod mounting /dev/null at %s/all should see every card (the premise of the policy) (-want +seen):\n%s", api.VisibleDevicesVolumeRoot, diff)
+		}
+	})
+
 	t.Run("the device plugin's own pod, as the chart renders it, sees every card and the kubelet's sockets unprivileged, with no capability", func(t *testing.T) {
 		chartPod := chartPluginPod(ctx, t, ns, "plugin-pod", node.Opts.Name)
 		createChartSecrets(ctx, t, c.Client, chartPod)

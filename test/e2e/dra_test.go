@@ -145,7 +145,12 @@ func TestDRAClaimsShareACardByMemory(t *testing.T) {
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	_, err := agent.ResourceV1().ResourceSlices().Create(ctx, forged, dry)
 	wantError(t, "a slice for another node", err, "writes only its own node's gpushare.example.com ResourceSlice", "This token is for node dra-a; the slice is for node dra-b")
-	forged.Spec.NodeName, forged.Spec.Pool.Name = ptr.To("dra-a"), "dra-a"
+	// Its own node name, but dra-b's pool at a higher generation: that would
+	// replace dra-b's cards for the scheduler.
+	forged.Spec.NodeName, forged.Spec.Pool.Name, forged.Spec.Pool.Generation = ptr.To("dra-a"), "dra-b", slice.Spec.Pool.Generation+100
+	_, err = agent.ResourceV1().ResourceSlices().Create(ctx, forged, dry)
+	wantError(t, "a slice of another node's pool", err, "the slice is for node dra-a, pool dra-b", "Publish it with pool and node both dra-a")
+	forged.Spec.NodeName, forged.Spec.Pool.Name, forged.Spec.Pool.Generation = ptr.To("dra-a"), "dra-a", slice.Spec.Pool.Generation
 	if _, err := agent.ResourceV1().ResourceSlices().Create(ctx, forged, dry); err != nil {
 		t.Errorf("the node agent on dra-a writing a slice for dra-a: %v, want allowed", err)
 	}

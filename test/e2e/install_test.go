@@ -46,6 +46,8 @@ const (
 var installOverrides = []string{
 	// No GPU here: the plugin serves simulated cards (the node's CDI spec describes the same ones).
 	"devicePlugin.extraArgs={--nvml=spec:" + laneGPUs + "}",
+	// One node, a GPU node: the extender may run there (by default it avoids GPU nodes).
+	"scheduler.avoidGPUNodes=false",
 }
 
 // chartImage is the image reference the chart renders by default (values.yaml

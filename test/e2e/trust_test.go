@@ -251,21 +251,49 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 	})
 
 	t.Run("a pod that asks for no GPU cannot reach the cards through the runtime", func(t *testing.T) {
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		// The toolkit's own rule, every container kind and spelling of it.
+		for _, tc := range []struct {
+			name  string
+			pod   *corev1.Pod
+			where string
+		}{
+			{"device-list", toolkitDeviceRequest(users, "device-list", "/var/run/nvidia-container-devices/all"), "container c mounts a volume at /var/run/nvidia-container-devices/all"},
+			{"with spec.nodeName", withNodeName(toolkitDeviceRequest(users, "device-list-pinned", "/var/run/nvidia-container-devices/all"), "trust-a"), "container c mounts a volume at"},
+			{"the CDI form", toolkitDeviceRequest(users, "cdi", "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all"), "at /var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all"},
+			{"a path that cleans to the root", toolkitDeviceRequest(users, "unclean", "//var/run/./x/../nvidia-container-devices//all/"), "at //var/run/./x/../nvidia-container-devices//all/"},
+			{"the string prefix without a slash", toolkitDeviceRequest(users, "prefix", "/var/run/nvidia-container-devicesall"), "at /var/run/nvidia-container-devicesall"},
+			{"an init container", asInitContainer(toolkitDeviceRequest(users, "init", "/var/run/nvidia-container-devices/all")), "init container c mounts a volume at"},
+		} {
+			_, err := alice.CoreV1().Pods(users).Create(ctx, tc.pod, dry)
+			wantError(t, tc.name, err, tc.where, "reads mounts under /var/run/nvidia-container-devices as requests for GPUs", "ask for example.com/gpu-mem")
+		}
+		// An ephemeral container added to a running pod.
+		running, err := c.Client.CoreV1().Pods(users).Get(ctx, "pod-a", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Its volumes cannot change: the rule is the mount path, whatever the volume.
+		if len(running.Spec.Volumes) == 0 {
+			t.Fatalf("pod-a has no volume to mount in an ephemeral container")
+		}
+		running.Spec.EphemeralContainers = append(running.Spec.EphemeralContainers, corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{
+			Name: "debug", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []corev1.VolumeMount{{Name: running.Spec.Volumes[0].Name, MountPath: "/var/run/nvidia-container-devices/all"}}}})
+		_, err = c.Client.CoreV1().Pods(users).UpdateEphemeralContainers(ctx, "pod-a", running, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "ephemeral container", err, "ephemeral container debug mounts a volume at /var/run/nvidia-container-devices/all")
+		// The host's device nodes or /dev/null, however the path is spelled.
+		for _, path := range []string{"/dev/null", "/dev//null", "/dev/./nvidia0", "/dev/nvidia-uvm", "/dev/char/195:0", "/dev", "/dev/", "/"} {
+			p := toolkitDeviceRequest(users, "host-path", "/data")
+			p.Spec.Volumes[0].HostPath.Path = path
+			_, err := alice.CoreV1().Pods(users).Create(ctx, p, dry)
+			wantError(t, "host path "+path, err, "this pod mounts the host path "+path+", which is or holds /dev/null or the NVIDIA device nodes", "remove that volume")
+		}
 		sneak := func(name string, edit func(*corev1.Pod)) *corev1.Pod {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: users}, Spec: corev1.PodSpec{
 				Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
 			edit(p)
 			return p
 		}
-		deviceList := func(p *corev1.Pod) {
-			p.Spec.Volumes = []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/var/run/nvidia-container-devices/all"}}}}
-			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "all", MountPath: "/var/run/nvidia-container-devices/all"}}
-		}
-		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-		_, err := alice.CoreV1().Pods(users).Create(ctx, sneak("device-list", deviceList), dry)
-		wantError(t, "", err, "mounts the host path /var/run/nvidia-container-devices/all, which would hand it NVIDIA GPUs outside gpushare", "ask for example.com/gpu-mem")
-		_, err = alice.CoreV1().Pods(users).Create(ctx, sneak("device-list-pinned", func(p *corev1.Pod) { deviceList(p); p.Spec.NodeName = "trust-a" }), dry)
-		wantError(t, "", err, "mounts the host path /var/run/nvidia-container-devices/all")
 		_, err = alice.CoreV1().Pods(users).Create(ctx, sneak("visible-all", func(p *corev1.Pod) {
 			p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 		}), dry)
@@ -274,12 +302,79 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 			p.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "registry.k8s.io/pause:3.10", Env: []corev1.EnvVar{{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=80G"}}}}
 		}), dry)
 		wantError(t, "", err, "container init sets NVIDIA_VISIBLE_DEVICES or an MPS variable")
+		// Other volumes and host paths stay allowed.
+		ok := toolkitDeviceRequest(users, "data", "/data")
+		ok.Spec.Volumes[0].HostPath.Path = "/srv/data"
+		if _, err := alice.CoreV1().Pods(users).Create(ctx, ok, dry); err != nil {
+			t.Errorf("a host path /srv/data mounted at /data: %v, want allowed", err)
+		}
 		// The release's own namespace (the plugin's pod) is not matched, even
 		// with the policies bound to it.
 		enforceAdmission(ctx, t, c, system, system)
-		if _, err := c.Client.CoreV1().Pods(system).Create(ctx, sneak("plugin-like", func(p *corev1.Pod) { p.Namespace = system; deviceList(p) }), dry); err != nil {
+		if _, err := c.Client.CoreV1().Pods(system).Create(ctx, toolkitDeviceRequest(system, "plugin-like", "/var/run/nvidia-container-devices/all"), dry); err != nil {
 			t.Errorf("a device-list mount in the release namespace: %v, want allowed", err)
 		}
+	})
+
+	t.Run("privileged pods are refused outside the namespaces the operator allows", func(t *testing.T) {
+		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		_, err := alice.CoreV1().Pods(users).Create(ctx, privilegedPod(users, "priv"), dry)
+		wantError(t, "privileged", err, "container c is privileged: a privileged container sees every GPU of its node", "namespace "+users+" may not run one", "label the namespace gpushare.example.com/privileged-pods=allowed")
+		init := privilegedPod(users, "priv-init")
+		init.Spec.InitContainers = []corev1.Container{{Name: "i", Image: "registry.k8s.io/pause:3.10", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}
+		init.Spec.Containers[0].SecurityContext = nil
+		_, err = alice.CoreV1().Pods(users).Create(ctx, init, dry)
+		wantError(t, "privileged init", err, "init container i is privileged")
+		allowed := testNamespace(ctx, t, c, "privileged-ok")
+		enforceAdmission(ctx, t, c, system, allowed)
+		if _, err := c.Client.CoreV1().Namespaces().Patch(ctx, allowed, types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, api.DefaultNames().LabelPrivilegedPods(), api.CardPinningAllowed)), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Client.CoreV1().Pods(allowed).Create(ctx, privilegedPod(allowed, "priv"), dry); err != nil {
+			t.Errorf("a privileged pod in a namespace labelled privileged-pods=allowed: %v, want allowed", err)
+		}
+	})
+
+	t.Run("only the node's own plugin writes its inventory and record key", func(t *testing.T) {
+		// nora may patch Nodes (a node controller's, a labeller's rights).
+		nora := impersonate(t, c, "nora")
+		patcher := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{GenerateName: "node-patcher-"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes", "nodes/status"}, Verbs: []string{"get", "patch", "update"}}}}
+		role, err := c.Client.RbacV1().ClusterRoles().Create(ctx, patcher, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "nora"}}}
+		if _, err := c.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+			_ = c.Client.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+		})
+		names := api.DefaultNames()
+		fourTimes := `{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"GPU-x","model":"NVIDIA-A100","units":160}]}`
+		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+		for _, tc := range []struct{ what, patch, sub string }{
+			{"inventory", fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, names.AnnotationInventory(), fourTimes), ""},
+			{"record key", fmt.Sprintf(`{"metadata":{"annotations":{%q:"AAAA"}}}`, names.AnnotationRecordKey()), ""},
+			{"inventory removed", fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, names.AnnotationInventory()), ""},
+			{"inventory through nodes/status", fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, names.AnnotationInventory(), fourTimes), "status"},
+		} {
+			var subresources []string
+			if tc.sub != "" {
+				subresources = []string{tc.sub}
+			}
+			_, err := nora.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(tc.patch), dry, subresources...)
+			wantError(t, tc.what, err, "nora may not write the annotations gpushare.example.com/inventory or gpushare.example.com/record-key of Node trust-a", "admission.nodeRecordWriters")
+		}
+		// Her other node edits, and the node's own plugin, are not refused.
+		if _, err := nora.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"annotations":{"example.com/rack":"r1"}}}`), dry); err != nil {
+			t.Errorf("nora annotating the node otherwise: %v, want allowed", err)
+		}
+		// (The node's own plugin writing them: "the device plugin's identity writes only its own node".)
 	})
 
 	t.Run("the device plugin's identity writes only its own node", func(t *testing.T) {
@@ -296,6 +391,9 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"metadata":{"labels":{"gpushare.example.com/gpu-count":"1"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 			t.Errorf("plugin on trust-a writing its Node's gpushare label: %v, want allowed", err)
+		}
+		if _, err := plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"AAAA"}}}`, api.DefaultNames().AnnotationRecordKey())), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("plugin on trust-a writing its Node's record key: %v, want allowed", err)
 		}
 		// … and nothing else.
 		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -542,4 +640,31 @@ func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, sys
 		t.Fatalf("the plugin pod's token carries node-name %v, want [%s] (user %s)", got, node, review.Status.UserInfo.Username)
 	}
 	return cs
+}
+
+// toolkitDeviceRequest is a pod without a GPU request whose container mounts
+// the host's /dev/null at mountPath: NVIDIA's toolkit (internal/config/image,
+// requestsFromMounts) reads such a mount under
+// /var/run/nvidia-container-devices as a request for the card named by the rest.
+func toolkitDeviceRequest(ns, name, mountPath string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+		Volumes: []corev1.Volume{{Name: "all", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/dev/null"}}}},
+		Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+			VolumeMounts: []corev1.VolumeMount{{Name: "all", MountPath: mountPath}}}}}}
+}
+
+func withNodeName(p *corev1.Pod, node string) *corev1.Pod { p.Spec.NodeName = node; return p }
+
+// asInitContainer moves the pod's container to its init containers, with a
+// plain app container beside it.
+func asInitContainer(p *corev1.Pod) *corev1.Pod {
+	p.Spec.InitContainers = p.Spec.Containers
+	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}
+	return p
+}
+
+// privilegedPod is a pod asking for no GPU whose container is privileged.
+func privilegedPod(ns, name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true)}}}}}
 }

@@ -119,6 +119,9 @@ has(request.userInfo.extra) && 'authentication.kubernetes.io/node-name' in reque
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "gpushare.deviceplugin.fullname" . }}
 {{- end -}}
 
+{{/* The Secret holding the device plugins' metrics scrape token (adminAuth.enabled). */}}
+{{- define "gpushare.metricsTokenSecret" -}}{{ include "gpushare.fullname" . }}-metrics-token{{- end -}}
+
 {{/* The Secret holding the record key ("" when record signing is off). */}}
 {{- define "gpushare.recordKeySecret" -}}
 {{- if .Values.recordSigning.enabled -}}

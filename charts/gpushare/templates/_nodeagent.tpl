@@ -76,6 +76,10 @@ spec:
         {{- include "gpushare.nodeAgent.container" (dict "root" . "dra" $dra "standby" true) | nindent 8 }}
         {{- end }}
       volumes:
+        {{- if .Values.adminAuth.enabled }}
+        - name: metrics-token
+          secret: {secretName: {{ include "gpushare.metricsTokenSecret" . }}}
+        {{- end }}
         {{- if not .Values.devicePlugin.privileged }}
         - name: all-gpus
           hostPath: {path: /dev/null, type: CharDevice}
@@ -157,7 +161,11 @@ spec:
     - name: GPUSHARE_METRICS_ADDRESS
       value: ":{{ $port }}"
     - name: GPUSHARE_ADMIN_AUTH
-      value: {{ ternary "delegated" "none" .Values.adminAuth.enabled }}
+      value: {{ ternary "token" "none" .Values.adminAuth.enabled }}
+    {{- if .Values.adminAuth.enabled }}
+    - name: GPUSHARE_ADMIN_TOKEN_FILE
+      value: /etc/gpushare/metrics-token/token
+    {{- end }}
     {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 4 }}{{ end }}
     {{- if not $dra }}
     # Only the plugin of the node that holds this lock publishes the inventory and samples and
@@ -237,6 +245,11 @@ spec:
   {{- end }}
   resources: {{- toYaml .Values.devicePlugin.resources | nindent 4 }}
   volumeMounts:
+    {{- if .Values.adminAuth.enabled }}
+    - name: metrics-token
+      mountPath: /etc/gpushare/metrics-token
+      readOnly: true
+    {{- end }}
     {{- if not .Values.devicePlugin.privileged }}
     - name: all-gpus
       mountPath: /var/run/nvidia-container-devices/all
