@@ -80,10 +80,11 @@ func TestNoGPUPodBoundToARestartedKubeletUntilThePluginRegistersAgain(t *testing
 	// The extender's view: the node's cards shown, none placeable, with the reason.
 	var info api.ExtenderNode
 	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		info = api.ExtenderNode{}
-		if err := getJSON(ctx, fmt.Sprintf("http://127.0.0.1:%d/inspect/%s", extenderPort, node.Opts.Name), &info); err != nil {
+		var got api.ExtenderNode
+		if err := getJSON(ctx, fmt.Sprintf("http://127.0.0.1:%d/inspect/%s", extenderPort, node.Opts.Name), &got); err != nil {
 			return false, nil
 		}
+		info = got
 		return info.InventoryErrorCode == api.InventoryErrorPluginNotServing, nil
 	}); err != nil {
 		t.Fatalf("extender /inspect/%s: %+v; want %s while the kubelet reports no device", node.Opts.Name, info, api.InventoryErrorPluginNotServing)
