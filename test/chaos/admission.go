@@ -71,8 +71,8 @@ var brokenCall = []string{"connection closing", "EOF", "Unavailable", "connectio
 // AdmissionCause attributes one rejected pod: seen is when the run first saw it Failed, events
 // are its node's NodeEvents, wholeHeld whether a pod holding whole cards was bound to its node
 // then. A call the plugin's death cut explains it first; then a restart (the latest kill of the
-// node's plugin or agent, a plugin kill its standby covered not counted) before an isolation, and
-// both before a whole-card hold.
+// node's plugin or agent, a plugin kill its standby covered not counted) unless cards were
+// isolated after that kill, then an isolation, and both before a whole-card hold.
 func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld bool) Cause {
 	for _, m := range brokenCall {
 		if strings.Contains(p.Status.Message, m) {
@@ -86,7 +86,18 @@ func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld
 			latest = &events[i]
 		}
 	}
-	if latest != nil {
+	created := p.CreationTimestamp.Time
+	isolatedAfter := func(t time.Time) bool {
+		for _, e := range events {
+			if e.Isolated && e.At.After(created) && e.At.After(t) && !e.At.After(seen) {
+				return true
+			}
+		}
+		return false
+	}
+	// An isolation after the kill (and after the pod's creation) is the later, nearer cause: a
+	// restart is over within a few seconds, RestartWindow is only its upper bound.
+	if latest != nil && !isolatedAfter(latest.At) {
 		if latest.Kind == KindKillAgent {
 			if bound := boundAt(p); !bound.IsZero() && bound.Before(latest.At.Truncate(time.Second)) {
 				return CauseKubeletRestartQueued
@@ -95,11 +106,8 @@ func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld
 		}
 		return CauseRestart
 	}
-	created := p.CreationTimestamp.Time
-	for _, e := range events {
-		if e.Isolated && e.At.After(created) && !e.At.After(seen) {
-			return CauseIsolation
-		}
+	if isolatedAfter(time.Time{}) {
+		return CauseIsolation
 	}
 	if wholeHeld {
 		return CauseWholeHold

@@ -45,6 +45,7 @@ func TestAdmissionCause(t *testing.T) {
 		{"an isolation lifted is not the cause", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate}}, false, CauseOther},
 		{"whole cards held on the node", unhealthy, nil, true, CauseWholeHold},
 		{"a restart explains it before an isolation or a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate, Isolated: true}, {At: seen.Add(-time.Second), Kind: KindKillPlugin}}, true, CauseRestart},
+		{"cards isolated after the latest kill explain it, not the kill", unhealthy, []NodeEvent{{At: seen.Add(-12 * time.Second), Kind: KindKillAgent}, {At: seen.Add(-time.Second), Kind: KindIsolate, Isolated: true}}, false, CauseIsolation},
 		{"an isolation before a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindWriters, Isolated: true}}, true, CauseIsolation},
 		{"nothing known", "Allocate failed due to requested number of devices unavailable for example.com/gpu-mem. Requested: 4, Available: 2, which is unexpected", nil, false, CauseOther},
 	} {
