@@ -69,10 +69,11 @@ var ErrInvalidInventory = errors.New("invalid GPU inventory")
 
 // ErrPluginNotServing: the node's device plugin is not serving (its pods,
 // as the scheduler extender's --device-plugin-selector finds them, are
-// none Ready, or all being deleted, or gone). The kubelet then holds the
-// node's GPU devices unhealthy and fails a GPU pod it admits
-// (UnexpectedAdmissionError, "no healthy devices present"), so the extender
-// places no GPU pod there until a plugin pod is Ready again.
+// none Ready, or all being deleted, or gone), or its kubelet reports the
+// gpu-mem resource with capacity 0 (a restarted kubelet, until the plugin
+// registers with it again). The kubelet then holds no healthy GPU device
+// and fails a GPU pod it admits (UnexpectedAdmissionError), so the
+// extender places no GPU pod there until the plugin serves again.
 var ErrPluginNotServing = errors.New("the node's gpushare device plugin is not serving")
 
 // Validate checks the inventory's internal consistency.

@@ -128,6 +128,14 @@ func (b *Builder) Unschedulable(message string) *Builder {
 	return b
 }
 
+// Scheduled gives the pod the PodScheduled=True condition the API server
+// sets when the pod is bound, at t.
+func (b *Builder) Scheduled(t time.Time) *Builder {
+	b.pod.Status.Conditions = append(b.pod.Status.Conditions, corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t)})
+	return b
+}
+
 // Deleting marks the pod terminating: deletionTimestamp set, its containers
 // still in their grace period.
 func (b *Builder) Deleting() *Builder {

@@ -112,7 +112,11 @@ type nodeState struct {
 	// plugins are the device plugin pods on the node, nil until one is seen
 	// (WithDevicePluginSelector).
 	plugins map[types.UID]pluginPod
-	pods    map[types.UID]*podState
+	// kubeletBare is true while the node's kubelet knows the gpu-mem
+	// resource but no device of it (kubeletBare): restarted, its device
+	// plugin not registered with it again yet.
+	kubeletBare bool
+	pods        map[types.UID]*podState
 	// snap is the published, immutable view; replaced on every change.
 	snap *allocator.Node
 }

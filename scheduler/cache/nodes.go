@@ -80,9 +80,11 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(node.Name)
+	before := n.pluginErr()
 	n.known = true
 	n.inv, n.invErr, n.invCode, n.iso = inv, nil, "", iso
 	n.alloc, n.hasAlloc = host, hasHost
+	n.kubeletBare = kubeletBare(node, c.names.ResourceName()) && len(inv.Cards) > 0
 	c.setModels(n, modelsOf(inv))
 	switch {
 	case invErr == nil && isoErr != nil:
@@ -96,6 +98,7 @@ func (c *Cache) SetNode(node *corev1.Node) {
 		}
 	}
 	c.publish(n)
+	logPluginChange(n, before)
 }
 
 // DeleteNode records a node removed by the informer. Pods still assigned to
@@ -109,7 +112,7 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	n.known = false
 	n.inv, n.invErr, n.invCode, n.iso = api.Inventory{}, nil, "", api.Isolation{}
-	n.hasAlloc = false
+	n.hasAlloc, n.kubeletBare = false, false
 	c.setModels(n, nil)
 	c.publish(n)
 	c.gc(n)

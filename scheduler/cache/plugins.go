@@ -90,21 +90,47 @@ func (c *Cache) untrackPluginLocked(uid types.UID) {
 }
 
 func (c *Cache) publishPluginChange(n *nodeState, before error) {
+	if logPluginChange(n, before) {
+		c.publish(n)
+	}
+}
+
+// logPluginChange logs and reports whether n's pluginErr changed from before.
+func logPluginChange(n *nodeState, before error) bool {
 	after := n.pluginErr()
 	if (before == nil) == (after == nil) && (before == nil || before.Error() == after.Error()) {
-		return
+		return false
 	}
 	if after != nil {
 		klog.InfoS("Placing no GPU pods on the node until its device plugin serves", "node", n.name, "reason", after)
 	} else {
 		klog.InfoS("The node's device plugin serves again", "node", n.name)
 	}
-	c.publish(n)
+	return true
 }
 
-// pluginErr says why the node's device plugin is not serving; nil when it
-// serves or no plugin pod was ever seen on the node.
+// kubeletBare reports whether the node's kubelet knows res but no device of it: the Node's
+// capacity of res is 0. The kubelet's device manager reads its checkpoint when it starts and
+// reports every resource there with no device "till the corresponding device plugin
+// re-registers" (devicemanager.readCheckpoint: capacity and allocatable 0), and reports 0 too for
+// a resource whose plugin has been gone past its grace period (GetCapacity's deleted resources).
+// Either way it fails every pod it admits that asks for res. Cards that are unhealthy or held
+// whole keep their devices in the capacity (allocatable drops, capacity does not), so 0 means no
+// plugin has listed its devices to this kubelet, never that they are busy.
+func kubeletBare(node *corev1.Node, res corev1.ResourceName) bool {
+	q, ok := node.Status.Capacity[res]
+	return ok && q.IsZero()
+}
+
+// pluginErr says why the node's device plugin is not serving: its kubelet
+// offers none of its devices (kubeletBare: the kubelet restarted and the
+// plugin has not registered with it again), or, with
+// WithDevicePluginSelector, no plugin pod of the node serves; nil when it
+// serves or, for the pods, no plugin pod was ever seen on the node.
 func (n *nodeState) pluginErr() error {
+	if n.kubeletBare {
+		return fmt.Errorf("node %s: %w: its kubelet reports no GPU device (capacity 0: the kubelet restarted and the plugin has not registered with it again); GPU pods are placed here again once the kubelet reports the plugin's devices (if it stays at 0: kubectl logs on the node's device plugin pod)", n.name, api.ErrPluginNotServing)
+	}
 	if n.plugins == nil {
 		return nil
 	}

@@ -105,3 +105,67 @@ func TestNoGPUPodOnANodeWhosePluginIsNotServing(t *testing.T) {
 		t.Errorf("no selector: %v", snap.InventoryErr)
 	}
 }
+
+// A kubelet that restarts reads its device checkpoint and reports the
+// gpu-mem resource with no device (capacity and allocatable 0) until the
+// plugin registers with it again, and fails every GPU pod it admits
+// meanwhile. The cache places no GPU pod on such a node, with or without
+// plugin pods followed, whatever the plugin pod's readiness says (the
+// restarted kubelet has not probed it yet); a node whose devices are all
+// unhealthy or held whole keeps its capacity and is judged by its cards.
+func TestNoGPUPodOnANodeWhoseKubeletRestartedUntilThePluginRegistersAgain(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "device-plugin"})
+	gpu := podtest.Make("ns", "p").UID("uid-p").GPU("main", 4).Obj()
+	for _, tc := range []struct {
+		name       string
+		node       *corev1.Node
+		pluginPod  bool // a Ready plugin pod on the node, followed by the selector
+		noEntry    bool // the Node has no gpu-mem capacity entry at all
+		notServing bool
+	}{
+		{name: "restarted kubelet, plugin not registered yet: no GPU pod", node: fixture.MakeNode("n1").Card(0, 40).KubeletDevices(0, 0).Obj(), notServing: true},
+		{name: "restarted kubelet while the plugin pod still shows Ready: no GPU pod", node: fixture.MakeNode("n1").Card(0, 40).KubeletDevices(0, 0).Obj(), pluginPod: true, notServing: true},
+		{name: "plugin registered with the restarted kubelet: fits", node: fixture.MakeNode("n1").Card(0, 40).KubeletDevices(40, 40).Obj(), pluginPod: true},
+		{name: "every device unhealthy or held whole (allocatable 0, capacity kept): judged by its cards", node: fixture.MakeNode("n1").Card(0, 40).KubeletDevices(40, 0).Obj()},
+		{name: "kubelet never told of gpu-mem (no capacity entry): judged by its cards", node: fixture.MakeNode("n1").Card(0, 40).Obj(), noEntry: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cache.New(cache.WithDevicePluginSelector(sel))
+			if tc.noEntry {
+				delete(tc.node.Status.Capacity, api.DefaultNames().ResourceName())
+				delete(tc.node.Status.Allocatable, api.DefaultNames().ResourceName())
+			}
+			c.SetNode(tc.node)
+			if tc.pluginPod {
+				c.SetPod(pluginPod("plugin-a", "n1", true).Obj())
+			}
+			snap, err := c.NodeSnapshot("n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.notServing {
+				if snap.InventoryErr != nil {
+					t.Fatalf("InventoryErr %v; want the node judged by its cards", snap.InventoryErr)
+				}
+				if _, err := decideAndAssume(t, c, gpu, "n1"); err != nil {
+					t.Errorf("a 4 GiB pod on a free 40 GiB card: %v; want fits", err)
+				}
+				return
+			}
+			if err := snap.InventoryErr; !errors.Is(err, api.ErrPluginNotServing) || !strings.Contains(err.Error(), "kubelet reports no GPU device") || !strings.Contains(err.Error(), "placed here again once") {
+				t.Errorf("InventoryErr %v; want ErrPluginNotServing saying the kubelet reports no GPU device and what ends it", err)
+			}
+			if len(snap.Cards) != 1 {
+				t.Errorf("%d cards in the snapshot; want the card kept", len(snap.Cards))
+			}
+			if info := c.Inspect("n1"); len(info) != 1 || info[0].InventoryErrorCode != api.InventoryErrorPluginNotServing {
+				t.Errorf("/inspect: %+v; want code %s", info, api.InventoryErrorPluginNotServing)
+			}
+			// The plugin registers again: the kubelet's next status lists its devices.
+			c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+			if snap, _ := c.NodeSnapshot("n1"); snap.InventoryErr != nil {
+				t.Errorf("after the kubelet reports the devices again: %v; want fits", snap.InventoryErr)
+			}
+		})
+	}
+}

@@ -25,8 +25,14 @@ const (
 	// CauseKubeletRestart: the latest kill within RestartWindow was of the node's agent (the
 	// kubelet): the new kubelet admits the pods bound to it before the plugin has registered with
 	// it again (its device manager starts with the resource known from its checkpoint and no
-	// healthy device).
+	// healthy device). The pod was bound at or after the kill (or its binding time is unknown):
+	// a placement made while the node's kubelet was down or had not yet reported its devices.
 	CauseKubeletRestart Cause = "kubelet restart"
+	// CauseKubeletRestartQueued: as CauseKubeletRestart, but the pod was bound before the kill
+	// (its PodScheduled condition, to the second, is before the kill's second): the old kubelet
+	// had not admitted it yet, the new one did before the plugin registered. No placement
+	// decision could have avoided it.
+	CauseKubeletRestartQueued Cause = "kubelet restart, bound before it"
 	// CauseIsolation: the pod's node had cards isolated after the pod was created (the extender
 	// chose a card the node then took away).
 	CauseIsolation Cause = "isolated after bind"
@@ -38,7 +44,7 @@ const (
 )
 
 // Causes lists every Cause in the order the summary prints them.
-var Causes = []Cause{CauseCallCut, CauseRestart, CauseKubeletRestart, CauseIsolation, CauseWholeHold, CauseOther}
+var Causes = []Cause{CauseCallCut, CauseRestart, CauseKubeletRestart, CauseKubeletRestartQueued, CauseIsolation, CauseWholeHold, CauseOther}
 
 // RestartWindow is how long after a kill of a node's plugin or agent a rejection on that node
 // counts as the restart's: the restart, the plugin's registration and the kubelet's first
@@ -65,8 +71,8 @@ var brokenCall = []string{"connection closing", "EOF", "Unavailable", "connectio
 // AdmissionCause attributes one rejected pod: seen is when the run first saw it Failed, events
 // are its node's NodeEvents, wholeHeld whether a pod holding whole cards was bound to its node
 // then. A call the plugin's death cut explains it first; then a restart (the latest kill of the
-// node's plugin or agent, a plugin kill its standby covered not counted) before an isolation, and
-// both before a whole-card hold.
+// node's plugin or agent, a plugin kill its standby covered not counted) unless cards were
+// isolated after that kill, then an isolation, and both before a whole-card hold.
 func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld bool) Cause {
 	for _, m := range brokenCall {
 		if strings.Contains(p.Status.Message, m) {
@@ -80,22 +86,44 @@ func AdmissionCause(p *corev1.Pod, seen time.Time, events []NodeEvent, wholeHeld
 			latest = &events[i]
 		}
 	}
-	if latest != nil {
+	created := p.CreationTimestamp.Time
+	isolatedAfter := func(t time.Time) bool {
+		for _, e := range events {
+			if e.Isolated && e.At.After(created) && e.At.After(t) && !e.At.After(seen) {
+				return true
+			}
+		}
+		return false
+	}
+	// An isolation after the kill (and after the pod's creation) is the later, nearer cause: a
+	// restart is over within a few seconds, RestartWindow is only its upper bound.
+	if latest != nil && !isolatedAfter(latest.At) {
 		if latest.Kind == KindKillAgent {
+			if bound := boundAt(p); !bound.IsZero() && bound.Before(latest.At.Truncate(time.Second)) {
+				return CauseKubeletRestartQueued
+			}
 			return CauseKubeletRestart
 		}
 		return CauseRestart
 	}
-	created := p.CreationTimestamp.Time
-	for _, e := range events {
-		if e.Isolated && e.At.After(created) && !e.At.After(seen) {
-			return CauseIsolation
-		}
+	if isolatedAfter(time.Time{}) {
+		return CauseIsolation
 	}
 	if wholeHeld {
 		return CauseWholeHold
 	}
 	return CauseOther
+}
+
+// boundAt is when p was bound (its PodScheduled=True condition's time, to the second); zero when
+// unknown.
+func boundAt(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 // WholeHeldNodes are the nodes with a pod that holds whole cards (asks for names' whole-card

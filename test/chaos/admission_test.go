@@ -11,7 +11,11 @@ import (
 )
 
 func rejectedPod(created time.Time, msg string) *corev1.Pod {
-	return podtest.Make("", "p").UID("").Node("n1").Created(created).Failed(admissionFailure, msg).Obj()
+	return rejected(created, msg).Obj()
+}
+
+func rejected(created time.Time, msg string) *podtest.Builder {
+	return podtest.Make("", "p").UID("").Node("n1").Created(created).Failed(admissionFailure, msg)
 }
 
 func TestAdmissionCause(t *testing.T) {
@@ -41,11 +45,38 @@ func TestAdmissionCause(t *testing.T) {
 		{"an isolation lifted is not the cause", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate}}, false, CauseOther},
 		{"whole cards held on the node", unhealthy, nil, true, CauseWholeHold},
 		{"a restart explains it before an isolation or a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindIsolate, Isolated: true}, {At: seen.Add(-time.Second), Kind: KindKillPlugin}}, true, CauseRestart},
+		{"cards isolated after the latest kill explain it, not the kill", unhealthy, []NodeEvent{{At: seen.Add(-12 * time.Second), Kind: KindKillAgent}, {At: seen.Add(-time.Second), Kind: KindIsolate, Isolated: true}}, false, CauseIsolation},
 		{"an isolation before a hold", unhealthy, []NodeEvent{{At: t0.Add(time.Second), Kind: KindWriters, Isolated: true}}, true, CauseIsolation},
 		{"nothing known", "Allocate failed due to requested number of devices unavailable for example.com/gpu-mem. Requested: 4, Available: 2, which is unexpected", nil, false, CauseOther},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := AdmissionCause(rejectedPod(t0, tc.msg), seen, tc.events, tc.wholeHeld); got != tc.want {
+				t.Errorf("AdmissionCause = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A kubelet restart's rejections split by when the pod was bound: before the kill (the old
+// kubelet had not admitted it; no placement could avoid it) or at or after it (a placement into
+// the restart's window). The binding time has seconds; the kill's second counts as after.
+func TestAdmissionCauseOfAKubeletRestartByBindingTime(t *testing.T) {
+	kill := time.Date(2026, 11, 26, 12, 0, 10, 300e6, time.UTC)
+	seen := kill.Add(5 * time.Second)
+	events := []NodeEvent{{At: kill, Kind: KindKillAgent}}
+	msg := "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices example.com/gpu-mem, which is unexpected"
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want Cause
+	}{
+		{"bound a second before the kill: queued at the old kubelet", rejected(kill.Add(-5*time.Second), msg).Scheduled(kill.Add(-time.Second).Truncate(time.Second)).Obj(), CauseKubeletRestartQueued},
+		{"bound in the kill's second: counted as after", rejected(kill.Add(-5*time.Second), msg).Scheduled(kill.Truncate(time.Second)).Obj(), CauseKubeletRestart},
+		{"bound after the kill", rejected(kill, msg).Scheduled(kill.Add(2 * time.Second).Truncate(time.Second)).Obj(), CauseKubeletRestart},
+		{"binding time unknown", rejected(kill.Add(-5*time.Second), msg).Obj(), CauseKubeletRestart},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := AdmissionCause(tc.pod, seen, events, false); got != tc.want {
 				t.Errorf("AdmissionCause = %q, want %q", got, tc.want)
 			}
 		})

@@ -37,7 +37,8 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 		PluginBinary: pluginBinary(t),
 		PluginArgs: append([]string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
 			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())}, cfg.args...),
-		ExtraArgs: cfg.agentArgs,
+		ExtraArgs:          cfg.agentArgs,
+		LeavePluginRunning: cfg.leavePlugin,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -45,6 +46,9 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 	t.Cleanup(func() {
 		if err := node.Stop(); err != nil {
 			t.Errorf("stopping node agent %s: %v", name, err)
+		}
+		if cfg.leavePlugin {
+			node.StopPlugin()
 		}
 		_ = c.Client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
 	})
@@ -59,6 +63,8 @@ type nodeConfig struct {
 	args   []string
 	// agentArgs are the node agent's own flags.
 	agentArgs []string
+	// leavePlugin keeps the plugin running when the agent stops (a kubelet restart).
+	leavePlugin bool
 }
 
 // nodeOption changes how gpuNode starts a node.
@@ -77,6 +83,10 @@ func withAgentArgs(args ...string) nodeOption {
 func withPluginArgs(args ...string) nodeOption {
 	return func(c *nodeConfig) { c.args = append(c.args, args...) }
 }
+
+// withPluginLeftRunning keeps the plugin running when the agent stops, as a
+// kubelet restart leaves the plugin's container running; the test stops it.
+func withPluginLeftRunning() nodeOption { return func(c *nodeConfig) { c.leavePlugin = true } }
 
 // withLabels sets the node's labels ("k=v,k2=v2"; "" for none) in place of
 // the plugin's label alone.
