@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/schedload"
 )
 
@@ -161,6 +162,11 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	if plainScheduler == "" {
 		plainScheduler = corev1.DefaultSchedulerName
 	}
+	if o.Mix != PlainOnly && o.Prepare == nil {
+		if err := fits(ctx, client, int64(o.Pods)*o.GiB); err != nil {
+			return nil, err
+		}
+	}
 	if o.Prepare != nil {
 		if err := o.Prepare(ctx, client, ns); err != nil {
 			return nil, fmt.Errorf("preparing namespace %s: %w", ns, err)
@@ -282,4 +288,41 @@ func (w *watcher) snapshot() map[string]*Timeline {
 		out[n] = &c
 	}
 	return out
+}
+
+// fits refuses a burst whose GPU pods ask for more of the gpu-mem resource
+// than the cluster's nodes have free by kube-scheduler's count (allocatable
+// less the requests of the pods bound there): such a burst measures a full
+// cluster, with pods that never bind, not time to Ready.
+func fits(ctx context.Context, client kubernetes.Interface, want int64) error {
+	res := api.DefaultNames().ResourceName()
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	var free int64
+	for _, n := range nodes.Items {
+		q := n.Status.Allocatable[res]
+		free += q.Value()
+	}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			q := c.Resources.Requests[res]
+			if l, ok := c.Resources.Limits[res]; ok {
+				q = l
+			}
+			free -= q.Value()
+		}
+	}
+	if want > free {
+		return fmt.Errorf("the burst's GPU pods ask for %d of %s, and the cluster's nodes have %d free (allocatable less what bound pods request): lower -pods or -gib (PODS=, GIB=), or free GPU memory", want, res, free)
+	}
+	return nil
 }
