@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,18 +47,20 @@ func TestBurstAdmissionReadsTheAccountInConstantGets(t *testing.T) {
 		// lag: how many admissions later the pod's status shows it admitted.
 		lag int
 		// swap: the kubelet admits each pair of pods in the other order
-		// than the plugin's queue.
-		swap bool
+		// than the plugin's queue; reverse: in the reverse order (Gets are
+		// then not bounded: an admission reads on until it finds the pod).
+		swap, reverse bool
 	}{
 		{name: "status follows at once", lag: 0},
 		{name: "status three admissions behind", lag: 3},
 		{name: "kubelet order differs in pairs, status behind", lag: 2, swap: true},
+		{name: "kubelet order reversed: every decision still names the pod admitted", lag: 1, reverse: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testBurstPace(t, tc.lag, tc.swap) })
+		t.Run(tc.name, func(t *testing.T) { testBurstPace(t, tc.lag, tc.swap, tc.reverse) })
 	}
 }
 
-func testBurstPace(t *testing.T, lag int, swap bool) {
+func testBurstPace(t *testing.T, lag int, swap, reverse bool) {
 	const pods, size = 24, 4
 	ctx := context.Background()
 	sn := simtest.New(t, nodeName, "spec:3x32GiB:Test-GPU")
@@ -83,6 +86,9 @@ func testBurstPace(t *testing.T, lag int, swap bool) {
 			order[i], order[i+1] = order[i+1], order[i]
 		}
 	}
+	if reverse {
+		slices.Reverse(order)
+	}
 	byName := map[string]*corev1.Pod{}
 	for _, pod := range mem.pods {
 		byName[pod.Name] = pod
@@ -105,6 +111,9 @@ func testBurstPace(t *testing.T, lag int, swap bool) {
 		ids, err := k.allocate(ctx, p, pod, pod.Spec.Containers[0])
 		if err != nil {
 			t.Fatalf("admission %d (%s): %v", i+1, name, err)
+		}
+		if h, ok := p.state.units.byDeviceIDs(ids); !ok || h.Pod != name {
+			t.Errorf("admission %d (%s): the plugin took %s for it", i+1, name, h.Pod)
 		}
 		srv.Hold(pod.Namespace, name, "main", ids...)
 		if held[name], err = cardOfIDs(ids); err != nil {
@@ -134,6 +143,9 @@ func testBurstPace(t *testing.T, lag int, swap bool) {
 	t.Logf("%d pods, %d admission calls: %d PodResources Gets in %d reads (most in one read: %d), %d CacheBehind calls", pods, calls, gets, reads, maxGets, cl.behind.Load())
 	// A read asks the pod being admitted, and once each pod the kubelet
 	// completed since the last read: a handful, never the node's pods.
+	if reverse {
+		return
+	}
 	if maxGets > 3 {
 		t.Errorf("one read of the kubelet's account made %d PodResources Gets; want at most 3 (the pods being admitted, not the %d pods of the node)", maxGets, pods)
 	}

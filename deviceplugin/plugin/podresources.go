@@ -81,11 +81,10 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 //     knows whose containers do not all hold devices yet. The kubelet admits
 //     one pod at a time (HandlePodAdditions), so that is the pod it is
 //     admitting, and the pods after it in its order are not known to it yet:
-//     they hold nothing. The read also stops after unknownWindow pods the
+//     they hold nothing. A read outside an admission (PreStartContainer,
+//     the reconciler, the sampler) also stops after unknownWindow pods the
 //     kubelet does not know: it receives pods in the order its watch sees
-//     them bound, so the pods after those have not reached it either. The
-//     window is more than one so that two pods bound in the same second and
-//     admitted in the other order are still both read.
+//     them bound, so the pods after those have not reached it either.
 type KubeletPodResources struct {
 	Socket   string
 	Resource string
@@ -99,9 +98,22 @@ type KubeletPodResources struct {
 	complete map[types.UID][]Holding
 }
 
-// unknownWindow is how many pods the kubelet does not know a read asks
-// about before it takes the rest in the kubelet's order as unknown too.
+// unknownWindow is how many pods the kubelet does not know a read outside
+// an admission asks about before it takes the rest in the kubelet's order as
+// unknown too. A read for an admission (GetPreferredAllocation, Allocate:
+// withAdmission) reads on until it finds the pod the kubelet is admitting,
+// wherever the kubelet's order put it, so a decision never depends on the
+// order being guessed right: guessed right, that is the first pod asked.
 const unknownWindow = 2
+
+type admissionKey struct{}
+
+// withAdmission marks ctx as a call the kubelet makes while it admits a pod.
+func withAdmission(ctx context.Context) context.Context {
+	return context.WithValue(ctx, admissionKey{}, true)
+}
+
+func admitting(ctx context.Context) bool { b, _ := ctx.Value(admissionKey{}).(bool); return b }
 
 // NewKubeletPodResources reads resource's devices from the kubelet's
 // PodResources socket.
@@ -152,9 +164,12 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 	}
 	defer func() { _ = conn.Close() }()
 	client := podresourcesv1.NewPodResourcesListerClient(conn)
-	unknown := 0
+	unknown, window := 0, unknownWindow
+	if admitting(ctx) {
+		window = len(ask) // the kubelet is admitting one of them: read until it is found
+	}
 	for _, p := range ask {
-		if unknown == unknownWindow {
+		if unknown == window {
 			break // the kubelet has not received the pods after these yet
 		}
 		gets++

@@ -124,7 +124,7 @@ func sameDevices(a, b []*pluginapi.Device) bool {
 func (s *server[R]) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	start := s.p.cfg.Clock.Now()
 	defer func() { s.p.cfg.Metrics.observePreferred(string(s.res.name), s.p.cfg.Clock.Since(start)) }()
-	return s.kind.preferred(ctx, req)
+	return s.kind.preferred(withAdmission(ctx), req)
 }
 
 // PreStartContainer implements the device plugin API (the kind's).
@@ -140,6 +140,7 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 // the container: reconciliation retries it.
 func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
+	ctx = withAdmission(ctx)
 	start := p.cfg.Clock.Now()
 	var waited time.Duration
 	defer func() {

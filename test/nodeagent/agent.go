@@ -116,6 +116,10 @@ type Agent struct {
 	// starting holds the UIDs of admitted pods whose containers are being
 	// started (Agent.start).
 	starting map[types.UID]bool
+	// arrived is the order in which the agent's watch first saw each pod
+	// bound here (arrival), the order the kubelet receives pods in.
+	arrived  map[types.UID]uint64
+	arrivals uint64
 }
 
 // New checks the configuration and returns an agent.
@@ -143,7 +147,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 	}
-	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}, known: map[types.UID]bool{}, starting: map[types.UID]bool{}}, nil
+	return &Agent{cfg: cfg, wake: make(chan struct{}, 1), handled: map[types.UID]bool{}, known: map[types.UID]bool{}, starting: map[types.UID]bool{}, arrived: map[types.UID]uint64{}}, nil
 }
 
 // Run registers the node, starts the device manager and the device plugin,
@@ -170,7 +174,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	podInformer := factory.Core().V1().Pods()
 	a.pods = podInformer.Lister()
 	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
+		AddFunc: func(obj any) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				a.arrive(p.UID)
+			}
+			a.poke()
+		},
 		UpdateFunc: func(any, any) { a.poke() },
 		DeleteFunc: func(any) { a.poke() },
 	}); err != nil {

@@ -45,10 +45,16 @@ func (a *Agent) syncPods(ctx context.Context) {
 		}
 	}
 	a.forgetExcept(seen)
+	// The kubelet receives each bound pod as its own update, in its watch's
+	// order, and admits the pods of an update by creation time: for pods
+	// created in the same second (a burst), the order they arrived in.
 	sort.SliceStable(pending, func(i, j int) bool {
 		ti, tj := pending[i].CreationTimestamp, pending[j].CreationTimestamp
 		if !ti.Equal(&tj) {
 			return ti.Before(&tj)
+		}
+		if ai, aj := a.arrival(pending[i].UID), a.arrival(pending[j].UID); ai != aj {
+			return ai < aj
 		}
 		return pending[i].Name < pending[j].Name
 	})
@@ -110,6 +116,11 @@ func (a *Agent) forgetExcept(seen map[types.UID]bool) {
 	for uid := range a.known {
 		if !seen[uid] {
 			delete(a.known, uid)
+		}
+	}
+	for uid := range a.arrived {
+		if !seen[uid] {
+			delete(a.arrived, uid)
 		}
 	}
 }
@@ -319,4 +330,21 @@ func (a *Agent) setStarting(uid types.UID, on bool) {
 	} else {
 		delete(a.starting, uid)
 	}
+}
+
+// arrive records that the agent's watch saw the pod bound here.
+func (a *Agent) arrive(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.arrived[uid]; !ok {
+		a.arrivals++
+		a.arrived[uid] = a.arrivals
+	}
+}
+
+// arrival is the pod's place in the order the agent saw pods bound.
+func (a *Agent) arrival(uid types.UID) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.arrived[uid]
 }
