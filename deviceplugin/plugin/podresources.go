@@ -104,7 +104,7 @@ type KubeletPodResources struct {
 // withAdmission) reads on until it finds the pod the kubelet is admitting,
 // wherever the kubelet's order put it, so a decision never depends on the
 // order being guessed right: guessed right, that is the first pod asked.
-const unknownWindow = 2
+const unknownWindow = 1
 
 type admissionKey struct{}
 

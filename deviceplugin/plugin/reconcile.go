@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -218,9 +219,23 @@ func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
 // RunReconciler reconciles after every Allocate and every ReconcileInterval
 // until ctx is done.
 func (p *Plugin) RunReconciler(ctx context.Context) {
+	p.runReconciler(ctx)
+}
+
+// reconcileSpacing is the least time between two reconciliations.
+const reconcileSpacing = time.Second
+
+func (p *Plugin) runReconciler(ctx context.Context) {
 	periodic.Run(ctx, p.cfg.Clock, p.cfg.ReconcileInterval, p.reconcile, func() {
 		if err := p.Reconcile(ctx); err != nil {
 			p.log.Error(err, "Reconciling assignment records")
+		}
+		// Every Allocate of a burst asks for a run: at most one a
+		// reconcileSpacing, so that the reads of the kubelet's account
+		// leave its PodResources budget to the admissions.
+		select {
+		case <-ctx.Done():
+		case <-p.cfg.Clock.After(reconcileSpacing):
 		}
 	})
 }
