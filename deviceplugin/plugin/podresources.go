@@ -96,6 +96,25 @@ type KubeletPodResources struct {
 
 	mu       sync.Mutex
 	complete map[types.UID][]Holding
+	// last is the last admission read and the pods it asked about; changes
+	// counts the Allocates answered since (KubeletChanged).
+	last        []Holding
+	lastAsked   string
+	lastChanges uint64
+	lastOK      bool
+	changes     uint64
+}
+
+// KubeletChanged says that an Allocate of this resource was answered: the
+// kubelet records its devices now, so the next read asks again. Until then
+// the kubelet's account does not change (it records a container's devices
+// only after the Allocate it answers), and an admission read of the same
+// pods — the Allocate after the GetPreferredAllocation of one container —
+// reuses the last one.
+func (k *KubeletPodResources) KubeletChanged() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.changes++
 }
 
 // unknownWindow is how many pods the kubelet does not know a read outside
@@ -148,26 +167,67 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 		}
 	}
 	k.mu.Unlock()
-	gets := 0
-	defer func() {
-		if k.Observe != nil {
-			k.Observe(gets)
-		}
-	}()
 	if len(ask) == 0 {
+		k.observe(0)
 		return out, nil
 	}
 	order(ask, k.Arrival)
+	if !admitting(ctx) {
+		hs, err := k.read(ctx, ask, unknownWindow)
+		return append(out, hs...), err
+	}
+	// The kubelet is admitting one of these pods: read until it is found,
+	// or reuse the read of the same pods since which no Allocate was
+	// answered (see KubeletChanged).
+	key := uidsKey(ask)
+	k.mu.Lock()
+	reuse := k.lastOK && k.lastAsked == key && k.lastChanges == k.changes
+	last, changes := k.last, k.changes
+	k.mu.Unlock()
+	if reuse {
+		k.observe(0)
+		return append(out, last...), nil
+	}
+	hs, err := k.read(ctx, ask, len(ask))
+	if err != nil {
+		return nil, err
+	}
+	k.mu.Lock()
+	k.last, k.lastAsked, k.lastChanges, k.lastOK = hs, key, changes, true
+	k.mu.Unlock()
+	return append(out, hs...), nil
+}
+
+func (k *KubeletPodResources) observe(gets int) {
+	if k.Observe != nil {
+		k.Observe(gets)
+	}
+}
+
+// uidsKey names a set of pods.
+func uidsKey(ps []*corev1.Pod) string {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = string(p.UID)
+	}
+	sort.Strings(ids)
+	return strings.Join(ids, ",")
+}
+
+// read asks the kubelet about the pods in its admission order, remembering
+// the complete ones, until the pod it is admitting or window pods it does not
+// know.
+func (k *KubeletPodResources) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Holding, error) {
+	gets := 0
+	defer func() { k.observe(gets) }()
 	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", k.Socket, err)
 	}
 	defer func() { _ = conn.Close() }()
 	client := podresourcesv1.NewPodResourcesListerClient(conn)
-	unknown, window := 0, unknownWindow
-	if admitting(ctx) {
-		window = len(ask) // the kubelet is admitting one of them: read until it is found
-	}
+	var out []Holding
+	unknown := 0
 	for _, p := range ask {
 		if unknown == window {
 			break // the kubelet has not received the pods after these yet
@@ -268,8 +328,12 @@ func asksFor(p *corev1.Pod, res corev1.ResourceName) bool {
 var podResourcesBudget = rate.NewLimiter(podResourcesQPS, podResourcesBurst)
 
 const (
-	podResourcesQPS   = 50
-	podResourcesBurst = 5
+	// 80 of the kubelet's 100 a second: an admission costs one or two
+	// Gets, so this paces a burst below the kubelet's own admission pace,
+	// and leaves room for the node's other PodResources clients (metrics
+	// exporters); a Get the kubelet refuses is asked again.
+	podResourcesQPS   = 80
+	podResourcesBurst = 8
 	// podResourcesRetries is how often a Get refused by the kubelet's rate
 	// limit is asked again (each after the budget's next token).
 	podResourcesRetries = 5

@@ -141,6 +141,9 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
 	ctx = withAdmission(ctx)
+	if c, ok := s.res.podres.(interface{ KubeletChanged() }); ok {
+		defer c.KubeletChanged() // the kubelet records this call's devices once it returns
+	}
 	start := p.cfg.Clock.Now()
 	var waited time.Duration
 	defer func() {
