@@ -114,14 +114,17 @@ func admittedOnceFreed(ctx context.Context, t *testing.T, c *cluster.Cluster, po
 	t.Helper()
 	var last error
 	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, last = c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
-		if last == nil {
+		_, err := c.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+		switch {
+		case err == nil:
 			return true, nil
-		}
-		if apierrors.IsForbidden(last) && strings.Contains(last.Error(), "exceeded quota") {
+		case ctx.Err() != nil:
+			return false, nil // the poll's deadline: last keeps the API server's answer
+		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota"):
+			last = err
 			return false, nil
 		}
-		return false, last
+		return false, err
 	}); err != nil {
 		t.Fatalf("pod %s not admitted after a pod of the namespace was deleted: %v (last: %v)", pod.Name, err, last)
 	}
