@@ -188,6 +188,13 @@ func (n Names) LabelCardPinning() string { return n.key("card-pinning") }
 // policy refuses them (admission.privilegedPods).
 func (n Names) LabelPrivilegedPods() string { return n.key("privileged-pods") }
 
+// AnnotationClaimMemoryMax, on a Namespace, is the most GPU memory (a
+// quantity, e.g. "20Gi") that each device of a ResourceClaim there may ask of
+// the gpushare DeviceClass, where the chart's admission policy enforces it
+// (dra.enabled). With a ResourceQuota on the class's devices it bounds the
+// namespace's claimed memory: 4 devices × "20Gi" = 80 GiB at most.
+func (n Names) AnnotationClaimMemoryMax() string { return n.key("claim-memory-max") }
+
 // LabelDRA, with the value "true" on a Node, makes the node serve its cards
 // through DRA (the node agent's --dra mode, which the chart runs there)
 // instead of as device-plugin resources: <domain>/dra.

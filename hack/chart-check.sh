@@ -426,6 +426,8 @@ expect dra 'name: GPUSHARE_DRA$'
 expect dra 'mountPath: /var/lib/kubelet/plugins/gpushare.example.com'
 expect dra 'resources: \[resourceslices\]'
 expect dra 'name: gpushare-plugin-resourceslices'
+expect dra 'name: gpushare-claim-memory'
+expect dra "'gpushare.example.com/claim-memory-max' in namespaceObject.metadata.annotations"
 count dra 'name: GPUSHARE_DRA$' 2
 expect dra 'prioritizeVerb: dra/prioritize'
 expect dra-noscore 'prioritizeVerb: dra/prioritize' absent

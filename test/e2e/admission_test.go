@@ -171,18 +171,22 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 
 // applyAdmissionPolicySubset is applyAdmissionPolicies keeping only the named
 // policies (their bindings, and the ConfigMap and its Role(Binding)); nil
-// keeps all.
+// keeps all. With dra.enabled=true in set it also applies the policies of
+// templates/dra.yaml (not its DeviceClass, which the DRA tests create).
 func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, only []string, set ...string) {
 	t.Helper()
-	out := renderChart(ctx, t, system, "templates/admission.yaml",
-		append([]string{"--show-only", "templates/admission-tenants.yaml", "--show-only", "templates/admission-nodes.yaml"}, set...)...)
+	templates := []string{"--show-only", "templates/admission-tenants.yaml", "--show-only", "templates/admission-nodes.yaml"}
+	if slices.Contains(set, "dra.enabled=true") {
+		templates = append(templates, "--show-only", "templates/dra.yaml") // its policies; the DRA tests keep their own DeviceClass
+	}
+	out := renderChart(ctx, t, system, "templates/admission.yaml", append(templates, set...)...)
 	var docs [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
 		var obj unstructured.Unstructured
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			t.Fatalf("rendered admission templates: %v\n%s", err, doc)
 		}
-		if len(obj.Object) == 0 {
+		if len(obj.Object) == 0 || obj.GetKind() == "DeviceClass" {
 			continue
 		}
 		if only != nil && strings.HasPrefix(obj.GetKind(), "ValidatingAdmissionPolicy") && !slices.Contains(only, obj.GetName()) {
