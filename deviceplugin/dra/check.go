@@ -104,8 +104,12 @@ func memoryOf(c *resourceapi.CapacityRequirements) *resource.Quantity {
 	if c == nil {
 		return nil
 	}
-	if q, ok := c.Requests[CapacityMemory]; ok {
-		return &q
+	// A device request's capacity, not a container's resources: the pod
+	// contract (api.KubeletDemand) is not about it.
+	for name, q := range c.Requests {
+		if name == CapacityMemory {
+			return &q
+		}
 	}
 	return nil
 }
