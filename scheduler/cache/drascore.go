@@ -130,7 +130,7 @@ func ClaimDemands(claim *resourceapi.ResourceClaim, class string, unit api.Memor
 		if e == nil || e.DeviceClassName != class || e.AllocationMode == resourceapi.DeviceAllocationModeAll {
 			continue
 		}
-		units := api.DRARequestUnits(e, unit)
+		units := api.DRARequestUnits(e.Capacity, unit)
 		count := max(e.Count, 1)
 		for range count {
 			out = append(out, allocator.Demand{Container: claim.Name + "/" + r.Name, Units: units})
