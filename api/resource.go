@@ -53,14 +53,12 @@ func (u MemoryUnit) UnitsFromMiB(mib int64) int64 {
 	return mib / per
 }
 
-// ConvertUnitsUp is n units of from in units of to, rounded up: the
-// units it takes to hold them, so that memory a record holds is never
-// undercounted (a container granted 1536 MiB holds 2 GiB units).
+// ConvertUnitsUp is n units of from in units of to, rounded up, so that
+// memory held is never undercounted: 1536 MiB held is 2 GiB units.
 func ConvertUnitsUp(n int64, from, to MemoryUnit) int64 { return convertUnits(n, from, to, true) }
 
-// ConvertUnitsDown is n units of from in units of to, rounded down: the
-// whole units that fit, so that capacity is never overcounted (1536 MiB
-// offered is 1 GiB unit).
+// ConvertUnitsDown is n units of from in units of to, rounded down, so
+// that capacity is never overcounted: 1536 MiB offered is 1 GiB unit.
 func ConvertUnitsDown(n int64, from, to MemoryUnit) int64 { return convertUnits(n, from, to, false) }
 
 // convertUnits is ConvertUnitsUp or Down; n is returned unchanged when

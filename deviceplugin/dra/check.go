@@ -60,16 +60,16 @@ func CheckAllocation(claim *resourceapi.ResourceClaim, driver, pool string, unit
 		if !named {
 			return nil, forged(claim, r, "consumes no %s of a card that claims share", CapacityMemory)
 		}
-		if w := Quantity(api.DRARequestUnits(want, unit), unit); got.Cmp(w) != 0 {
+		if w := api.DRAQuantity(api.DRARequestUnits(want, unit), unit); got.Cmp(w) != 0 {
 			return nil, forged(claim, r, "consumes %s of %s where its request asks for %s", got.String(), CapacityMemory, w.String())
 		}
 		share[index] += got.Value()
 	}
 	for index, bytes := range share {
-		limit := devices[DeviceName(index)].Capacity[CapacityMemory].Value
+		limit := devices[api.DRADeviceName(index)].Capacity[CapacityMemory].Value
 		if total := bytes + others[index]; total > limit.Value() {
 			return nil, fmt.Errorf("claim %s/%s is allocated %s on device %s/%s, where the node's prepared claims already hold %s of the %s it offers: more than the card has; delete the pod so that it is scheduled again",
-				claim.Namespace, claim.Name, resource.NewQuantity(bytes, resource.BinarySI), pool, DeviceName(index), resource.NewQuantity(others[index], resource.BinarySI), limit.String())
+				claim.Namespace, claim.Name, resource.NewQuantity(bytes, resource.BinarySI), pool, api.DRADeviceName(index), resource.NewQuantity(others[index], resource.BinarySI), limit.String())
 		}
 	}
 	return share, nil

@@ -99,10 +99,10 @@ func TestCardIndexAndUnits(t *testing.T) {
 			t.Errorf("CardIndex(%q) accepted", bad)
 		}
 	}
-	if got := Units(resource.MustParse("1536Mi"), api.UnitGiB); got != 2 {
+	if got := api.DRAUnits(resource.MustParse("1536Mi"), api.UnitGiB); got != 2 {
 		t.Errorf("1536Mi in GiB = %d, want 2 (rounded up)", got)
 	}
-	if got := Units(resource.MustParse("10Gi"), api.UnitMiB); got != 10240 {
+	if got := api.DRAUnits(resource.MustParse("10Gi"), api.UnitMiB); got != 10240 {
 		t.Errorf("10Gi in MiB = %d", got)
 	}
 }

@@ -105,8 +105,8 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		if err != nil {
 			return nil, err
 		}
-		q, _ := api.DRAConsumedMemory(r, Quantity(unit.UnitsFromMiB(card.MemoryMiB), unit))
-		units := Units(q, unit)
+		q, _ := api.DRAConsumedMemory(r, api.DRAQuantity(unit.UnitsFromMiB(card.MemoryMiB), unit))
+		units := api.DRAUnits(q, unit)
 		name := string(claim.UID) + "-" + r.Request + "-" + r.Device
 		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Response(card, units, unit))})
 		ids := []string{d.cdiKind() + "=" + name}

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
@@ -47,7 +46,7 @@ func GrantsOf(driver, pool string, pod *corev1.Pod, claimOf func(podClaim string
 				if !ok {
 					continue
 				}
-				q, _ := api.DRAConsumedMemory(r, *resource.NewQuantity(card.MemoryMiB<<20, resource.BinarySI))
+				q, _ := api.DRAConsumedMemory(r, api.DRAQuantity(card.MemoryMiB, api.UnitMiB))
 				share := string(claim.UID) + "/" + r.Request + "/" + r.Device
 				out = append(out, usage.Grant{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Card: card.UUID, Bytes: q.Value(), Share: share})
 			}
