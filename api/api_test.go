@@ -97,6 +97,32 @@ func TestMemoryUnitArithmetic(t *testing.T) {
 	}
 }
 
+func TestConvertUnitsRoundsAsNamed(t *testing.T) {
+	tests := []struct {
+		name     string
+		n        int64
+		from, to MemoryUnit
+		up, down int64
+	}{
+		{"1536 MiB is 2 GiB held, 1 GiB that fits", 1536, UnitMiB, UnitGiB, 2, 1},
+		{"a whole GiB count converts exactly", 2048, UnitMiB, UnitGiB, 2, 2},
+		{"less than a GiB: 1 held, none that fits", 1, UnitMiB, UnitGiB, 1, 0},
+		{"GiB to MiB is exact", 3, UnitGiB, UnitMiB, 3072, 3072},
+		{"the same unit is unchanged", 7, UnitGiB, UnitGiB, 7, 7},
+		{"a record without a unit is unchanged", 5, "", UnitMiB, 5, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ConvertUnitsUp(tc.n, tc.from, tc.to); got != tc.up {
+				t.Errorf("ConvertUnitsUp(%d %s → %s) = %d, want %d", tc.n, tc.from, tc.to, got, tc.up)
+			}
+			if got := ConvertUnitsDown(tc.n, tc.from, tc.to); got != tc.down {
+				t.Errorf("ConvertUnitsDown(%d %s → %s) = %d, want %d", tc.n, tc.from, tc.to, got, tc.down)
+			}
+		})
+	}
+}
+
 func goodInventory() Inventory {
 	return Inventory{Version: InventoryVersion, Unit: UnitGiB, Cards: []Card{
 		{Index: 0, UUID: "GPU-a", Model: "A100", MemoryMiB: 40960, Units: 40, State: CardHealthy},

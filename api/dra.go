@@ -165,12 +165,32 @@ func draUnitOf(c resourceapi.DeviceCapacity) MemoryUnit {
 	return UnitGiB
 }
 
-// DRARequestUnits is the memory a claim's request asks of one device, in
-// whole units of unit (DRAUnits): its capacity.requests.memory, or one unit
-// (the request policy's default) when it asks none.
-func DRARequestUnits(r *resourceapi.ExactDeviceRequest, unit MemoryUnit) int64 {
-	if r.Capacity != nil {
-		if q, ok := r.Capacity.Requests[DRACapacityMemory]; ok {
+// DRAConsumedMemory is the memory an allocation result r consumes of its
+// device, whose memory capacity (what the slice offers, or the card's
+// memory where the caller knows no slice) is device. named is false when
+// the result names none: kube-scheduler's allocator writes
+// consumedCapacity for every capacity of a device it shares
+// (allowMultipleAllocations) — the request, rounded up by the request
+// policy, or its default when the claim asks none — and writes none when it
+// gives the device whole to one claim (DRAConsumableCapacity off), so a
+// result without it consumes the whole device.
+//
+// Worked example: a result with consumedCapacity memory 10Gi on a 40Gi
+// card consumes 10Gi; one without consumedCapacity consumes all 40Gi.
+func DRAConsumedMemory(r resourceapi.DeviceRequestAllocationResult, device resource.Quantity) (q resource.Quantity, named bool) {
+	if q, ok := r.ConsumedCapacity[DRACapacityMemory]; ok {
+		return q, true
+	}
+	return device, false
+}
+
+// DRARequestUnits is the memory a claim's request (or subrequest) asks of
+// one device, from its capacity requirements c, in whole units of unit
+// (DRAUnits): capacity.requests.memory, or one unit (the request policy's
+// default) when it asks none.
+func DRARequestUnits(c *resourceapi.CapacityRequirements, unit MemoryUnit) int64 {
+	if c != nil {
+		if q, ok := c.Requests[DRACapacityMemory]; ok {
 			return DRAUnits(q, unit)
 		}
 	}

@@ -57,9 +57,9 @@ type DRAShare struct {
 	Request string
 	// Device is the device allocated (card-N).
 	Device string
-	// Memory is the capacity consumed (consumedCapacity.memory); a result
-	// that names none consumes one unit, as the request policy's default
-	// does and as the node agent's prepare counts it.
+	// Memory is the capacity consumed (DRAConsumedMemory: a result that
+	// names none consumes the card's whole offered memory; zero when the
+	// slice does not list the device).
 	Memory resource.Quantity
 	// ShareID is the allocator's share ID, empty when it gave none.
 	ShareID string
@@ -70,13 +70,8 @@ type DRAShare struct {
 }
 
 // Units is the memory the share consumes in whole units of unit, rounded
-// up (DRAUnits); when the result names no memory, one unit.
-func (s DRAShare) Units(unit MemoryUnit) int64 {
-	if s.Memory.IsZero() {
-		return 1
-	}
-	return DRAUnits(s.Memory, unit)
-}
+// up (DRAUnits).
+func (s DRAShare) Units(unit MemoryUnit) int64 { return DRAUnits(s.Memory, unit) }
 
 // DRAUsage turns the cluster's ResourceSlices and ResourceClaims into what
 // the gpushare DRA driver (Names.DRADriver) holds, per node (the pool's
@@ -151,7 +146,7 @@ func (n Names) DRAUsage(rslices []*resourceapi.ResourceSlice, claims []*resource
 			if r.Driver != driver {
 				continue
 			}
-			share := DRAShare{Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID, Request: r.Request, Device: r.Device, Memory: r.ConsumedCapacity[DRACapacityMemory], Pods: slices.Clone(pods)}
+			share := DRAShare{Namespace: cl.Namespace, Name: cl.Name, UID: cl.UID, Request: r.Request, Device: r.Device, Pods: slices.Clone(pods)}
 			if r.ShareID != nil {
 				share.ShareID = string(*r.ShareID)
 			}
@@ -160,6 +155,7 @@ func (n Names) DRAUsage(rslices []*resourceapi.ResourceSlice, claims []*resource
 			if index, ok := DRACardIndex(r.Device); ok {
 				for i := range d.Cards {
 					if d.Cards[i].Index == index {
+						share.Memory, _ = DRAConsumedMemory(r, DRAQuantity(d.Cards[i].Offered, d.Unit))
 						d.Cards[i].Claims = append(d.Cards[i].Claims, share)
 						placed = true
 						break
@@ -167,6 +163,7 @@ func (n Names) DRAUsage(rslices []*resourceapi.ResourceSlice, claims []*resource
 				}
 			}
 			if !placed {
+				share.Memory, _ = DRAConsumedMemory(r, resource.Quantity{})
 				d.Unplaced = append(d.Unplaced, share)
 			}
 		}

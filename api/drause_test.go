@@ -99,6 +99,16 @@ func TestDRAUsageReadsTheDriversSlicesAndClaims(t *testing.T) {
 			withDRAState(card(2, "n1", 40), api.CardIsolated, ""),
 		}}},
 	}, {
+		name:   "a result without consumed memory was given the device whole: it consumes all the card offers",
+		slices: []*resourceapi.ResourceSlice{dratest.SliceHolding("n1", api.UnitGiB, map[int]int64{0: 10}, c0).Obj()},
+		claims: []*resourceapi.ResourceClaim{
+			dratest.Claim("ml", "whole").On("n1", 0, "").Obj(),
+			dratest.Claim("ml", "gone").On("n1", 3, "").Obj(),
+		},
+		want: map[string]*api.DRANode{"n1": {Name: "n1", Sliced: true, Unit: api.UnitGiB,
+			Cards:    []api.DRACard{card(0, "n1", 30, share("ml", "whole", "card-0", "30Gi"))},
+			Unplaced: []api.DRAShare{share("ml", "gone", "card-3", "")}}},
+	}, {
 		name:   "a slice in MiB is read in MiB",
 		slices: []*resourceapi.ResourceSlice{dratest.Slice("n1", api.UnitMiB, dratest.Card("n1", 0, a100, 40960)).Obj()},
 		claims: []*resourceapi.ResourceClaim{dratest.Claim("ml", "small").On("n1", 0, "1536Mi").Obj()},
@@ -126,7 +136,6 @@ func TestDRAShareUnitsRoundUpToWholeUnits(t *testing.T) {
 		{"1536Mi", api.UnitGiB, 2}, // 1.5 GiB takes 2 whole GiB
 		{"1536Mi", api.UnitMiB, 1536},
 		{"10Gi", api.UnitMiB, 10240},
-		{"", api.UnitGiB, 1}, // no consumed capacity: the request policy's default, one unit
 	} {
 		s := share("ml", "c", "card-0", tc.memory)
 		if got := s.Units(tc.unit); got != tc.want {

@@ -53,6 +53,28 @@ func (u MemoryUnit) UnitsFromMiB(mib int64) int64 {
 	return mib / per
 }
 
+// ConvertUnitsUp is n units of from in units of to, rounded up, so that
+// memory held is never undercounted: 1536 MiB held is 2 GiB units.
+func ConvertUnitsUp(n int64, from, to MemoryUnit) int64 { return convertUnits(n, from, to, true) }
+
+// ConvertUnitsDown is n units of from in units of to, rounded down, so
+// that capacity is never overcounted: 1536 MiB offered is 1 GiB unit.
+func ConvertUnitsDown(n int64, from, to MemoryUnit) int64 { return convertUnits(n, from, to, false) }
+
+// convertUnits is ConvertUnitsUp or Down; n is returned unchanged when
+// either unit is unknown (a record written before units were named).
+func convertUnits(n int64, from, to MemoryUnit, up bool) int64 {
+	f, t := from.MiB(), to.MiB()
+	if f == 0 || t == 0 || f == t {
+		return n
+	}
+	mib := n * f
+	if up {
+		mib += t - 1
+	}
+	return mib / t
+}
+
 // Validate reports whether u is a known unit.
 func (u MemoryUnit) Validate() error {
 	_, err := ParseMemoryUnit(string(u))

@@ -52,7 +52,7 @@ func runDRA(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *
 		}
 		return dra.Held(names, store.Inventory(), o.NodeName, pods)
 	}
-	d := &dra.Driver{Name: dra.DriverName(names), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind, Held: held}
+	d := &dra.Driver{Name: names.DRADriver(), Pool: o.NodeName, Store: store, Grant: grant, CDIDir: o.DRA.CDIDir, NvidiaCDIKind: o.DRA.NvidiaCDIKind, Held: held}
 	claims := &dra.ClaimGrants{Driver: d.Name, Pool: o.NodeName, Cards: store.Cards,
 		Get: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})

@@ -235,7 +235,7 @@ func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
 	}
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.Spec.NodeName != c.node || p.DeletionTimestamp != nil || api.Admitted(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName != c.node || !api.MayStartContainers(p) || api.Admitted(p) {
 			continue
 		}
 		if rv, ok := have[p.UID]; !ok || rv != p.ResourceVersion {

@@ -56,62 +56,44 @@ func CheckAllocation(claim *resourceapi.ResourceClaim, driver, pool string, unit
 		if !ok {
 			return nil, forged(claim, r, "names request %q, which the claim does not have", r.Request)
 		}
-		got, ok := r.ConsumedCapacity[CapacityMemory]
-		if !ok {
+		got, named := api.DRAConsumedMemory(r, devices[r.Device].Capacity[CapacityMemory].Value)
+		if !named {
 			return nil, forged(claim, r, "consumes no %s of a card that claims share", CapacityMemory)
 		}
-		wantUnits := int64(1)
-		if want != nil {
-			wantUnits = Units(*want, unit)
-		}
-		if w := Quantity(wantUnits, unit); got.Cmp(w) != 0 {
+		if w := api.DRAQuantity(api.DRARequestUnits(want, unit), unit); got.Cmp(w) != 0 {
 			return nil, forged(claim, r, "consumes %s of %s where its request asks for %s", got.String(), CapacityMemory, w.String())
 		}
 		share[index] += got.Value()
 	}
 	for index, bytes := range share {
-		limit := devices[DeviceName(index)].Capacity[CapacityMemory].Value
+		limit := devices[api.DRADeviceName(index)].Capacity[CapacityMemory].Value
 		if total := bytes + others[index]; total > limit.Value() {
 			return nil, fmt.Errorf("claim %s/%s is allocated %s on device %s/%s, where the node's prepared claims already hold %s of the %s it offers: more than the card has; delete the pod so that it is scheduled again",
-				claim.Namespace, claim.Name, resource.NewQuantity(bytes, resource.BinarySI), pool, DeviceName(index), resource.NewQuantity(others[index], resource.BinarySI), limit.String())
+				claim.Namespace, claim.Name, resource.NewQuantity(bytes, resource.BinarySI), pool, api.DRADeviceName(index), resource.NewQuantity(others[index], resource.BinarySI), limit.String())
 		}
 	}
 	return share, nil
 }
 
-// requested is the memory the claim's request (or subrequest, "req/sub")
-// of that name asks for (nil: none named, the policy's default of one
+// requested is the capacity the claim's request (or subrequest,
+// "req/sub") of that name asks for (nil: none, the policy's default of one
 // unit); false when the claim has no such request.
-func requested(claim *resourceapi.ResourceClaim, name string) (*resource.Quantity, bool) {
+func requested(claim *resourceapi.ResourceClaim, name string) (*resourceapi.CapacityRequirements, bool) {
 	base := resourceclaim.BaseRequestRef(name)
 	for _, r := range claim.Spec.Devices.Requests {
 		if r.Name != base {
 			continue
 		}
 		if base == name && r.Exactly != nil {
-			return memoryOf(r.Exactly.Capacity), true
+			return r.Exactly.Capacity, true
 		}
 		for _, s := range r.FirstAvailable {
 			if r.Name+"/"+s.Name == name {
-				return memoryOf(s.Capacity), true
+				return s.Capacity, true
 			}
 		}
 	}
 	return nil, false
-}
-
-func memoryOf(c *resourceapi.CapacityRequirements) *resource.Quantity {
-	if c == nil {
-		return nil
-	}
-	// A device request's capacity, not a container's resources: the pod
-	// contract (api.KubeletDemand) is not about it.
-	for name, q := range c.Requests {
-		if name == CapacityMemory {
-			return &q
-		}
-	}
-	return nil
 }
 
 func forged(claim *resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult, format string, args ...any) error {

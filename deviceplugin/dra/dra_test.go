@@ -99,10 +99,10 @@ func TestCardIndexAndUnits(t *testing.T) {
 			t.Errorf("CardIndex(%q) accepted", bad)
 		}
 	}
-	if got := Units(resource.MustParse("1536Mi"), api.UnitGiB); got != 2 {
+	if got := api.DRAUnits(resource.MustParse("1536Mi"), api.UnitGiB); got != 2 {
 		t.Errorf("1536Mi in GiB = %d, want 2 (rounded up)", got)
 	}
-	if got := Units(resource.MustParse("10Gi"), api.UnitMiB); got != 10240 {
+	if got := api.DRAUnits(resource.MustParse("10Gi"), api.UnitMiB); got != 10240 {
 		t.Errorf("10Gi in MiB = %d", got)
 	}
 }
@@ -238,7 +238,7 @@ func TestDevicePluginPodsMemoryIsWithheldFromTheSlice(t *testing.T) {
 	if got := devices[1].Capacity[CapacityMemory].Value; got.Cmp(resource.MustParse("79Gi")) != 0 {
 		t.Errorf("card-2 offers %s, want all 79Gi (its pod finished)", got.String())
 	}
-	if got := convert(1536, api.UnitMiB, api.UnitGiB); got != 2 {
+	if got := api.ConvertUnitsUp(1536, api.UnitMiB, api.UnitGiB); got != 2 {
 		t.Errorf("1536 MiB held = %d GiB, want 2 (rounded up)", got)
 	}
 }

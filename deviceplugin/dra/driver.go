@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
@@ -104,10 +105,8 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		if err != nil {
 			return nil, err
 		}
-		units := int64(1)
-		if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
-			units = Units(q, unit)
-		}
+		q, _ := api.DRAConsumedMemory(r, api.DRAQuantity(unit.UnitsFromMiB(card.MemoryMiB), unit))
+		units := api.DRAUnits(q, unit)
 		name := string(claim.UID) + "-" + r.Request + "-" + r.Device
 		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Response(card, units, unit))})
 		ids := []string{d.cdiKind() + "=" + name}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 )
@@ -23,8 +24,8 @@ import (
 // driver in pool: for every container (init and sidecar containers
 // included) and every claim it names (with its request, when it names one),
 // the allocation results of driver's devices in pool, on the card
-// cardOf(device) names, consuming the result's memory (a result without
-// consumed memory: the whole card). claimOf returns the pod's claim of that
+// cardOf(device) names, consuming the result's memory
+// (api.DRAConsumedMemory: without consumed memory, the whole card). claimOf returns the pod's claim of that
 // pod-level name, nil when it is unknown or not allocated. A container that
 // names one claim twice (two requests) is granted the sum. Each grant names
 // its allocation result (Grant.Share: claim UID, request, device): the
@@ -45,12 +46,9 @@ func GrantsOf(driver, pool string, pod *corev1.Pod, claimOf func(podClaim string
 				if !ok {
 					continue
 				}
-				bytes := card.MemoryMiB << 20
-				if q, ok := r.ConsumedCapacity[CapacityMemory]; ok {
-					bytes = q.Value()
-				}
+				q, _ := api.DRAConsumedMemory(r, api.DRAQuantity(card.MemoryMiB, api.UnitMiB))
 				share := string(claim.UID) + "/" + r.Request + "/" + r.Device
-				out = append(out, usage.Grant{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Card: card.UUID, Bytes: bytes, Share: share})
+				out = append(out, usage.Grant{Namespace: pod.Namespace, Pod: pod.Name, Container: c.Name, Card: card.UUID, Bytes: q.Value(), Share: share})
 			}
 		}
 	}
@@ -104,7 +102,7 @@ func (g *ClaimGrants) Grants(ctx context.Context, pods []*corev1.Pod) ([]usage.G
 	seen := map[claimKey]*resourceapi.ResourceClaim{}
 	var out []usage.Grant
 	for _, pod := range pods {
-		if len(pod.Spec.ResourceClaims) == 0 || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if len(pod.Spec.ResourceClaims) == 0 || !api.HoldsUnits(pod) {
 			continue
 		}
 		claims := map[string]*resourceapi.ResourceClaim{}

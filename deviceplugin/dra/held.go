@@ -24,7 +24,7 @@ func Held(names api.Names, inv api.Inventory, node string, pods []*corev1.Pod) m
 			continue
 		}
 		for _, c := range a.Containers {
-			held[c.CardIndex] += convert(c.Units, a.Unit, inv.Unit)
+			held[c.CardIndex] += api.ConvertUnitsUp(c.Units, a.Unit, inv.Unit)
 		}
 		for _, w := range a.WholeCards {
 			for _, i := range w.CardIndexes {
@@ -35,13 +35,4 @@ func Held(names api.Names, inv api.Inventory, node string, pods []*corev1.Pod) m
 		}
 	}
 	return held
-}
-
-// convert is units of from in units of to, rounded up.
-func convert(units int64, from, to api.MemoryUnit) int64 {
-	if from == to || from == "" {
-		return units
-	}
-	mib := units * from.MiB()
-	return (mib + to.MiB() - 1) / to.MiB()
 }

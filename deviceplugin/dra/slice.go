@@ -13,7 +13,6 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpushare/gpushare/api"
 )
@@ -28,26 +27,8 @@ const (
 	AttributeIndex = api.DRAAttributeIndex
 )
 
-// DriverName is the DRA driver's name (api.Names.DRADriver): the annotation
-// domain (--domain), so that one cluster's names stay together
-// (gpushare.example.com).
-func DriverName(names api.Names) string { return names.DRADriver() }
-
-// DeviceName names card index in the slice: card-0, card-1, ...
-// (api.DRADeviceName).
-func DeviceName(index int) string { return api.DRADeviceName(index) }
-
 // CardIndex is the card a device name names (false: not one of ours).
 func CardIndex(device string) (int, bool) { return api.DRACardIndex(device) }
-
-// Quantity is units of unit as a resource.Quantity (10 GiB: "10Gi").
-func Quantity(units int64, unit api.MemoryUnit) resource.Quantity {
-	return api.DRAQuantity(units, unit)
-}
-
-// Units is q in whole units of unit, rounded up (a claim for 1.5Gi in GiB
-// consumes 2, as the request policy's step rounds it; api.DRAUnits).
-func Units(q resource.Quantity, unit api.MemoryUnit) int64 { return api.DRAUnits(q, unit) }
 
 // Devices are the slice devices of the driver of names for inv, less what
 // held says device-plugin pods hold on each card (Held): the contract's

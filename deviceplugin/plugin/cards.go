@@ -124,20 +124,13 @@ func (k cards) snapshot(v podView, account bool, admitting func(types.UID) bool)
 	return allocate.BuildCards(v.pods, st, p.cardUse(v))
 }
 
-// respond is what a container given these cards whole gets: as for a share
-// (response), one volume mount per card under api.VisibleDevicesVolumeRoot
-// (or their IDs in NVIDIA_VISIBLE_DEVICES), and GPUSHARE_WHOLE_CARDS,
+// respond is what a container given these cards whole gets: as for a share,
+// the cards reach it by Config.reach, and GPUSHARE_WHOLE_CARDS,
 // GPUSHARE_CARD_UUID and GPUSHARE_CARD_INDEX with comma-separated lists. No
 // MPS limit: the cards are the container's alone.
 func (k cards) respond(d decision) *pluginapi.ContainerAllocateResponse {
-	p := k.p
-	var ids, uuids, indexes []string
+	var uuids, indexes []string
 	for _, c := range d.cards {
-		id := c.UUID
-		if p.cfg.DeviceIDStrategy == DeviceIDIndex {
-			id = strconv.Itoa(c.Index)
-		}
-		ids = append(ids, id)
 		uuids = append(uuids, c.UUID)
 		indexes = append(indexes, strconv.Itoa(c.Index))
 	}
@@ -146,15 +139,7 @@ func (k cards) respond(d decision) *pluginapi.ContainerAllocateResponse {
 		api.EnvCardUUID:   strings.Join(uuids, ","),
 		api.EnvCardIndex:  strings.Join(indexes, ","),
 	}}
-	switch p.cfg.Strategy {
-	case StrategyEnvvar:
-		r.Envs[api.EnvNvidiaVisibleDevices] = strings.Join(ids, ",")
-	default:
-		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
-		for _, id := range ids {
-			r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true})
-		}
-	}
+	k.p.cfg.reach(r, d.cards...)
 	return r
 }
 

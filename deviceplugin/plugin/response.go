@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"strconv"
+	"strings"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -53,10 +54,6 @@ func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAlloc
 // give a container the wrong card. The DRA driver hands a claim the same
 // edits through CDI (deviceplugin/dra).
 func (c Config) Response(card nvml.Card, units int64, unit api.MemoryUnit) *pluginapi.ContainerAllocateResponse {
-	id := card.UUID
-	if c.DeviceIDStrategy == DeviceIDIndex {
-		id = strconv.Itoa(card.Index)
-	}
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 		api.EnvMemoryUnits:   strconv.FormatInt(units, 10),
 		api.EnvMemoryUnit:    string(unit),
@@ -68,13 +65,29 @@ func (c Config) Response(card nvml.Card, units int64, unit api.MemoryUnit) *plug
 	for k, v := range c.Names.CompatEnv(card.Index, units, unit.UnitsFromMiB(card.MemoryMiB)) {
 		r.Envs[k] = v
 	}
-	switch c.Strategy {
-	case StrategyEnvvar:
-		r.Envs[api.EnvNvidiaVisibleDevices] = id
-	default:
-		r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
-		r.Mounts = []*pluginapi.Mount{{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true}}
-	}
+	c.reach(r, card)
 	c.MPS.addTo(r, units*unit.MiB())
 	return r
+}
+
+// reach tells r how cards reach the container: their IDs
+// (DeviceIDStrategy) in NVIDIA_VISIBLE_DEVICES, comma-separated, or one
+// /dev/null mount per card under api.VisibleDevicesVolumeRoot (Strategy).
+func (c Config) reach(r *pluginapi.ContainerAllocateResponse, cards ...nvml.Card) {
+	var ids []string
+	for _, card := range cards {
+		id := card.UUID
+		if c.DeviceIDStrategy == DeviceIDIndex {
+			id = strconv.Itoa(card.Index)
+		}
+		ids = append(ids, id)
+	}
+	if c.Strategy == StrategyEnvvar {
+		r.Envs[api.EnvNvidiaVisibleDevices] = strings.Join(ids, ",")
+		return
+	}
+	r.Envs[api.EnvNvidiaVisibleDevices] = api.VisibleDevicesVolumeRoot
+	for _, id := range ids {
+		r.Mounts = append(r.Mounts, &pluginapi.Mount{ContainerPath: api.VisibleDevicesVolumeRoot + "/" + id, HostPath: "/dev/null", ReadOnly: true})
+	}
 }

@@ -90,6 +90,22 @@ func TestWholeCardsRegisterOnTheirOwnSocket(t *testing.T) {
 	}
 }
 
+// Whole cards reach the container as a share's card does (Config.reach):
+// with the envvar strategy and index IDs, their indexes in
+// NVIDIA_VISIBLE_DEVICES and no mount.
+func TestWholeCardsFollowTheDeviceListStrategy(t *testing.T) {
+	h, whole := wholeHarness(t, setup{cfg: Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDIndex}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+		return []*corev1.Pod{podtest.Bound(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}
+	}})
+	r, err := allocateWhole(whole, h.cards[1].UUID, h.cards[0].UUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Envs[api.EnvNvidiaVisibleDevices]; got != "0,1" || len(r.Mounts) != 0 {
+		t.Errorf("%s = %q with %d mounts, want \"0,1\" and none", api.EnvNvidiaVisibleDevices, got, len(r.Mounts))
+	}
+}
+
 func TestWholeCardAllocateGivesEveryCardAndRecordsIt(t *testing.T) {
 	h, whole := wholeHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{podtest.Bound(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}

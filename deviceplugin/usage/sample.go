@@ -414,11 +414,7 @@ func fromRecords(names api.Names, keys api.RecordKeys, pods []*corev1.Pod, unit 
 			continue
 		}
 		for _, c := range a.Containers {
-			units := c.Units
-			if a.Unit != unit && a.Unit.MiB() > 0 && unit.MiB() > 0 {
-				units = units * a.Unit.MiB() / unit.MiB()
-			}
-			out[grantKey{p.Namespace, p.Name, c.Name, c.CardUUID}] += units
+			out[grantKey{p.Namespace, p.Name, c.Name, c.CardUUID}] += api.ConvertUnitsUp(c.Units, a.Unit, unit)
 		}
 	}
 	return out

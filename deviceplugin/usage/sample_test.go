@@ -101,6 +101,34 @@ func TestSweepWithoutPodResourcesReadsAssignmentRecords(t *testing.T) {
 	}
 }
 
+// A record written in another unit (the node's --memory-unit changed
+// since) is granted what it holds, rounded up to whole units
+// (api.ConvertUnitsUp): a container is never measured against less than it
+// was given.
+func TestSweepGrantsARecordInAnotherUnitRoundedUp(t *testing.T) {
+	n := newNode(t, 1)
+	a := n.pod("a", "train")
+	rec := api.Assignment{Version: api.AssignmentVersion, PodUID: a.UID, Node: "node-a", Unit: api.UnitMiB, Phase: api.PhaseAllocated,
+		Containers: []api.ContainerAssignment{{Name: "train", CardUUID: "GPU-0", Units: 1536}}}
+	s, err := api.EncodeAssignment(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Annotations = map[string]string{api.DefaultNames().AnnotationAssignment(): s}
+	a.Spec.NodeName = "node-a"
+	a.Spec.Containers[0].Resources.Limits = corev1.ResourceList{api.DefaultNames().ResourceName(): *resource.NewQuantity(1536, resource.DecimalSI)}
+	sm := n.sampler()
+	sm.PodResources, sm.Unit = nil, api.UnitGiB
+	got, err := sm.Sweep(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Usage{{Card: "GPU-0", Ref: ref(a, "train"), Grant: true, GrantedBytes: 2 * gib}}
+	if d := cmp.Diff(want, got.Usages, cmpopts.EquateEmpty()); d != "" {
+		t.Errorf("usages (-want +got):\n%s", d)
+	}
+}
+
 func TestSweepUnknownMemoryCountsZero(t *testing.T) {
 	n := newNode(t, 1)
 	a := n.pod("a", "c")

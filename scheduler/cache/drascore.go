@@ -80,7 +80,7 @@ func DRANodes(usage map[string]*api.DRANode, unit api.MemoryUnit) map[string]*al
 		n := &allocator.Node{Name: name, Unit: unit}
 		for _, c := range d.Cards {
 			card := allocator.Card{Index: c.Index, UUID: c.UUID, Model: c.Model, State: c.State,
-				Capacity: c.Offered * d.Unit.MiB() / unit.MiB()}
+				Capacity: api.ConvertUnitsDown(c.Offered, d.Unit, unit)}
 			for _, sh := range c.Claims {
 				card.Used += sh.Units(unit)
 			}
@@ -130,7 +130,7 @@ func ClaimDemands(claim *resourceapi.ResourceClaim, class string, unit api.Memor
 		if e == nil || e.DeviceClassName != class || e.AllocationMode == resourceapi.DeviceAllocationModeAll {
 			continue
 		}
-		units := api.DRARequestUnits(e, unit)
+		units := api.DRARequestUnits(e.Capacity, unit)
 		count := max(e.Count, 1)
 		for range count {
 			out = append(out, allocator.Demand{Container: claim.Name + "/" + r.Name, Units: units})

@@ -38,7 +38,7 @@ type pluginPod struct {
 // is not Ready while one of them restarts), not finished, not being deleted (a deleted plugin
 // stops on its own schedule; the kubelet marks the devices unhealthy the moment it does).
 func serving(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	if !api.MayStartContainers(p) {
 		return false
 	}
 	for _, c := range p.Status.ContainerStatuses {

@@ -45,11 +45,11 @@ func (p *proof) draProof(ctx context.Context) {
 	var dev *resourceapi.Device
 	devices := dra.Devices(names, p.store.Inventory(), nil)
 	for i := range devices {
-		if devices[i].Name == dra.DeviceName(card.Index) {
+		if devices[i].Name == api.DRADeviceName(card.Index) {
 			dev = &devices[i]
 		}
 	}
-	if !r.check(dev != nil, "the slice offers card %d as %s (devices %d)", card.Index, dra.DeviceName(card.Index), len(devices)) {
+	if !r.check(dev != nil, "the slice offers card %d as %s (devices %d)", card.Index, api.DRADeviceName(card.Index), len(devices)) {
 		return
 	}
 	mem := dev.Capacity[dra.CapacityMemory].Value
@@ -62,7 +62,7 @@ func (p *proof) draProof(ctx context.Context) {
 	}
 	defer os.RemoveAll(work)
 	cdiDir := filepath.Join(work, "cdi")
-	driver := &dra.Driver{Name: dra.DriverName(names), Pool: "gpu-proof", Store: p.store, CDIDir: cdiDir, NvidiaCDIKind: nvidiaKind,
+	driver := &dra.Driver{Name: names.DRADriver(), Pool: "gpu-proof", Store: p.store, CDIDir: cdiDir, NvidiaCDIKind: nvidiaKind,
 		Grant: plugin.Config{Names: names, Strategy: plugin.StrategyVolumeMounts, DeviceIDStrategy: plugin.DeviceIDUUID}}
 	pod, claim := proofPodAndClaim(driver, dev.Name, o.ClaimGiB)
 	prepared, err := driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
