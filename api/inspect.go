@@ -112,10 +112,6 @@ const (
 	// the last valid record it saw until the device plugin rewrites the
 	// record from the kubelet's account or the pod finishes.
 	ExtenderPodRemembered ExtenderPodState = "remembered"
-	// ExtenderPodNominated: the cards a preemption freed, promised to the
-	// preempting pod while its victims terminate; no other pod is placed
-	// on them until it binds, is deleted, or the promise expires.
-	ExtenderPodNominated ExtenderPodState = "nominated"
 )
 
 // InventoryErrorCode classifies why a node's cards are unusable; the values

@@ -24,16 +24,6 @@ func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, ba
 	host := allocator.HostResources(req.Host)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old, ok := c.pods[pod.UID]; ok && old.state == Nominated {
-		// The preemptor binds: its promise ends here. Decided on its own
-		// view of the node and nothing changed since, it is decided on the
-		// node as it is once the promise is gone.
-		view := old.view
-		c.remove(old)
-		if n, known := c.nodes[a.Node]; known && old.node == a.Node && basis == view {
-			basis = n.snap
-		}
-	}
 	if old, ok := c.pods[pod.UID]; ok {
 		if old.state != Assumed || !old.bindDone {
 			return fmt.Errorf("%w: %s/%s", ErrAlreadyAssumed, pod.Namespace, pod.Name)
@@ -118,25 +108,19 @@ func (c *Cache) FinishBinding(uid types.UID) {
 
 // CleanupExpired drops assumed pods whose bind finished more than the assume
 // TTL ago without the informer confirming them (the pod was deleted before
-// the informer saw it bound), and preemption promises and offers older than
-// the TTL (nominate.go). It returns how many pods were dropped.
+// the informer saw it bound). It returns how many were dropped.
 func (c *Cache) CleanupExpired() int {
 	now := c.clock.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var expired []*podState
 	for _, p := range c.pods {
-		if (p.state == Assumed || p.state == Nominated) && p.bindDone && now.After(p.deadline) {
+		if p.state == Assumed && p.bindDone && now.After(p.deadline) {
 			expired = append(expired, p)
 		}
 	}
-	for uid, o := range c.offers {
-		if now.After(o.deadline) {
-			delete(c.offers, uid)
-		}
-	}
 	for _, p := range expired {
-		klog.V(2).InfoS("Assumed or nominated pod expired without binding", "pod", klog.KRef(p.namespace, p.name), "node", p.node, "state", p.state)
+		klog.V(2).InfoS("Assumed pod expired without confirmation", "pod", klog.KRef(p.namespace, p.name), "node", p.node)
 		c.remove(p)
 	}
 	return len(expired)

@@ -66,8 +66,6 @@ const (
 	// Remembered: the pod holds its units but lost its valid assignment; the
 	// last valid one still counts (see SetPod).
 	Remembered = api.ExtenderPodRemembered
-	// Nominated: promised to a preemptor by the preempt verb (Nominate).
-	Nominated = api.ExtenderPodNominated
 )
 
 // podState is what the cache holds for one pod.
@@ -85,9 +83,6 @@ type podState struct {
 	// deadline unless confirmed first.
 	bindDone bool
 	deadline time.Time
-	// view is, for a Nominated pod, its node's snapshot without its own
-	// units: what it is decided on (NominatedView).
-	view *allocator.Node
 }
 
 // nodeState is one node's inventory and the pods on it.
@@ -158,8 +153,6 @@ type Cache struct {
 	// pluginNodes is the node of each one seen (see plugins.go).
 	pluginSel   labels.Selector
 	pluginNodes map[types.UID]string
-	// offers are the preempt verb's answers not yet taken (nominate.go).
-	offers map[types.UID]offer
 }
 
 // Option configures a Cache.
@@ -251,12 +244,6 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 	if reqErr == nil {
 		c.learn(pod.UID, req, host)
 	}
-	if !bound && holds && pod.Status.NominatedNodeName != "" {
-		c.takeOfferLocked(pod)
-	}
-	if bound || !holds {
-		delete(c.offers, pod.UID)
-	}
 	old := c.pods[pod.UID]
 	switch {
 	case !holds:
@@ -270,9 +257,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		}
 		c.remove(old)
 		c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Confirmed})
-	case !bound && old != nil && old.state == Nominated && (pod.Status.NominatedNodeName == "" || pod.Status.NominatedNodeName == old.node):
-		// Its victims are terminating: keep the promise (nominate.go).
-	case bound && old != nil && old.state != Assumed && old.state != Nominated && len(old.assignment.Containers) > 0 && old.node == pod.Spec.NodeName && reqErr == nil && !req.Empty():
+	case bound && old != nil && old.state != Assumed && len(old.assignment.Containers) > 0 && old.node == pod.Spec.NodeName && reqErr == nil && !req.Empty():
 		// Lost its valid record while holding units: keep counting them.
 		if old.state != Remembered {
 			klog.InfoS("A pod that holds GPU memory lost its valid assignment record; still counting the last valid one until the device plugin rewrites it", "pod", klog.KObj(pod), "node", old.node)
@@ -314,7 +299,6 @@ func (c *Cache) DeletePod(uid types.UID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.remove(c.pods[uid])
-	delete(c.offers, uid)
 	c.nodeKeys.forget(uid)
 	c.untrackPluginLocked(uid)
 	delete(c.seen, uid)

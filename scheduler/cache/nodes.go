@@ -37,11 +37,6 @@ func (c *Cache) takeID() int32 {
 // Called with the write lock held.
 func (c *Cache) publish(n *nodeState) {
 	n.rebuild()
-	for _, p := range n.pods {
-		if p.state == Nominated {
-			p.view = n.build(p.uid)
-		}
-	}
 	if n.known {
 		c.snaps[n.name] = snapRef{name: n.name, id: n.id, snap: n.snap}
 	} else {
@@ -131,12 +126,7 @@ type packedNode struct {
 
 // rebuild publishes a fresh immutable snapshot of the node. Called with the
 // write lock held.
-func (n *nodeState) rebuild() { n.snap = n.build("") }
-
-// build returns a fresh immutable snapshot of the node, without the units
-// of the pod whose UID is without (none when empty): a nominated pod's own
-// view of the node (nominate.go). Called with the lock held.
-func (n *nodeState) build(without types.UID) *allocator.Node {
+func (n *nodeState) rebuild() {
 	var snap *allocator.Node
 	var cards []allocator.Card
 	var host *allocator.HostResources
@@ -164,9 +154,6 @@ func (n *nodeState) build(without types.UID) *allocator.Node {
 		used := make(map[string]int64, len(n.inv.Cards))
 		var whole map[string]bool
 		for _, p := range n.pods {
-			if p.uid == without && without != "" {
-				continue
-			}
 			for _, ca := range p.assignment.Containers {
 				used[ca.CardUUID] += ca.Units
 			}
@@ -191,7 +178,7 @@ func (n *nodeState) build(without types.UID) *allocator.Node {
 	}
 	// The snapshot is final from here on: never changed once published.
 	snap.Summarize()
-	return snap
+	n.snap = snap
 }
 
 // internState returns the package constant equal to s. The policy compares

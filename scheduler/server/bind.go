@@ -201,21 +201,13 @@ func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.
 		if err != nil {
 			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		promised, hasPromise := api.Assignment{}, false
-		if at, view, pa, ok := s.nominatedView(pod); ok && at == node {
-			// A preemptor binds where its victims were: on its own view
-			// of the node, to the cards they freed while those still fit.
-			snap, promised, hasPromise = view, pa, promiseFits(view, pa)
+		d := in.policy.policy.Decide(snap, in.req, s.cache.Workload())
+		if !d.Fits {
+			return api.Assignment{}, outcomeNoFit, fmt.Errorf("bind %s/%s: pod no longer fits on node %s: %s", pod.Namespace, pod.Name, node, d.Message())
 		}
-		a := promised
-		if !hasPromise {
-			d := in.policy.policy.Decide(snap, in.req, s.cache.Workload())
-			if !d.Fits {
-				return api.Assignment{}, outcomeNoFit, fmt.Errorf("bind %s/%s: pod no longer fits on node %s: %s", pod.Namespace, pod.Name, node, d.Message())
-			}
-			if a, err = assignmentFrom(pod, snap, d); err != nil {
-				return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
-			}
+		a, err := assignmentFrom(pod, snap, d)
+		if err != nil {
+			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		err = s.cache.Assume(pod, preq, a, snap)
 		switch {

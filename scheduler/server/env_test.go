@@ -13,14 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
-	policylisters "k8s.io/client-go/listers/policy/v1"
 	k8stesting "k8s.io/client-go/testing"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -74,8 +71,6 @@ type envOpts struct {
 	dra DRA
 	// draUsage adds the DRA claims to /inspect (Config.DRAUsage).
 	draUsage DRASource
-	// pdbs are the PodDisruptionBudgets preempt reads (Config.PDBs).
-	pdbs []*policyv1.PodDisruptionBudget
 }
 
 var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
@@ -123,13 +118,7 @@ func newEnv(t testing.TB, o envOpts, nodes []*corev1.Node, pods ...*corev1.Pod) 
 	if o.wrap != nil {
 		c = o.wrap(e.cache)
 	}
-	pdbs := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{})
-	for _, pdb := range o.pdbs {
-		if err := pdbs.Add(pdb); err != nil {
-			t.Fatal(err)
-		}
-	}
-	e.srv, err = New(Config{PDBs: policylisters.NewPodDisruptionBudgetLister(pdbs), Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody, MaxBestNodes: o.maxBest,
+	e.srv, err = New(Config{Cache: c, Client: e.client, Policy: pol, FilterMode: o.mode, Registry: e.reg, MaxBodyBytes: o.maxBody, MaxBestNodes: o.maxBest,
 		WriteLimiter: o.writes, BindTimeout: o.bindTimeout, Clock: o.clock, RecordKeys: o.keys, AllowedPolicies: allowed, DRA: o.dra, DRAUsage: o.draUsage})
 	if err != nil {
 		t.Fatal(err)

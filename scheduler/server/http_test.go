@@ -66,8 +66,7 @@ func TestHTTPBadInput(t *testing.T) {
 		{"bind: no node", envOpts{}, "POST", "/bind", `{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}`, 400, "bad request: Node is missing"},
 		{"bind: cache not synced", envOpts{unsynced: true}, "POST", "/bind", `{"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"}`, 503, "the gpushare extender's cache has not synced yet"},
 		{"verb with the wrong method", envOpts{}, "GET", "/filter", ``, 404, "not found: GET /filter"},
-		{"unknown path", envOpts{}, "POST", "/reserve", `{}`, 404, "not found: POST /reserve"},
-		{"preempt without a pod", envOpts{}, "POST", "/preempt", `{}`, 400, "bad request: Pod is missing"},
+		{"unknown path", envOpts{}, "POST", "/preempt", `{}`, 404, "not found: POST /preempt"},
 		{"inspect an unknown node", envOpts{}, "GET", "/inspect/ghost", ``, 404, `not found: node "ghost" is not in the extender's cache`},
 		{"readyz before sync", envOpts{unsynced: true}, "GET", "/readyz", ``, 503, "the gpushare extender's cache has not synced yet"},
 	}

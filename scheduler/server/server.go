@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	policylisters "k8s.io/client-go/listers/policy/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/clock"
 
@@ -71,10 +70,6 @@ type Cache interface {
 	Inspect(names ...string) []api.ExtenderNode
 	Nodes() []*allocator.Node
 	Synced() bool
-	// Holders, Offer and NominatedView serve the preempt verb (preempt.go).
-	Holders(node string) (*allocator.Node, []cache.Holder, error)
-	Offer(pod *corev1.Pod, offers map[string]api.Assignment)
-	NominatedView(uid types.UID) (node string, view *allocator.Node, a api.Assignment, ok bool)
 }
 
 var _ Cache = (*cache.Cache)(nil)
@@ -104,12 +99,8 @@ type Config struct {
 	// RecordKeys sign every record bind writes, with the key in force at
 	// the bind (nil: unsigned).
 	RecordKeys api.RecordKeyring
-	// Pods, when set, is read before the API for the pod bind names and
-	// for the pods preempt may evict.
+	// Pods, when set, is read before the API for the pod bind names.
 	Pods corelisters.PodLister
-	// PDBs, when set, are the PodDisruptionBudgets preempt honours (nil:
-	// none).
-	PDBs policylisters.PodDisruptionBudgetLister
 	// Policy decides; FilterMode says what filter lets through.
 	Policy     *allocator.Policy
 	FilterMode FilterMode
@@ -159,7 +150,6 @@ type Server struct {
 	bindTimeout time.Duration
 	clock       clock.Clock
 	pods        corelisters.PodLister
-	pdbs        policylisters.PodDisruptionBudgetLister
 	policy      *allocator.Policy
 	mode        FilterMode
 	maxBody     int64
@@ -237,7 +227,6 @@ func New(cfg Config) (*Server, error) {
 		cache:       cfg.Cache,
 		client:      cfg.Client,
 		pods:        cfg.Pods,
-		pdbs:        cfg.PDBs,
 		policy:      cfg.Policy,
 		mode:        cfg.FilterMode,
 		maxBody:     cfg.MaxBodyBytes,
@@ -262,6 +251,21 @@ var (
 
 // reasonUnknownNode marks a candidate node the cache does not know.
 const reasonUnknownNode allocator.ReasonCode = "UnknownNode"
+
+// unresolvable reports whether preemption on the node could never make the
+// pod fit: the node has no usable inventory, no schedulable card, no card
+// large enough, or is unknown. Only full cards (InsufficientFree,
+// NotEnoughWholeCards) are resolvable.
+func unresolvable(d allocator.Decision) bool {
+	for _, r := range d.Reasons {
+		switch r.Code {
+		case allocator.ReasonInsufficientFree, allocator.ReasonNotEnoughWholeCards:
+		default:
+			return true
+		}
+	}
+	return false
+}
 
 // candidateNames returns the names of the candidate nodes, from NodeNames
 // (nodeCacheCapable: true) or Nodes (false).
@@ -328,7 +332,6 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, 
 		snaps, ids = s.cache.SnapshotInto(s.snapPool.get(len(names)), names), nil
 		defer s.snapPool.put(snaps)
 	}
-	snaps = s.ownView(pod, names, snaps)
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {

@@ -166,7 +166,6 @@ the programs follow the update (docs/security.md). */}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
   filterVerb: filter
   prioritizeVerb: prioritize
-  preemptVerb: preempt
   bindVerb: bind
   weight: {{ .Values.scheduler.weight }}
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
