@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,8 +92,14 @@ func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, container int, 
 			t.Errorf("opening %s: %s, want it allowed by the device cgroup (ENXIO on a simulated node)", d.Path, got)
 		}
 	}
-	if seen.UID != 0 || seen.CapEff != "0000000000000000" {
-		t.Errorf("uid %d, effective capabilities %s; want root with none", seen.UID, seen.CapEff)
+	// Only CAP_KILL (bit 5), and only where the chart adds it: while memory
+	// enforcement may kill a container's processes on the card.
+	wantCaps, what := "0000000000000000", "none"
+	if sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, corev1.Capability("KILL")) {
+		wantCaps, what = "0000000000000020", "CAP_KILL alone"
+	}
+	if seen.UID != 0 || seen.CapEff != wantCaps {
+		t.Errorf("uid %d, effective capabilities %s; want root with %s (%s)", seen.UID, seen.CapEff, what, wantCaps)
 	}
 	want := map[string]string{pluginPodSocketDir: "ok", "/var/lib/kubelet/pod-resources": "EROFS", "/": "EROFS"}
 	if diff := cmp.Diff(want, seen.Writable); diff != "" {

@@ -185,6 +185,12 @@ func proofPodAndClaim(d *dra.Driver, device string, gib int64) (*corev1.Pod, *re
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "cuda", ContainerID: "containerd://" + containerID(pod)}}
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-proof", Name: "claimant-gpu", UID: types.UID("claim-" + string(uid))}}
+	// The request the allocation names, as the user wrote it: the driver
+	// prepares only an allocation the claim asked for.
+	claim.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: d.Name,
+		Capacity:        &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityMemory: *resource.NewQuantity(gib<<30, resource.BinarySI)}},
+	}}}
 	claim.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 		Request: "gpu", Driver: d.Name, Pool: d.Pool, Device: device,
 		ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{dra.CapacityMemory: *resource.NewQuantity(gib<<30, resource.BinarySI)},
