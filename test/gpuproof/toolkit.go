@@ -158,7 +158,7 @@ func (p *proof) toolkitProof(ctx context.Context) {
 	if err := errors.Join(os.MkdirAll(specDir, 0o755), os.WriteFile(other, nil, 0o644)); !r.check(err == nil, "spec directory (err %v)", err) {
 		return
 	}
-	if !p.nvidiaSpec(ctx, specDir) {
+	if !p.nvidiaSpec(ctx, specDir, o.NvidiaCtk) {
 		return
 	}
 	uid := fmt.Sprintf("00000000-0000-4000-a000-%012d", os.Getpid())
