@@ -257,7 +257,7 @@ gpu-proof-build: ## build bin/gpu-proof, the real-GPU proof (always rebuilds)
 	@mkdir -p $(BIN)
 	cd test && $(GO) build -ldflags "-s -w" -o ../$(BIN)/gpu-proof ./gpuproof
 
-gpu-proof: ## run the real-GPU proof: discovery, per-process memory, kill enforcement, XID events, MPS limit, versions (root; NVML=spec:... dry-runs it)
+gpu-proof: ## run the real-GPU proof: discovery, per-process memory, kill enforcement, XID events, MPS limit, DRA, NVIDIA runtime mount rule, versions (root; NVML=spec:... dry-runs it)
 	@if command -v $(GO) >/dev/null; then $(MAKE) --no-print-directory gpu-proof-build; \
 	  else echo "no Go toolchain: running the carried $(BIN)/gpu-proof"; fi
 	$(BIN)/gpu-proof --nvml $(NVML)

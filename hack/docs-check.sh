@@ -40,7 +40,7 @@ external="
 --in-place --set
 --gpu-memory-utilization
 --name
---claim-gib --runc --nvidia-ctk
+--claim-gib --runc --nvidia-ctk --nvidia-runtime
 "
 # (by line: kubectl; helm; kube-apiserver; kube-scheduler; hack/cluster.sh; hack/playground.sh;
 #  test/nodeagent; nvidia-ctk; vLLM; design.md's example of pflag's syntax, --name=value;

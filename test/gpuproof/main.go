@@ -2,8 +2,11 @@
 // NVIDIA card and says what the driver answered: discovery through our NVML
 // backend, per-process memory seen by the usage sampler (mapped to a pod
 // through /proc/PID/cgroup, and enforced by SIGKILL), XID event
-// registration, MPS's per-client memory limit, and the driver, NVML and
-// card versions, cross-checked between NVML and the driver API. It needs
+// registration, MPS's per-client memory limit, a DRA claim's container
+// started through CDI, NVIDIA's container runtime handing every card to a
+// container that mounts /dev/null under /var/run/nvidia-container-devices,
+// and the driver, NVML and card versions, cross-checked between NVML and
+// the driver API. It needs
 // the NVIDIA driver but no CUDA toolkit, Kubernetes or network, and exits
 // non-zero on any failed check. With --nvml=spec:... it dry-runs against
 // the simulated NVML (the steps that need a card say so and are skipped).

@@ -30,10 +30,12 @@ type options struct {
 	Runc        string
 	NvidiaCtk   string
 	NvidiaHooks bool
+	// NvidiaRuntime is NVIDIA's nvidia-container-runtime (step 7).
+	NvidiaRuntime string
 }
 
 func defaultOptions() options {
-	return options{NVML: "real", HoldMiB: 2048, GrantGiB: 1, MPSLimitMiB: 1024, Cgroup: "/sys/fs/cgroup", Proc: "/proc", ClaimGiB: 2, Runc: "runc", NvidiaCtk: "nvidia-ctk", NvidiaHooks: true}
+	return options{NVML: "real", HoldMiB: 2048, GrantGiB: 1, MPSLimitMiB: 1024, Cgroup: "/sys/fs/cgroup", Proc: "/proc", ClaimGiB: 2, Runc: "runc", NvidiaCtk: "nvidia-ctk", NvidiaHooks: true, NvidiaRuntime: "nvidia-container-runtime"}
 }
 
 func (o *options) bind(fs *flag.FlagSet) {
@@ -47,7 +49,8 @@ func (o *options) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&o.ClaimGiB, "claim-gib", o.ClaimGiB, "memory of the DRA check's claim (at most --hold-mib), GiB")
 	fs.StringVar(&o.Runc, "runc", o.Runc, "runc, which runs the DRA check's container")
 	fs.BoolVar(&o.NvidiaHooks, "nvidia-cdi-hooks", o.NvidiaHooks, "keep the hooks in NVIDIA's CDI spec (the loader cache, symlinks); false: none, and the library links are made in the root filesystem instead")
-	fs.StringVar(&o.NvidiaCtk, "nvidia-ctk", o.NvidiaCtk, "nvidia-ctk, which writes NVIDIA's CDI spec for the DRA check (and is its hooks' program)")
+	fs.StringVar(&o.NvidiaCtk, "nvidia-ctk", o.NvidiaCtk, "nvidia-ctk, which writes NVIDIA's CDI spec for the DRA and toolkit checks (and is its hooks' program)")
+	fs.StringVar(&o.NvidiaRuntime, "nvidia-runtime", o.NvidiaRuntime, "NVIDIA's nvidia-container-runtime, which creates the toolkit check's containers (runc under it)")
 }
 
 // report prints the proof's lines and counts its checks.
@@ -124,6 +127,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		p.health(ctx)
 		p.mps()
 		p.draProof(ctx)
+		p.toolkitProof(ctx)
 	}
 	p.versions()
 	return p.finish()
@@ -205,11 +209,11 @@ func migName(m int) string {
 	return "disabled"
 }
 
-// versions is step 7: driver, NVML and card versions, cross-checked between
+// versions is step 8: driver, NVML and card versions, cross-checked between
 // NVML, the kernel module and the driver API.
 func (p *proof) versions() {
 	r := p.r
-	r.step(7, "driver, NVML and card versions")
+	r.step(8, "driver, NVML and card versions")
 	drv, ret1 := p.raw.SystemGetDriverVersion()
 	nv, ret2 := p.raw.SystemGetNVMLVersion()
 	cv, ret3 := p.raw.SystemGetCudaDriverVersion()
