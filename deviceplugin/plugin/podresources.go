@@ -99,9 +99,8 @@ type KubeletPodResources struct {
 	// last is the last admission read and the pods it asked about; changes
 	// counts the Allocates answered since (KubeletChanged).
 	last        []Holding
-	lastAsked   string
+	lastAsked   string // "": no admission read yet
 	lastChanges uint64
-	lastOK      bool
 	changes     uint64
 }
 
@@ -181,7 +180,7 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 	// answered (see KubeletChanged).
 	key := uidsKey(ask)
 	k.mu.Lock()
-	reuse := k.lastOK && k.lastAsked == key && k.lastChanges == k.changes
+	reuse := k.lastAsked != "" && k.lastAsked == key && k.lastChanges == k.changes
 	last, changes := k.last, k.changes
 	k.mu.Unlock()
 	if reuse {
@@ -193,7 +192,7 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 		return nil, err
 	}
 	k.mu.Lock()
-	k.last, k.lastAsked, k.lastChanges, k.lastOK = hs, key, changes, true
+	k.last, k.lastAsked, k.lastChanges = hs, key, changes
 	k.mu.Unlock()
 	return append(out, hs...), nil
 }
@@ -204,14 +203,13 @@ func (k *KubeletPodResources) observe(gets int) {
 	}
 }
 
-// uidsKey names a set of pods.
+// uidsKey names a set of pods (idsKey of their UIDs).
 func uidsKey(ps []*corev1.Pod) string {
 	ids := make([]string, len(ps))
 	for i, p := range ps {
 		ids[i] = string(p.UID)
 	}
-	sort.Strings(ids)
-	return strings.Join(ids, ",")
+	return idsKey(ids)
 }
 
 // read asks the kubelet about the pods in its admission order, remembering

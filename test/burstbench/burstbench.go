@@ -310,15 +310,11 @@ func fits(ctx context.Context, client kubernetes.Interface, want int64) error {
 		free += q.Value()
 	}
 	for _, p := range pods.Items {
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || !api.HoldsUnits(&p) {
 			continue
 		}
-		for _, c := range p.Spec.Containers {
-			q := c.Resources.Requests[res]
-			if l, ok := c.Resources.Limits[res]; ok {
-				q = l
-			}
-			free -= q.Value()
+		for _, c := range api.KubeletDemand(&p, res) {
+			free -= c.Units
 		}
 	}
 	if want > free {
