@@ -149,8 +149,17 @@ func testBurstPace(t *testing.T, lag int, swap, reverse bool) {
 	if maxGets > 3 {
 		t.Errorf("one read of the kubelet's account made %d PodResources Gets; want at most 3 (the pods being admitted, not the %d pods of the node)", maxGets, pods)
 	}
-	if gets > 2*calls {
-		t.Errorf("%d admission calls made %d PodResources Gets; want at most %d (2 a call): each admission must cost O(1) Gets, not O(pods on the node)", calls, gets, 2*calls)
+	// One Get a pod: the admission asks about the pod it admits; the pod it
+	// admitted before is remembered from its Allocate (Allocated), and the
+	// container's PreStartContainer answers from that memory. Where the
+	// kubelet's order differs from the plugin's guess, half the admissions
+	// first ask about the pod it guessed.
+	want := pods
+	if swap {
+		want = pods * 3 / 2
+	}
+	if gets > want {
+		t.Errorf("%d admission calls (%d pods) made %d PodResources Gets; want at most %d: each admission must cost one Get, not O(pods on the node), nor a Get for what its own Allocate told", calls, pods, gets, want)
 	}
 	if n := cl.behind.Load(); n != 0 {
 		t.Errorf("%d admission calls asked the API server whether the cache was behind although every pod was in the cache; want 0", n)

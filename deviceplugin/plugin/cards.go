@@ -111,7 +111,7 @@ func (k cards) decide(v podView, _ []types.UID, sorted allocate.Cards, accts acc
 		return decision{cards: cs}, nil
 	}
 	p.log.Info("Allocated whole cards", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "cards", sorted, "assignedCards", e.Assigned, "corrected", !slices.Equal(e.Assigned, sorted))
-	return decision{cards: cs, write: podRef{Namespace: e.Namespace, Name: e.Pod, UID: e.UID}, pod: v.byUID[e.UID]}, nil
+	return decision{cards: cs, write: podRef{Namespace: e.Namespace, Name: e.Pod, UID: e.UID}, pod: v.byUID[e.UID], container: e.Container, ids: sorted}, nil
 }
 
 // snapshot is the whole-card matching's view of the node (callers hold

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ type KubeletPodResources struct {
 	lastAsked   string // "": no admission read yet
 	lastChanges uint64
 	changes     uint64
+	// admitting is the pod the last admission read found the kubelet
+	// admitting (see Allocated).
+	admitting types.UID
 }
 
 // KubeletChanged says that an Allocate of this resource was answered: the
@@ -114,6 +118,30 @@ func (k *KubeletPodResources) KubeletChanged() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.changes++
+}
+
+// Allocated says that an Allocate of this resource gave container of pod
+// the devices ids (after KubeletChanged for the same call). When the last admission read found the kubelet admitting
+// that very pod, and ids are for the only container of it that asks for
+// the resource, the kubelet records exactly that (it records the devices
+// of the container it asked about as the Allocate returns,
+// devicemanager's allocateContainerResources), and the pod is complete:
+// it is remembered as if read, so that neither the next admission nor the
+// container's PreStartContainer spends a Get on it. A pod the kubelet then
+// fails to admit does not start: its remembered devices count for nothing
+// (api.MayStartContainers), as a finished pod's do.
+func (k *KubeletPodResources) Allocated(pod *corev1.Pod, container string, ids []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	demand := api.KubeletDemand(pod, corev1.ResourceName(k.Resource))
+	if pod.UID != k.admitting || len(demand) != 1 || demand[0].Name != container || int64(len(ids)) != demand[0].Units {
+		return
+	}
+	if k.complete == nil {
+		k.complete = map[types.UID][]Holding{}
+	}
+	k.complete[pod.UID] = []Holding{{Namespace: pod.Namespace, Pod: pod.Name, Container: container, IDs: slices.Clone(ids)}}
+	k.admitting = ""
 }
 
 // unknownWindow is how many pods the kubelet does not know a read outside
@@ -132,6 +160,30 @@ func withAdmission(ctx context.Context) context.Context {
 }
 
 func admitting(ctx context.Context) bool { b, _ := ctx.Value(admissionKey{}).(bool); return b }
+
+type startingKey struct{}
+
+// withStarting marks ctx as the PreStartContainer of the container that
+// holds ids: a read outside an admission that already remembers a pod
+// holding exactly ids answers from memory (see Allocated).
+func withStarting(ctx context.Context, ids []string) context.Context {
+	return context.WithValue(ctx, startingKey{}, idsKey(ids))
+}
+
+// remembered reports whether hs has a container holding exactly the IDs
+// ctx's PreStartContainer is for (withStarting).
+func remembered(ctx context.Context, hs []Holding) bool {
+	key, _ := ctx.Value(startingKey{}).(string)
+	if key == "" {
+		return false
+	}
+	for _, h := range hs {
+		if len(h.IDs) > 0 && idsKey(h.IDs) == key {
+			return true
+		}
+	}
+	return false
+}
 
 // NewKubeletPodResources reads resource's devices from the kubelet's
 // PodResources socket.
@@ -166,7 +218,7 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 		}
 	}
 	k.mu.Unlock()
-	if len(ask) == 0 {
+	if len(ask) == 0 || (!admitting(ctx) && remembered(ctx, out)) {
 		k.observe(0)
 		return out, nil
 	}
@@ -193,8 +245,22 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 	}
 	k.mu.Lock()
 	k.last, k.lastAsked, k.lastChanges = hs, key, changes
+	k.admitting = ""
+	if n := len(hs); n > 0 && hs[n-1].Known() {
+		k.admitting = admittingUID(ask, hs[n-1])
+	}
 	k.mu.Unlock()
 	return append(out, hs...), nil
+}
+
+// admittingUID is the UID of the pod of ask that h names.
+func admittingUID(ask []*corev1.Pod, h Holding) types.UID {
+	for _, p := range ask {
+		if p.Namespace == h.Namespace && p.Name == h.Pod {
+			return p.UID
+		}
+	}
+	return ""
 }
 
 func (k *KubeletPodResources) observe(gets int) {

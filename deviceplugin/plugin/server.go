@@ -70,8 +70,11 @@ type decision struct {
 	write    podRef
 	reopened []podRef
 	// pod is the pod a new allocation is for (nil for a repeat), for the
-	// time from its binding.
-	pod *corev1.Pod
+	// time from its binding; container and ids, its container and the
+	// kubelet's device IDs it gets.
+	pod       *corev1.Pod
+	container string
+	ids       []string
 }
 
 // Devices is the device list ListAndWatch sends now.
@@ -141,8 +144,17 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
 	ctx = withAdmission(ctx)
-	if c, ok := s.res.podres.(interface{ KubeletChanged() }); ok {
-		defer c.KubeletChanged() // the kubelet records this call's devices once it returns
+	var allocated []decision
+	if c, ok := s.res.podres.(kubeletAccount); ok {
+		// The kubelet records this call's devices once it returns.
+		defer func() {
+			c.KubeletChanged()
+			if err == nil {
+				for _, d := range allocated {
+					c.Allocated(d.pod, d.container, d.ids)
+				}
+			}
+		}()
 	}
 	start := p.cfg.Clock.Now()
 	var waited time.Duration
@@ -182,6 +194,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 			writes = append(writes, d.write)
 		}
 		if d.pod != nil {
+			allocated = append(allocated, d)
 			if at, ok := api.BoundAt(d.pod); ok {
 				sinceBind := p.cfg.Clock.Since(at)
 				p.cfg.Metrics.observeBindToAllocate(string(s.res.name), sinceBind)
@@ -200,6 +213,13 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	default:
 	}
 	return resp, nil
+}
+
+// kubeletAccount is a PodResources that learns from the plugin's answers
+// what the kubelet records (KubeletPodResources).
+type kubeletAccount interface {
+	KubeletChanged()
+	Allocated(pod *corev1.Pod, container string, ids []string)
 }
 
 // allocatePoll is how often Allocate looks again for a pod the kubelet saw

@@ -138,7 +138,7 @@ func (k units) match(v podView, u allocate.Units, acct account) (decision, error
 	p.log.Info("Allocated", "pod", klog.KRef(e.Namespace, e.Pod), "container", e.Container, "units", n, "card", card.UUID, "cardIndex", card.Index, "assignedCard", e.Assigned.CardUUID, "corrected", d.Corrected, "repeat", d.Repeat, "recorded", !unsure)
 	out := decision{cards: []nvml.Card{card}, units: n}
 	if !d.Repeat {
-		out.pod = v.byUID[e.UID]
+		out.pod, out.container, out.ids = v.byUID[e.UID], e.Container, u.IDs
 	}
 	if !unsure {
 		out.write = podRef{Namespace: e.Namespace, Name: e.Pod, UID: e.UID}
@@ -251,7 +251,7 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 		return nil, toStatus(err)
 	}
 	p.swapDeferred(ctx)
-	accts := k.accounts(ctx)
+	accts := k.accounts(withStarting(ctx, u.IDs))
 	if !accts.units.ok {
 		// The plugin's decision is all there is: its record, which Allocate
 		// left to the record writer, is written before the container starts.
