@@ -219,7 +219,7 @@ bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alon
 
 # Time to a running pod in a burst (docs/design.md, "Time to a running pod"): on the playground
 # (`make playground` first), three bursts one after the other, each created at once by BURST_CLIENTS:
-# PODS pods without a GPU request alone, PODS GPU pods of GIB GiB alone, and both interleaved; per
+# PODS pods without a GPU request alone, PODS GPU pods of GIB GiB alone, and PODS of both kinds interleaved; per
 # burst and kind create→bound→Ready p50/p90/max and first create→last Ready, and "met" only when every
 # pod is Ready and the GPU-alone p90 and both mixed p90s are ≤ 1.2× the no-GPU-alone p90 (exit 1
 # otherwise). Not part of `make test`.
@@ -231,7 +231,7 @@ bench-burst: ## time to Ready in three bursts on the playground: no-GPU alone, G
 
 # The same three bursts on the container lane's real node (kubelet, containerd, runc through NVIDIA's
 # runtime), then on the DRA lane's node (GPU pods with claims of the gpushare DeviceClass, containerd 2):
-# PODS of each kind (default 15: the lane's kubelet runs at most 30 pods); PLUGIN_ARGS adds plugin flags.
+# PODS pods a burst (default 15: what the lane's two 40 GiB cards hold at 4 GiB, with room); PLUGIN_ARGS adds plugin flags.
 .PHONY: bench-burst-lane
 bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node and its DRA variant (root; PODS=15 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
 	cd test && GPUSHARE_E2E=1 GPUSHARE_BENCH_BURST_LANE=1 GPUSHARE_E2E_DRA_LANE=1 GPUSHARE_BENCH_PODS=$(or $(PODS),15) GPUSHARE_BENCH_PLUGIN_ARGS='$(PLUGIN_ARGS)' $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout 40m -run '^TestBurstBench(DRA)?OnARealKubelet$$' -v ./e2e/

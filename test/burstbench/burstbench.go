@@ -27,7 +27,7 @@ import (
 
 // Options configure one burst.
 type Options struct {
-	// Pods of each kind (default 100), GiB each GPU pod asks for (4),
+	// Pods per burst (default 100; the mixed burst half of each kind), GiB each GPU pod asks for (4),
 	// concurrent creations (16).
 	Pods    int
 	GiB     int64
@@ -53,7 +53,7 @@ type Options struct {
 }
 
 // DefaultOptions are the figures of the playground measurement: 100 pods
-// of each kind, 4 GiB, 16 clients.
+// a burst, 4 GiB, 16 clients.
 func DefaultOptions() Options {
 	return Options{Pods: 100, GiB: 4, Clients: 16, GPUScheduler: "gpushare-scheduler", Timeout: 5 * time.Minute}
 }
@@ -69,7 +69,7 @@ type Mix int
 
 // The bursts RunSuite runs, in its order.
 const (
-	Interleaved Mix = iota // both kinds, alternating
+	Interleaved Mix = iota // both kinds, alternating: half the pods each
 	PlainOnly              // pods without a GPU request alone
 	GPUOnly                // GPU pods alone
 )
@@ -85,7 +85,8 @@ func (m Mix) String() string {
 }
 
 // kinds are the pods a burst of mix creates, in creation order: kind and
-// index within the kind.
+// index within the kind. Every burst creates pods pods, the mixed one half
+// of each kind, so that the three bursts load the nodes alike.
 func (m Mix) kinds(pods int) (out []struct {
 	kind string
 	i    int
@@ -97,11 +98,13 @@ func (m Mix) kinds(pods int) (out []struct {
 		}{kind, i})
 	}
 	for i := range pods {
-		if m != GPUOnly {
+		switch m {
+		case PlainOnly:
 			add(Plain, i)
-		}
-		if m != PlainOnly {
+		case GPUOnly:
 			add(GPU, i)
+		default:
+			add([]string{Plain, GPU}[i%2], i/2)
 		}
 	}
 	return out

@@ -140,7 +140,7 @@ func Judge(results []Result) (met bool, why []string) {
 // WriteSuite prints each burst's table, each figure's multiple of the
 // no-GPU-alone p90 and the verdict (Judge).
 func WriteSuite(w io.Writer, o Options, results []Result) bool {
-	fmt.Fprintf(w, "\ngpushare burst: %d pods of each kind per burst (GPU pods %d GiB), created at once by %d clients; three bursts, one after the other\n\n", o.Pods, o.GiB, o.Clients)
+	fmt.Fprintf(w, "\ngpushare burst: %d pods per burst, the mixed one half of each kind (GPU pods %d GiB), created at once by %d clients; three bursts, one after the other\n\n", o.Pods, o.GiB, o.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "burst\tpods\tReady\tFailed\tcreate→bound p90\tbound→Ready p90\tcreate→Ready p50\tp90\tmax\tfirst create→last Ready\t÷ base p90\t")
 	var base time.Duration

@@ -103,3 +103,22 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// Every burst creates the same number of pods, the mixed one half of each
+// kind alternating, so that its p90s compare with the no-GPU-alone burst's
+// on the same load, not on twice the pods.
+func TestEveryBurstCreatesAsManyPods(t *testing.T) {
+	for _, m := range []Mix{PlainOnly, GPUOnly, Interleaved} {
+		count := map[string]int{}
+		for _, k := range m.kinds(100) {
+			count[k.kind]++
+		}
+		want := map[Mix]map[string]int{PlainOnly: {Plain: 100}, GPUOnly: {GPU: 100}, Interleaved: {Plain: 50, GPU: 50}}[m]
+		if count[Plain] != want[Plain] || count[GPU] != want[GPU] {
+			t.Errorf("%s burst of 100: %v; want %v", m, count, want)
+		}
+	}
+	if k := Interleaved.kinds(4); k[0].kind != Plain || k[1].kind != GPU || k[2].i != 1 {
+		t.Errorf("mixed burst order %v; want the kinds alternating, numbered within each kind", k)
+	}
+}

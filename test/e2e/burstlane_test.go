@@ -27,7 +27,7 @@ import (
 // alone, both interleaved — with the figures per kind, create → bound →
 // Ready, and the verdict (burstbench.Judge): it fails unless every pod is
 // Ready and the GPU and mixed p90s are within the target of the no-GPU-alone
-// p90. GPUSHARE_BENCH_PODS (default 15 of each kind: the lane's kubelet runs
+// p90. GPUSHARE_BENCH_PODS (default 15 a burst; the lane's kubelet runs
 // at most 30 pods, maxPods) and GPUSHARE_BENCH_PLUGIN_ARGS (space-separated
 // plugin flags, e.g. "--kube-api-qps=5 --kube-api-burst=10" for client-go's
 // old budget) vary it.
@@ -87,7 +87,7 @@ func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 	runLaneSuite(ctx, t, c, o, node.LogFile())
 }
 
-// laneBurstOptions are the lane's burst settings: GPUSHARE_BENCH_PODS of each
+// laneBurstOptions are the lane's burst settings: GPUSHARE_BENCH_PODS a
 // kind (default 15), gib GiB each, pods that run on the lane's node.
 func laneBurstOptions(t *testing.T, gib int64) burstbench.Options {
 	t.Helper()

@@ -22,7 +22,7 @@ import (
 func main() {
 	o := burstbench.DefaultOptions()
 	kubeconfig := flag.String("kubeconfig", "/tmp/gpushare-playground/kubeconfig", "the cluster's kubeconfig (default: the playground's)")
-	flag.IntVar(&o.Pods, "pods", o.Pods, "pods of each kind")
+	flag.IntVar(&o.Pods, "pods", o.Pods, "pods per burst (the mixed burst: half of each kind)")
 	flag.Int64Var(&o.GiB, "gib", o.GiB, "GiB each GPU pod asks for (example.com/gpu-mem)")
 	flag.IntVar(&o.Clients, "clients", o.Clients, "concurrent pod creations")
 	flag.StringVar(&o.GPUScheduler, "gpu-scheduler", o.GPUScheduler, "schedulerName of the GPU pods")
