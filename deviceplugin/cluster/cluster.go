@@ -267,13 +267,39 @@ func (c *Cluster) readPod(ctx context.Context, namespace, name string) (*corev1.
 	return nil, nil
 }
 
+// cachedPod is a copy of the pod cache's pod namespace/name when it has
+// the UID uid (nil otherwise).
+func (c *Cluster) cachedPod(namespace, name string, uid types.UID) *corev1.Pod {
+	if c.pods == nil {
+		return nil
+	}
+	pod, err := c.pods.Pods(namespace).Get(name)
+	if err != nil || pod.UID != uid || pod.Spec.NodeName != c.node {
+		return nil
+	}
+	return pod.DeepCopy()
+}
+
 // rewriteRecord reads the pod from the API server and writes the record
 // next returns for it, when next says to (true), with patchRecord; a
 // conflict starts over, next called again on the pod as read. A pod that is
 // gone or has another UID (deleted and re-created) is left alone; an error
 // of next is returned as is.
+//
+// The first try writes on the pod cache's copy, when it has the pod and next
+// writes on it: one round trip instead of two, on the admission's path
+// (PreStartContainer waits for the record). The write is conditional on the
+// copy's resourceVersion, so a stale copy costs a conflict and the read; a
+// copy on which next writes nothing is checked against the API server.
 func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid types.UID, next func(*corev1.Pod) (api.Assignment, bool, error)) error {
+	cached := c.cachedPod(namespace, name, uid)
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if pod := cached; pod != nil {
+			cached = nil
+			if a, write, err := next(pod); err == nil && write {
+				return c.patchRecord(ctx, pod, a)
+			}
+		}
 		pod, err := c.readPod(ctx, namespace, name)
 		if err != nil || pod == nil || pod.UID != uid {
 			return err

@@ -8,11 +8,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/internal/podtest"
@@ -240,5 +242,67 @@ func TestCacheBehind(t *testing.T) {
 	}
 	if behind, err := c.CacheBehind(ctx); err != nil || behind {
 		t.Errorf("pod p deleted before its admission (the cache may still show it): CacheBehind = %v, %v; want false", behind, err)
+	}
+}
+
+// A record write on a pod the cache has is one round trip (a patch
+// conditional on the cached resourceVersion), not a read and a write: the
+// kubelet's PreStartContainer waits for it. A stale copy (the patch
+// conflicts) is read again and written on what the API server has.
+func TestRecordWriteOnTheCachedPodIsOneRoundTrip(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod := podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
+	client := fake.NewClientset(pod)
+	c := New(client, node)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.cachedPod("ns", "p", pod.UID) != nil, nil
+	}); err != nil {
+		t.Fatal("the cache never showed the pod")
+	}
+	calls := func(from int) (lists, patches int) {
+		for _, a := range client.Actions()[from:] {
+			switch a.GetVerb() {
+			case "list":
+				lists++
+			case "patch":
+				patches++
+			}
+		}
+		return lists, patches
+	}
+	from := len(client.Actions())
+	setAllocated := func(a *api.Assignment) bool { a.Phase = api.PhaseAllocated; return true }
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, setAllocated); err != nil {
+		t.Fatal(err)
+	}
+	if lists, patches := calls(from); lists != 0 || patches != 1 {
+		t.Errorf("record write on a cached pod: %d reads, %d writes; want 0 and 1", lists, patches)
+	}
+	if got := phaseOf(t, client); got != api.PhaseAllocated {
+		t.Errorf("phase %s, want Allocated", got)
+	}
+
+	conflicts := 1
+	client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if conflicts == 0 {
+			return false, nil, nil
+		}
+		conflicts--
+		return true, nil, apierrors.NewConflict(corev1.Resource("pods"), "p", errors.New("the object has been modified"))
+	})
+	from = len(client.Actions())
+	setAssigned := func(a *api.Assignment) bool { a.Phase = api.PhaseAssigned; return true }
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, setAssigned); err != nil {
+		t.Fatal(err)
+	}
+	if lists, patches := calls(from); lists != 1 || patches != 2 {
+		t.Errorf("record write on a stale cached pod: %d reads, %d writes; want the conflicted write, a read and a write", lists, patches)
+	}
+	if got := phaseOf(t, client); got != api.PhaseAssigned {
+		t.Errorf("phase %s after the retried write, want Assigned", got)
 	}
 }

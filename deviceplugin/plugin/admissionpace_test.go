@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -235,4 +236,59 @@ func waitServing(t *testing.T, p *Plugin) {
 		}
 	}
 	t.Fatal("the record writer did not start")
+}
+
+// concurrentWrites is an API server whose record writes each wait until
+// want writes are in flight at once (or two seconds pass).
+type concurrentWrites struct {
+	*memCluster
+	want     int64
+	inFlight atomic.Int64
+	most     atomic.Int64
+	all      chan struct{}
+	once     sync.Once
+}
+
+func (c *concurrentWrites) UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error {
+	n := c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	if n >= c.want {
+		c.once.Do(func() { close(c.all) })
+	}
+	select {
+	case <-c.all:
+	case <-time.After(2 * time.Second):
+	}
+	return c.memCluster.UpdateAssignment(ctx, namespace, name, uid, mutate)
+}
+
+// The records a burst's Allocates queue are written several at a time: one
+// API round trip each, every container's PreStartContainer waiting for its
+// pod's, so a queue written one by one made the node's last container wait
+// for all the others' writes.
+func TestQueuedRecordsAreWrittenConcurrently(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sn := simtest.New(t, nodeName, "spec:1x16GiB:Test-GPU")
+	mem := &memCluster{arrival: map[types.UID]uint64{}}
+	var refs []podRef
+	for i := range 4 {
+		pod := podtest.Bound(nodeName, fmt.Sprintf("p%d", i), i).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj()
+		mem.pods = append(mem.pods, pod)
+		refs = append(refs, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID})
+	}
+	cl := &concurrentWrites{memCluster: mem, want: 4, all: make(chan struct{})}
+	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
+	go p.runRecordWriter(ctx)
+	waitServing(t, p)
+	start := time.Now()
+	p.queueRecords(ctx, refs)
+	for !p.records.idle() {
+		time.Sleep(time.Millisecond)
+	}
+	if most := cl.most.Load(); most < 4 {
+		t.Errorf("the record writer had at most %d of 4 queued writes in flight at once (%v); want all 4", most, time.Since(start).Round(time.Second))
+	}
 }

@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 )
 
@@ -90,8 +92,22 @@ func (p *Plugin) runRecordWriter(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.records.wake:
-			p.writeRecords(ctx, p.records.take())
+			refs := slices.Compact(slices.SortedFunc(slices.Values(p.records.take()), func(a, b podRef) int { return strings.Compare(string(a.UID), string(b.UID)) }))
+			var wg sync.WaitGroup
+			for part := range slices.Chunk(refs, max(1, (len(refs)+recordWriters-1)/recordWriters)) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p.writeRecords(ctx, part)
+				}()
+			}
+			wg.Wait()
 			p.records.done()
 		}
 	}
 }
+
+// recordWriters is how many records the writer writes at once: a burst's
+// Allocates queue a record each faster than one API round trip, and each
+// container's PreStartContainer waits for its pod's.
+const recordWriters = 8
