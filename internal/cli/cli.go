@@ -97,7 +97,8 @@ func Command(use, short, long string, lookupEnv func(string) (string, bool), run
 		Long: long + `
 
 Every flag can also be set by the environment variable named in its description (the command
-line wins; a variable set to "" gives the flag the empty value).`,
+line wins; a variable set to "" gives the flag the empty value). The other settings are fields of
+the --config file (docs/reference/).`,
 		Args:          NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -105,6 +106,11 @@ line wins; a variable set to "" gives the flag the empty value).`,
 			if err := ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
 				return err
 			}
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if a, ok := f.Value.(*alias); ok && len(a.raws) > 0 && !f.Changed {
+					fmt.Fprintf(cmd.ErrOrStderr(), "Environment variable %s has been deprecated, %s\n", EnvOf(f), f.Deprecated)
+				}
+			})
 			return run(cmd)
 		},
 	}
