@@ -45,23 +45,23 @@ type Options struct {
 	Parallelism int `json:"parallelism"`
 	// Kubeconfig is a kubeconfig file; empty means in-cluster.
 	Kubeconfig string `json:"-"`
-	// Policy names the allocator policy (registry.Names()).
+	// Policy is the placement policy: frag (the best packer, docs/packing.md), binpack,
+	// bestfit, fgd or spread.
 	Policy string `json:"policy"`
-	// AllowedPolicies are the policies a pod may name in its
-	// <domain>/policy annotation, besides Policy (always
-	// allowed). Empty, the default: pods run under Policy only, so that
-	// no tenant changes how the cluster is packed unless the operator says so.
+	// AllowedPolicies are the policies a pod may name in its <domain>/policy annotation,
+	// besides policy (always allowed). Empty: pods run under policy only, so that no tenant
+	// changes how the cluster is packed unless the operator says so.
 	AllowedPolicies []string `json:"allowedPolicies"`
-	// FilterMode is "best" or "all" (server.FilterModes).
+	// FilterMode says which fitting nodes filter keeps: best (only the policy's best-scoring
+	// nodes, so that kube-scheduler's own scores cannot overrule the policy) or all.
 	FilterMode string `json:"filterMode"`
-	// MaxBestNodes caps the tied best nodes filter keeps in best mode
-	// (server.Config.MaxBestNodes; 0: no cap).
+	// MaxBestNodes: with filterMode best, how many of the nodes tied for the best score filter
+	// keeps (a random sample); 0: all of them.
 	MaxBestNodes int `json:"maxBestNodes"`
 	// ResyncPeriod is the informers' resync period (0: none).
 	ResyncPeriod time.Duration `json:"resyncPeriod"`
-	// KubeAPIQPS and KubeAPIBurst are the extender's API request budget,
-	// shared by its reads and its writes (one Binding per pod). See
-	// DefaultOptions for the arithmetic behind the defaults.
+	// KubeAPIQPS and KubeAPIBurst are the extender's API request budget, shared by its reads
+	// and its writes (one Binding per pod): 200 binds/s sustained, a 2 s backlog at once.
 	KubeAPIQPS   float64 `json:"kubeAPIQPS"`
 	KubeAPIBurst int     `json:"kubeAPIBurst"`
 	// BindTimeout bounds one bind call, waiting for the budget included;
@@ -72,10 +72,8 @@ type Options struct {
 	// admission policy that refuses requests no card can hold (empty: off).
 	// The ConfigMap must exist; the extender only updates it.
 	CardLimitsConfigMap string `json:"cardLimitsConfigMap"`
-	// DevicePluginSelector is a label selector for the device plugin's
-	// pods (the chart's DaemonSet): no GPU pod is placed on a node whose
-	// plugin pods are all not serving (cache.WithDevicePluginSelector).
-	// Empty: off.
+	// DevicePluginSelector is a label selector of the device plugin's pods: no GPU pod is
+	// placed on a node where they are all not Ready, being deleted or gone. Empty: off.
 	DevicePluginSelector string `json:"devicePluginSelector"`
 	// TLSCertFile and TLSPrivateKeyFile, when set, make the verbs' address
 	// (ListenAddress) serve HTTPS; ClientCAFile, when also set, makes it
@@ -84,49 +82,42 @@ type Options struct {
 	TLSCertFile       string `json:"-"`
 	TLSPrivateKeyFile string `json:"-"`
 	ClientCAFile      string `json:"-"`
-	// MaxRequestBytes bounds a request body (server.DefaultMaxBodyBytes).
+	// MaxRequestBytes is the largest request body accepted (413 above it); the default fits a
+	// pod and 5,000 node names.
 	MaxRequestBytes int64 `json:"maxRequestBytes"`
-	// GoMemoryLimitFraction, when above 0 and GOMEMLIMIT is not set, makes
-	// the Go runtime's soft memory limit this fraction of the container's
-	// cgroup memory limit (internal/memlimit): with GOGC above 100 (the
-	// chart's, docs/operations.md) the extender collects less often, and
-	// still collects before the container's limit rather than at it.
+	// GoMemoryLimitFraction, when above 0 and GOMEMLIMIT is not set, makes the Go runtime's
+	// soft memory limit this fraction of the container's cgroup memory limit: the extender
+	// collects before the container's limit rather than at it.
 	GoMemoryLimitFraction float64 `json:"goMemoryLimitFraction"`
-	// GCPercent, when above 0 and GOGC is not set, is the Go garbage
-	// collector's target (debug.SetGCPercent): the heap grows this many
-	// percent over the live heap before a collection. The default, 400,
-	// is the chart's (scheduler.extender.gcPercent): at 5,000 nodes Go's
-	// own 100 collects often enough to double a filter call's p99
-	// (docs/design.md, "Garbage collection and the 5,000-node p99"). 0
-	// leaves Go's default.
+	// GCPercent, when above 0 and GOGC is not set, is the Go garbage collector's target: the
+	// heap grows this many percent over the live heap before a collection. At 5,000 nodes Go's
+	// own 100 collects often enough to double a filter call's p99 (docs/design.md). 0 leaves
+	// Go's default.
 	GCPercent int `json:"gcPercent"`
 	// RecordKeyDir, when set, is a directory (a mounted Secret) with the
 	// Ed25519 private key the extender signs every record with
-	// (api.LoadRecordKeys), read
-	// again every RecordKeyInterval (a rotated Secret takes effect without a
-	// restart; internal/recordkey; 0: recordkey.DefaultInterval).
-	RecordKeyDir      string        `json:"-"`
+	// (api.LoadRecordKeys).
+	RecordKeyDir string `json:"-"`
+	// RecordKeyInterval is how often --record-key-dir is read again, so that a rotated
+	// Secret takes effect without a restart (0: every 5s).
 	RecordKeyInterval time.Duration `json:"recordKeyInterval"`
-	// RecordPublicKeyConfigMap, "namespace/name", is the existing ConfigMap
-	// the extender publishes its keys' public halves in, for the device
-	// plugins (recordkey.Publisher); empty: not published.
+	// RecordPublicKeyConfigMap, "namespace/name", is the existing ConfigMap the extender
+	// publishes its keys' public halves in, for the device plugins; it binds nothing before
+	// it has published them. Empty: not published.
 	RecordPublicKeyConfigMap string `json:"recordPublicKeyConfigMap"`
-	// Names are the resource names and the annotation domain (--domain,
-	// --resource-name, --whole-resource-name), the same in every program.
+	// Names are the resource names and the annotation domain, the same in every program.
 	Names cli.NameFlags `json:"names"`
-	// AdminAuth guards /inspect and /metrics (access.go, --admin-auth).
+	// AdminAuth guards /inspect and /metrics on --admin-listen (and on --listen unless it is
+	// a loopback address).
 	AdminAuth adminauth.Options `json:"adminAuth"`
-	// ClientCertNames, with ClientCAFile, are the names a client
-	// certificate must carry to call the verbs (--client-cert-names).
+	// ClientCertNames, with --client-ca-file, are the names (certificate CN, DNS or URI SAN) a
+	// client certificate must carry to call the verbs; empty: any certificate the CA signed.
 	ClientCertNames []string `json:"clientCertNames"`
-	// NodeScope is the authorization webhook for the device plugin's reads
-	// (nodescope.go).
+	// NodeScope is the authorization webhook for the device plugin's reads (nodescope.go).
 	NodeScope NodeScopeOptions `json:"nodeScope"`
-	// DRA makes the extender read the gpushare DRA driver's ResourceSlices
-	// and the ResourceClaims (cache.DRA), which its ClusterRole must allow
-	// (the chart's does with dra.enabled): /inspect shows the claims beside
-	// the device plugin's pods, and the DRA prioritize verb scores nodes for
-	// pods with claims.
+	// DRA makes the extender read the gpushare DRA driver's ResourceSlices and the
+	// ResourceClaims, which its ClusterRole must allow (the chart's does with dra.enabled):
+	// /inspect shows the claims, and /dra/prioritize scores nodes for pods with claims.
 	DRA bool `json:"dra"`
 }
 

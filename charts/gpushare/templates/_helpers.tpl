@@ -45,9 +45,9 @@ app.kubernetes.io/component: device-plugin
 {{/* The extender's URL as kube-scheduler reaches it. */}}
 {{- define "gpushare.extenderURL" -}}
 {{- if eq .Values.scheduler.mode "dedicated" -}}
-http://127.0.0.1:{{ .Values.scheduler.extender.port }}
+http://127.0.0.1:39999
 {{- else -}}
-{{ ternary "https" "http" (include "gpushare.extenderTLS" . | eq "true") }}://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.scheduler.extender.port }}
+{{ ternary "https" "http" (include "gpushare.extenderTLS" . | eq "true") }}://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:39999
 {{- end -}}
 {{- end -}}
 
@@ -184,21 +184,11 @@ claims scores 0 everywhere. */}}
 {{- define "gpushare.draExtenderStanza" -}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
   prioritizeVerb: dra/prioritize
-  weight: {{ .Values.dra.scoring.weight }}
+  weight: {{ .Values.scheduler.weight }}
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: true
   httpTimeout: {{ .Values.scheduler.httpTimeout }}
-{{- end -}}
-
-{{/* The names every program is given (values names.*): the same three in every program. */}}
-{{- define "gpushare.namesEnv" -}}
-- name: GPUSHARE_DOMAIN
-  value: {{ .Values.names.domain | quote }}
-- name: GPUSHARE_RESOURCE_NAME
-  value: {{ .Values.names.resourceName | quote }}
-- name: GPUSHARE_WHOLE_RESOURCE_NAME
-  value: {{ .Values.names.wholeResourceName | quote }}
 {{- end -}}
 
 {{/* Contradictory values fail at render time, with a message that says what to change. */}}
@@ -212,14 +202,36 @@ claims scores 0 everywhere. */}}
 {{- if and (eq .Values.scheduler.mode "extender-only") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "extender-only mode runs one extender replica: its cache of assumed assignments is not shared between replicas (set scheduler.replicas=1)" -}}
 {{- end -}}
-{{- if and (eq .Values.devicePlugin.deviceListStrategy "envvar") (eq .Values.devicePlugin.deviceIDStrategy "index") -}}
-{{- /* allowed: index with envvar is a valid combination */ -}}
+{{- /* Values of earlier charts that are now fields of the programs' configuration files. */ -}}
+{{- range $old, $new := dict "memoryUnit" "memoryUnit" "deviceListStrategy" "deviceListStrategy" "deviceIDStrategy" "deviceIDStrategy" "healthChecks" "healthChecks" "failOnInitError" "failOnInitError" "memory" "memory" -}}
+{{- if hasKey $.Values.devicePlugin $old -}}
+{{- fail (printf "devicePlugin.%s is now devicePlugin.config.%s (a field of the device plugin's configuration file, docs/reference/device-plugin-config.md)" $old $new) -}}
 {{- end -}}
-{{- $bind := .Values.scheduler.extender.bindTimeout | toString -}}
+{{- end -}}
+{{- range $old := list "policy" "allowedPolicies" "filterMode" "maxBestNodes" -}}
+{{- if hasKey $.Values.scheduler $old -}}
+{{- fail (printf "scheduler.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
+{{- end -}}
+{{- end -}}
+{{- range $old := list "bindTimeout" "kubeAPIQPS" "kubeAPIBurst" "gcPercent" -}}
+{{- if hasKey $.Values.scheduler.extender $old -}}
+{{- fail (printf "scheduler.extender.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
+{{- end -}}
+{{- end -}}
+{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
+{{- range $path, $msg := $gone -}}
+{{- $parts := splitList "." $path -}}
+{{- $v := $.Values -}}
+{{- range $i, $p := $parts -}}
+{{- if and (kindIs "map" $v) (hasKey $v $p) -}}{{- $v = index $v $p -}}{{- if eq (add1 $i) (len $parts) -}}{{- fail (printf "%s %s" $path $msg) -}}{{- end -}}{{- else -}}{{- $v = "" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $bind := dig "bindTimeout" "4s" (.Values.scheduler.extender.config | default dict) | toString -}}
 {{- $http := .Values.scheduler.httpTimeout | toString -}}
 {{- if and (regexMatch "^[0-9]+s$" $bind) (regexMatch "^[0-9]+s$" $http) -}}
 {{- if ge (atoi (trimSuffix "s" $bind)) (atoi (trimSuffix "s" $http)) -}}
-{{- fail (printf "scheduler.extender.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
+{{- fail (printf "scheduler.extender.config.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
@@ -234,8 +246,9 @@ claims scores 0 everywhere. */}}
 {{- if and (eq (include "gpushare.extenderTLS" .) "true") .Values.scheduler.extender.tls.certManager.enabled (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
 {{- fail "scheduler.extender.tls.certManager.enabled=true but the cluster has no cert-manager.io/v1 API (install cert-manager, or leave certManager off and let the chart generate the certificates)" -}}
 {{- end -}}
-{{- if and (eq (toString .Values.devicePlugin.memory.sampleInterval) "0s") (ne .Values.devicePlugin.memory.enforcement "off") -}}
-{{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
+{{- $m := include "gpushare.memory" . | fromJson -}}
+{{- if and (eq $m.sampleInterval "0s") (ne $m.enforcement "off") -}}
+{{- fail (printf "devicePlugin.config.memory.enforcement %s needs memory sampling: set devicePlugin.config.memory.sampleInterval (e.g. 5s) or memory.enforcement: off" $m.enforcement) -}}
 {{- end -}}
 {{- end -}}
 
