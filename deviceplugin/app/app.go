@@ -291,30 +291,13 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	unit, err := api.ParseMemoryUnit(o.MemoryUnit)
-	if err != nil {
-		return fmt.Errorf("memoryUnit: %w", err)
-	}
-	strategy, err := plugin.ParseStrategy(o.DeviceListStrategy)
-	if err != nil {
-		return fmt.Errorf("deviceListStrategy: %w", err)
-	}
-	idStrategy, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
-	if err != nil {
-		return fmt.Errorf("deviceIDStrategy: %w", err)
-	}
-	src, err := nvml.ParseSource(o.NVML)
-	if err != nil {
-		return err
-	}
-	names, err := o.Names.Names()
-	if err != nil {
-		return err
-	}
-	ignored, err := o.ignoredXIDs()
-	if err != nil {
-		return err
-	}
+	// Validate parsed every one of these: no error is left.
+	unit, _ := api.ParseMemoryUnit(o.MemoryUnit)
+	strategy, _ := plugin.ParseStrategy(o.DeviceListStrategy)
+	idStrategy, _ := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
+	src, _ := nvml.ParseSource(o.NVML)
+	names, _ := o.Names.Names()
+	ignored, _ := o.ignoredXIDs()
 	gpus, sim, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
 	if err != nil {
 		if o.FailOnInitError {

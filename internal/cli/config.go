@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 
@@ -61,21 +60,19 @@ func LoadConfig(fs *pflag.FlagSet, path, kind string, cfg any) error {
 	if err := dec.Decode(cfg); err != nil {
 		return Usagef("--%s %s: %s (docs/reference/ lists the fields of kind %s)", FlagConfig, path, strings.TrimPrefix(err.Error(), "json: "), kind)
 	}
-	var errs []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		if a, ok := f.Value.(*alias); ok {
-			raws := a.raws
-			a.raws = nil
-			for _, r := range raws {
-				if err := a.Set(r); err != nil {
-					errs = append(errs, err.Error())
-				}
-			}
+	fs.VisitAll(func(f *pflag.Flag) { // what deprecated flags and variables set wins over the file
+		a, ok := f.Value.(*alias)
+		if !ok || len(a.raws) == 0 {
+			return
+		}
+		if list, ok := a.Value.(pflag.SliceValue); ok { // Set would add to the file's list
+			_ = list.Replace(strings.Split(strings.Join(a.raws, ","), ","))
+			return
+		}
+		for _, r := range a.raws {
+			_ = a.Value.Set(r) // it was accepted before
 		}
 	})
-	if len(errs) > 0 {
-		return Usagef("%s", strings.Join(errs, "; "))
-	}
 	return nil
 }
 
@@ -85,22 +82,37 @@ type Alias struct{ Flag, Field string }
 
 // Aliases defines each alias's flag on fs, hidden and deprecated with a message naming its
 // field of cfg (a pointer to the configuration), which it sets. It panics on a field cfg lacks
-// (a programming error).
+// or of a type no flag has (a programming error).
 func Aliases(fs *pflag.FlagSet, cfg any, aliases []Alias) {
 	for _, a := range aliases {
-		v := &alias{field: fieldByPath(reflect.ValueOf(cfg).Elem(), a.Field)}
-		fs.Var(v, a.Flag, "")
-		if v.field.Kind() == reflect.Bool {
-			fs.Lookup(a.Flag).NoOptDefVal = "true"
+		switch p := fieldByPath(reflect.ValueOf(cfg).Elem(), a.Field).Addr().Interface().(type) {
+		case *string:
+			fs.StringVar(p, a.Flag, *p, "")
+		case *bool:
+			fs.BoolVar(p, a.Flag, *p, "")
+		case *int:
+			fs.IntVar(p, a.Flag, *p, "")
+		case *int64:
+			fs.Int64Var(p, a.Flag, *p, "")
+		case *float64:
+			fs.Float64Var(p, a.Flag, *p, "")
+		case *time.Duration:
+			fs.DurationVar(p, a.Flag, *p, "")
+		case *[]string:
+			fs.StringSliceVar(p, a.Flag, *p, "")
+		default:
+			panic(fmt.Sprintf("configuration field %s: no flag type for %T", a.Field, p))
 		}
-		_ = fs.MarkDeprecated(a.Flag, "set "+a.Field+" in the --config file instead")
+		f := fs.Lookup(a.Flag)
+		f.Value, f.Hidden = &alias{Value: f.Value, field: a.Field}, true
+		f.Deprecated = "set " + a.Field + " in the --config file instead"
 	}
 }
 
 // AliasField is the configuration field a deprecated flag sets ("" for another flag).
 func AliasField(f *pflag.Flag) string {
-	if _, ok := f.Value.(*alias); ok {
-		return strings.TrimSuffix(strings.TrimPrefix(f.Deprecated, "set "), " in the --config file instead")
+	if a, ok := f.Value.(*alias); ok {
+		return a.field
 	}
 	return ""
 }
@@ -116,11 +128,20 @@ func fieldByPath(v reflect.Value, path string) reflect.Value {
 	return v
 }
 
-// alias is a deprecated flag's value: it sets its field and keeps what it was given, to set
-// it again after the configuration file (LoadConfig).
+// alias is a deprecated flag's value: it keeps what it was given, to set it again after the
+// configuration file (LoadConfig).
 type alias struct {
-	field reflect.Value
+	pflag.Value
+	field string
 	raws  []string
+}
+
+func (a *alias) Set(s string) error {
+	if err := a.Value.Set(s); err != nil {
+		return err
+	}
+	a.raws = append(a.raws, s)
+	return nil
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
@@ -167,78 +188,13 @@ func walkDurations(doc any, t reflect.Type, path string) error {
 	return nil
 }
 
-// jsonField is the field of struct type t that JSON names name, embedded structs included.
+// jsonField is the field of struct type t that JSON names name (apiVersion and kind, in an
+// embedded TypeMeta, are neither a duration nor a flag's).
 func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
-			if g, ok := jsonField(f.Type, name); ok {
-				g.Index = append([]int{i}, g.Index...)
-				return g, true
-			}
-		}
-		if tag == name {
-			return f, true
+		if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); tag == name {
+			return t.Field(i), true
 		}
 	}
 	return reflect.StructField{}, false
-}
-
-func (a *alias) String() string {
-	if !a.field.IsValid() {
-		return ""
-	}
-	return fmt.Sprint(a.field.Interface())
-}
-
-func (a *alias) Type() string {
-	if a.field.Type() == durationType {
-		return "duration"
-	}
-	return a.field.Kind().String()
-}
-
-func (a *alias) Set(s string) error {
-	f := a.field
-	var err error
-	switch {
-	case f.Type() == durationType:
-		var d time.Duration
-		if d, err = time.ParseDuration(s); err == nil {
-			f.SetInt(int64(d))
-		}
-	case f.Kind() == reflect.String:
-		f.SetString(s)
-	case f.Kind() == reflect.Bool:
-		var b bool
-		if b, err = strconv.ParseBool(s); err == nil {
-			f.SetBool(b)
-		}
-	case f.Kind() == reflect.Int || f.Kind() == reflect.Int64:
-		var n int64
-		if n, err = strconv.ParseInt(s, 0, 64); err == nil {
-			f.SetInt(n)
-		}
-	case f.Kind() == reflect.Float64:
-		var x float64
-		if x, err = strconv.ParseFloat(s, 64); err == nil {
-			f.SetFloat(x)
-		}
-	case f.Kind() == reflect.Slice:
-		var items []string
-		if s != "" {
-			items = strings.Split(s, ",")
-		}
-		if len(a.raws) > 0 { // a repeated flag adds to the list
-			items = append(f.Interface().([]string), items...)
-		}
-		f.Set(reflect.ValueOf(items))
-	default:
-		err = fmt.Errorf("unsupported field type %s", f.Type())
-	}
-	if err == nil {
-		a.raws = append(a.raws, s)
-	}
-	return err
 }
