@@ -90,7 +90,7 @@ nodeScope.extraSANs. */}}
 {{- if and $old $old.data (index $old.data "ca.crt") -}}
 {{- dict "ca" (index $old.data "ca.crt" | b64dec) "cert" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) | toJson -}}
 {{- else -}}
-{{- $days := int .Values.nodeScope.validityDays -}}
+{{- $days := int .Values.scheduler.extender.tls.validityDays -}}
 {{- $svc := include "gpushare.scheduler.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
@@ -218,7 +218,7 @@ claims scores 0 everywhere. */}}
 {{- fail (printf "scheduler.extender.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
 {{- end -}}
 {{- end -}}
-{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
 {{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
 {{- range $path, $msg := $gone -}}
 {{- $parts := splitList "." $path -}}
