@@ -345,8 +345,8 @@ expect strategies 'deviceIDStrategy: index$'
 expect strategies 'memoryUnit: MiB$'
 expect strategies 'unhealthyDevices.json' absent
 
-render isolation --set 'devicePlugin.isolation.index={1,3}' --set 'devicePlugin.isolation.uuid={GPU-0000aaaa}'
-expect isolation 'unhealthyDevices.json: .*index.*\[1,3\]'
+render isolation --set 'devicePlugin.isolatedCards={1,3,GPU-0000aaaa}'
+expect isolation 'unhealthyDevices.json: .*index.*\[1,3\].*uuid.*GPU-0000aaaa'
 expect isolation 'isolationFile: /etc/gpushare/isolation/unhealthyDevices.json$'
 
 render privileged-plugin --set devicePlugin.privileged=true
@@ -398,7 +398,7 @@ expect no-admission 'card-limits' absent
 
 # The node-scope webhook (nodeScope.enabled): the extender serves it with the chart's certificate for
 # the device plugin's user; the API server's entry and kubeconfig are in a Secret.
-render node-scope --set nodeScope.enabled=true --set 'nodeScope.extraSANs={10.0.0.10}' --set nodeScope.serverURL=https://10.0.0.10:39997/authorize
+render node-scope --set nodeScope.enabled=true --set 'scheduler.extender.tls.extraSANs={10.0.0.10}' --set nodeScope.serverURL=https://10.0.0.10:39997/authorize
 expect node-scope 'name: GPUSHARE_NODE_SCOPE_LISTEN'
 expect node-scope '^      - system:serviceaccount:gpushare-system:gpushare-device-plugin$'
 expect node-scope "request.user == 'system:serviceaccount:gpushare-system:gpushare-device-plugin'"
@@ -448,7 +448,7 @@ expect servicemonitor '- port: admin'
 
 refuse bad-mode '/scheduler/mode' --set scheduler.mode=primary
 refuse extender-only-replicas 'extender-only mode runs one extender replica' --set scheduler.mode=extender-only --set scheduler.replicas=2
-refuse ha-without-election 'needs scheduler.kubeScheduler.leaderElection=true' --set scheduler.replicas=2 --set scheduler.kubeScheduler.leaderElection=false
+refuse gone-election 'scheduler.kubeScheduler.leaderElection is gone' --set scheduler.kubeScheduler.leaderElection=false
 refuse enforcement-without-sampling 'needs memory sampling' --set devicePlugin.config.memory.sampleInterval=0s
 refuse bad-enforcement 'enforcement' --set devicePlugin.config.memory.enforcement=delete
 refuse moved-value 'devicePlugin.memoryUnit is now devicePlugin.config.memoryUnit' --set devicePlugin.memoryUnit=MiB
@@ -458,7 +458,7 @@ refuse prometheusrule-without-crd 'no monitoring.coreos.com/v1 API' --set metric
 refuse podmonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.podMonitor.enabled=true
 refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
 refuse bad-unit 'memoryUnit' --set devicePlugin.config.memoryUnit=KiB
-refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
+refuse bad-isolation-uuid 'isolatedCards' --set 'devicePlugin.isolatedCards={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
 refuse bad-record-key-secret 'existingSecret' --set recordSigning.existingSecret=Not_A_Name
 refuse cert-manager-without-crd 'no cert-manager.io/v1 API' --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true

@@ -83,7 +83,7 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 
 {{/* The node-scope webhook's CA, serving certificate and key (JSON): the ones in its Secret when
 it exists (kept across upgrades), else new ones for the extender Service's names and
-nodeScope.extraSANs. */}}
+scheduler.extender.tls.extraSANs. */}}
 {{- define "gpushare.nodeScopeTLSMaterial" -}}
 {{- $fullname := include "gpushare.fullname" . -}}
 {{- $old := lookup "v1" "Secret" .Release.Namespace (printf "%s-node-scope-tls" $fullname) -}}
@@ -95,7 +95,7 @@ nodeScope.extraSANs. */}}
 {{- $ns := .Release.Namespace -}}
 {{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
 {{- $ips := list -}}
-{{- range .Values.nodeScope.extraSANs -}}
+{{- range .Values.scheduler.extender.tls.extraSANs -}}
 {{- if regexMatch "^[0-9.]+$|:" . }}{{ $ips = append $ips . }}{{ else }}{{ $dns = append $dns . }}{{ end -}}
 {{- end -}}
 {{- $ca := genCA (printf "%s-node-scope-ca" $fullname) $days -}}
@@ -196,9 +196,6 @@ claims scores 0 everywhere. */}}
 {{- if not (has .Values.scheduler.mode (list "dedicated" "extender-only")) -}}
 {{- fail (printf "scheduler.mode must be dedicated or extender-only, not %q" .Values.scheduler.mode) -}}
 {{- end -}}
-{{- if and (eq .Values.scheduler.mode "dedicated") (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.kubeScheduler.leaderElection) -}}
-{{- fail "scheduler.replicas > 1 needs scheduler.kubeScheduler.leaderElection=true: two active schedulers would double-book cards" -}}
-{{- end -}}
 {{- if and (eq .Values.scheduler.mode "extender-only") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "extender-only mode runs one extender replica: its cache of assumed assignments is not shared between replicas (set scheduler.replicas=1)" -}}
 {{- end -}}
@@ -218,7 +215,7 @@ claims scores 0 everywhere. */}}
 {{- fail (printf "scheduler.extender.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
 {{- end -}}
 {{- end -}}
-{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "nodeScope.extraSANs" "is now scheduler.extender.tls.extraSANs (in every certificate the chart generates)" "scheduler.kubeScheduler.leaderElection" "is gone: the dedicated kube-schedulers always elect a leader" "metrics.interval" "is gone: the monitors scrape every 30s" "devicePlugin.isolation" "is now devicePlugin.isolatedCards (indexes and UUIDs in one list)" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
 {{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
 {{- range $path, $msg := $gone -}}
 {{- $parts := splitList "." $path -}}

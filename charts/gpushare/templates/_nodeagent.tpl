@@ -3,7 +3,6 @@ the nodes labelled for it (docs/dra.md). Arguments: dict "root" (the chart's con
 {{- define "gpushare.nodeAgent" -}}
 {{- $dra := .dra -}}
 {{- with .root -}}
-{{- $iso := .Values.devicePlugin.isolation }}
 {{- $component := ternary "dra-driver" "device-plugin" $dra }}
 {{- $selector := include "gpushare.deviceplugin.selectorLabels" . | replace "component: device-plugin" (printf "component: %s" $component) }}
 apiVersion: apps/v1
@@ -105,7 +104,7 @@ spec:
         - name: config
           configMap:
             name: {{ include "gpushare.fullname" . }}-config
-        {{- if or $iso.index $iso.uuid }}
+        {{- if .Values.devicePlugin.isolatedCards }}
         - name: isolation
           configMap:
             name: {{ include "gpushare.deviceplugin.fullname" . }}-isolation
@@ -119,7 +118,6 @@ spec:
 {{- $dra := .dra -}}
 {{- $standby := .standby -}}
 {{- with .root -}}
-{{- $iso := .Values.devicePlugin.isolation }}
 {{- $port := add (int .Values.devicePlugin.metricsPort) (ternary 1 0 $standby) }}
 - name: device-plugin{{ if $standby }}-standby{{ end }}
   image: {{ include "gpushare.image" . }}
@@ -236,7 +234,7 @@ spec:
     - name: node-state
       mountPath: /var/lib/gpushare
     {{- end }}
-    {{- if or $iso.index $iso.uuid }}
+    {{- if .Values.devicePlugin.isolatedCards }}
     - name: isolation
       mountPath: /etc/gpushare/isolation
       readOnly: true
