@@ -210,9 +210,9 @@ expect dedicated "m.mountPath.contains\('nvidia-container-devices'\)"
 render privileged-allowed --set admission.privilegedPods.refuse=false
 expect privileged-allowed 'gpushare-privileged' absent
 expect privileged-allowed 'name: gpushare-device-access$'
-render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-noauth 'bearerTokenFile' absent
-render servicemonitor-auth --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor-auth --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-auth 'bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token'
 render admin-readers --set 'adminAuth.metricsReaders[0].kind=ServiceAccount' --set 'adminAuth.metricsReaders[0].name=prometheus-k8s' --set 'adminAuth.metricsReaders[0].namespace=monitoring'
 expect admin-readers 'name: prometheus-k8s'
@@ -275,12 +275,12 @@ render mps --set devicePlugin.config.memory.mps=true --set devicePlugin.config.m
 expect mps '^      mps: true$'
 expect mps 'mpsShmDir: /run/mps/shm$'
 
-render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render podmonitor --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect podmonitor 'kind: PodMonitor'
 expect podmonitor '- port: metrics'
 count podmonitor 'credentials: \{name: gpushare-metrics-token, key: token\}' 2
 
-render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
+render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect observability 'kind: PrometheusRule'
 expect observability 'alert: GPUShareContainerOverMemoryGrant'
 expect observability 'grafana_dashboard: "1"'
@@ -442,7 +442,7 @@ expect dedicated 'GPUSHARE_DRA' absent
 expect dedicated 'resourceslices' absent
 expect dedicated 'dra/prioritize' absent
 
-render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
 expect servicemonitor '- port: admin'
 
@@ -454,9 +454,8 @@ refuse bad-enforcement 'enforcement' --set devicePlugin.config.memory.enforcemen
 refuse moved-value 'devicePlugin.memoryUnit is now devicePlugin.config.memoryUnit' --set devicePlugin.memoryUnit=MiB
 refuse moved-scheduler-value 'scheduler.policy is now scheduler.extender.config.policy' --set scheduler.policy=spread
 refuse gone-value 'nodeScope.port is gone' --set nodeScope.port=1
-refuse prometheusrule-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusRule.enabled=true
-refuse podmonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.podMonitor.enabled=true
-refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
+refuse prometheus-operator-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusOperator=true
+refuse gone-servicemonitor 'metrics.serviceMonitor.enabled is now metrics.prometheusOperator' --set metrics.serviceMonitor.enabled=true
 refuse bad-unit 'memoryUnit' --set devicePlugin.config.memoryUnit=KiB
 refuse bad-isolation-uuid 'isolatedCards' --set 'devicePlugin.isolatedCards={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread

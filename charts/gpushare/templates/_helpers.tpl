@@ -167,7 +167,7 @@ the programs follow the update (docs/security.md). */}}
   filterVerb: filter
   prioritizeVerb: prioritize
   bindVerb: bind
-  weight: {{ .Values.scheduler.weight }}
+  weight: 1000
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: false
@@ -184,7 +184,7 @@ claims scores 0 everywhere. */}}
 {{- define "gpushare.draExtenderStanza" -}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
   prioritizeVerb: dra/prioritize
-  weight: {{ .Values.scheduler.weight }}
+  weight: 1000
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: true
@@ -215,7 +215,9 @@ claims scores 0 everywhere. */}}
 {{- fail (printf "scheduler.extender.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
 {{- end -}}
 {{- end -}}
-{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is now scheduler.weight" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "nodeScope.extraSANs" "is now scheduler.extender.tls.extraSANs (in every certificate the chart generates)" "scheduler.kubeScheduler.leaderElection" "is gone: the dedicated kube-schedulers always elect a leader" "metrics.interval" "is gone: the monitors scrape every 30s" "devicePlugin.isolation" "is now devicePlugin.isolatedCards (indexes and UUIDs in one list)" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is gone: the weight is 1000" "scheduler.weight" "is gone: the weight is 1000, more than every default plugin together" "devicePlugin.priorityClassName" "is gone: the node agents are system-node-critical" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "nodeScope.extraSANs" "is now scheduler.extender.tls.extraSANs (in every certificate the chart generates)" "scheduler.kubeScheduler.leaderElection" "is gone: the dedicated kube-schedulers always elect a leader" "metrics.interval" "is gone: the monitors scrape every 30s" "devicePlugin.isolation" "is now devicePlugin.isolatedCards (indexes and UUIDs in one list)" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- range $m := list "serviceMonitor" "podMonitor" "prometheusRule" }}{{ $_ := set $gone (printf "metrics.%s.enabled" $m) "is now metrics.prometheusOperator (the ServiceMonitor, PodMonitor and PrometheusRule together)" }}{{ end -}}
+{{- $_ := set $gone "metrics.podMonitor.authorization" "is now metrics.podMonitorAuthorization" -}}
 {{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
 {{- range $path, $msg := $gone -}}
 {{- $parts := splitList "." $path -}}
@@ -231,14 +233,8 @@ claims scores 0 everywhere. */}}
 {{- fail (printf "scheduler.extender.config.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.serviceMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the ServiceMonitor)" -}}
-{{- end -}}
-{{- if and .Values.metrics.podMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.podMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PodMonitor)" -}}
-{{- end -}}
-{{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.prometheusRule.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PrometheusRule)" -}}
+{{- if and .Values.metrics.prometheusOperator (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail "metrics.prometheusOperator=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or leave it false)" -}}
 {{- end -}}
 {{- if and (eq (include "gpushare.extenderTLS" .) "true") .Values.scheduler.extender.tls.certManager.enabled (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
 {{- fail "scheduler.extender.tls.certManager.enabled=true but the cluster has no cert-manager.io/v1 API (install cert-manager, or leave certManager off and let the chart generate the certificates)" -}}

@@ -49,7 +49,7 @@ spec:
       # pod and container each belongs to; enforcement: kill signals them.
       hostPID: true
       {{- end }}
-      priorityClassName: {{ .Values.devicePlugin.priorityClassName }}
+      priorityClassName: system-node-critical
       {{- with .Values.imagePullSecrets }}
       imagePullSecrets: {{- toYaml . | nindent 8 }}
       {{- end }}
