@@ -10,6 +10,9 @@
 //     environment variable (BindEnv, ApplyEnv): the command line wins over the
 //     variable, the variable over the default, and --help names the variable
 //     next to each flag;
+//   - a daemon's rare settings are fields of its versioned configuration file
+//     (--config, LoadConfig; config.go), the flags they had before kept as
+//     hidden deprecated aliases (Aliases);
 //   - options are validated once, by the Options' Validate; errors are
 //     returned, never os.Exit in library code: a mistake in flags, variables
 //     or option values is a usage error (exit status 2), anything else exit
