@@ -486,7 +486,8 @@ openssl genpkey -algorithm ed25519 >"$keydir/current"
 # config_file NAME KEY : the configuration file KEY of rendering NAME's ConfigMap, written to a
 # file (the record key directory and node state replaced by this script's); prints its path.
 config_file() {
-  local f="$out/$1-$2"
+  local f="$out/configs/$1-$2" # not beside the renderings: the server dry-run applies those
+  mkdir -p "$out/configs"
   awk -v key="  $2: |" '$0==key{on=1; next} on && /^    /{sub(/^    /,""); print; next} on{exit}' "$out/$1.yaml" |
     sed -e "s|/etc/gpushare/record-key|$keydir|" -e "s|/var/lib/gpushare/|$out/|" >"$f"
   echo "$f"
@@ -523,7 +524,7 @@ for prog in "extender gpushare-scheduler" "device-plugin gpushare-device-plugin"
   set -- $prog
   mapfile -t vars < <(container_env dedicated "$1" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$out/no-key|")
   with_config dedicated
-  sed -i "s|$keydir|$out/no-key|" "$out"/dedicated-*.yaml
+  sed -i "s|$keydir|$out/no-key|" "$out"/configs/dedicated-*.yaml
   code=0
   env -i PATH="$PATH" "${vars[@]}" timeout 20 "$out/$2" >"$out/nokey-$1.run" 2>&1 || code=$?
   if [ "$code" -eq 2 ] && grep -qE -- '--record-key-dir|recordKeyDir' "$out/nokey-$1.run"; then pass "$1 refuses a record key directory without a key"
