@@ -67,7 +67,12 @@ expect dedicated 'kind: KubeSchedulerConfiguration'
 expect dedicated 'urlPrefix: http://127.0.0.1:39999'
 expect dedicated 'nodeCacheCapable: true'
 expect dedicated 'percentageOfNodesToScore: 0$'
-expect dedicated 'name: GPUSHARE_MAX_BEST_NODES'
+expect dedicated 'kind: SchedulerConfiguration$'
+expect dedicated 'kind: DevicePluginConfiguration$'
+count dedicated 'name: GPUSHARE_CONFIG$' 3
+expect dedicated 'value: /etc/gpushare/extender/scheduler.yaml$'
+count dedicated 'value: /etc/gpushare/config/device-plugin.yaml$' 2
+count dedicated 'checksum/gpushare-config: ' 2
 expect dedicated 'name: example.com/gpu-mem'
 expect dedicated "image: \"registry.k8s.io/kube-scheduler:${kube_version}\""
 expect dedicated 'kind: DaemonSet'
@@ -82,8 +87,7 @@ expect dedicated 'value: "127.0.0.1:39999"'
 expect dedicated 'name: GPUSHARE_ADMIN_LISTEN'
 expect dedicated 'path: /readyz, port: admin'
 expect dedicated 'targetPort: http$' absent
-expect dedicated 'name: GPUSHARE_BIND_TIMEOUT'
-expect dedicated 'value: "4s"'
+expect dedicated 'bindTimeout' absent
 expect dedicated 'kind: ValidatingAdmissionPolicy$'
 expect dedicated 'name: gpushare-request-size$'
 expect dedicated 'name: gpushare-pod-create$'
@@ -91,7 +95,7 @@ expect dedicated 'name: gpushare-pod-update$'
 expect dedicated 'name: gpushare-node-update$'
 expect dedicated 'name: gpushare-binding$'
 expect dedicated 'in \["gpushare-scheduler"\]'
-expect dedicated 'value: "gpushare-system/gpushare-card-limits"'
+expect dedicated 'cardLimitsConfigMap: gpushare-system/gpushare-card-limits$'
 expect dedicated 'resourceNames: \[gpushare-card-limits\]'
 expect dedicated 'extender-tls' absent
 expect dedicated 'privileged: false'
@@ -99,14 +103,14 @@ expect dedicated 'capabilities: {drop: \[ALL\]}'
 expect dedicated 'mountPath: /var/run/nvidia-container-devices/all'
 
 # What operators expect of a chart: names, annotations, extra flags, a runtime class, global values.
-render conventions --set fullnameOverride=gs --set scheduler.podAnnotations.team=ml \
-  --set devicePlugin.podAnnotations.backup=skip --set 'devicePlugin.extraArgs={--nvml=spec:1x16GiB}' \
+render conventions --set fullnameOverride=gs --set podAnnotations.team=ml \
+  --set podAnnotations.backup=skip --set 'devicePlugin.extraArgs={--nvml=spec:1x16GiB}' \
   --set 'scheduler.extender.extraArgs={--log-level=4}' --set 'scheduler.kubeScheduler.extraArgs={--kube-api-qps=100}' \
   --set devicePlugin.runtimeClassName=nvidia --set global.imageRegistry=mirror.example.com
 expect conventions 'name: gs-device-plugin$'
 expect conventions 'name: gs-scheduler$'
 expect conventions 'name: gpushare-device-plugin' absent
-expect conventions 'team: ml$'
+count conventions 'team: ml$' 2
 expect conventions 'backup: skip$'
 expect conventions '- --nvml=spec:1x16GiB$'
 expect conventions '- --log-level=4$'
@@ -160,13 +164,12 @@ done
 
 # Memory sampling and enforcement (defaults: sampling every 5s, evict).
 expect dedicated 'hostPID: true'
-expect dedicated 'name: GPUSHARE_MEMORY_ENFORCEMENT'
-expect dedicated 'value: "evict"'
+expect dedicated '^    memory:' absent
 expect dedicated 'value: ":9402"'
 expect dedicated 'resources: \[events\]'
 # pods/eviction: the plugin's ClusterRole and the policy plugin-pod-scope.
 count dedicated 'resources: \[pods/eviction\]' 2
-render report --set devicePlugin.memory.enforcement=report
+render report --set devicePlugin.config.memory.enforcement=report
 count report 'resources: \[pods/eviction\]' 1
 render plugin-pod-scope-off --set admission.pluginPodScope=false
 expect plugin-pod-scope-off 'plugin-pod-scope' absent
@@ -178,17 +181,18 @@ expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
 # (no TokenReview/SubjectAccessReview oracle on GPU nodes); the reader ClusterRoles; the
 # ServiceMonitor sends Prometheus's token, the PodMonitor the scrape token; the verbs check
 # kube-scheduler's certificate name in extender-only mode.
-count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 3
-count dedicated 'value: delegated$' 1
-count dedicated 'value: token$' 2
-count dedicated 'value: /etc/gpushare/metrics-token/token$' 2
+count dedicated 'name: GPUSHARE_ADMIN_AUTH$' 0
+count dedicated '^      mode: delegated$' 1
+count dedicated '^      mode: token$' 1
+count dedicated 'tokenFile: /etc/gpushare/metrics-token/token$' 1
+count dedicated 'mountPath: /etc/gpushare/metrics-token$' 2
 expect dedicated 'name: gpushare-metrics-token$'
 expect dedicated 'name: "system:auth-delegator"'
 count dedicated '\{kind: ServiceAccount, name: gpushare-device-plugin, namespace: gpushare-system\}' 1
 expect dedicated 'nonResourceURLs: \[/metrics\]'
 expect dedicated 'nonResourceURLs: \[/inspect, /inspect/\*\]'
 render admin-auth-off --set adminAuth.enabled=false
-count admin-auth-off 'value: none$' 3
+count admin-auth-off '^      mode: none$' 2
 expect admin-auth-off 'system:auth-delegator' absent
 expect admin-auth-off 'metrics-token' absent
 
@@ -206,16 +210,16 @@ expect dedicated "m.mountPath.contains\('nvidia-container-devices'\)"
 render privileged-allowed --set admission.privilegedPods.refuse=false
 expect privileged-allowed 'gpushare-privileged' absent
 expect privileged-allowed 'name: gpushare-device-access$'
-render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor-noauth --set adminAuth.enabled=false --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-noauth 'bearerTokenFile' absent
-render servicemonitor-auth --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor-auth --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor-auth 'bearerTokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token'
 render admin-readers --set 'adminAuth.metricsReaders[0].kind=ServiceAccount' --set 'adminAuth.metricsReaders[0].name=prometheus-k8s' --set 'adminAuth.metricsReaders[0].namespace=monitoring'
 expect admin-readers 'name: prometheus-k8s'
 render client-names --set scheduler.mode=extender-only --set 'scheduler.extender.tls.clientNames={gpushare-kube-scheduler}'
-expect client-names 'name: GPUSHARE_CLIENT_CERT_NAMES'
-expect client-names 'value: "gpushare-kube-scheduler"'
-expect dedicated 'GPUSHARE_CLIENT_CERT_NAMES' absent
+expect client-names 'clientCertNames:$'
+expect client-names '^    - gpushare-kube-scheduler$'
+expect dedicated 'clientCertNames' absent
 render placement --set scheduler.priorityClassName=gpushare-system --set scheduler.nodeSelector.pool=system
 expect placement 'priorityClassName: gpushare-system'
 expect dedicated 'priorityClassName: system-cluster-critical'
@@ -228,26 +232,27 @@ expect pinning-everyone 'card-pinning' absent
 render pinning-nobody --set cardChoice.uuidPinning=nobody
 expect pinning-nobody 'name: gpushare-card-pinning$'
 expect pinning-nobody 'namespaceObject.metadata.labels' absent
-expect dedicated 'GPUSHARE_MPS|/run/nvidia/mps' absent
+expect dedicated 'mps' absent
 
 # Record signing (default on): the chart's generated private key Secret, mounted read-only (no
 # subPath, so that a rotation reaches the running programs) into the extender only; the device
 # plugin mounts the public-key ConfigMap the extender writes; both told where by
-# GPUSHARE_RECORD_KEY_DIR (the extender and the two plugin containers: 3).
+# the extender's --record-key-dir (GPUSHARE_RECORD_KEY_DIR) and the plugins' recordKeyDir.
 expect dedicated 'name: gpushare-record-key$'
 expect dedicated '^  current: [A-Za-z0-9+/=]{80,}$'
-count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 3
-count dedicated 'value: "/etc/gpushare/record-key"$' 3
+count dedicated 'name: GPUSHARE_RECORD_KEY_DIR$' 1
+count dedicated 'value: "/etc/gpushare/record-key"$' 1
+count dedicated 'recordKeyDir: /etc/gpushare/record-key$' 1
 count dedicated 'mountPath: /etc/gpushare/record-key$' 3
 count dedicated 'secretName: gpushare-record-key$' 1
 count dedicated 'name: gpushare-record-public-key$' 2
-expect dedicated 'value: "gpushare-system/gpushare-record-public-key"$'
+expect dedicated 'recordPublicKeyConfigMap: gpushare-system/gpushare-record-public-key$'
 expect dedicated 'subPath' absent
 
 render record-key-existing --set recordSigning.existingSecret=team-record-key
 expect record-key-existing 'name: gpushare-record-key$' absent
 count record-key-existing 'secretName: team-record-key$' 1
-count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 3
+count record-key-existing 'name: GPUSHARE_RECORD_KEY_DIR$' 1
 
 render record-key-extender-only --set scheduler.mode=extender-only
 count record-key-extender-only 'mountPath: /etc/gpushare/record-key$' 3
@@ -256,26 +261,26 @@ expect record-key-extender-only 'mountPath: /etc/gpushare/tls$'
 render record-signing-off --set recordSigning.enabled=false
 expect record-signing-off 'RECORD_KEY|-record-key|record-key$' absent
 
-render evict --set devicePlugin.memory.enforcement=evict --set devicePlugin.memory.tolerance=512Mi
+render evict --set devicePlugin.config.memory.enforcement=evict --set devicePlugin.config.memory.tolerance=512Mi
 expect evict 'resources: \[pods/eviction\]'
-expect evict 'value: "512Mi"'
+expect evict 'tolerance: 512Mi$'
 
-render memory-off --set devicePlugin.memory.enforcement=off --set devicePlugin.memory.sampleInterval=0s
+render memory-off --set devicePlugin.config.memory.enforcement=off --set devicePlugin.config.memory.sampleInterval=0s
 expect memory-off 'hostPID: true' absent
 # Without enforcement the plugin still says in an Event on the Node why it does not register
 # beside another GPU device plugin.
 expect memory-off 'resources: \[events\]'
 
-render mps --set devicePlugin.mps.enabled=true
-expect mps 'name: GPUSHARE_MPS_PIPE_DIR'
-expect mps 'value: "/run/nvidia/mps/shm"'
+render mps --set devicePlugin.config.memory.mps=true --set devicePlugin.config.memory.mpsShmDir=/run/mps/shm
+expect mps '^      mps: true$'
+expect mps 'mpsShmDir: /run/mps/shm$'
 
-render podmonitor --set metrics.podMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render podmonitor --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect podmonitor 'kind: PodMonitor'
 expect podmonitor '- port: metrics'
 count podmonitor 'credentials: \{name: gpushare-metrics-token, key: token\}' 2
 
-render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusRule.enabled=true --api-versions monitoring.coreos.com/v1
+render observability --set metrics.grafanaDashboard.enabled=true --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect observability 'kind: PrometheusRule'
 expect observability 'alert: GPUShareContainerOverMemoryGrant'
 expect observability 'grafana_dashboard: "1"'
@@ -288,6 +293,7 @@ expect extender-only 'name: kube-scheduler$' absent
 expect extender-only 'system:kube-scheduler' absent
 expect extender-only 'kind: Service$'
 expect extender-only 'value: ":39999"'
+expect extender-only 'clientCertNames:$'
 expect extender-only 'targetPort: http$'
 expect extender-only 'in \["default-scheduler"\]'
 expect extender-only 'name: gpushare-extender-tls$'
@@ -323,44 +329,40 @@ render extender-only-plain --set scheduler.mode=extender-only --set scheduler.ex
 expect extender-only-plain 'extender-tls' absent
 expect extender-only-plain 'GPUSHARE_TLS_CERT_FILE' absent
 
-render every-node --set scheduler.kubeScheduler.percentageOfNodesToScore=100 --set scheduler.maxBestNodes=1
+render every-node --set scheduler.kubeScheduler.percentageOfNodesToScore=100 --set scheduler.extender.config.maxBestNodes=1
 expect every-node 'percentageOfNodesToScore: 100$'
-expect every-node 'value: "1"'
+expect every-node 'maxBestNodes: 1$'
 
 render ha --set scheduler.replicas=2
 expect ha 'replicas: 2'
 expect ha 'leaderElect: true'
 expect ha 'kind: Lease|resources: \[leases\]'
 
-render strategies --set devicePlugin.deviceListStrategy=envvar --set devicePlugin.deviceIDStrategy=index \
-  --set devicePlugin.memoryUnit=MiB --set devicePlugin.healthChecks=false
-expect strategies 'value: "envvar"'
-expect strategies 'value: "index"'
-expect strategies 'value: "MiB"'
+render strategies --set devicePlugin.config.deviceListStrategy=envvar --set devicePlugin.config.deviceIDStrategy=index \
+  --set devicePlugin.config.memoryUnit=MiB --set devicePlugin.config.healthChecks=false
+expect strategies 'deviceListStrategy: envvar$'
+expect strategies 'deviceIDStrategy: index$'
+expect strategies 'memoryUnit: MiB$'
 expect strategies 'unhealthyDevices.json' absent
 
-render isolation --set 'devicePlugin.isolation.index={1,3}' --set 'devicePlugin.isolation.uuid={GPU-0000aaaa}'
-expect isolation 'unhealthyDevices.json: .*index.*\[1,3\]'
-expect isolation 'GPUSHARE_ISOLATION_FILE'
+render isolation --set 'devicePlugin.isolatedCards={1,3,GPU-0000aaaa}'
+expect isolation 'unhealthyDevices.json: .*index.*\[1,3\].*uuid.*GPU-0000aaaa'
+expect isolation 'isolationFile: /etc/gpushare/isolation/unhealthyDevices.json$'
 
 render privileged-plugin --set devicePlugin.privileged=true
 expect privileged-plugin 'privileged: true'
 expect privileged-plugin 'value: all$'
 expect privileged-plugin 'nvidia-container-devices/all' absent
 
-# The extender's GC target: GOGC from scheduler.extender.gcPercent (400 by default).
-# gogc NAME WANT : the rendering of NAME gives the extender GOGC=WANT.
-gogc() {
-  if grep -A1 -E 'name: GOGC$' "$out/$1.yaml" | grep -qE "value: \"$2\"$"; then pass "$1 GOGC=$2"; else fail "$1" "no GOGC=$2 in the extender's env"; fi
-}
-gogc dedicated 400
-render gc-percent --set scheduler.extender.gcPercent=150
-gogc gc-percent 150
-refuse gc-percent-low 'gcPercent' --set scheduler.extender.gcPercent=5
+# The extender's GC target: the program's gcPercent (400) unless scheduler.extender.config says.
+expect dedicated 'GOGC' absent
+render gc-percent --set scheduler.extender.config.gcPercent=150
+expect gc-percent 'gcPercent: 150$'
+refuse gc-percent-low 'gcPercent' --set scheduler.extender.config.gcPercent=5
 
-render allowed-policies --set 'scheduler.allowedPolicies={spread,frag}'
-expect allowed-policies 'value: "spread,frag"'
-expect dedicated 'name: GPUSHARE_ALLOWED_POLICIES'
+render allowed-policies --set 'scheduler.extender.config.allowedPolicies={spread,frag}'
+expect allowed-policies '^    - spread$'
+expect dedicated 'allowedPolicies' absent
 
 render no-deviceplugin --set devicePlugin.enabled=false
 expect no-deviceplugin 'kind: DaemonSet' absent
@@ -379,26 +381,26 @@ expect dedicated 'kind: NetworkPolicy' absent
 render alibaba --set names.resourceName=aliyun.com/gpu-mem --set names.wholeResourceName=acme.io/gpu --set names.domain=gpushare.acme.io
 expect alibaba '- name: aliyun.com/gpu-mem$'
 expect alibaba '- name: acme.io/gpu$'
-count alibaba 'value: "aliyun.com/gpu-mem"$' 3
-count alibaba 'value: "gpushare.acme.io"$' 3
+count alibaba 'resourceName: aliyun.com/gpu-mem$' 2
+count alibaba 'domain: gpushare.acme.io$' 2
 expect alibaba "'aliyun.com/gpu-mem' in c.resources.requests"
 expect alibaba "'gpushare.acme.io/assignment' in object.metadata.annotations"
 expect alibaba "k == 'gpushare.acme.io/inventory'"
-expect alibaba 'example.com' absent
-count dedicated 'value: "example.com/gpu-mem"$' 3
+if grep 'example.com' "$out/alibaba.yaml" | grep -qv "apiVersion: gpushare.example.com/v1alpha1$"; then fail alibaba "a default name is left"; else pass "alibaba has no default name (the configuration files' apiVersion aside)"; fi
+count dedicated 'resourceName: example.com/gpu-mem$' 2
 refuse bad-resource-name 'resourceName' --set names.resourceName=gpu-mem
 refuse bad-domain 'domain' --set names.domain=Not_A_Domain
 
 render no-admission --set admission.enabled=false
 expect no-admission 'kind: ValidatingAdmissionPolicy' absent
-expect no-admission 'GPUSHARE_CARD_LIMITS_CONFIGMAP' absent
+expect no-admission 'cardLimitsConfigMap' absent
 expect no-admission 'card-limits' absent
 
 # The node-scope webhook (nodeScope.enabled): the extender serves it with the chart's certificate for
 # the device plugin's user; the API server's entry and kubeconfig are in a Secret.
-render node-scope --set nodeScope.enabled=true --set 'nodeScope.extraSANs={10.0.0.10}' --set nodeScope.serverURL=https://10.0.0.10:39997/authorize
+render node-scope --set nodeScope.enabled=true --set 'scheduler.extender.tls.extraSANs={10.0.0.10}' --set nodeScope.serverURL=https://10.0.0.10:39997/authorize
 expect node-scope 'name: GPUSHARE_NODE_SCOPE_LISTEN'
-expect node-scope 'value: "system:serviceaccount:gpushare-system:gpushare-device-plugin"'
+expect node-scope '^      - system:serviceaccount:gpushare-system:gpushare-device-plugin$'
 expect node-scope "request.user == 'system:serviceaccount:gpushare-system:gpushare-device-plugin'"
 expect node-scope 'server: https://10.0.0.10:39997/authorize'
 expect node-scope 'failurePolicy: Deny'
@@ -426,7 +428,10 @@ expect dra 'resources: \[resourceslices\]'
 expect dra 'name: gpushare-plugin-resourceslices'
 expect dra 'name: gpushare-claim-memory'
 expect dra "'gpushare.example.com/claim-memory-max' in namespaceObject.metadata.annotations"
-count dra 'name: GPUSHARE_DRA$' 2
+count dra 'name: GPUSHARE_DRA$' 1
+expect dra '^    dra: true$'
+expect dra 'cdiDir: /var/run/cdi$'
+expect dra 'value: /etc/gpushare/config/dra.yaml$'
 expect dra 'prioritizeVerb: dra/prioritize'
 expect dra-noscore 'prioritizeVerb: dra/prioritize' absent
 expect dra-noscore 'name: GPUSHARE_DRA$'
@@ -437,25 +442,27 @@ expect dedicated 'GPUSHARE_DRA' absent
 expect dedicated 'resourceslices' absent
 expect dedicated 'dra/prioritize' absent
 
-render servicemonitor --set metrics.serviceMonitor.enabled=true --api-versions monitoring.coreos.com/v1
+render servicemonitor --set metrics.prometheusOperator=true --api-versions monitoring.coreos.com/v1
 expect servicemonitor 'kind: ServiceMonitor'
 expect servicemonitor '- port: admin'
 
 refuse bad-mode '/scheduler/mode' --set scheduler.mode=primary
 refuse extender-only-replicas 'extender-only mode runs one extender replica' --set scheduler.mode=extender-only --set scheduler.replicas=2
-refuse ha-without-election 'needs scheduler.kubeScheduler.leaderElection=true' --set scheduler.replicas=2 --set scheduler.kubeScheduler.leaderElection=false
-refuse enforcement-without-sampling 'needs memory sampling' --set devicePlugin.memory.sampleInterval=0s
-refuse bad-enforcement 'enforcement' --set devicePlugin.memory.enforcement=delete
-refuse prometheusrule-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusRule.enabled=true
-refuse podmonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.podMonitor.enabled=true
-refuse servicemonitor-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.serviceMonitor.enabled=true
-refuse bad-unit 'memoryUnit' --set devicePlugin.memoryUnit=KiB
-refuse bad-isolation-uuid 'uuid' --set 'devicePlugin.isolation.uuid={card0}'
+refuse gone-election 'scheduler.kubeScheduler.leaderElection is gone' --set scheduler.kubeScheduler.leaderElection=false
+refuse enforcement-without-sampling 'needs memory sampling' --set devicePlugin.config.memory.sampleInterval=0s
+refuse bad-enforcement 'enforcement' --set devicePlugin.config.memory.enforcement=delete
+refuse moved-value 'devicePlugin.memoryUnit is now devicePlugin.config.memoryUnit' --set devicePlugin.memoryUnit=MiB
+refuse moved-scheduler-value 'scheduler.policy is now scheduler.extender.config.policy' --set scheduler.policy=spread
+refuse gone-value 'nodeScope.port is gone' --set nodeScope.port=1
+refuse prometheus-operator-without-crd 'no monitoring.coreos.com/v1 API' --set metrics.prometheusOperator=true
+refuse gone-servicemonitor 'metrics.serviceMonitor.enabled is now metrics.prometheusOperator' --set metrics.serviceMonitor.enabled=true
+refuse bad-unit 'memoryUnit' --set devicePlugin.config.memoryUnit=KiB
+refuse bad-isolation-uuid 'isolatedCards' --set 'devicePlugin.isolatedCards={card0}'
 refuse unknown-value 'additional properties' --set scheduler.polcy=spread
 refuse bad-record-key-secret 'existingSecret' --set recordSigning.existingSecret=Not_A_Name
 refuse cert-manager-without-crd 'no cert-manager.io/v1 API' --set scheduler.mode=extender-only --set scheduler.extender.tls.certManager.enabled=true
-refuse bad-allowed-policy 'allowedPolicies' --set 'scheduler.allowedPolicies={Spread Mode}'
-refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.bindTimeout=5s
+refuse bad-allowed-policy 'allowedPolicies' --set 'scheduler.extender.config.allowedPolicies={Spread Mode}'
+refuse bind-timeout-past-http-timeout 'must be below scheduler.httpTimeout' --set scheduler.extender.config.bindTimeout=5s
 
 # The environment the chart gives each program must be what the program reads, with values it
 # accepts: every variable (GPUSHARE_*, NODE_NAME, KUBECONFIG) of the extender and device-plugin
@@ -471,14 +478,32 @@ container_env() {
     if ($1=="valueFrom:") v="chart-check-node"; else { sub(/^ *value: */,""); gsub(/^"|"$/,""); v=$0 }
     if (n ~ /^(GPUSHARE_|NODE_NAME$|KUBECONFIG$)/) print n "=" v}' "$out/$1.yaml"
 }
-# The record key the chart mounts at GPUSHARE_RECORD_KEY_DIR is a directory made here instead.
+# The record key the chart mounts at GPUSHARE_RECORD_KEY_DIR (and names in the configuration
+# files) is a directory made here instead.
 keydir="$out/record-key"
 mkdir -p "$keydir"
 openssl genpkey -algorithm ed25519 >"$keydir/current"
+# config_file NAME KEY : the configuration file KEY of rendering NAME's ConfigMap, written to a
+# file (the record key directory and node state replaced by this script's); prints its path.
+config_file() {
+  local f="$out/configs/$1-$2" # not beside the renderings: the server dry-run applies those
+  mkdir -p "$out/configs"
+  awk -v key="  $2: |" '$0==key{on=1; next} on && /^    /{sub(/^    /,""); print; next} on{exit}' "$out/$1.yaml" |
+    sed -e "s|/etc/gpushare/record-key|$keydir|" -e "s|/var/lib/gpushare/|$out/|" >"$f"
+  echo "$f"
+}
+# with_config NAME : vars' GPUSHARE_CONFIG points at the configuration file of rendering NAME.
+with_config() {
+  local i
+  for i in "${!vars[@]}"; do
+    case "${vars[$i]}" in GPUSHARE_CONFIG=*) vars[$i]="GPUSHARE_CONFIG=$(config_file "$1" "${vars[$i]##*/}")" ;; esac
+  done
+}
 check_program_env() {
   local name=$1 container=$2 binary=$3 help vars v code
   help="$("$out/$binary" --help)"
   mapfile -t vars < <(container_env "$name" "$container" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$keydir|")
+  with_config "$name"
   if [ "${#vars[@]}" -eq 0 ]; then fail "$name $container env" "no variables found in the rendering"; return; fi
   for v in "${vars[@]}"; do
     if grep -qF "(env ${v%%=*})" <<<"$help"; then pass "$name $container reads ${v%%=*}"
@@ -498,10 +523,12 @@ done
 for prog in "extender gpushare-scheduler" "device-plugin gpushare-device-plugin"; do
   set -- $prog
   mapfile -t vars < <(container_env dedicated "$1" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$out/no-key|")
+  with_config dedicated
+  sed -i "s|$keydir|$out/no-key|" "$out"/configs/dedicated-*.yaml
   code=0
   env -i PATH="$PATH" "${vars[@]}" timeout 20 "$out/$2" >"$out/nokey-$1.run" 2>&1 || code=$?
-  if [ "$code" -eq 2 ] && grep -q -- '--record-key-dir' "$out/nokey-$1.run"; then pass "$1 refuses a record key directory without a key"
-  else fail "$1 record key" "exit $code, want 2 naming --record-key-dir: $(cat "$out/nokey-$1.run")"; fi
+  if [ "$code" -eq 2 ] && grep -qE -- '--record-key-dir|recordKeyDir' "$out/nokey-$1.run"; then pass "$1 refuses a record key directory without a key"
+  else fail "$1 record key" "exit $code, want 2 naming the record key directory: $(cat "$out/nokey-$1.run")"; fi
 done
 
 if [ "${CHART_CHECK_SERVER_DRY_RUN:-0}" = 1 ]; then

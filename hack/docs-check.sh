@@ -16,6 +16,8 @@
 #   version  `hack/k8s-version`, vX.Y.Z                      -> that file; "Kubernetes 1.A, 1.B or 1.C"
 #            -> Chart.yaml's kubeVersion range
 #   link     [text](path#anchor) to a repository file        -> the file exists, the anchor is a heading
+#   reference docs/reference/*.md are what `go run ./hack/reference` writes (the configuration
+#            kinds from their Go types, the values from values.yaml's "# --" comments)
 #   budget   docs/*.md at most DOCS_LINES lines in all (3000; generated references live under
 #            docs/reference/ and do not count), CHANGELOG.md at most CHANGELOG_LINES (250)
 #
@@ -206,6 +208,9 @@ budget() {
 
 fail=0
 check "${docs[@]}" >"$tmp/found"
+# The generated references (docs/reference/) are current: the configuration kinds from their Go
+# types, the chart's values from values.yaml's comments (and within its key budget).
+go run ./hack/reference -check >>"$tmp/found" 2>&1 || true
 if [ -z "${DOCS:-}" ]; then
 	budget "${DOCS_LINES:-3000}" "docs/*.md" docs/*.md >>"$tmp/found"
 	budget "${CHANGELOG_LINES:-250}" CHANGELOG.md CHANGELOG.md /dev/null >>"$tmp/found"

@@ -7,7 +7,7 @@
 #     one given by GPUSHARE_KUBECONFIG, or one of its ServiceAccount kubeconfigs in identities/),
 #     and leaves another playground's extender alone;
 #   - it runs the shipped configuration: the chart installed with helm (admission and record signing
-#     not turned off), the extender and each plugin with --record-key-dir and as the chart's
+#     not turned off), the extender and each plugin with their record keys and as the chart's
 #     ServiceAccounts (the plugin's token bound to its Node), names that the chart's rendering has.
 # Port holders and hand-started extenders are the real bin/gpushare-scheduler pointed at an
 # unreachable API server. The `up` checks need root (up refuses to run without it).
@@ -156,10 +156,13 @@ if grep -qE -- '(admission|recordSigning)\.enabled=false' <<<"$joined"; then
 else pass "the chart's policies and record signing stay on"; fi
 extender_line="$(grep -E 'gpushare-scheduler" --kubeconfig' <<<"$joined" || true)"
 has "the extender gets the record key (--record-key-dir)" '--record-key-dir' "$extender_line"
-has "the extender publishes the largest card for the request-size policy" '--card-limits-configmap' "$extender_line"
+has "the extender reads its configuration file" '--config "\$STATE/extender-config.yaml"' "$extender_line"
+has "the extender publishes the largest card for the request-size policy" '^[[:space:]]*cardLimitsConfigMap: '
+has "the extender publishes the record keys' public halves" '^[[:space:]]*recordPublicKeyConfigMap: '
 has "the extender runs as the chart's ServiceAccount (identities/, not the admin kubeconfig)" '--kubeconfig "\$IDENTITIES/' "$extender_line"
 plugin_line="$(grep -E -- '--plugin "\$BIN/gpushare-device-plugin"' <<<"$joined" || true)"
-has "each plugin gets the record key (--record-key-dir)" '[[:space:]]-- .*--record-key-dir' "$plugin_line"
+has "each plugin reads its configuration file" '[[:space:]]-- .*--config "\$STATE/nodes/\$name/device-plugin-config.yaml"' "$plugin_line"
+has "each plugin's configuration names the record key directory" 'recordKeyDir: %s'
 has "each plugin runs as the chart's ServiceAccount" '--plugin-env "KUBECONFIG=\$IDENTITIES/' "$plugin_line"
 has "the plugin's token is bound to its Node (the node name the policies check)" '--bound-object-kind Node'
 # The names the script uses are the chart's for its release and namespace.

@@ -307,10 +307,16 @@ cmd_up() {
 		log "starting the extender on 127.0.0.1:${EXTENDER_PORT} (policy $POLICY, pods may name: ${ALLOWED_POLICIES:-none other})"
 		# As the chart's extender: its ServiceAccount, its record key, and the ConfigMap through
 		# which the chart's request-size policy learns the largest card.
+		cat >"$STATE/extender-config.yaml" <<-EOF
+			apiVersion: gpushare.example.com/v1alpha1
+			kind: SchedulerConfiguration
+			policy: $POLICY
+			allowedPolicies: [$ALLOWED_POLICIES]
+			recordPublicKeyConfigMap: $NAMESPACE/$RELEASE-record-public-key
+			cardLimitsConfigMap: $NAMESPACE/$RELEASE-card-limits
+		EOF
 		setsid "$BIN/gpushare-scheduler" --kubeconfig "$IDENTITIES/extender.kubeconfig" --listen "127.0.0.1:${EXTENDER_PORT}" \
-			--policy "$POLICY" --allowed-policies "$ALLOWED_POLICIES" --record-key-dir "$RECORD_KEY_DIR" \
-			--record-public-key-configmap "$NAMESPACE/$RELEASE-record-public-key" \
-			--card-limits-configmap "$NAMESPACE/$RELEASE-card-limits" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
+			--config "$STATE/extender-config.yaml" --record-key-dir "$RECORD_KEY_DIR" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
 		pid=$!
 	fi
 	echo "$pid" >"$PIDS/extender.pid"
@@ -333,12 +339,14 @@ cmd_up() {
 		fi
 		log "starting node $name: $spec"
 		mkdir -p "$STATE/nodes/$name"
+		printf 'apiVersion: gpushare.example.com/v1alpha1\nkind: DevicePluginConfiguration\nrecordKeyDir: %s\n' \
+			"$RECORD_PUBLIC_KEY_DIR" >"$STATE/nodes/$name/device-plugin-config.yaml"
 		# The agent plays the kubelet (admin kubeconfig); the plugin it starts runs as the chart's
 		# device plugin on this node, with the chart's record key.
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
 			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
 			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
-			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_PUBLIC_KEY_DIR" \
+			-- "--nvml=spec:$spec" --config "$STATE/nodes/$name/device-plugin-config.yaml" \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &
 		echo $! >"$PIDS/agent-$name.pid"
 	done

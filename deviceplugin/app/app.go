@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -26,65 +27,130 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/dra"
 	"github.com/gpushare/gpushare/deviceplugin/health"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/isolation"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/usage"
+	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
 	"github.com/gpushare/gpushare/internal/recordkey"
 )
 
-// Options are the plugin's settings; docs/deviceplugin.md lists them.
+// Kind is the kind of the plugin's configuration file (cli.LoadConfig).
+const Kind = "DevicePluginConfiguration"
+
+// Options are the plugin's settings: the fields without a JSON name are its flags, set per run;
+// the others are its configuration file (--config, kind Kind; docs/reference/device-plugin-config.md
+// is generated from these comments). DefaultOptions holds the defaults.
 type Options struct {
-	NodeName   string
-	Kubeconfig string
-	// KubeAPIQPS and KubeAPIBurst are the plugin's API request budget (the
-	// kubelet's defaults): each Allocate writes a record before it returns,
-	// so a budget below the node's admission rate slows every GPU pod.
-	KubeAPIQPS            float64
-	KubeAPIBurst          int
-	NVML                  string
-	FailOnInitError       bool
-	MemoryUnit            string
-	DeviceListStrategy    string
-	DeviceIDStrategy      string
-	HealthChecks          bool
-	HealthRecheckInterval time.Duration
-	IgnoreXIDs            string
-	IsolationFile         string
-	// RecordKeyDir, when set, holds the key records are signed with
-	// (api.LoadRecordKeys): only signed records give a card. It is read
-	// again every RecordKeyInterval (internal/recordkey).
-	RecordKeyDir      string
-	RecordKeyInterval time.Duration
-	// NodeKeyFile keeps the node's record key across restarts (empty: memory).
-	NodeKeyFile     string
-	DevicePluginDir string
+	metav1.TypeMeta `json:",inline"`
+	ConfigFile      string `json:"-"`
+	NodeName        string `json:"-"`
+	Kubeconfig      string `json:"-"`
+	NVML            string `json:"-"`
+	DevicePluginDir string `json:"-"`
 	// Instance, when set, names this plugin process's sockets (SocketNames),
 	// so that a new plugin registers beside the old one during a rolling
 	// update instead of replacing its socket.
-	Instance string
+	Instance string `json:"-"`
 	// NodeLockFile, when set, is the file every plugin of the node locks: only its holder does
 	// the node's duties (runNodeDuties), so a standby can serve the kubelet beside it.
-	NodeLockFile       string
-	PodResourcesSocket string
-	// WholeCards registers the whole-card resource (api.Names.WholeResourceName)
-	// beside gpu-mem.
-	WholeCards        bool
-	AllocateWait      time.Duration
-	ReconcileInterval time.Duration
-	Memory            MemoryOptions // memory.go
-	DRA               DRAOptions    // dra.go
-	// Names are the resource names and the annotation domain (--domain,
-	// --resource-name, --whole-resource-name), the same in every program.
-	Names cli.NameFlags
+	NodeLockFile       string `json:"-"`
+	PodResourcesSocket string `json:"-"`
+
+	// Names are the resource names and the annotation domain, the same in every program.
+	Names cli.NameFlags `json:"names"`
+	// KubeAPIQPS is the plugin's API request budget per second (the kubelet's default): each
+	// Allocate writes a record before it returns, so a budget below the node's admission rate
+	// slows every GPU pod.
+	KubeAPIQPS float64 `json:"kubeAPIQPS"`
+	// KubeAPIBurst is the burst of that budget.
+	KubeAPIBurst int `json:"kubeAPIBurst"`
+	// FailOnInitError exits when NVML is unavailable (no driver, no GPU); false: log why and
+	// wait, advertising nothing.
+	FailOnInitError bool `json:"failOnInitError"`
+	// MemoryUnit is the unit of names.resourceName: GiB or MiB.
+	MemoryUnit string `json:"memoryUnit"`
+	// DeviceListStrategy is how the container is told its card: volume-mounts or envvar.
+	DeviceListStrategy string `json:"deviceListStrategy"`
+	// DeviceIDStrategy is how the card is named in the container: uuid or index.
+	DeviceIDStrategy string `json:"deviceIDStrategy"`
+	// HealthChecks watches NVML's critical XID events and marks failing cards unhealthy.
+	HealthChecks bool `json:"healthChecks"`
+	// HealthRecheckInterval: a card unhealthy after an XID comes back once it has had no
+	// critical XID for this long and answers NVML (0: never).
+	HealthRecheckInterval time.Duration `json:"healthRecheckInterval"`
+	// IgnoreXIDs are comma-separated XIDs ignored besides the application XIDs
+	// 13,31,43,45,68,109.
+	IgnoreXIDs string `json:"ignoreXIDs"`
+	// IsolationFile is a file of isolated cards {"index":[...],"uuid":[...]}, watched for
+	// changes (empty: none).
+	IsolationFile string `json:"isolationFile"`
+	// RecordKeyDir holds the public halves ('current', optional 'previous') of the keys the
+	// extender signs records with, as it publishes them in a ConfigMap: only signed records
+	// give a container a card, and the plugin waits for the keys before it offers GPU memory
+	// (empty: records are not checked).
+	RecordKeyDir string `json:"recordKeyDir"`
+	// RecordKeyInterval is how often recordKeyDir is read again, so that a rotated key takes
+	// effect without a restart.
+	RecordKeyInterval time.Duration `json:"recordKeyInterval"`
+	// NodeKeyFile keeps this node's record key (which signs its corrections of records)
+	// across restarts, made when missing. Empty: a new key at each start.
+	NodeKeyFile string `json:"nodeKeyFile"`
+	// WholeCards also offers the cards whole, as names.wholeResourceName (one device per
+	// card, exclusive with names.resourceName).
+	WholeCards bool `json:"wholeCards"`
+	// AllocateWait is how long Allocate waits for a pod the kubelet knows to reach the
+	// plugin's pod cache.
+	AllocateWait time.Duration `json:"allocateWait"`
+	// ReconcileInterval is how often records are reconciled with the kubelet's PodResources.
+	ReconcileInterval time.Duration `json:"reconcileInterval"`
+	// AdminAuth guards /metrics.
+	AdminAuth adminauth.Options `json:"adminAuth"`
+	Memory    MemoryOptions     `json:"memory"` // memory.go
+	DRA       DRAOptions        `json:"dra"`    // dra.go
+}
+
+// DefaultOptions are the defaults of the flags and of the configuration file.
+func DefaultOptions() Options {
+	return Options{
+		NVML: "real", DevicePluginDir: pluginapi.DevicePluginPath, PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
+		Names: cli.DefaultNameFlags(), KubeAPIQPS: 50, KubeAPIBurst: 100, FailOnInitError: true,
+		MemoryUnit: string(api.UnitGiB), DeviceListStrategy: string(plugin.StrategyVolumeMounts), DeviceIDStrategy: string(plugin.DeviceIDUUID),
+		HealthChecks: true, HealthRecheckInterval: 5 * time.Minute, RecordKeyInterval: recordkey.DefaultInterval,
+		WholeCards: true, AllocateWait: 10 * time.Second, ReconcileInterval: 10 * time.Second, AdminAuth: adminauth.DefaultOptions(),
+		Memory: MemoryOptions{SampleInterval: 5 * time.Second, Enforcement: string(usage.DefaultMode), Tolerance: "5%", Grace: 30 * time.Second,
+			EvictGrace: 30 * time.Second, ProcRoot: "/proc", MPSPipeDir: "/run/nvidia/mps", MPSShmDir: "/run/nvidia/mps/shm"},
+		DRA: DRAOptions{CDIDir: dra.DefaultCDIDir, RegistryDir: dra.KubeletRegistryDir},
+	}
+}
+
+// deprecatedFlags set configuration fields (cli.Aliases).
+var deprecatedFlags = []cli.Alias{
+	{Flag: cli.FlagDomain, Field: "names.domain"}, {Flag: cli.FlagResourceName, Field: "names.resourceName"},
+	{Flag: cli.FlagWholeResourceName, Field: "names.wholeResourceName"},
+	{Flag: "kube-api-qps", Field: "kubeAPIQPS"}, {Flag: "kube-api-burst", Field: "kubeAPIBurst"},
+	{Flag: "fail-on-init-error", Field: "failOnInitError"}, {Flag: "memory-unit", Field: "memoryUnit"},
+	{Flag: "device-list-strategy", Field: "deviceListStrategy"}, {Flag: "device-id-strategy", Field: "deviceIDStrategy"},
+	{Flag: "health-checks", Field: "healthChecks"}, {Flag: "health-recheck-interval", Field: "healthRecheckInterval"},
+	{Flag: "ignore-xids", Field: "ignoreXIDs"}, {Flag: "isolation-file", Field: "isolationFile"},
+	{Flag: "record-key-dir", Field: "recordKeyDir"}, {Flag: "record-key-interval", Field: "recordKeyInterval"},
+	{Flag: "node-key-file", Field: "nodeKeyFile"}, {Flag: "whole-cards", Field: "wholeCards"},
+	{Flag: "allocate-wait", Field: "allocateWait"}, {Flag: "reconcile-interval", Field: "reconcileInterval"},
+	{Flag: "admin-auth", Field: "adminAuth.mode"}, {Flag: "admin-token-file", Field: "adminAuth.tokenFile"},
+	{Flag: "memory-sample-interval", Field: "memory.sampleInterval"}, {Flag: "memory-enforcement", Field: "memory.enforcement"},
+	{Flag: "memory-tolerance", Field: "memory.tolerance"}, {Flag: "memory-grace", Field: "memory.grace"},
+	{Flag: "memory-evict-grace", Field: "memory.evictGrace"}, {Flag: "proc-root", Field: "memory.procRoot"},
+	{Flag: "mps", Field: "memory.mps"}, {Flag: "mps-pipe-dir", Field: "memory.mpsPipeDir"}, {Flag: "mps-shm-dir", Field: "memory.mpsShmDir"},
+	{Flag: "dra-cdi-dir", Field: "dra.cdiDir"}, {Flag: "dra-nvidia-cdi-kind", Field: "dra.nvidiaCDIKind"},
 }
 
 // EnvName is the environment variable that sets a flag: GPUSHARE_ and the
-// flag's name in upper case with '_' for '-' (--memory-unit:
-// GPUSHARE_MEMORY_UNIT). --node-name is also set by NODE_NAME and
-// --kubeconfig by KUBECONFIG.
+// flag's name in upper case with '_' for '-' (--nvml: GPUSHARE_NVML).
+// --node-name is also set by NODE_NAME and --kubeconfig by KUBECONFIG.
 func EnvName(flagName string) string {
 	switch flagName {
 	case "node-name":
@@ -95,35 +161,24 @@ func EnvName(flagName string) string {
 	return "GPUSHARE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// AddFlags registers the options on fs with their defaults, and klog's flags
-// (-v, …), each bound to its environment variable (EnvName).
+// AddFlags registers the per-run flags on fs with o's values as defaults, the deprecated flags
+// of configuration fields and klog's flags (-v, …), each bound to its environment variable
+// (EnvName).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.NodeName, "node-name", "", "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
-	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server (the kubelet's default); each Allocate writes its pod's record before it returns")
-	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "request burst to the API server (the kubelet's default)")
-	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
-	fs.BoolVar(&o.FailOnInitError, "fail-on-init-error", true, "exit when NVML is unavailable (no driver, no GPU); false: log why and wait, advertising nothing")
-	fs.StringVar(&o.MemoryUnit, "memory-unit", string(api.UnitGiB), "unit of --resource-name: GiB or MiB")
-	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(plugin.StrategyVolumeMounts), "how the container is told its card: volume-mounts or envvar")
-	fs.StringVar(&o.DeviceIDStrategy, "device-id-strategy", string(plugin.DeviceIDUUID), "how the card is named in the container: uuid or index")
-	fs.BoolVar(&o.HealthChecks, "health-checks", true, "watch NVML critical XID events and mark failing cards unhealthy")
-	fs.DurationVar(&o.HealthRecheckInterval, "health-recheck-interval", 5*time.Minute, "a card unhealthy after an XID comes back once it has had no critical XID for this long and answers NVML (0: never)")
-	fs.StringVar(&o.IgnoreXIDs, "ignore-xids", "", "comma-separated XIDs to ignore in addition to the application XIDs 13,31,43,45,68,109")
-	fs.StringVar(&o.RecordKeyDir, "record-key-dir", "", "directory with the public halves ('current', optional 'previous') of the keys the extender signs assignment records with, as the extender publishes them in a ConfigMap; set, only signed records give a container a card, and the plugin waits for the keys before it offers GPU memory (empty: records are not checked)")
-	fs.StringVar(&o.NodeKeyFile, "node-key-file", "", "file keeping this node's record key (the key its corrections of records are signed with) across plugin restarts, made when missing; the chart keeps it on the host (/var/lib/gpushare). Empty: a new key at each start, and the records the previous plugin signed are rewritten from the kubelet's account")
-	fs.DurationVar(&o.RecordKeyInterval, "record-key-interval", recordkey.DefaultInterval, "how often --record-key-dir is read again, so that a rotated key takes effect without a restart")
-	fs.StringVar(&o.IsolationFile, "isolation-file", "", `file of isolated cards {"index":[...],"uuid":[...]}, watched for changes (empty: none)`)
-	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device-plugin directory")
-	fs.StringVar(&o.Instance, "instance", "", "a name unique to this plugin process on its node (the chart passes the pod's name): its sockets are then gpushare-<hash>.sock and gpushare-whole-<hash>.sock, so that during a rolling update the new plugin registers beside the old one and the kubelet (1.37+) hands over without marking the devices unhealthy; empty: gpushare.sock and gpushare-whole.sock")
-	fs.StringVar(&o.NodeLockFile, "node-lock-file", "", "a file on the node (the chart: /var/lib/gpushare/node-agent.lock) that every plugin of the node locks; only the holder publishes the inventory and samples and enforces memory, while every plugin serves the kubelet, so a standby plugin (--instance of its own) keeps the node's GPU devices healthy in the kubelet while the other restarts and takes the duties over when it exits; empty: this plugin does them at once")
-	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", "the kubelet's PodResources API socket, to reconcile records with what the kubelet allocated (empty: not used)")
-	fs.BoolVar(&o.WholeCards, "whole-cards", true, "also offer the cards whole, as --whole-resource-name (one device per card, exclusive with --resource-name; its own registration with the kubelet)")
-	fs.DurationVar(&o.AllocateWait, "allocate-wait", 10*time.Second, "how long Allocate and GetPreferredAllocation wait for a pod the kubelet knows to reach the plugin's pod cache")
-	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 10*time.Second, "how often assignment records are reconciled with the kubelet's PodResources")
-	o.Memory.addFlags(fs)
-	o.DRA.addFlags(fs)
-	o.Names.AddFlags(fs)
+	fs.StringVar(&o.ConfigFile, cli.FlagConfig, o.ConfigFile, "configuration file, kind "+Kind+" (docs/reference/device-plugin-config.md); empty: the defaults")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&o.NVML, "nvml", o.NVML, "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100")
+	fs.StringVar(&o.Memory.SimProcesses, "nvml-sim-processes", o.Memory.SimProcesses, "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]}")
+	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", o.DevicePluginDir, "the kubelet's device-plugin directory")
+	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", o.PodResourcesSocket, "the kubelet's PodResources API socket (empty: not used)")
+	fs.StringVar(&o.Instance, "instance", o.Instance, "a name unique to this plugin process on its node (the chart passes the pod's name): its sockets are then named after it, so that a new plugin registers beside the old one; empty: gpushare.sock and gpushare-whole.sock")
+	fs.StringVar(&o.NodeLockFile, "node-lock-file", o.NodeLockFile, "a file every plugin of the node locks: only the holder publishes the inventory and samples and enforces memory, while every plugin serves the kubelet (a standby); empty: this plugin does them at once")
+	fs.StringVar(&o.Memory.MetricsAddress, "metrics-address", o.Memory.MetricsAddress, "address of /metrics and /readyz, e.g. :9402; empty: none")
+	fs.BoolVar(&o.DRA.Enabled, "dra", o.DRA.Enabled, "serve the cards through Dynamic Resource Allocation instead of as device-plugin resources (docs/dra.md)")
+	fs.StringVar(&o.DRA.RegistryDir, "dra-registry-dir", o.DRA.RegistryDir, "with --dra, the kubelet's plugin registration directory")
+	fs.StringVar(&o.DRA.PluginDir, "dra-plugin-dir", o.DRA.PluginDir, "with --dra, the directory of the driver's socket (empty: /var/lib/kubelet/plugins/<driver>)")
+	cli.Aliases(fs, o, deprecatedFlags)
 	cli.AddKlogFlags(fs)
 	cli.BindEnv(fs, EnvName)
 }
@@ -134,7 +189,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // --kubeconfig (empty: in-cluster) until the command's context ends. restart
 // receives SIGHUP (main owns the signal handler).
 func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal) *cobra.Command {
-	return newCommand(&Options{Names: cli.DefaultNameFlags()}, lookupEnv, func(ctx context.Context, o Options) error {
+	o := DefaultOptions()
+	return newCommand(&o, lookupEnv, func(ctx context.Context, o Options) error {
 		cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 		if err != nil {
 			return fmt.Errorf("kubernetes client configuration: %w", err)
@@ -150,15 +206,17 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 
 // newCommand is NewCommand with the options and what runs them injected.
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
-	long := `gpushare-device-plugin advertises GPU memory as units of --resource-name (default
-` + string(api.DefaultResourceName) + `) and whole cards as --whole-resource-name (default ` + string(api.DefaultWholeResourceName) + `), gives
+	long := `gpushare-device-plugin advertises GPU memory as units of one extended resource (default
+` + string(api.DefaultResourceName) + `) and whole cards as another (default ` + string(api.DefaultWholeResourceName) + `), gives
 each container the card the gpushare scheduler extender assigned, and publishes the node's GPU
-inventory under --domain (default ` + api.DefaultDomain + `; docs/deviceplugin.md). Every gpushare program of a
-cluster must be given the same three names. It does not register on a node where another GPU
-device plugin already advertises NVIDIA GPUs (docs/install.md).`
+inventory (docs/deviceplugin.md). It does not register on a node where another GPU device plugin
+already advertises NVIDIA GPUs (docs/install.md).`
 	cmd := cli.Command("gpushare-device-plugin", "gpushare's kubelet device plugin: GPU memory as extended-resource units", long, lookupEnv, func(cmd *cobra.Command) error {
 		// Checked before the client is built, so that a missing
 		// NODE_NAME is reported as such outside a cluster too.
+		if err := cli.LoadConfig(cmd.Flags(), o.ConfigFile, Kind, o); err != nil {
+			return err
+		}
 		if err := o.Validate(); err != nil {
 			return err
 		}
@@ -176,7 +234,7 @@ func (o Options) ignoredXIDs() ([]uint64, error) {
 		}
 		x, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("--ignore-xids: %q is not an XID number", s)
+			return nil, fmt.Errorf("ignoreXIDs: %q is not an XID number", s)
 		}
 		out = append(out, x)
 	}
@@ -198,19 +256,19 @@ func (o Options) validate() error {
 		return ErrNoNodeName
 	}
 	if o.KubeAPIQPS <= 0 || o.KubeAPIBurst <= 0 {
-		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d must be positive", o.KubeAPIQPS, o.KubeAPIBurst)
+		return fmt.Errorf("kubeAPIQPS %v and kubeAPIBurst %d must be positive", o.KubeAPIQPS, o.KubeAPIBurst)
 	}
 	if _, err := api.ParseMemoryUnit(o.MemoryUnit); err != nil {
-		return fmt.Errorf("--memory-unit: %w", err)
+		return fmt.Errorf("memoryUnit: %w", err)
 	}
 	if _, err := o.Names.Names(); err != nil {
 		return err
 	}
 	if _, err := plugin.ParseStrategy(o.DeviceListStrategy); err != nil {
-		return fmt.Errorf("--device-list-strategy: %w", err)
+		return fmt.Errorf("deviceListStrategy: %w", err)
 	}
 	if _, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy); err != nil {
-		return fmt.Errorf("--device-id-strategy: %w", err)
+		return fmt.Errorf("deviceIDStrategy: %w", err)
 	}
 	if _, err := nvml.ParseSource(o.NVML); err != nil {
 		return err
@@ -220,10 +278,10 @@ func (o Options) validate() error {
 	}
 	if o.RecordKeyDir != "" {
 		if _, err := os.Stat(o.RecordKeyDir); err != nil {
-			return fmt.Errorf("--record-key-dir: %w", err)
+			return fmt.Errorf("recordKeyDir: %w", err)
 		}
 	}
-	return o.Memory.validate()
+	return o.validateMemory()
 }
 
 // Run runs the plugin until ctx is done. client reaches the API server;
@@ -233,36 +291,19 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	unit, err := api.ParseMemoryUnit(o.MemoryUnit)
-	if err != nil {
-		return fmt.Errorf("--memory-unit: %w", err)
-	}
-	strategy, err := plugin.ParseStrategy(o.DeviceListStrategy)
-	if err != nil {
-		return fmt.Errorf("--device-list-strategy: %w", err)
-	}
-	idStrategy, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
-	if err != nil {
-		return fmt.Errorf("--device-id-strategy: %w", err)
-	}
-	src, err := nvml.ParseSource(o.NVML)
-	if err != nil {
-		return err
-	}
-	names, err := o.Names.Names()
-	if err != nil {
-		return err
-	}
-	ignored, err := o.ignoredXIDs()
-	if err != nil {
-		return err
-	}
+	// Validate parsed every one of these: no error is left.
+	unit, _ := api.ParseMemoryUnit(o.MemoryUnit)
+	strategy, _ := plugin.ParseStrategy(o.DeviceListStrategy)
+	idStrategy, _ := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
+	src, _ := nvml.ParseSource(o.NVML)
+	names, _ := o.Names.Names()
+	ignored, _ := o.ignoredXIDs()
 	gpus, sim, err := nvml.OpenSource(src, o.NodeName, nvml.Options{IgnoredXIDs: ignored})
 	if err != nil {
 		if o.FailOnInitError {
-			return fmt.Errorf("%w (--fail-on-init-error=false waits instead of exiting)", err)
+			return fmt.Errorf("%w (failOnInitError: false waits instead of exiting)", err)
 		}
-		log.Error(err, "No GPU: waiting, advertising nothing (--fail-on-init-error=false)")
+		log.Error(err, "No GPU: waiting, advertising nothing (failOnInitError: false)")
 		<-ctx.Done()
 		return nil
 	}
@@ -310,7 +351,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	logNameMismatches(ctx, client, cl, names, log)
 	if o.IsolationFile != "" {
 		if _, err := isolation.Read(o.IsolationFile); err != nil {
-			return fmt.Errorf("--isolation-file %s: %w", o.IsolationFile, err)
+			return fmt.Errorf("isolationFile %s: %w", o.IsolationFile, err)
 		}
 		go func() {
 			err := isolation.WatchFile(ctx, o.IsolationFile, func(iso api.Isolation, err error) {
@@ -337,8 +378,9 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		return err
 	}
 	grant := plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}
+	n := agent{o: o, names: names, gpus: gpus, sim: sim, store: store, cl: cl, keys: keys, client: client, reg: reg}
 	if o.DRA.Enabled {
-		return runDRA(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, grant, keys, client, reg)
+		return runDRA(ctx, n, grant)
 	}
 
 	nodeReg := prometheus.WrapRegistererWith(prometheus.Labels{"node": o.NodeName}, reg)
@@ -371,7 +413,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	memory, err := startMemory(ctx, o, names, nodeGPUs{gpus, sim}, store, cl, podres, nil, keys, client, reg, pluginReadiness(p.Serving))
+	memory, err := startMemory(ctx, n, podres, nil, pluginReadiness(p.Serving))
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,8 @@ const node = "gpu-node"
 // defaults are the options as the flags set them with nothing given.
 func defaults(t *testing.T, args ...string) (*Options, *pflag.FlagSet) {
 	t.Helper()
-	o := &Options{}
+	d := DefaultOptions()
+	o := &d
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +69,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 		{"a unit too small for the kubelet's message limit", func(o *Options) { o.NVML = "mock:dgxa100"; o.MemoryUnit = "MiB" }, "over the kubelet's limit of 4194304 bytes"},
 		{"unknown strategy", func(o *Options) { o.DeviceListStrategy = "cdi" }, `unknown device list strategy "cdi"`},
 		{"bad spec", func(o *Options) { o.NVML = "spec:4x" }, "must end in GiB or MiB"},
-		{"no API budget", func(o *Options) { o.NVML = "spec:1x8GiB"; o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 100 must be positive"},
+		{"no API budget", func(o *Options) { o.NVML = "spec:1x8GiB"; o.KubeAPIQPS = 0 }, "kubeAPIQPS 0 and kubeAPIBurst 100 must be positive"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +21,8 @@ import (
 func execute(t *testing.T, args []string, env map[string]string) (Options, error) {
 	t.Helper()
 	var got Options
-	cmd := newCommand(&Options{}, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, func(_ context.Context, o Options) error {
+	d := DefaultOptions()
+	cmd := newCommand(&d, func(k string) (string, bool) { v, ok := env[k]; return v, ok }, func(_ context.Context, o Options) error {
 		got = o
 		return nil
 	})
@@ -78,7 +81,11 @@ func TestCommandRefusesBadInputAsUsageErrors(t *testing.T) {
 		{"bad bool variable", nil, map[string]string{"NODE_NAME": "n", "GPUSHARE_HEALTH_CHECKS": "maybe"}, `environment variable GPUSHARE_HEALTH_CHECKS="maybe" (flag --health-checks)`},
 		{"bad duration variable", nil, map[string]string{"NODE_NAME": "n", "GPUSHARE_RECONCILE_INTERVAL": "often"}, `environment variable GPUSHARE_RECONCILE_INTERVAL="often" (flag --reconcile-interval)`},
 		{"no node name, before any client is built", nil, nil, "set NODE_NAME from the downward API"},
-		{"bad value from the environment", nil, map[string]string{"NODE_NAME": "n", "GPUSHARE_DEVICE_LIST_STRATEGY": "cdi"}, `--device-list-strategy: unknown device list strategy "cdi"`},
+		{"bad value from the environment", nil, map[string]string{"NODE_NAME": "n", "GPUSHARE_DEVICE_LIST_STRATEGY": "cdi"}, `deviceListStrategy: unknown device list strategy "cdi"`},
+		{"unknown field in the configuration file", []string{"--config=" + configFile(t, "memory:\n  enforcment: kill\n")}, map[string]string{"NODE_NAME": "n"}, `unknown field "enforcment"`},
+		{"another program's kind", []string{"--config=" + writeFile(t, "apiVersion: gpushare.example.com/v1alpha1\nkind: SchedulerConfiguration\n")}, map[string]string{"NODE_NAME": "n"}, "want apiVersion: gpushare.example.com/v1alpha1 and kind: DevicePluginConfiguration"},
+		{"a duration without its unit", []string{"--config=" + configFile(t, "memory:\n  grace: 30\n")}, map[string]string{"NODE_NAME": "n"}, "memory.grace: 30 is not a duration"},
+		{"a bad value in the file names its field", []string{"--config=" + configFile(t, "memory:\n  enforcement: delete\n")}, map[string]string{"NODE_NAME": "n"}, "memory.enforcement: "},
 		{"unknown flag", []string{"--nvml-source=real"}, map[string]string{"NODE_NAME": "n"}, "unknown flag: --nvml-source (see --help)"},
 		{"an argument", []string{"real"}, map[string]string{"NODE_NAME": "n"}, `unexpected argument "real"`},
 	}
@@ -98,8 +105,87 @@ func TestCommandRefusesBadInputAsUsageErrors(t *testing.T) {
 	}
 }
 
+// configFile writes a DevicePluginConfiguration with body's fields.
+func configFile(t *testing.T, body string) string {
+	return writeFile(t, "apiVersion: gpushare.example.com/v1alpha1\nkind: DevicePluginConfiguration\n"+body)
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigFileSetsFieldsADeprecatedFlagOrVariableWins(t *testing.T) {
+	cfg := configFile(t, "memoryUnit: MiB\nnames:\n  domain: gpu.corp.example\nmemory:\n  grace: 1m\n  enforcement: report\n")
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(Options) bool
+	}{
+		{"the file's fields over the defaults, the rest defaulted", []string{"--config=" + cfg}, nil, func(o Options) bool {
+			return o.MemoryUnit == "MiB" && o.Names.Domain == "gpu.corp.example" && o.Names.ResourceName == "example.com/gpu-mem" &&
+				o.Memory.Grace == time.Minute && o.Memory.Enforcement == "report" && o.Memory.Tolerance == "5%"
+		}},
+		{"a deprecated flag over the file", []string{"--config=" + cfg, "--memory-grace=2m", "--domain=other.example"}, nil, func(o Options) bool {
+			return o.Memory.Grace == 2*time.Minute && o.Names.Domain == "other.example" && o.MemoryUnit == "MiB"
+		}},
+		{"a deprecated variable over the file", []string{"--config=" + cfg}, map[string]string{"GPUSHARE_MEMORY_UNIT": "GiB"}, func(o Options) bool {
+			return o.MemoryUnit == "GiB" && o.Memory.Enforcement == "report"
+		}},
+		{"deprecated flags without a file, as before", []string{"--memory-unit=MiB", "--health-checks=false", "--mps"}, nil, func(o Options) bool {
+			return o.MemoryUnit == "MiB" && !o.HealthChecks && o.Memory.MPS
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"NODE_NAME": "n"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			o, err := execute(t, tc.args, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tc.want(o) {
+				t.Errorf("options = %+v", o)
+			}
+		})
+	}
+}
+
+func TestCommandHasFewFlagsEachDeprecatedOneNamesItsField(t *testing.T) {
+	d := DefaultOptions()
+	cmd := newCommand(&d, nil, nil)
+	own := 0
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			if field := cli.AliasField(f); field == "" || !strings.Contains(f.Deprecated, field) {
+				t.Errorf("hidden flag --%s names no configuration field: %q", f.Name, f.Deprecated)
+			}
+		} else if !klogFlag(f.Name) {
+			own++
+		}
+	})
+	if own > 15 {
+		t.Errorf("%d own flags, want at most 15 (the rest belong in the configuration file)", own)
+	}
+}
+
+// klogFlag says whether name is one of klog's flags (cli.AddKlogFlags).
+func klogFlag(name string) bool {
+	fs := pflag.NewFlagSet("klog", pflag.ContinueOnError)
+	cli.AddKlogFlags(fs)
+	return fs.Lookup(name) != nil
+}
+
 func TestCommandHelpNamesEveryVariable(t *testing.T) {
-	cmd := newCommand(&Options{}, nil, nil)
+	d := DefaultOptions()
+	cmd := newCommand(&d, nil, nil)
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"--help"})
@@ -107,7 +193,7 @@ func TestCommandHelpNamesEveryVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name == "help" {
+		if f.Name == "help" || f.Hidden {
 			return
 		}
 		if env := EnvName(f.Name); !strings.Contains(out.String(), "(env "+env+")") {

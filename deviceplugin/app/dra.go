@@ -3,36 +3,26 @@ package app
 import (
 	"context"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/dra"
-	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
 )
 
 // DRAOptions run the node agent as a DRA driver (deviceplugin/dra) instead
 // of a device plugin: the node's cards go to pods through ResourceClaims.
 type DRAOptions struct {
-	Enabled       bool
-	CDIDir        string
-	NvidiaCDIKind string
-	RegistryDir   string
-	PluginDir     string
-}
-
-func (o *DRAOptions) addFlags(fs *pflag.FlagSet) {
-	fs.BoolVar(&o.Enabled, "dra", false, "serve the cards through Dynamic Resource Allocation (a ResourceSlice with one shareable device per card, its memory as consumable capacity) instead of as device-plugin resources; the node's GPU pods then ask with ResourceClaims (docs/dra.md)")
-	fs.StringVar(&o.CDIDir, "dra-cdi-dir", dra.DefaultCDIDir, "with --dra, where the claims' CDI specs are written for the container runtime")
-	fs.StringVar(&o.NvidiaCDIKind, "dra-nvidia-cdi-kind", "", "with --dra, also name each card's device in NVIDIA's CDI spec (nvidia-ctk cdi generate), e.g. nvidia.com/gpu, for a runtime in CDI mode; empty: the NVIDIA runtime finds the card from the environment, as with the device plugin")
-	fs.StringVar(&o.RegistryDir, "dra-registry-dir", dra.KubeletRegistryDir, "with --dra, the kubelet's plugin registration directory")
-	fs.StringVar(&o.PluginDir, "dra-plugin-dir", "", "with --dra, the directory of the driver's socket (empty: /var/lib/kubelet/plugins/<driver>)")
+	Enabled     bool   `json:"-"`
+	RegistryDir string `json:"-"`
+	PluginDir   string `json:"-"`
+	// CDIDir is where the claims' CDI specs are written for the container runtime (with --dra).
+	CDIDir string `json:"cdiDir"`
+	// NvidiaCDIKind also names each card's device in NVIDIA's CDI spec (nvidia-ctk cdi
+	// generate), e.g. nvidia.com/gpu, for a runtime in CDI mode; empty: the NVIDIA runtime finds
+	// the card from the environment, as with the device plugin.
+	NvidiaCDIKind string `json:"nvidiaCDIKind"`
 }
 
 // runDRA serves the node's cards as a DRA driver until ctx ends.
@@ -42,8 +32,9 @@ func (o *DRAOptions) addFlags(fs *pflag.FlagSet) {
 // as with the device plugin, each container measured against what its
 // claims consumed (dra.ClaimGrants) and, for those device-plugin pods,
 // their records (keys).
-func runDRA(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, grant plugin.Config, keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry) error {
+func runDRA(ctx context.Context, n agent, grant plugin.Config) error {
 	log := klog.FromContext(ctx)
+	o, names, store, cl, client := n.o, n.names, n.store, n.cl, n.client
 	held := func() map[int]int64 {
 		pods, err := cl.Pods()
 		if err != nil {
@@ -57,7 +48,7 @@ func runDRA(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *
 		Get: func(ctx context.Context, namespace, name string) (*resourceapi.ResourceClaim, error) {
 			return client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 		}}
-	memory, err := startMemory(ctx, o, names, g, store, cl, nil, claims.Grants, keys, client, reg, d.Serving)
+	memory, err := startMemory(ctx, n, nil, claims.Grants, d.Serving)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	flag "github.com/spf13/pflag"
 	"net"
 	"net/http"
 	"strings"
@@ -30,63 +29,64 @@ import (
 // MemoryOptions are the memory sampling, enforcement, metrics and MPS
 // settings (docs/deviceplugin.md, "Memory").
 type MemoryOptions struct {
-	SampleInterval time.Duration
-	Enforcement    string
-	Tolerance      string
-	Grace          time.Duration
-	EvictGrace     time.Duration
-	ProcRoot       string
-	MetricsAddress string
-	MPS            bool
-	MPSPipeDir     string
-	MPSShmDir      string
-	SimProcesses   string
-	// Auth guards /metrics (--admin-auth, internal/adminauth).
-	Auth adminauth.Options
+	// SampleInterval is how often GPU memory in use is sampled per process and container
+	// (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement).
+	SampleInterval time.Duration `json:"sampleInterval"`
+	// Enforcement is what happens to a container over its grant (by more than tolerance for
+	// longer than grace): off, report (a Warning Event on the pod only), evict (the Eviction
+	// API with a termination grace of at most evictGrace; when a PodDisruptionBudget refuses,
+	// or the container still holds the memory after that grace, SIGKILL to its processes on
+	// the card) or kill (SIGKILL to its processes on the card).
+	Enforcement string `json:"enforcement"`
+	// Tolerance is how far past its grant a container may go: a percentage of the grant (5%)
+	// or a quantity (512Mi).
+	Tolerance string `json:"tolerance"`
+	// Grace is how long a container must stay over its grant before it is acted on.
+	Grace time.Duration `json:"grace"`
+	// EvictGrace is, with enforcement evict, the longest termination grace an eviction grants
+	// (whole seconds); a container still holding the memory this long plus two sample
+	// intervals after the eviction has its processes on the card killed.
+	EvictGrace time.Duration `json:"evictGrace"`
+	// ProcRoot is the host's /proc, to map GPU processes to pods (the plugin needs hostPID).
+	ProcRoot string `json:"procRoot"`
+	// MPS sets CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mounts the MPS
+	// pipe and shm directories (the node must run nvidia-cuda-mps-control).
+	MPS bool `json:"mps"`
+	// MPSPipeDir is the host directory of the MPS control daemon's pipes, with mps.
+	MPSPipeDir string `json:"mpsPipeDir"`
+	// MPSShmDir is the host directory mounted at /dev/shm for MPS clients, with mps.
+	MPSShmDir      string `json:"mpsShmDir"`
+	MetricsAddress string `json:"-"`
+	SimProcesses   string `json:"-"`
 }
 
-func (m *MemoryOptions) addFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&m.SampleInterval, "memory-sample-interval", 5*time.Second, "how often GPU memory in use is sampled per process and container (metrics, inventory, enforcement); 0: never (no usage metrics, no enforcement)")
-	fs.StringVar(&m.Enforcement, "memory-enforcement", string(usage.DefaultMode), "what happens to a container over its GPU memory grant (by more than --memory-tolerance for longer than --memory-grace): off, report (a Warning Event on the pod only: its neighbours on the card lose the memory it takes), evict (the Eviction API with a termination grace of at most --memory-evict-grace; when a PodDisruptionBudget refuses the eviction, or the container still holds the memory after that grace, SIGKILL to its processes on the card) or kill (SIGKILL to its processes on the card)")
-	fs.StringVar(&m.Tolerance, "memory-tolerance", "5%", "how far past its grant a container may go: a percentage of the grant (5%) or a quantity (512Mi)")
-	fs.DurationVar(&m.Grace, "memory-grace", 30*time.Second, "how long a container must stay over its grant before it is acted on")
-	fs.DurationVar(&m.EvictGrace, "memory-evict-grace", 30*time.Second, "with --memory-enforcement=evict, the longest termination grace an eviction grants (the pod's own terminationGracePeriodSeconds when shorter); a container still holding the memory this long plus two sample intervals after the eviction has its processes on the card killed")
-	fs.StringVar(&m.ProcRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods through /proc/<pid>/cgroup (the plugin needs hostPID)")
-	fs.StringVar(&m.MetricsAddress, "metrics-address", "", "address of the Prometheus /metrics endpoint, e.g. :9402 (the chart sets it); empty: none (several simulated nodes on one host would collide on a fixed default)")
-	fs.BoolVar(&m.MPS, "mps", false, "MPS mode: set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT to each container's grant and mount the MPS pipe and shm directories (the node must run nvidia-cuda-mps-control)")
-	fs.StringVar(&m.MPSPipeDir, "mps-pipe-dir", "/run/nvidia/mps", "host directory of the MPS control daemon's pipes (its CUDA_MPS_PIPE_DIRECTORY), with --mps")
-	fs.StringVar(&m.MPSShmDir, "mps-shm-dir", "/run/nvidia/mps/shm", "host directory mounted at /dev/shm for MPS clients, with --mps")
-	m.Auth = adminauth.DefaultOptions()
-	m.Auth.AddFlags(fs, "/metrics on --metrics-address")
-	fs.StringVar(&m.SimProcesses, "nvml-sim-processes", "", "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]} (the e2e node agent writes it)")
-}
-
-func (m MemoryOptions) validate() error {
+func (o Options) validateMemory() error {
+	m := o.Memory
 	if m.SampleInterval < 0 {
-		return fmt.Errorf("--memory-sample-interval=%v: want 0 (off) or a positive duration, e.g. 5s", m.SampleInterval)
+		return fmt.Errorf("memory.sampleInterval %v: want 0 (off) or a positive duration, e.g. 5s", m.SampleInterval)
 	}
 	mode, err := usage.ParseMode(m.Enforcement)
 	if err != nil {
-		return fmt.Errorf("--memory-enforcement: %w", err)
+		return fmt.Errorf("memory.enforcement: %w", err)
 	}
 	if mode != usage.ModeOff && m.SampleInterval == 0 {
-		return fmt.Errorf("--memory-enforcement=%s needs memory sampling: set --memory-sample-interval (e.g. 5s) or --memory-enforcement=off", mode)
+		return fmt.Errorf("memory.enforcement %s needs memory sampling: set memory.sampleInterval (e.g. 5s) or memory.enforcement: off", mode)
 	}
 	if _, err := usage.ParseTolerance(m.Tolerance); err != nil {
-		return fmt.Errorf("--memory-tolerance: %w", err)
+		return fmt.Errorf("memory.tolerance: %w", err)
 	}
 	if m.Grace < 0 {
-		return fmt.Errorf("--memory-grace=%v: want 0 or a positive duration, e.g. 30s", m.Grace)
+		return fmt.Errorf("memory.grace %v: want 0 or a positive duration, e.g. 30s", m.Grace)
 	}
 	if m.EvictGrace < 0 || m.EvictGrace%time.Second != 0 {
-		return fmt.Errorf("--memory-evict-grace=%v: want whole seconds, 0 or more, e.g. 30s", m.EvictGrace)
+		return fmt.Errorf("memory.evictGrace %v: want whole seconds, 0 or more, e.g. 30s", m.EvictGrace)
 	}
 	if m.MetricsAddress != "" {
 		if _, _, err := net.SplitHostPort(m.MetricsAddress); err != nil {
 			return fmt.Errorf("--metrics-address=%q: want host:port or :port, e.g. :9402 (empty: no endpoint)", m.MetricsAddress)
 		}
 	}
-	if err := m.Auth.Validate(); err != nil {
+	if err := o.AdminAuth.Validate(); err != nil {
 		return err
 	}
 	return m.mps().Validate()
@@ -103,10 +103,19 @@ func (m MemoryOptions) mps() plugin.MPS {
 	return plugin.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
 }
 
-// nodeGPUs are the node's GPUs: NVML, and the simulator behind it when --nvml is simulated.
-type nodeGPUs struct {
-	nvml nvml.Interface
-	sim  *nvml.Simulator
+// agent is what Run built for the node: its options and names, GPUs (with the simulator behind
+// them when --nvml is simulated), card store, view of the cluster, record keys, client and
+// metrics registry.
+type agent struct {
+	o      Options
+	names  api.Names
+	gpus   nvml.Interface
+	sim    *nvml.Simulator
+	store  *inventory.Store
+	cl     *cluster.Cluster
+	keys   api.RecordKeyring
+	client kubernetes.Interface
+	reg    *prometheus.Registry
 }
 
 // startMemory starts the metrics endpoint (stopped with ctx) and returns the memory sampler
@@ -114,11 +123,10 @@ type nodeGPUs struct {
 // one process of the node that holds the node lock (runNodeDuties).
 // claims, when set, are the grants of containers given memory through ResourceClaims (a node
 // served by DRA).
-func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, store *inventory.Store, cl *cluster.Cluster, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), keys api.RecordKeyring, client kubernetes.Interface, reg *prometheus.Registry, ready readiness) (duty, error) {
+func startMemory(ctx context.Context, n agent, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), ready readiness) (duty, error) {
 	log := klog.FromContext(ctx).WithName("memory")
-	m := o.Memory
-	gpus, sim := g.nvml, g.sim
-	if sim != nil && m.SimProcesses != "" {
+	o, m, store, client, reg := n.o, n.o.Memory, n.store, n.client, n.reg
+	if sim := n.sim; sim != nil && m.SimProcesses != "" {
 		sim.ReadProcessesFrom(m.SimProcesses)
 	}
 	var metrics *usage.Metrics
@@ -129,7 +137,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 		}
 	}
 	if m.MetricsAddress != "" {
-		guard, err := adminauth.New(m.Auth, client)
+		guard, err := adminauth.New(o.AdminAuth, client)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +146,7 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 		}
 	}
 	if m.SampleInterval == 0 {
-		log.Info("GPU memory sampling is off (--memory-sample-interval=0): no usage metrics, no enforcement")
+		log.Info("GPU memory sampling is off (memory.sampleInterval 0): no usage metrics, no enforcement")
 		return nil, nil
 	}
 	mode, _ := usage.ParseMode(m.Enforcement)
@@ -146,8 +154,8 @@ func startMemory(ctx context.Context, o Options, names api.Names, g nodeGPUs, st
 	clk := clock.RealClock{}
 	loop := &usage.Loop{
 		Sampler: &usage.Sampler{
-			NVML: gpus, Cards: store.Cards, Unit: store.Unit(), Names: names, Proc: m.ProcRoot,
-			Pods: cl.Pods, PodResources: podres, Claims: claims, Keys: keys, Clock: clk.Now,
+			NVML: n.gpus, Cards: store.Cards, Unit: store.Unit(), Names: n.names, Proc: m.ProcRoot,
+			Pods: n.cl.Pods, PodResources: podres, Claims: claims, Keys: n.keys, Clock: clk.Now,
 		},
 		Enforcer: &usage.Enforcer{
 			Mode: mode, Policy: m.policy(tol), Log: log, Count: metrics.Count,

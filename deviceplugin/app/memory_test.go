@@ -19,7 +19,7 @@ import (
 
 func memoryOptions(t *testing.T, args ...string) Options {
 	t.Helper()
-	var o Options
+	o := DefaultOptions()
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	if err := fs.Parse(append([]string{"--node-name=n"}, args...)); err != nil {
@@ -45,9 +45,9 @@ func TestMemoryFlags(t *testing.T) {
 		{args: []string{"--memory-sample-interval=0"}, wantErr: "needs memory sampling"},
 		{args: []string{"--memory-sample-interval=0", "--memory-enforcement=off"}},
 		{args: []string{"--memory-sample-interval=-1s"}, wantErr: "want 0 (off) or a positive duration"},
-		{args: []string{"--memory-tolerance=lots"}, wantErr: "--memory-tolerance"},
+		{args: []string{"--memory-tolerance=lots"}, wantErr: "memory.tolerance"},
 		{args: []string{"--memory-tolerance=512Mi", "--memory-enforcement=kill"}},
-		{args: []string{"--memory-grace=-5s"}, wantErr: "--memory-grace"},
+		{args: []string{"--memory-grace=-5s"}, wantErr: "memory.grace"},
 		{args: []string{"--metrics-address=9402"}, wantErr: "want host:port or :port"},
 		{args: []string{"--metrics-address=:9402"}},
 		{args: []string{"--mps", "--mps-pipe-dir=mps"}, wantErr: "absolute host path"},

@@ -58,7 +58,7 @@ func waitForNoOtherPlugin(ctx context.Context, client kubernetes.Interface, node
 	}
 }
 
-// nodeEvent records an Event on node, in the default namespace (where the
+// nodeEvent records an Event on agent, in the default namespace (where the
 // kubelet records a Node's events).
 func nodeEvent(ctx context.Context, client kubernetes.Interface, node *corev1.Node, typ, reason, msg string) error {
 	now := metav1.Now()

@@ -28,9 +28,9 @@ func (m MPS) Validate() error {
 	if !m.Enabled {
 		return nil
 	}
-	for flag, d := range map[string]string{"--mps-pipe-dir": m.PipeDir, "--mps-shm-dir": m.ShmDir} {
+	for flag, d := range map[string]string{"memory.mpsPipeDir": m.PipeDir, "memory.mpsShmDir": m.ShmDir} {
 		if d == "" || !filepath.IsAbs(d) {
-			return fmt.Errorf("%s=%q: MPS mode needs an absolute host path (where the MPS control daemon runs with it), e.g. /run/nvidia/mps", flag, d)
+			return fmt.Errorf("%s %q: MPS mode needs an absolute host path (where the MPS control daemon runs with it), e.g. /run/nvidia/mps", flag, d)
 		}
 	}
 	return nil

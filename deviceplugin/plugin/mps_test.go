@@ -59,7 +59,7 @@ func TestMPSValidate(t *testing.T) {
 	if err := (MPS{}).Validate(); err != nil {
 		t.Errorf("off: %v", err)
 	}
-	if err := (MPS{Enabled: true, PipeDir: "/run/nvidia/mps"}).Validate(); err == nil || !strings.Contains(err.Error(), "--mps-shm-dir") {
+	if err := (MPS{Enabled: true, PipeDir: "/run/nvidia/mps"}).Validate(); err == nil || !strings.Contains(err.Error(), "memory.mpsShmDir") {
 		t.Errorf("no shm dir: err = %v", err)
 	}
 	if err := (MPS{Enabled: true, PipeDir: "relative", ShmDir: "/x"}).Validate(); err == nil || !strings.Contains(err.Error(), "absolute") {

@@ -23,7 +23,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/apiserver"
@@ -35,7 +34,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Modes of --admin-auth.
+// Modes of adminAuth.mode.
 const (
 	// Delegated asks the API server who the caller is (TokenReview) and
 	// whether it may make the request (SubjectAccessReview). The default.
@@ -54,22 +53,19 @@ const (
 	requestTimeout = 10 * time.Second
 )
 
-// Options are the --admin-auth setting.
+// Options say who may read a program's guarded endpoints (adminAuth in its configuration file).
 type Options struct {
-	// Mode is Delegated, Token or None.
-	Mode string
-	// TokenFile holds the token Token mode accepts (a mounted Secret key).
-	TokenFile string
+	// Mode is delegated (a bearer token the API server accepts, whose identity may get the path:
+	// a ClusterRole with nonResourceURLs, e.g. [/metrics], verbs [get]; the program needs the
+	// system:auth-delegator ClusterRole), token (the bearer token in tokenFile; no API server
+	// call) or none (anyone who reaches the port).
+	Mode string `json:"mode"`
+	// TokenFile holds the one bearer token token mode accepts (e.g. a mounted Secret key).
+	TokenFile string `json:"tokenFile"`
 }
 
 // DefaultOptions authenticates and authorizes every guarded request.
 func DefaultOptions() Options { return Options{Mode: Delegated} }
-
-// AddFlags defines --admin-auth on fs; what names what it guards.
-func (o *Options) AddFlags(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&o.Mode, "admin-auth", o.Mode, "who may read "+what+": delegated (a bearer token the API server accepts, whose identity may get the path: a ClusterRole with nonResourceURLs, e.g. [/metrics], verbs [get]; needs create on tokenreviews and subjectaccessreviews, the system:auth-delegator ClusterRole), token (the bearer token in --admin-token-file; no API server call) or none (anyone who reaches the port)")
-	fs.StringVar(&o.TokenFile, "admin-token-file", o.TokenFile, "with --admin-auth=token: the file holding the one bearer token "+what+" accepts (e.g. a mounted Secret key)")
-}
 
 // Validate says what to change when Mode is unknown.
 func (o Options) Validate() error {
@@ -78,11 +74,11 @@ func (o Options) Validate() error {
 		return nil
 	case Token:
 		if o.TokenFile == "" {
-			return fmt.Errorf("--admin-auth=%s needs --admin-token-file (the file holding the bearer token to accept)", Token)
+			return fmt.Errorf("adminAuth.mode %s needs adminAuth.tokenFile (the file holding the bearer token to accept)", Token)
 		}
 		return nil
 	}
-	return fmt.Errorf("--admin-auth=%q: want %s, %s or %s", o.Mode, Delegated, Token, None)
+	return fmt.Errorf("adminAuth.mode %q: want %s, %s or %s", o.Mode, Delegated, Token, None)
 }
 
 // Guard wraps handlers with the checks of one Options.
@@ -107,7 +103,7 @@ func New(o Options, client kubernetes.Interface, open ...string) (*Guard, error)
 		return g.withToken(o.TokenFile)
 	}
 	if client == nil {
-		return nil, fmt.Errorf("--admin-auth=%s needs a Kubernetes client", Delegated)
+		return nil, fmt.Errorf("adminAuth.mode %s needs a Kubernetes client", Delegated)
 	}
 	backoff := &wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
 	authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{

@@ -129,7 +129,7 @@ func TestTokenModeAcceptsOnlyTheScrapeTokenAndAsksNobody(t *testing.T) {
 }
 
 func TestTokenModeRefusesAMissingOrShortToken(t *testing.T) {
-	if _, err := New(Options{Mode: Token}, nil); err == nil || !strings.Contains(err.Error(), "needs --admin-token-file") {
+	if _, err := New(Options{Mode: Token}, nil); err == nil || !strings.Contains(err.Error(), "needs adminAuth.tokenFile") {
 		t.Errorf("no file: err = %v", err)
 	}
 	short := filepath.Join(t.TempDir(), "token")

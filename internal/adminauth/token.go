@@ -19,11 +19,11 @@ const minTokenBytes = 32
 func (g *Guard) withToken(file string) (*Guard, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-token-file: %w", err)
+		return nil, fmt.Errorf("adminAuth.tokenFile: %w", err)
 	}
 	want := bytes.TrimSpace(b)
 	if len(want) < minTokenBytes {
-		return nil, fmt.Errorf("--admin-token-file %s: the token has %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", file, len(want), minTokenBytes)
+		return nil, fmt.Errorf("adminAuth.tokenFile %s: the token has %d bytes, want at least %d (e.g. head -c 32 /dev/urandom | base64)", file, len(want), minTokenBytes)
 	}
 	g.authn = func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -10,6 +10,9 @@
 //     environment variable (BindEnv, ApplyEnv): the command line wins over the
 //     variable, the variable over the default, and --help names the variable
 //     next to each flag;
+//   - a daemon's rare settings are fields of its versioned configuration file
+//     (--config, LoadConfig; config.go), the flags they had before kept as
+//     hidden deprecated aliases (Aliases);
 //   - options are validated once, by the Options' Validate; errors are
 //     returned, never os.Exit in library code: a mistake in flags, variables
 //     or option values is a usage error (exit status 2), anything else exit
@@ -97,7 +100,8 @@ func Command(use, short, long string, lookupEnv func(string) (string, bool), run
 		Long: long + `
 
 Every flag can also be set by the environment variable named in its description (the command
-line wins; a variable set to "" gives the flag the empty value).`,
+line wins; a variable set to "" gives the flag the empty value). The other settings are fields of
+the --config file (docs/reference/).`,
 		Args:          NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -105,6 +109,11 @@ line wins; a variable set to "" gives the flag the empty value).`,
 			if err := ApplyEnv(cmd.Flags(), lookupEnv); err != nil {
 				return err
 			}
+			cmd.Flags().VisitAll(func(f *pflag.Flag) {
+				if a, ok := f.Value.(*alias); ok && len(a.raws) > 0 && !f.Changed {
+					fmt.Fprintf(cmd.ErrOrStderr(), "Environment variable %s has been deprecated, %s\n", EnvOf(f), f.Deprecated)
+				}
+			})
 			return run(cmd)
 		},
 	}

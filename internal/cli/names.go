@@ -18,11 +18,16 @@ const (
 	FlagWholeResourceName = "whole-resource-name"
 )
 
-// NameFlags are the values of the name flags.
+// NameFlags are the values of the name flags, and the names section of a configuration file.
 type NameFlags struct {
-	Domain            string
-	ResourceName      string
-	WholeResourceName string
+	// Domain of every gpushare annotation and label key (<domain>/inventory,
+	// <domain>/assignment, ...); the same in every gpushare program of the cluster.
+	Domain string `json:"domain"`
+	// ResourceName is the extended resource of GPU memory on one card, as pods ask for it
+	// (aliyun.com/gpu-mem: Alibaba's gpushare pods run unchanged, docs/migration.md).
+	ResourceName string `json:"resourceName"`
+	// WholeResourceName is the extended resource of whole GPU cards.
+	WholeResourceName string `json:"wholeResourceName"`
 }
 
 // DefaultNameFlags are the defaults (api.DefaultNames).
@@ -53,7 +58,7 @@ func (f NameFlags) Names() (api.Names, error) {
 	}
 	n, err := api.NewNames(f.Domain, corev1.ResourceName(f.ResourceName), corev1.ResourceName(f.WholeResourceName))
 	if err != nil {
-		return api.Names{}, Usage(fmt.Errorf("--%s, --%s, --%s: %w", FlagDomain, FlagResourceName, FlagWholeResourceName, err))
+		return api.Names{}, Usage(fmt.Errorf("--%s, --%s, --%s (names in a --%s file): %w", FlagDomain, FlagResourceName, FlagWholeResourceName, FlagConfig, err))
 	}
 	return n, nil
 }

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -37,22 +36,17 @@ var probePaths = []string{"/healthz", "/readyz"}
 // verbPaths are kube-scheduler's, guarded by the TLS client certificate.
 var verbPaths = []string{"/filter", "/prioritize", "/bind"}
 
-func (o *Options) addAccessFlags(fs *pflag.FlagSet) {
-	o.AdminAuth.AddFlags(fs, "/metrics and /inspect on --admin-listen (and on --listen unless it is a loopback address)")
-	fs.StringSliceVar(&o.ClientCertNames, "client-cert-names", o.ClientCertNames, "with --client-ca-file, the names (certificate CN, DNS or URI SAN) a client certificate must carry to call the verbs, comma-separated (e.g. gpushare-kube-scheduler); empty: any certificate the CA signed")
-}
-
 func (o *Options) validateAccess() []error {
 	var errs []error
 	if err := o.AdminAuth.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(o.ClientCertNames) > 0 && o.ClientCAFile == "" {
-		errs = append(errs, errors.New("--client-cert-names needs --client-ca-file: names are checked on client certificates, which only a CA makes the verbs ask for"))
+		errs = append(errs, errors.New("clientCertNames needs --client-ca-file: names are checked on client certificates, which only a CA makes the verbs ask for"))
 	}
 	for _, n := range o.ClientCertNames {
 		if strings.TrimSpace(n) == "" {
-			errs = append(errs, fmt.Errorf("--client-cert-names %q has an empty entry: list names separated by one comma", strings.Join(o.ClientCertNames, ",")))
+			errs = append(errs, fmt.Errorf("clientCertNames %q has an empty entry: list names separated by one comma", strings.Join(o.ClientCertNames, ",")))
 			break
 		}
 	}

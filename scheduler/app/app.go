@@ -40,11 +40,12 @@ func NewCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
 // newCommand is NewCommand with the options and what runs them injected.
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
 	long := `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
-request GPU memory (--resource-name, default ` + string(api.DefaultResourceName) + `) or whole cards
-(--whole-resource-name, default ` + string(api.DefaultWholeResourceName) + `), placing each container on one
-GPU card (docs/design.md). Its records and the inventories it reads are annotations under --domain
-(default ` + api.DefaultDomain + `); every gpushare program of a cluster must be given the same three names.`
+request GPU memory (default ` + string(api.DefaultResourceName) + `) or whole cards (default
+` + string(api.DefaultWholeResourceName) + `), placing each container on one GPU card (docs/design.md).`
 	cmd := cli.Command("gpushare-scheduler", "The gpushare scheduler extender: filter, prioritize and bind for pods requesting GPU memory", long, lookupEnv, func(cmd *cobra.Command) error {
+		if err := cli.LoadConfig(cmd.Flags(), o.ConfigFile, Kind, o); err != nil {
+			return err
+		}
 		ctx := klog.NewContext(cmd.Context(), klog.Background().WithName("gpushare-scheduler"))
 		return run(ctx, *o)
 	})

@@ -79,36 +79,36 @@ func TestValidateSaysWhatToChange(t *testing.T) {
 		mod  func(*Options)
 		want string
 	}{
-		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `--policy: unknown policy "tetris": known policies are `},
-		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `--filter-mode: unknown filter mode "some": use "best" or "all"`},
+		{"unknown policy lists the known ones", func(o *Options) { o.Policy = "tetris" }, `policy: unknown policy "tetris": known policies are `},
+		{"unknown filter mode", func(o *Options) { o.FilterMode = "some" }, `filterMode: unknown filter mode "some": use "best" or "all"`},
 		{"listen address without port", func(o *Options) { o.ListenAddress = "localhost" }, `--listen "localhost"`},
-		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "--parallelism -1 is negative"},
-		{"a resource name without a domain", func(o *Options) { o.Names.ResourceName = "gpu-mem" }, `--domain, --resource-name, --whole-resource-name: invalid gpushare names: resource name "gpu-mem": it has no domain prefix`},
-		{"negative best-node cap", func(o *Options) { o.MaxBestNodes = -1 }, "--max-best-nodes -1 is negative"},
-		{"GC target out of range", func(o *Options) { o.GCPercent = 20000 }, "--gc-percent 20000 is not between 0 (Go's default) and 10000; the default is 400"},
+		{"negative parallelism", func(o *Options) { o.Parallelism = -1 }, "parallelism -1 is negative"},
+		{"a resource name without a domain", func(o *Options) { o.Names.ResourceName = "gpu-mem" }, `--domain, --resource-name, --whole-resource-name (names in a --config file): invalid gpushare names: resource name "gpu-mem": it has no domain prefix`},
+		{"negative best-node cap", func(o *Options) { o.MaxBestNodes = -1 }, "maxBestNodes -1 is negative"},
+		{"GC target out of range", func(o *Options) { o.GCPercent = 20000 }, "gcPercent 20000 is not between 0 (Go's default) and 10000; the default is 400"},
 		{"admin address without port", func(o *Options) { o.AdminListenAddress = "0.0.0.0" }, `--admin-listen "0.0.0.0"`},
 		{"missing kubeconfig", func(o *Options) { o.Kubeconfig = "/nonexistent/kubeconfig" }, "--kubeconfig: stat /nonexistent/kubeconfig"},
-		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "--resync-period -1s is negative"},
-		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "--kube-api-qps 0 and --kube-api-burst 400 must be positive"},
-		{"bind timeout with no time to queue", func(o *Options) { o.BindTimeout = time.Second }, "--bind-timeout 1s leaves no time to wait for the API request budget"},
+		{"negative resync", func(o *Options) { o.ResyncPeriod = -time.Second }, "resyncPeriod -1s is negative"},
+		{"zero QPS", func(o *Options) { o.KubeAPIQPS = 0 }, "kubeAPIQPS 0 and kubeAPIBurst 400 must be positive"},
+		{"bind timeout with no time to queue", func(o *Options) { o.BindTimeout = time.Second }, "bindTimeout 1s leaves no time to wait for the API request budget"},
 		{"a certificate without its key", func(o *Options) { o.TLSCertFile = "/etc/tls/tls.crt" }, "--tls-cert-file and --tls-private-key-file go together"},
 		{"a client CA without HTTPS", func(o *Options) { o.ClientCAFile = "/etc/tls/ca.crt" }, "--client-ca-file needs --tls-cert-file and --tls-private-key-file"},
-		{"a body limit too small for a pod", func(o *Options) { o.MaxRequestBytes = 1024 }, "--max-request-bytes 1024 is below 64 KiB"},
-		{"a memory limit over the container's", func(o *Options) { o.GoMemoryLimitFraction = 1.5 }, "--go-memory-limit-fraction 1.5 is not between 0 (no limit) and 1"},
-		{"device plugin selector that does not parse", func(o *Options) { o.DevicePluginSelector = "app in (" }, `--device-plugin-selector "app in (": `},
+		{"a body limit too small for a pod", func(o *Options) { o.MaxRequestBytes = 1024 }, "maxRequestBytes 1024 is below 64 KiB"},
+		{"a memory limit over the container's", func(o *Options) { o.GoMemoryLimitFraction = 1.5 }, "goMemoryLimitFraction 1.5 is not between 0 (no limit) and 1"},
+		{"device plugin selector that does not parse", func(o *Options) { o.DevicePluginSelector = "app in (" }, `devicePluginSelector "app in (": `},
 		{"device plugin selector that selects every pod", func(o *Options) { o.DevicePluginSelector = " " }, `selects every pod: name the device plugin's labels`},
-		{"node-scope users without the webhook", func(o *Options) { o.NodeScope.Users = []string{"u"} }, "--node-scoped-users and --node-scope-tls-* need --node-scope-listen"},
+		{"node-scope users without the webhook", func(o *Options) { o.NodeScope.Users = []string{"u"} }, "nodeScope.users and --node-scope-tls-* need --node-scope-listen"},
 		{"node-scope webhook without users", func(o *Options) {
 			o.NodeScope = NodeScopeOptions{Listen: ":39997", TLSCertFile: "c", TLSPrivateKeyFile: "k"}
-		}, "--node-scope-listen needs --node-scoped-users"},
+		}, "--node-scope-listen needs nodeScope.users"},
 		{"node-scope webhook over HTTP", func(o *Options) { o.NodeScope = NodeScopeOptions{Listen: ":39997", Users: []string{"u"}} }, "--node-scope-listen needs --node-scope-tls-cert-file and --node-scope-tls-private-key-file"},
 		{"node-scope user that is not a service account name", func(o *Options) {
 			o.NodeScope = NodeScopeOptions{Listen: ":39997", Users: []string{"system:serviceaccount:plugin"}, TLSCertFile: "c", TLSPrivateKeyFile: "k"}
-		}, `--node-scoped-users entry "system:serviceaccount:plugin" is not a username`},
-		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `--card-limits-configmap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
+		}, `nodeScope.users entry "system:serviceaccount:plugin" is not a username`},
+		{"card limits without a namespace", func(o *Options) { o.CardLimitsConfigMap = "gpushare-card-limits" }, `cardLimitsConfigMap "gpushare-card-limits": want namespace/name, e.g. gpushare-system/gpushare-card-limits`},
 		{"the plugins' public key as the extender's", func(o *Options) { o.RecordKeyDir = publicKeyDir(t) }, "holds a public key: the extender needs the private key"},
-		{"public keys published without keys", func(o *Options) { o.RecordPublicKeyConfigMap = "ns/pub" }, "--record-public-key-configmap needs --record-key-dir"},
-		{"public-key ConfigMap without a namespace", func(o *Options) { o.RecordPublicKeyConfigMap = "pub" }, `--record-public-key-configmap "pub": want namespace/name`},
+		{"public keys published without keys", func(o *Options) { o.RecordPublicKeyConfigMap = "ns/pub" }, "recordPublicKeyConfigMap needs --record-key-dir"},
+		{"public-key ConfigMap without a namespace", func(o *Options) { o.RecordPublicKeyConfigMap = "pub" }, `recordPublicKeyConfigMap "pub": want namespace/name`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

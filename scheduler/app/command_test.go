@@ -88,7 +88,7 @@ func TestHelpNamesEveryVariable(t *testing.T) {
 	}
 	n := 0
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name == "help" {
+		if f.Name == "help" || f.Hidden {
 			return
 		}
 		n++
@@ -96,7 +96,47 @@ func TestHelpNamesEveryVariable(t *testing.T) {
 			t.Errorf("--help does not name %s for --%s", env, f.Name)
 		}
 	})
-	if n < 10 || !strings.Contains(out.String(), "--policy string") || !strings.Contains(out.String(), "(env GPUSHARE_V)") {
+	if n < 10 || !strings.Contains(out.String(), "--config string") || strings.Contains(out.String(), "--policy") || !strings.Contains(out.String(), "(env GPUSHARE_V)") {
 		t.Errorf("--help:\n%s", out.String())
+	}
+}
+
+func TestConfigFileSetsFieldsAndRefusesUnknownOnes(t *testing.T) {
+	file := func(body string) string {
+		p := t.TempDir() + "/config.yaml"
+		if err := os.WriteFile(p, []byte("apiVersion: gpushare.example.com/v1alpha1\nkind: SchedulerConfiguration\n"+body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return "--config=" + p
+	}
+	o, err := parse(t, []string{file("policy: spread\nallowedPolicies: [binpack]\nbindTimeout: 8s\nnodeScope:\n  users: [u]\n")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Policy != "spread" || len(o.AllowedPolicies) != 1 || o.BindTimeout != 8*time.Second || o.NodeScope.Users[0] != "u" || o.FilterMode != "best" {
+		t.Errorf("options from the file = %+v", o)
+	}
+	if o, err = parse(t, []string{file("policy: spread\n"), "--policy=binpack"}, nil); err != nil || o.Policy != "binpack" {
+		t.Errorf("a deprecated flag over the file: policy %q, err %v", o.Policy, err)
+	}
+	for body, want := range map[string]string{
+		"polcy: spread\n":      `unknown field "polcy"`,
+		"bindTimeout: 8\n":     "bindTimeout: 8 is not a duration",
+		"maxBestNodes: many\n": "cannot unmarshal string",
+	} {
+		if _, err := parse(t, []string{file(body)}, nil); err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, cli.ErrUsage) {
+			t.Errorf("%q: err = %v, want a usage error saying %q", body, err, want)
+		}
+	}
+	own, klog := 0, pflag.NewFlagSet("klog", pflag.ContinueOnError)
+	cli.AddKlogFlags(klog)
+	cmd := newCommand(&o, nil, nil)
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden && klog.Lookup(f.Name) == nil {
+			own++
+		}
+	})
+	if own > 15 {
+		t.Errorf("%d own flags, want at most 15 (the rest belong in the configuration file)", own)
 	}
 }

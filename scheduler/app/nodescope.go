@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/internal/httpserve"
@@ -24,27 +23,23 @@ import (
 // configuration names it (docs/security.md).
 type NodeScopeOptions struct {
 	// Listen is the webhook's address (HTTPS); empty: off.
-	Listen string
-	// Users are the usernames confined to their token's node.
-	Users []string
+	Listen string `json:"-"`
+	// Users are the usernames confined to the node their token is bound to, with
+	// --node-scope-listen (the device plugin's service account user,
+	// system:serviceaccount:NAMESPACE:NAME).
+	Users []string `json:"users"`
 	// TLSCertFile and TLSPrivateKeyFile are the certificate the webhook
 	// serves, reloaded when they change; the API server checks it against
 	// the certificate-authority of the webhook's kubeconfig.
-	TLSCertFile, TLSPrivateKeyFile string
-}
-
-func (o *Options) addNodeScopeFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.NodeScope.Listen, "node-scope-listen", o.NodeScope.Listen, "address of the authorization webhook (POST "+nodescope.Path+", HTTPS) that lets --node-scoped-users read only their own node's pods and Node; the API server asks it when its authorization configuration names it (docs/security.md); empty: off")
-	fs.StringSliceVar(&o.NodeScope.Users, "node-scoped-users", o.NodeScope.Users, "with --node-scope-listen, the usernames confined to the node their token is bound to, comma-separated (the device plugin's service account, system:serviceaccount:NAMESPACE:NAME)")
-	fs.StringVar(&o.NodeScope.TLSCertFile, "node-scope-tls-cert-file", o.NodeScope.TLSCertFile, "certificate (PEM) --node-scope-listen serves; required with it")
-	fs.StringVar(&o.NodeScope.TLSPrivateKeyFile, "node-scope-tls-private-key-file", o.NodeScope.TLSPrivateKeyFile, "private key (PEM) of --node-scope-tls-cert-file")
+	TLSCertFile       string `json:"-"`
+	TLSPrivateKeyFile string `json:"-"`
 }
 
 func (o *Options) validateNodeScope() []error {
 	n := o.NodeScope
 	if n.Listen == "" {
 		if len(n.Users) > 0 || n.TLSCertFile != "" || n.TLSPrivateKeyFile != "" {
-			return []error{errors.New("--node-scoped-users and --node-scope-tls-* need --node-scope-listen: set the webhook's address, or drop them")}
+			return []error{errors.New("nodeScope.users and --node-scope-tls-* need --node-scope-listen: set the webhook's address, or drop them")}
 		}
 		return nil
 	}
@@ -53,11 +48,11 @@ func (o *Options) validateNodeScope() []error {
 		errs = append(errs, fmt.Errorf("--node-scope-listen %q: %w (want host:port, e.g. :39997)", n.Listen, err))
 	}
 	if len(n.Users) == 0 {
-		errs = append(errs, errors.New("--node-scope-listen needs --node-scoped-users: name the device plugin's service account user (system:serviceaccount:NAMESPACE:NAME)"))
+		errs = append(errs, errors.New("--node-scope-listen needs nodeScope.users: name the device plugin's service account user (system:serviceaccount:NAMESPACE:NAME)"))
 	}
 	for _, u := range n.Users {
 		if strings.TrimSpace(u) == "" || strings.HasPrefix(u, "system:serviceaccount:") && strings.Count(u, ":") != 3 {
-			errs = append(errs, fmt.Errorf("--node-scoped-users entry %q is not a username (e.g. system:serviceaccount:gpushare-system:gpushare-device-plugin)", u))
+			errs = append(errs, fmt.Errorf("nodeScope.users entry %q is not a username (e.g. system:serviceaccount:gpushare-system:gpushare-device-plugin)", u))
 		}
 	}
 	if n.TLSCertFile == "" || n.TLSPrivateKeyFile == "" {

@@ -28,8 +28,8 @@ func TestAllowedPoliciesFromFlagAndEnvironment(t *testing.T) {
 		t.Errorf("default allowed policies %v, want none besides --policy", d.AllowedPolicies)
 	}
 	for _, tc := range []struct{ value, want string }{
-		{"spread,tetris", `--allowed-policies: unknown policy "tetris": known policies are bestfit, binpack, fgd, frag, spread`},
-		{"spread,,frag", `--allowed-policies "spread,,frag" has an empty entry: list policy names separated by one comma, e.g. binpack,spread`},
+		{"spread,tetris", `allowedPolicies: unknown policy "tetris": known policies are bestfit, binpack, fgd, frag, spread`},
+		{"spread,,frag", `allowedPolicies "spread,,frag" has an empty entry: list policy names separated by one comma, e.g. binpack,spread`},
 	} {
 		o, err := parse(t, []string{"--allowed-policies=" + tc.value}, nil)
 		if err != nil {

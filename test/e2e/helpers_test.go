@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -31,12 +32,16 @@ func gpuNode(ctx context.Context, t *testing.T, c *cluster.Cluster, name, spec s
 		o(&cfg)
 	}
 	names := cfg.names
+	config := filepath.Join(t.TempDir(), "device-plugin-config.yaml")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf("apiVersion: gpushare.example.com/v1alpha1\nkind: DevicePluginConfiguration\nnames: {domain: %s, resourceName: %s, wholeResourceName: %s}\n",
+		names.Domain(), names.ResourceName(), names.WholeResourceName())), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	node, err := c.StartNode(cluster.NodeOptions{
 		Name: name, AgentBinary: filepath.Join(binDir, "gpushare-nodeagent"),
-		Labels:       cfg.labels,
-		PluginBinary: pluginBinary(t),
-		PluginArgs: append([]string{"--nvml=spec:" + spec, "--domain=" + names.Domain(),
-			"--resource-name=" + string(names.ResourceName()), "--whole-resource-name=" + string(names.WholeResourceName())}, cfg.args...),
+		Labels:             cfg.labels,
+		PluginBinary:       pluginBinary(t),
+		PluginArgs:         append([]string{"--nvml=spec:" + spec, "--config=" + config}, cfg.args...),
 		ExtraArgs:          cfg.agentArgs,
 		LeavePluginRunning: cfg.leavePlugin,
 	})

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -105,7 +104,12 @@ func run(m *testing.M) int {
 				return 1
 			}
 			opts.AuthorizationConfig = authz
-			extenderArgs = append(slices.Clip(extenderArgs), scopeArgs...)
+			config := filepath.Join(state, "extender-config.yaml")
+			if err := os.WriteFile(config, []byte(extenderConfig), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+				return 1
+			}
+			extenderArgs = append([]string{"--config", config}, scopeArgs...)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -162,12 +166,22 @@ func setup(t *testing.T) *cluster.Cluster {
 	return env
 }
 
-// extenderArgs are the extender's flags besides kubeconfig and listen. Pods
-// may name spread (TestPodsChooseTheirCardsAndPolicy); the others run under
-// binpack. The device plugin pods the node agents keep (pluginPodArgs) are
-// followed as the chart's are. /inspect shows the DRA claims, as the
-// chart's extender does with dra.enabled (TestInspectorShowsDRAClaims).
-var extenderArgs = []string{"--policy", "binpack", "--allowed-policies", "binpack,spread", "--device-plugin-selector", pluginPodLabel, "--dra"}
+// extenderArgs are the extender's flags besides kubeconfig and listen: its
+// configuration file (extenderConfig) and the node-scope webhook's.
+var extenderArgs []string
+
+// extenderConfig is the extender's configuration file. Pods may name spread
+// (TestPodsChooseTheirCardsAndPolicy); the others run under binpack. The
+// device plugin pods the node agents keep (pluginPodArgs) are followed as the
+// chart's are. /inspect shows the DRA claims, as the chart's extender does
+// with dra.enabled (TestInspectorShowsDRAClaims).
+const extenderConfig = `apiVersion: gpushare.example.com/v1alpha1
+kind: SchedulerConfiguration
+policy: binpack
+allowedPolicies: [binpack, spread]
+devicePluginSelector: ` + pluginPodLabel + `
+dra: true
+`
 
 // pluginPodLabel is the label of the device plugin pods the node agents keep
 // with pluginPodArgs, and the extender's --device-plugin-selector.

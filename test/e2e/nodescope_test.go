@@ -56,7 +56,7 @@ func nodeScopeAuthorization(state string) (string, []string, error) {
 	out, err := exec.Command(strings.TrimSpace(string(helm)), "template", "gpushare", filepath.Join(root, "charts", "gpushare"),
 		"--kube-version", k8sversion.Current(), "--namespace", nodeScopeNamespace, "--show-only", "templates/node-scope.yaml",
 		"--set", "nodeScope.enabled=true", "--set", fmt.Sprintf("nodeScope.serverURL=https://127.0.0.1:%d/authorize", port),
-		"--set", "nodeScope.extraSANs={127.0.0.1}").CombinedOutput()
+		"--set", "scheduler.extender.tls.extraSANs={127.0.0.1}").CombinedOutput()
 	if err != nil {
 		return "", nil, fmt.Errorf("helm template the node-scope webhook: %w\n%s", err, out)
 	}

@@ -45,9 +45,9 @@ app.kubernetes.io/component: device-plugin
 {{/* The extender's URL as kube-scheduler reaches it. */}}
 {{- define "gpushare.extenderURL" -}}
 {{- if eq .Values.scheduler.mode "dedicated" -}}
-http://127.0.0.1:{{ .Values.scheduler.extender.port }}
+http://127.0.0.1:39999
 {{- else -}}
-{{ ternary "https" "http" (include "gpushare.extenderTLS" . | eq "true") }}://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:{{ .Values.scheduler.extender.port }}
+{{ ternary "https" "http" (include "gpushare.extenderTLS" . | eq "true") }}://{{ include "gpushare.scheduler.fullname" . }}.{{ .Release.Namespace }}.svc:39999
 {{- end -}}
 {{- end -}}
 
@@ -83,19 +83,19 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 
 {{/* The node-scope webhook's CA, serving certificate and key (JSON): the ones in its Secret when
 it exists (kept across upgrades), else new ones for the extender Service's names and
-nodeScope.extraSANs. */}}
+scheduler.extender.tls.extraSANs. */}}
 {{- define "gpushare.nodeScopeTLSMaterial" -}}
 {{- $fullname := include "gpushare.fullname" . -}}
 {{- $old := lookup "v1" "Secret" .Release.Namespace (printf "%s-node-scope-tls" $fullname) -}}
 {{- if and $old $old.data (index $old.data "ca.crt") -}}
 {{- dict "ca" (index $old.data "ca.crt" | b64dec) "cert" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) | toJson -}}
 {{- else -}}
-{{- $days := int .Values.nodeScope.validityDays -}}
+{{- $days := int .Values.scheduler.extender.tls.validityDays -}}
 {{- $svc := include "gpushare.scheduler.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
 {{- $ips := list -}}
-{{- range .Values.nodeScope.extraSANs -}}
+{{- range .Values.scheduler.extender.tls.extraSANs -}}
 {{- if regexMatch "^[0-9.]+$|:" . }}{{ $ips = append $ips . }}{{ else }}{{ $dns = append $dns . }}{{ end -}}
 {{- end -}}
 {{- $ca := genCA (printf "%s-node-scope-ca" $fullname) $days -}}
@@ -167,7 +167,7 @@ the programs follow the update (docs/security.md). */}}
   filterVerb: filter
   prioritizeVerb: prioritize
   bindVerb: bind
-  weight: {{ .Values.scheduler.weight }}
+  weight: 1000
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: false
@@ -184,21 +184,11 @@ claims scores 0 everywhere. */}}
 {{- define "gpushare.draExtenderStanza" -}}
 - urlPrefix: {{ include "gpushare.extenderURL" . }}
   prioritizeVerb: dra/prioritize
-  weight: {{ .Values.dra.scoring.weight }}
+  weight: 1000
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
   ignorable: true
   httpTimeout: {{ .Values.scheduler.httpTimeout }}
-{{- end -}}
-
-{{/* The names every program is given (values names.*): the same three in every program. */}}
-{{- define "gpushare.namesEnv" -}}
-- name: GPUSHARE_DOMAIN
-  value: {{ .Values.names.domain | quote }}
-- name: GPUSHARE_RESOURCE_NAME
-  value: {{ .Values.names.resourceName | quote }}
-- name: GPUSHARE_WHOLE_RESOURCE_NAME
-  value: {{ .Values.names.wholeResourceName | quote }}
 {{- end -}}
 
 {{/* Contradictory values fail at render time, with a message that says what to change. */}}
@@ -206,36 +196,52 @@ claims scores 0 everywhere. */}}
 {{- if not (has .Values.scheduler.mode (list "dedicated" "extender-only")) -}}
 {{- fail (printf "scheduler.mode must be dedicated or extender-only, not %q" .Values.scheduler.mode) -}}
 {{- end -}}
-{{- if and (eq .Values.scheduler.mode "dedicated") (gt (int .Values.scheduler.replicas) 1) (not .Values.scheduler.kubeScheduler.leaderElection) -}}
-{{- fail "scheduler.replicas > 1 needs scheduler.kubeScheduler.leaderElection=true: two active schedulers would double-book cards" -}}
-{{- end -}}
 {{- if and (eq .Values.scheduler.mode "extender-only") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "extender-only mode runs one extender replica: its cache of assumed assignments is not shared between replicas (set scheduler.replicas=1)" -}}
 {{- end -}}
-{{- if and (eq .Values.devicePlugin.deviceListStrategy "envvar") (eq .Values.devicePlugin.deviceIDStrategy "index") -}}
-{{- /* allowed: index with envvar is a valid combination */ -}}
+{{- /* Values of earlier charts that are now fields of the programs' configuration files. */ -}}
+{{- range $old, $new := dict "memoryUnit" "memoryUnit" "deviceListStrategy" "deviceListStrategy" "deviceIDStrategy" "deviceIDStrategy" "healthChecks" "healthChecks" "failOnInitError" "failOnInitError" "memory" "memory" -}}
+{{- if hasKey $.Values.devicePlugin $old -}}
+{{- fail (printf "devicePlugin.%s is now devicePlugin.config.%s (a field of the device plugin's configuration file, docs/reference/device-plugin-config.md)" $old $new) -}}
 {{- end -}}
-{{- $bind := .Values.scheduler.extender.bindTimeout | toString -}}
+{{- end -}}
+{{- range $old := list "policy" "allowedPolicies" "filterMode" "maxBestNodes" -}}
+{{- if hasKey $.Values.scheduler $old -}}
+{{- fail (printf "scheduler.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
+{{- end -}}
+{{- end -}}
+{{- range $old := list "bindTimeout" "kubeAPIQPS" "kubeAPIBurst" "gcPercent" -}}
+{{- if hasKey $.Values.scheduler.extender $old -}}
+{{- fail (printf "scheduler.extender.%s is now scheduler.extender.config.%s (a field of the extender's configuration file, docs/reference/scheduler-config.md)" $old $old) -}}
+{{- end -}}
+{{- end -}}
+{{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is gone: the weight is 1000" "scheduler.weight" "is gone: the weight is 1000, more than every default plugin together" "devicePlugin.priorityClassName" "is gone: the node agents are system-node-critical" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "nodeScope.extraSANs" "is now scheduler.extender.tls.extraSANs (in every certificate the chart generates)" "scheduler.kubeScheduler.leaderElection" "is gone: the dedicated kube-schedulers always elect a leader" "metrics.interval" "is gone: the monitors scrape every 30s" "devicePlugin.isolation" "is now devicePlugin.isolatedCards (indexes and UUIDs in one list)" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
+{{- range $m := list "serviceMonitor" "podMonitor" "prometheusRule" }}{{ $_ := set $gone (printf "metrics.%s.enabled" $m) "is now metrics.prometheusOperator (the ServiceMonitor, PodMonitor and PrometheusRule together)" }}{{ end -}}
+{{- $_ := set $gone "metrics.podMonitor.authorization" "is now metrics.podMonitorAuthorization" -}}
+{{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
+{{- range $path, $msg := $gone -}}
+{{- $parts := splitList "." $path -}}
+{{- $v := $.Values -}}
+{{- range $i, $p := $parts -}}
+{{- if and (kindIs "map" $v) (hasKey $v $p) -}}{{- $v = index $v $p -}}{{- if eq (add1 $i) (len $parts) -}}{{- fail (printf "%s %s" $path $msg) -}}{{- end -}}{{- else -}}{{- $v = "" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $bind := dig "bindTimeout" "4s" (.Values.scheduler.extender.config | default dict) | toString -}}
 {{- $http := .Values.scheduler.httpTimeout | toString -}}
 {{- if and (regexMatch "^[0-9]+s$" $bind) (regexMatch "^[0-9]+s$" $http) -}}
 {{- if ge (atoi (trimSuffix "s" $bind)) (atoi (trimSuffix "s" $http)) -}}
-{{- fail (printf "scheduler.extender.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
+{{- fail (printf "scheduler.extender.config.bindTimeout (%s) must be below scheduler.httpTimeout (%s): kube-scheduler gives up on a bind at httpTimeout, and a bind that lands after that is retried as if it had failed" $bind $http) -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.metrics.serviceMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.serviceMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the ServiceMonitor)" -}}
-{{- end -}}
-{{- if and .Values.metrics.podMonitor.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.podMonitor.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PodMonitor)" -}}
-{{- end -}}
-{{- if and .Values.metrics.prometheusRule.enabled (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
-{{- fail "metrics.prometheusRule.enabled=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or disable the PrometheusRule)" -}}
+{{- if and .Values.metrics.prometheusOperator (not (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1")) -}}
+{{- fail "metrics.prometheusOperator=true but the cluster has no monitoring.coreos.com/v1 API (install the Prometheus operator or leave it false)" -}}
 {{- end -}}
 {{- if and (eq (include "gpushare.extenderTLS" .) "true") .Values.scheduler.extender.tls.certManager.enabled (not (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
 {{- fail "scheduler.extender.tls.certManager.enabled=true but the cluster has no cert-manager.io/v1 API (install cert-manager, or leave certManager off and let the chart generate the certificates)" -}}
 {{- end -}}
-{{- if and (eq (toString .Values.devicePlugin.memory.sampleInterval) "0s") (ne .Values.devicePlugin.memory.enforcement "off") -}}
-{{- fail (printf "devicePlugin.memory.enforcement=%s needs memory sampling: set devicePlugin.memory.sampleInterval (e.g. 5s) or devicePlugin.memory.enforcement=off" .Values.devicePlugin.memory.enforcement) -}}
+{{- $m := include "gpushare.memory" . | fromJson -}}
+{{- if and (eq $m.sampleInterval "0s") (ne $m.enforcement "off") -}}
+{{- fail (printf "devicePlugin.config.memory.enforcement %s needs memory sampling: set devicePlugin.config.memory.sampleInterval (e.g. 5s) or memory.enforcement: off" $m.enforcement) -}}
 {{- end -}}
 {{- end -}}
 

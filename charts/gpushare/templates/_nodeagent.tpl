@@ -3,7 +3,6 @@ the nodes labelled for it (docs/dra.md). Arguments: dict "root" (the chart's con
 {{- define "gpushare.nodeAgent" -}}
 {{- $dra := .dra -}}
 {{- with .root -}}
-{{- $iso := .Values.devicePlugin.isolation }}
 {{- $component := ternary "dra-driver" "device-plugin" $dra }}
 {{- $selector := include "gpushare.deviceplugin.selectorLabels" . | replace "component: device-plugin" (printf "component: %s" $component) }}
 apiVersion: apps/v1
@@ -32,7 +31,7 @@ spec:
   template:
     metadata:
       labels: {{- $selector | nindent 8 }}
-      {{- $annotations := .Values.devicePlugin.podAnnotations | default dict }}
+      {{- $annotations := merge (dict "checksum/gpushare-config" (include "gpushare.config.devicePlugin" (dict "root" . "dra" $dra) | sha256sum)) (.Values.podAnnotations | default dict) }}
       {{- if include "gpushare.nodeAgent.standby" (dict "root" . "dra" $dra) }}
       {{- /* kubectl logs/exec without -c take the plugin, not its standby. */}}
       {{- $annotations = merge (dict "kubectl.kubernetes.io/default-container" "device-plugin") $annotations }}
@@ -45,12 +44,12 @@ spec:
       runtimeClassName: {{ . }}
       {{- end }}
       serviceAccountName: {{ include "gpushare.deviceplugin.fullname" . }}
-      {{- if and (not $dra) (ne (toString .Values.devicePlugin.memory.sampleInterval) "0s") }}
+      {{- if and (not $dra) (ne (include "gpushare.memory" . | fromJson).sampleInterval "0s") }}
       # Memory sampling: NVML reports host PIDs, and /proc/<pid>/cgroup (the host's /proc) says which
       # pod and container each belongs to; enforcement: kill signals them.
       hostPID: true
       {{- end }}
-      priorityClassName: {{ .Values.devicePlugin.priorityClassName }}
+      priorityClassName: system-node-critical
       {{- with .Values.imagePullSecrets }}
       imagePullSecrets: {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -102,7 +101,10 @@ spec:
         - name: node-state
           hostPath: {path: /var/lib/gpushare, type: DirectoryOrCreate}
         {{- end }}
-        {{- if or $iso.index $iso.uuid }}
+        - name: config
+          configMap:
+            name: {{ include "gpushare.fullname" . }}-config
+        {{- if .Values.devicePlugin.isolatedCards }}
         - name: isolation
           configMap:
             name: {{ include "gpushare.deviceplugin.fullname" . }}-isolation
@@ -116,8 +118,7 @@ spec:
 {{- $dra := .dra -}}
 {{- $standby := .standby -}}
 {{- with .root -}}
-{{- $iso := .Values.devicePlugin.isolation }}
-{{- $port := ternary (int .Values.devicePlugin.standby.metricsPort) (int .Values.devicePlugin.metricsPort) $standby }}
+{{- $port := add (int .Values.devicePlugin.metricsPort) (ternary 1 0 $standby) }}
 - name: device-plugin{{ if $standby }}-standby{{ end }}
   image: {{ include "gpushare.image" . }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
@@ -137,69 +138,24 @@ spec:
     - name: GPUSHARE_INSTANCE
       valueFrom: {fieldRef: {fieldPath: metadata.name}}
     {{- end }}
-    {{- include "gpushare.namesEnv" . | nindent 4 }}
-    - name: GPUSHARE_MEMORY_UNIT
-      value: {{ .Values.devicePlugin.memoryUnit | quote }}
-    - name: GPUSHARE_DEVICE_LIST_STRATEGY
-      value: {{ .Values.devicePlugin.deviceListStrategy | quote }}
-    - name: GPUSHARE_DEVICE_ID_STRATEGY
-      value: {{ .Values.devicePlugin.deviceIDStrategy | quote }}
-    - name: GPUSHARE_HEALTH_CHECKS
-      value: {{ .Values.devicePlugin.healthChecks | quote }}
-    - name: GPUSHARE_FAIL_ON_INIT_ERROR
-      value: {{ .Values.devicePlugin.failOnInitError | quote }}
-    - name: GPUSHARE_MEMORY_SAMPLE_INTERVAL
-      value: {{ .Values.devicePlugin.memory.sampleInterval | quote }}
-    - name: GPUSHARE_MEMORY_ENFORCEMENT
-      value: {{ .Values.devicePlugin.memory.enforcement | quote }}
-    - name: GPUSHARE_MEMORY_TOLERANCE
-      value: {{ .Values.devicePlugin.memory.tolerance | quote }}
-    - name: GPUSHARE_MEMORY_GRACE
-      value: {{ .Values.devicePlugin.memory.grace | quote }}
-    - name: GPUSHARE_MEMORY_EVICT_GRACE
-      value: {{ .Values.devicePlugin.memory.evictGrace | quote }}
+    # The configuration file (templates/config.yaml; values devicePlugin.config).
+    - name: GPUSHARE_CONFIG
+      value: /etc/gpushare/config/{{ ternary "dra" "device-plugin" $dra }}.yaml
     - name: GPUSHARE_METRICS_ADDRESS
       value: ":{{ $port }}"
-    - name: GPUSHARE_ADMIN_AUTH
-      value: {{ ternary "token" "none" .Values.adminAuth.enabled }}
-    {{- if .Values.adminAuth.enabled }}
-    - name: GPUSHARE_ADMIN_TOKEN_FILE
-      value: /etc/gpushare/metrics-token/token
-    {{- end }}
-    {{- if include "gpushare.recordKeySecret" . }}{{ include "gpushare.recordKeyEnv" . | nindent 4 }}{{ end }}
     {{- if not $dra }}
     # Only the plugin of the node that holds this lock publishes the inventory and samples and
     # enforces memory (the standby, or the old pod of a rolling update, waits for it).
     - name: GPUSHARE_NODE_LOCK_FILE
       value: /var/lib/gpushare/node-agent.lock
     {{- end }}
-    {{- if and (include "gpushare.recordKeySecret" .) (not $dra) }}
-    # The node's own record key survives plugin restarts and rolling updates (both plugin
-    # pods of a node share it), so the records it signed stay trusted.
-    - name: GPUSHARE_NODE_KEY_FILE
-      value: /var/lib/gpushare/node-record-key
-    {{- end }}
-    {{- if .Values.devicePlugin.mps.enabled }}
-    - name: GPUSHARE_MPS
-      value: "true"
-    - name: GPUSHARE_MPS_PIPE_DIR
-      value: {{ .Values.devicePlugin.mps.pipeDirectory | quote }}
-    - name: GPUSHARE_MPS_SHM_DIR
-      value: {{ .Values.devicePlugin.mps.shmDirectory | quote }}
-    {{- end }}
     {{- if $dra }}
     - name: GPUSHARE_DRA
       value: "true"
-    - name: GPUSHARE_DRA_CDI_DIR
-      value: /var/run/cdi
     - name: GPUSHARE_DRA_REGISTRY_DIR
       value: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir | quote }}
     - name: GPUSHARE_DRA_PLUGIN_DIR
       value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
-    {{- end }}
-    {{- if or $iso.index $iso.uuid }}
-    - name: GPUSHARE_ISOLATION_FILE
-      value: /etc/gpushare/isolation/unhealthyDevices.json
     {{- end }}
     # NVML needs every card's device node and the driver's utility libraries. The cards are
     # asked for the way gpushare asks for a pod's card: a volume mount named "all" under
@@ -220,7 +176,7 @@ spec:
     privileged: {{ .Values.devicePlugin.privileged }}
     {{- if not .Values.devicePlugin.privileged }}
     allowPrivilegeEscalation: false
-    {{- $m := .Values.devicePlugin.memory }}
+    {{- $m := include "gpushare.memory" . | fromJson }}
     {{- if and (ne (toString $m.sampleInterval) "0s") (has $m.enforcement (list "evict" "kill")) }}
     # KILL only: memory enforcement SIGKILLs an over-user's processes on the card (kill, and evict
     # when a disruption budget refuses the eviction or the pod outlives its grace).
@@ -243,8 +199,11 @@ spec:
     periodSeconds: 2
     failureThreshold: 1
   {{- end }}
-  resources: {{- toYaml .Values.devicePlugin.resources | nindent 4 }}
+  resources: {{- toYaml (.Values.devicePlugin.resources | default (dict "requests" (dict "cpu" "50m" "memory" "64Mi") "limits" (dict "memory" "256Mi"))) | nindent 4 }}
   volumeMounts:
+    - name: config
+      mountPath: /etc/gpushare/config
+      readOnly: true
     {{- if .Values.adminAuth.enabled }}
     - name: metrics-token
       mountPath: /etc/gpushare/metrics-token
@@ -275,7 +234,7 @@ spec:
     - name: node-state
       mountPath: /var/lib/gpushare
     {{- end }}
-    {{- if or $iso.index $iso.uuid }}
+    {{- if .Values.devicePlugin.isolatedCards }}
     - name: isolation
       mountPath: /etc/gpushare/isolation
       readOnly: true
