@@ -39,6 +39,9 @@ import (
 type Options struct {
 	NodeName   string
 	Kubeconfig string
+	// NodeKubeconfig, when set, is the node's own identity (the kubelet's
+	// kubeconfig): the node's pods and Node are read with it (Clients).
+	NodeKubeconfig string
 	// KubeAPIQPS and KubeAPIBurst are the plugin's API request budget (the
 	// kubelet's defaults): each Allocate writes a record before it returns,
 	// so a budget below the node's admission rate slows every GPU pod.
@@ -100,6 +103,7 @@ func EnvName(flagName string) string {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.NodeName, "node-name", "", "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&o.NodeKubeconfig, "node-kubeconfig", "", "the node's own kubeconfig (the kubelet's, e.g. /etc/kubernetes/kubelet.conf; it must authenticate as system:node:NODE): the plugin reads its node's pods and Node with it, which the API server's Node authorizer allows for this node only, and makes its writes with --kubeconfig's identity; empty: --kubeconfig's identity reads too")
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", 50, "requests per second to the API server (the kubelet's default); each Allocate writes its pod's record before it returns")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", 100, "request burst to the API server (the kubelet's default)")
 	fs.StringVar(&o.NVML, "nvml", "real", "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100,2x40GiB:NVIDIA-A100")
@@ -140,11 +144,21 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 			return fmt.Errorf("kubernetes client configuration: %w", err)
 		}
 		cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+		clients := Clients{}
+		if clients.Write, err = kubernetes.NewForConfig(cfg); err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		return Run(ctx, o, client, restart)
+		if o.NodeKubeconfig != "" {
+			ncfg, err := clientcmd.BuildConfigFromFlags("", o.NodeKubeconfig)
+			if err != nil {
+				return fmt.Errorf("--node-kubeconfig: %w", err)
+			}
+			ncfg.QPS, ncfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+			if clients.Read, err = kubernetes.NewForConfig(ncfg); err != nil {
+				return fmt.Errorf("--node-kubeconfig: %w", err)
+			}
+		}
+		return Run(ctx, o, clients, restart)
 	})
 }
 
@@ -223,16 +237,22 @@ func (o Options) validate() error {
 			return fmt.Errorf("--record-key-dir: %w", err)
 		}
 	}
+	if o.NodeKubeconfig != "" {
+		if _, err := os.Stat(o.NodeKubeconfig); err != nil {
+			return fmt.Errorf("--node-kubeconfig: %w", err)
+		}
+	}
 	return o.Memory.validate()
 }
 
-// Run runs the plugin until ctx is done. client reaches the API server;
+// Run runs the plugin until ctx is done. clients reach the API server;
 // restart receives SIGHUP.
-func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-chan os.Signal) error {
+func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Signal) error {
 	log := klog.FromContext(ctx)
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	client := clients.Write
 	unit, err := api.ParseMemoryUnit(o.MemoryUnit)
 	if err != nil {
 		return fmt.Errorf("--memory-unit: %w", err)
@@ -282,12 +302,16 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		log.Info("GPU found", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memoryMiB", c.MemoryMiB, "units", unit.UnitsFromMiB(c.MemoryMiB), "unit", unit)
 	}
 
-	cl := cluster.New(client, o.NodeName, cluster.WithNames(names))
+	reader, err := readClient(ctx, clients, o.NodeName)
+	if err != nil {
+		return err
+	}
+	cl := cluster.New(client, o.NodeName, cluster.WithNames(names), cluster.WithReader(reader))
 	if err := cl.CheckNode(ctx); err != nil {
 		return err
 	}
 	if !o.DRA.Enabled {
-		if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
+		if free, err := waitForNoOtherPlugin(ctx, reader, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
 			return err
 		}
 	}
@@ -307,7 +331,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.Start(ctx); err != nil {
 		return err
 	}
-	logNameMismatches(ctx, client, cl, names, log)
+	logNameMismatches(ctx, cl, names, log)
 	if o.IsolationFile != "" {
 		if _, err := isolation.Read(o.IsolationFile); err != nil {
 			return fmt.Errorf("--isolation-file %s: %w", o.IsolationFile, err)

@@ -102,6 +102,17 @@ spec:
         - name: node-state
           hostPath: {path: /var/lib/gpushare, type: DirectoryOrCreate}
         {{- end }}
+        {{- with .Values.devicePlugin.nodeCredential }}
+        {{- if .kubeconfig }}
+        # The node's own identity (the kubelet's kubeconfig and what it names), read-only.
+        - name: node-kubeconfig
+          hostPath: {path: {{ .kubeconfig }}, type: File}
+        {{- range $i, $p := .hostPaths }}
+        - name: node-credential-{{ $i }}
+          hostPath: {path: {{ $p }}, type: Directory}
+        {{- end }}
+        {{- end }}
+        {{- end }}
         {{- if or $iso.index $iso.uuid }}
         - name: isolation
           configMap:
@@ -197,6 +208,11 @@ spec:
     - name: GPUSHARE_DRA_PLUGIN_DIR
       value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
     {{- end }}
+    {{- with .Values.devicePlugin.nodeCredential.kubeconfig }}
+    # The node's own identity reads the node's pods and Node; this pod's ServiceAccount writes.
+    - name: GPUSHARE_NODE_KUBECONFIG
+      value: {{ . | quote }}
+    {{- end }}
     {{- if or $iso.index $iso.uuid }}
     - name: GPUSHARE_ISOLATION_FILE
       value: /etc/gpushare/isolation/unhealthyDevices.json
@@ -274,6 +290,18 @@ spec:
     {{- if not $dra }}
     - name: node-state
       mountPath: /var/lib/gpushare
+    {{- end }}
+    {{- with .Values.devicePlugin.nodeCredential }}
+    {{- if .kubeconfig }}
+    - name: node-kubeconfig
+      mountPath: {{ .kubeconfig }}
+      readOnly: true
+    {{- range $i, $p := .hostPaths }}
+    - name: node-credential-{{ $i }}
+      mountPath: {{ $p }}
+      readOnly: true
+    {{- end }}
+    {{- end }}
     {{- end }}
     {{- if or $iso.index $iso.uuid }}
     - name: isolation
