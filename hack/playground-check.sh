@@ -8,7 +8,8 @@
 #     and leaves another playground's extender alone;
 #   - it runs the shipped configuration: the chart installed with helm (admission and record signing
 #     not turned off), the extender and each plugin with --record-key-dir and as the chart's
-#     ServiceAccounts (the plugin's token bound to its Node), names that the chart's rendering has.
+#     ServiceAccounts (the plugin's token bound to its Node) and each plugin reading with its node's
+#     own identity, names that the chart's rendering has.
 # Port holders and hand-started extenders are the real bin/gpushare-scheduler pointed at an
 # unreachable API server. The `up` checks need root (up refuses to run without it).
 set -euo pipefail
@@ -162,6 +163,8 @@ plugin_line="$(grep -E -- '--plugin "\$BIN/gpushare-device-plugin"' <<<"$joined"
 has "each plugin gets the record key (--record-key-dir)" '[[:space:]]-- .*--record-key-dir' "$plugin_line"
 has "each plugin runs as the chart's ServiceAccount" '--plugin-env "KUBECONFIG=\$IDENTITIES/' "$plugin_line"
 has "the plugin's token is bound to its Node (the node name the policies check)" '--bound-object-kind Node'
+has "each plugin reads with its node's own identity (--node-kubeconfig)" '[[:space:]]-- .*--node-kubeconfig "\$IDENTITIES/node-' "$plugin_line"
+has "the node identity is system:node:NODE in group system:nodes" '-subj "/O=system:nodes/CN=system:node:\$n"'
 # The names the script uses are the chart's for its release and namespace.
 release="$(sed -n 's/^RELEASE=//p' hack/playground.sh)" namespace="$(sed -n 's/^NAMESPACE=//p' hack/playground.sh)"
 if [[ -z "$release" || -z "$namespace" ]]; then

@@ -257,8 +257,36 @@ current-context: $sa
 EOF
 }
 
+# write_node_credential NODE writes $IDENTITIES/node-NODE.kubeconfig: the node's own identity as a
+# kubelet holds it (a client certificate for system:node:NODE in group system:nodes, signed by the
+# cluster's CA, named by file as in kubeadm's kubelet.conf). The plugin reads its node's pods and
+# Node with it (--node-kubeconfig, the chart's devicePlugin.nodeCredential); the API server's Node
+# authorizer confines those reads to NODE.
+write_node_credential() {
+	local n="$1" d="$IDENTITIES/node-$1"
+	mkdir -p "$d"
+	if [[ ! -s "$d/kubelet-client-current.pem" ]]; then
+		openssl req -newkey rsa:2048 -nodes -keyout "$d/key.pem" -out "$d/csr.pem" -subj "/O=system:nodes/CN=system:node:$n" 2>/dev/null
+		printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$d/ext.cnf"
+		openssl x509 -req -in "$d/csr.pem" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
+			-out "$d/cert.pem" -days 365 -extfile "$d/ext.cnf" 2>/dev/null || die "no node certificate for $n"
+		cat "$d/cert.pem" "$d/key.pem" >"$d/kubelet-client-current.pem"
+		chmod 600 "$d/kubelet-client-current.pem" "$d/key.pem"
+		rm -f "$d/csr.pem" "$d/ext.cnf"
+	fi
+	cat >"$IDENTITIES/node-$n.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: playground, cluster: {server: "https://127.0.0.1:${GPUSHARE_APISERVER_PORT}", certificate-authority: "$STATE/pki/ca.crt"}}]
+users: [{name: "system:node:$n", user: {client-certificate: "$d/kubelet-client-current.pem", client-key: "$d/kubelet-client-current.pem"}}]
+contexts: [{name: node, context: {cluster: playground, user: "system:node:$n"}}]
+current-context: node
+EOF
+}
+
 # node_identity NODE creates the Node (labelled as the node agent would) if it does not exist, so
-# that a token can be bound to it, and writes the device plugin's kubeconfig for it.
+# that a token can be bound to it, and writes the device plugin's kubeconfigs for it: the chart's
+# ServiceAccount's (writes) and the node's own (reads).
 node_identity() {
 	if ! kubectl_ get node "$1" >/dev/null 2>&1; then
 		kubectl_ create -f - >/dev/null <<EOF
@@ -270,6 +298,7 @@ metadata:
 EOF
 	fi
 	write_identity "plugin-$1" "$RELEASE-device-plugin" "$1"
+	write_node_credential "$1"
 }
 
 cmd_up() {
@@ -334,11 +363,12 @@ cmd_up() {
 		log "starting node $name: $spec"
 		mkdir -p "$STATE/nodes/$name"
 		# The agent plays the kubelet (admin kubeconfig); the plugin it starts runs as the chart's
-		# device plugin on this node, with the chart's record key.
+		# device plugin on this node: the chart's ServiceAccount writes, the node's own identity
+		# reads, with the chart's record key.
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
 			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
 			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
-			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_PUBLIC_KEY_DIR" \
+			-- "--nvml=spec:$spec" --record-key-dir "$RECORD_PUBLIC_KEY_DIR" --node-kubeconfig "$IDENTITIES/node-$name.kubeconfig" \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &
 		echo $! >"$PIDS/agent-$name.pid"
 	done
