@@ -18,10 +18,11 @@ import (
 // NodeKubeconfig writes a node's own identity, as a kubelet holds it: a
 // client certificate for user system:node:NODE in group system:nodes, signed
 // by the cluster's CA, and a kubeconfig naming the certificate and key by
-// file (as kubeadm's /etc/kubernetes/kubelet.conf does), in DIR/NODE/. It
-// returns the kubeconfig's path. The API server's Node authorizer confines
-// this identity to the node.
-func (c *Cluster) NodeKubeconfig(node, dir string) (string, error) {
+// file (as kubeadm's /etc/kubernetes/kubelet.conf does), with a copy of the
+// CA, all in DIR/NODE/, and returns the kubeconfig's path. server is the API
+// server's URL in the kubeconfig ("": the admin kubeconfig's). The API
+// server's Node authorizer confines this identity to the node.
+func (c *Cluster) NodeKubeconfig(node, dir, server string) (string, error) {
 	pki := filepath.Join(c.opts.StateDir, "pki")
 	caCert, caKey, err := loadCA(pki)
 	if err != nil {
@@ -62,6 +63,13 @@ func (c *Cluster) NodeKubeconfig(node, dir string) (string, error) {
 	if err := os.WriteFile(pairFile, pair, 0o600); err != nil {
 		return "", err
 	}
+	caFile := filepath.Join(out, "ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caCert.Raw}), 0o644); err != nil {
+		return "", err
+	}
+	if server == "" {
+		server = c.RESTConfig.Host
+	}
 	kubeconfig := filepath.Join(out, "kubelet.conf")
 	content := fmt.Sprintf(`apiVersion: v1
 kind: Config
@@ -69,7 +77,7 @@ clusters: [{name: local, cluster: {server: %q, certificate-authority: %q}}]
 users: [{name: system:node:%s, user: {client-certificate: %q, client-key: %q}}]
 contexts: [{name: node, context: {cluster: local, user: system:node:%s}}]
 current-context: node
-`, c.RESTConfig.Host, filepath.Join(pki, "ca.crt"), node, pairFile, pairFile, node)
+`, server, caFile, node, pairFile, pairFile, node)
 	if err := os.WriteFile(kubeconfig, []byte(content), 0o600); err != nil {
 		return "", err
 	}

@@ -61,7 +61,7 @@ func TestDevicePluginCredentialsReadOnlyTheirNode(t *testing.T) {
 	if err := writeTokenKubeconfig(saKubeconfig, saConfig, filepath.Join(c.StateDir(), "pki", "ca.crt")); err != nil {
 		t.Fatal(err)
 	}
-	nodeKubeconfig, err := c.NodeKubeconfig(nodeA, dir)
+	nodeKubeconfig, err := c.NodeKubeconfig(nodeA, dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
