@@ -163,8 +163,14 @@ plugin_line="$(grep -E -- '--plugin "\$BIN/gpushare-device-plugin"' <<<"$joined"
 has "each plugin gets the record key (--record-key-dir)" '[[:space:]]-- .*--record-key-dir' "$plugin_line"
 has "each plugin runs as the chart's ServiceAccount" '--plugin-env "KUBECONFIG=\$IDENTITIES/' "$plugin_line"
 has "the plugin's token is bound to its Node (the node name the policies check)" '--bound-object-kind Node'
-has "each plugin reads with its node's own identity (--node-kubeconfig)" '[[:space:]]-- .*--node-kubeconfig "\$IDENTITIES/node-' "$plugin_line"
+has "each plugin reads with its node's own identity (--node-kubeconfig)" '[[:space:]]-- .*read_args.*"\$IDENTITIES/node-\$name.kubeconfig"' "$plugin_line"
+has "the plugins' reads are --node-kubeconfig by default" 'read_args=\(--node-kubeconfig\)'
 has "the node identity is system:node:NODE in group system:nodes" '-subj "/O=system:nodes/CN=system:node:\$n"'
+has "NODE_SCOPE=1: the chart's node-scope webhook on, the plugins' node identity off" 'scope=\(--set nodeScope.enabled=true --set devicePlugin.nodeCredential.kubeconfig=$'
+has "NODE_SCOPE=1: the extender serves the webhook for the plugin's ServiceAccount" 'scope_args=\(--node-scope-listen .*--node-scoped-users "system:serviceaccount:\$NAMESPACE:\$RELEASE-device-plugin"'
+has "NODE_SCOPE=1: kube-apiserver asks Node first" 'AuthorizationConfiguration.{2}authorizers:.{2}- type: Node.{2}  name: node'
+has "NODE_SCOPE=1: then the chart's entry" 'jsonpath=\{.data.authorizer\\.yaml\}'
+has "NODE_SCOPE=1: make playground passes it" 'GPUSHARE_PLAYGROUND_NODE_SCOPE=\$\(NODE_SCOPE\)' "$(cat Makefile)"
 # The names the script uses are the chart's for its release and namespace.
 release="$(sed -n 's/^RELEASE=//p' hack/playground.sh)" namespace="$(sed -n 's/^NAMESPACE=//p' hack/playground.sh)"
 if [[ -z "$release" || -z "$namespace" ]]; then
