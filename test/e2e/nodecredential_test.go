@@ -65,11 +65,6 @@ func TestDevicePluginCredentialsReadOnlyTheirNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := filepath.Join(c.NodeStateDir(nodeA), nodeagent.GPUProcessesFileName)
-	a, _ := gpuNode(ctx, t, c, nodeA, "1x16GiB", withPluginArgs("--kubeconfig="+saKubeconfig, "--node-kubeconfig="+nodeKubeconfig,
-		"--memory-enforcement=evict", "--memory-sample-interval=250ms", "--memory-grace=2s", "--nvml-sim-processes="+procs))
-	logs := "\nplugin log: " + filepath.Join(c.NodeStateDir(nodeA), "plugin.log")
-
 	sa, err := kubernetes.NewForConfig(saConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +103,16 @@ func TestDevicePluginCredentialsReadOnlyTheirNode(t *testing.T) {
 		_, err = id.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		refused("list every Node", err)
 	}
+
+	// The token reads nothing at all: its own node's pods are the node identity's to read.
+	if _, err := sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeA}); !apierrors.IsForbidden(err) {
+		t.Errorf("the service account token listing its own node's pods: %v, want Forbidden", err)
+	}
+
+	procs := filepath.Join(c.NodeStateDir(nodeA), nodeagent.GPUProcessesFileName)
+	a, _ := gpuNode(ctx, t, c, nodeA, "1x16GiB", withPluginArgs("--kubeconfig="+saKubeconfig, "--node-kubeconfig="+nodeKubeconfig,
+		"--memory-enforcement=evict", "--memory-sample-interval=250ms", "--memory-grace=2s", "--nvml-sim-processes="+procs))
+	logs := "\nplugin log: " + filepath.Join(c.NodeStateDir(nodeA), "plugin.log")
 
 	// The plugin works with them: a pod granted 4 GiB that uses 6 GiB is
 	// admitted (the plugin read it with the node's identity and wrote its
