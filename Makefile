@@ -175,8 +175,8 @@ e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0
 CLEAN ?= 0
-playground: ## a FRESH local cluster + the chart's policies, RBAC and record key + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
-	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) hack/playground.sh up
+playground: ## a FRESH local cluster + the chart's policies, RBAC and record key + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; NODE_SCOPE=1: plugins read through the node-scope webhook instead of their node's identity; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
+	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) GPUSHARE_PLAYGROUND_NODE_SCOPE=$(NODE_SCOPE) hack/playground.sh up
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
 	hack/playground.sh down $(if $(filter 1,$(CLEAN)),--clean)

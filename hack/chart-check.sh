@@ -196,6 +196,18 @@ count admin-auth-off '^      mode: none$' 2
 expect admin-auth-off 'system:auth-delegator' absent
 expect admin-auth-off 'metrics-token' absent
 
+# The device plugin reads its node's pods and Node with the node's own identity (the kubelet's
+# kubeconfig, read-only), so its ServiceAccount reads neither; nodeCredential.kubeconfig="" gives
+# the reads back to the ServiceAccount and mounts nothing of the node's.
+count dedicated 'name: GPUSHARE_NODE_KUBECONFIG$' 2
+count dedicated 'hostPath: \{path: /etc/kubernetes/kubelet.conf, type: File\}' 1
+count dedicated 'mountPath: /var/lib/kubelet/pki$' 2
+count dedicated 'verbs: \[patch\]$' 2
+render node-credential-off --set devicePlugin.nodeCredential.kubeconfig=
+expect node-credential-off 'GPUSHARE_NODE_KUBECONFIG' absent
+expect node-credential-off 'kubelet/pki' absent
+count node-credential-off 'verbs: \[get, list, watch, patch\]$' 2
+
 # Tenant isolation: the extender off GPU nodes by default (an own affinity or avoidGPUNodes=false
 # lifts it); Node records only the node's plugin's; privileged pods refused outside allowed
 # namespaces (kube-system by default); device requests through the toolkit's mount rule refused.
@@ -483,6 +495,9 @@ container_env() {
 keydir="$out/record-key"
 mkdir -p "$keydir"
 openssl genpkey -algorithm ed25519 >"$keydir/current"
+# So is the node's kubeconfig the chart mounts from the host at GPUSHARE_NODE_KUBECONFIG.
+nodekubeconfig="$out/node.kubeconfig"
+printf 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n' >"$nodekubeconfig"
 # config_file NAME KEY : the configuration file KEY of rendering NAME's ConfigMap, written to a
 # file (the record key directory and node state replaced by this script's); prints its path.
 config_file() {
@@ -502,7 +517,7 @@ with_config() {
 check_program_env() {
   local name=$1 container=$2 binary=$3 help vars v code
   help="$("$out/$binary" --help)"
-  mapfile -t vars < <(container_env "$name" "$container" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$keydir|")
+  mapfile -t vars < <(container_env "$name" "$container" | sed "s|^GPUSHARE_RECORD_KEY_DIR=.*|GPUSHARE_RECORD_KEY_DIR=$keydir|; s|^GPUSHARE_NODE_KUBECONFIG=.*|GPUSHARE_NODE_KUBECONFIG=$nodekubeconfig|")
   with_config "$name"
   if [ "${#vars[@]}" -eq 0 ]; then fail "$name $container env" "no variables found in the rendering"; return; fi
   for v in "${vars[@]}"; do

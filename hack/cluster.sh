@@ -34,9 +34,9 @@
 #   GPUSHARE_APISERVER_ADDRESS (default empty: everything on 127.0.0.1): an address pods reach the
 #   API server at (the e2e pod network's gateway): kube-apiserver then listens on every address,
 #   advertises this one and keeps the kubernetes Service's endpoints on it (lease reconciler),
-#   GPUSHARE_AUTHORIZATION_CONFIG (default empty: --authorization-mode=RBAC): an
-#   AuthorizationConfiguration file for kube-apiserver's --authorization-config (e.g. with the
-#   extender's node-scope webhook before RBAC).
+#   GPUSHARE_AUTHORIZATION_CONFIG (default empty: --authorization-mode=Node,RBAC, as kubeadm sets
+#   it): an AuthorizationConfiguration file for kube-apiserver's --authorization-config (e.g. with
+#   the extender's node-scope webhook between Node and RBAC).
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-$(cat "$(dirname "${BASH_SOURCE[0]}")/k8s-version")}"
@@ -349,7 +349,7 @@ cmd_up() {
 		--listen-metrics-urls "" --log-level warn
 	wait_healthy etcd "http://127.0.0.1:${ETCD_PORT}/health" -o /dev/null -w ok
 
-	local authz=(--authorization-mode=RBAC)
+	local authz=(--authorization-mode=Node,RBAC)
 	if [[ -n "${GPUSHARE_AUTHORIZATION_CONFIG:-}" ]]; then
 		authz=(--authorization-config="$GPUSHARE_AUTHORIZATION_CONFIG")
 	fi

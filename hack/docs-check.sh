@@ -34,7 +34,7 @@ broken=hack/testdata/docs-check-broken.md
 external="
 --replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all --verb --resource
 --create-namespace --reuse-values --reset-then-reuse-values --wait --install
---endpoint-reconciler-type --authorization-config
+--endpoint-reconciler-type --authorization-config --authorization-mode
 --write-config-to
 --scheduler-config --extender-url
 --clean

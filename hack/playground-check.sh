@@ -8,7 +8,8 @@
 #     and leaves another playground's extender alone;
 #   - it runs the shipped configuration: the chart installed with helm (admission and record signing
 #     not turned off), the extender and each plugin with their record keys and as the chart's
-#     ServiceAccounts (the plugin's token bound to its Node), names that the chart's rendering has.
+#     ServiceAccounts (the plugin's token bound to its Node) and each plugin reading with its node's
+#     own identity, names that the chart's rendering has.
 # Port holders and hand-started extenders are the real bin/gpushare-scheduler pointed at an
 # unreachable API server. The `up` checks need root (up refuses to run without it).
 set -euo pipefail
@@ -165,6 +166,14 @@ has "each plugin reads its configuration file" '[[:space:]]-- .*--config "\$STAT
 has "each plugin's configuration names the record key directory" 'recordKeyDir: %s'
 has "each plugin runs as the chart's ServiceAccount" '--plugin-env "KUBECONFIG=\$IDENTITIES/' "$plugin_line"
 has "the plugin's token is bound to its Node (the node name the policies check)" '--bound-object-kind Node'
+has "each plugin reads with its node's own identity (--node-kubeconfig)" '[[:space:]]-- .*read_args.*"\$IDENTITIES/node-\$name.kubeconfig"' "$plugin_line"
+has "the plugins' reads are --node-kubeconfig by default" 'read_args=\(--node-kubeconfig\)'
+has "the node identity is system:node:NODE in group system:nodes" '-subj "/O=system:nodes/CN=system:node:\$n"'
+has "NODE_SCOPE=1: the chart's node-scope webhook on, the plugins' node identity off" 'scope=\(--set nodeScope.enabled=true --set devicePlugin.nodeCredential.kubeconfig=$'
+has "NODE_SCOPE=1: the extender serves the webhook for the plugin's ServiceAccount" 'scope_args=\(--node-scope-listen .*--node-scoped-users "system:serviceaccount:\$NAMESPACE:\$RELEASE-device-plugin"'
+has "NODE_SCOPE=1: kube-apiserver asks Node first" 'AuthorizationConfiguration.{2}authorizers:.{2}- type: Node.{2}  name: node'
+has "NODE_SCOPE=1: then the chart's entry" 'jsonpath=\{.data.authorizer\\.yaml\}'
+has "NODE_SCOPE=1: make playground passes it" 'GPUSHARE_PLAYGROUND_NODE_SCOPE=\$\(NODE_SCOPE\)' "$(cat Makefile)"
 # The names the script uses are the chart's for its release and namespace.
 release="$(sed -n 's/^RELEASE=//p' hack/playground.sh)" namespace="$(sed -n 's/^NAMESPACE=//p' hack/playground.sh)"
 if [[ -z "$release" || -z "$namespace" ]]; then

@@ -28,6 +28,11 @@
 #           playground's kubeconfig (found in /proc, paths resolved). The state stays for KEEP=1;
 #           --clean (make playground-down CLEAN=1) deletes it too.
 # Env:   GPUSHARE_PLAYGROUND (state dir, default /tmp/gpushare-playground)
+#        GPUSHARE_PLAYGROUND_NODE_SCOPE=1 (make playground NODE_SCOPE=1): the configuration for nodes
+#        whose kubelet identity the plugin cannot use (devicePlugin.nodeCredential.kubeconfig="",
+#        nodeScope.enabled): the plugins read with their ServiceAccount, and kube-apiserver asks the
+#        extender's node-scope webhook (the chart's authorizer entry, between Node and RBAC; the API
+#        server is restarted once with it). GPUSHARE_NODE_SCOPE_PORT (default 32767)
 #        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default frag, the binary's),
 #        GPUSHARE_ALLOWED_POLICIES (policies pods may name; default binpack,spread, for docs/examples/spread.yaml)
 #        control-plane ports (defaults here): GPUSHARE_ETCD_PORT=24790 GPUSHARE_ETCD_PEER_PORT=24800
@@ -40,6 +45,8 @@ EXTENDER_PORT="${GPUSHARE_EXTENDER_PORT:-32766}"
 POLICY="${GPUSHARE_POLICY:-frag}"
 ALLOWED_POLICIES="${GPUSHARE_ALLOWED_POLICIES-binpack,spread}"
 KEEP="${GPUSHARE_PLAYGROUND_KEEP:-0}"
+NODE_SCOPE="${GPUSHARE_PLAYGROUND_NODE_SCOPE:-0}"
+NODE_SCOPE_PORT="${GPUSHARE_NODE_SCOPE_PORT:-32767}"
 # The file that marks a directory as a playground's state (remove_state checks it).
 MARKER=.gpushare-playground
 BIN="$ROOT/bin"
@@ -203,6 +210,9 @@ preflight() {
 	if ! alive extender "$BIN/gpushare-scheduler" scan >/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$EXTENDER_PORT") 2>/dev/null; then
 		die "port 127.0.0.1:$EXTENDER_PORT (for the extender) is taken; set GPUSHARE_EXTENDER_PORT to a free port, e.g. GPUSHARE_EXTENDER_PORT=$((EXTENDER_PORT + 1))"
 	fi
+	if [[ "$NODE_SCOPE" == 1 ]] && ! alive extender "$BIN/gpushare-scheduler" scan >/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$NODE_SCOPE_PORT") 2>/dev/null; then
+		die "port 127.0.0.1:$NODE_SCOPE_PORT (for the node-scope webhook) is taken; set GPUSHARE_NODE_SCOPE_PORT to a free port"
+	fi
 }
 
 kubectl_() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
@@ -218,8 +228,11 @@ install_chart() {
 	local helm off='{"gpushare.example.com/playground":"runs-this-as-a-process"}' k v
 	helm="$("$ROOT/hack/tools.sh" helm)"
 	log "installing the chart (charts/gpushare) as release $RELEASE in $NAMESPACE: admission policies, RBAC, record key"
+	local scope=()
+	[[ "$NODE_SCOPE" != 1 ]] || scope=(--set nodeScope.enabled=true --set devicePlugin.nodeCredential.kubeconfig=
+		--set "nodeScope.serverURL=https://127.0.0.1:${NODE_SCOPE_PORT}/authorize" --set "scheduler.extender.tls.extraSANs={127.0.0.1}")
 	"$helm" upgrade --install "$RELEASE" "$ROOT/charts/gpushare" --kubeconfig "$KUBECONFIG_FILE" \
-		--namespace "$NAMESPACE" --create-namespace --set dra.enabled=true \
+		--namespace "$NAMESPACE" --create-namespace --set dra.enabled=true "${scope[@]}" \
 		--set-json "devicePlugin.nodeSelector=$off" --set-json "scheduler.nodeSelector=$off" >"$LOGS/helm.log" 2>&1 ||
 		die "helm install failed: $(cat "$LOGS/helm.log")"
 	kubectl_ -n "$NAMESPACE" scale "deployment/$RELEASE-scheduler" --replicas=0 >/dev/null
@@ -234,6 +247,27 @@ install_chart() {
 		if [[ -s "$RECORD_KEY_DIR/$k" ]]; then openssl pkey -in "$RECORD_KEY_DIR/$k" -pubout -outform DER | tail -c 32 | base64 -w0 >"$RECORD_PUBLIC_KEY_DIR/$k"; else rm -f "$RECORD_PUBLIC_KEY_DIR/$k"; fi
 	done
 	write_identity extender "$RELEASE-scheduler"
+}
+
+# node_scope_config writes, from the chart's Secrets, what an operator gives kube-apiserver for the
+# node-scope webhook (docs/security.md) and the extender's serving certificate, into
+# $STATE/node-scope/, and exports GPUSHARE_AUTHORIZATION_CONFIG: Node, the chart's entry, RBAC.
+node_scope_config() {
+	local d="$STATE/node-scope" k
+	mkdir -p "$d"
+	for k in tls.crt tls.key; do
+		kubectl_ -n "$NAMESPACE" get secret "$RELEASE-node-scope-tls" -o "jsonpath={.data.${k//./\\.}}" | base64 -d >"$d/$k"
+	done
+	kubectl_ -n "$NAMESPACE" get secret "$RELEASE-node-scope-apiserver" -o 'jsonpath={.data.webhook\.kubeconfig}' | base64 -d >"$d/webhook.kubeconfig"
+	{
+		printf 'apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- type: Node\n  name: node\n'
+		kubectl_ -n "$NAMESPACE" get secret "$RELEASE-node-scope-apiserver" -o 'jsonpath={.data.authorizer\.yaml}' | base64 -d |
+			sed "s|/etc/kubernetes/gpushare-node-scope.kubeconfig|$d/webhook.kubeconfig|"
+		printf -- '- type: RBAC\n  name: rbac\n'
+	} >"$d/authorization.yaml"
+	[[ -s "$d/tls.crt" && -s "$d/tls.key" ]] && grep -q 'gpushare-node-scope' "$d/authorization.yaml" ||
+		die "the chart's node-scope Secrets are incomplete (nodeScope.enabled=true)"
+	export GPUSHARE_AUTHORIZATION_CONFIG="$d/authorization.yaml"
 }
 
 # write_identity NAME SERVICEACCOUNT [NODE] writes $IDENTITIES/NAME.kubeconfig for a token of the
@@ -257,8 +291,36 @@ current-context: $sa
 EOF
 }
 
+# write_node_credential NODE writes $IDENTITIES/node-NODE.kubeconfig: the node's own identity as a
+# kubelet holds it (a client certificate for system:node:NODE in group system:nodes, signed by the
+# cluster's CA, named by file as in kubeadm's kubelet.conf). The plugin reads its node's pods and
+# Node with it (--node-kubeconfig, the chart's devicePlugin.nodeCredential); the API server's Node
+# authorizer confines those reads to NODE.
+write_node_credential() {
+	local n="$1" d="$IDENTITIES/node-$1"
+	mkdir -p "$d"
+	if [[ ! -s "$d/kubelet-client-current.pem" ]]; then
+		openssl req -newkey rsa:2048 -nodes -keyout "$d/key.pem" -out "$d/csr.pem" -subj "/O=system:nodes/CN=system:node:$n" 2>/dev/null
+		printf 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n' >"$d/ext.cnf"
+		openssl x509 -req -in "$d/csr.pem" -CA "$STATE/pki/ca.crt" -CAkey "$STATE/pki/ca.key" -CAcreateserial \
+			-out "$d/cert.pem" -days 365 -extfile "$d/ext.cnf" 2>/dev/null || die "no node certificate for $n"
+		cat "$d/cert.pem" "$d/key.pem" >"$d/kubelet-client-current.pem"
+		chmod 600 "$d/kubelet-client-current.pem" "$d/key.pem"
+		rm -f "$d/csr.pem" "$d/ext.cnf"
+	fi
+	cat >"$IDENTITIES/node-$n.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: playground, cluster: {server: "https://127.0.0.1:${GPUSHARE_APISERVER_PORT}", certificate-authority: "$STATE/pki/ca.crt"}}]
+users: [{name: "system:node:$n", user: {client-certificate: "$d/kubelet-client-current.pem", client-key: "$d/kubelet-client-current.pem"}}]
+contexts: [{name: node, context: {cluster: playground, user: "system:node:$n"}}]
+current-context: node
+EOF
+}
+
 # node_identity NODE creates the Node (labelled as the node agent would) if it does not exist, so
-# that a token can be bound to it, and writes the device plugin's kubeconfig for it.
+# that a token can be bound to it, and writes the device plugin's kubeconfigs for it: the chart's
+# ServiceAccount's (writes) and the node's own (reads).
 node_identity() {
 	if ! kubectl_ get node "$1" >/dev/null 2>&1; then
 		kubectl_ create -f - >/dev/null <<EOF
@@ -270,6 +332,7 @@ metadata:
 EOF
 	fi
 	write_identity "plugin-$1" "$RELEASE-device-plugin" "$1"
+	write_node_credential "$1"
 }
 
 cmd_up() {
@@ -296,9 +359,24 @@ cmd_up() {
 
 	# The playground's only scheduler: the gpushare profile, and default-scheduler so that pods
 	# without schedulerName are scheduled too (through the same extender).
-	"$ROOT/hack/cluster.sh" up --scheduler-config "$ROOT/scheduler/config/kube-scheduler-config.yaml" \
-		--extender-url "http://127.0.0.1:${EXTENDER_PORT}" --extra-profile default-scheduler
+	local up=(up --scheduler-config "$ROOT/scheduler/config/kube-scheduler-config.yaml"
+		--extender-url "http://127.0.0.1:${EXTENDER_PORT}" --extra-profile default-scheduler)
+	[[ "$NODE_SCOPE" != 1 || ! -s "$STATE/node-scope/authorization.yaml" ]] ||
+		export GPUSHARE_AUTHORIZATION_CONFIG="$STATE/node-scope/authorization.yaml"
+	"$ROOT/hack/cluster.sh" "${up[@]}"
 	install_chart
+	if [[ "$NODE_SCOPE" == 1 && -z "${GPUSHARE_AUTHORIZATION_CONFIG:-}" ]]; then
+		log "node scope: restarting kube-apiserver with the chart's node-scope authorizer (between Node and RBAC)"
+		node_scope_config
+		"$ROOT/hack/cluster.sh" stop kube-apiserver
+		"$ROOT/hack/cluster.sh" "${up[@]}"
+	fi
+	local scope_args=() read_args=(--node-kubeconfig)
+	if [[ "$NODE_SCOPE" == 1 ]]; then
+		scope_args=(--node-scope-listen "127.0.0.1:${NODE_SCOPE_PORT}" --node-scoped-users "system:serviceaccount:$NAMESPACE:$RELEASE-device-plugin"
+			--node-scope-tls-cert-file "$STATE/node-scope/tls.crt" --node-scope-tls-private-key-file "$STATE/node-scope/tls.key")
+		read_args=()
+	fi
 
 	local pid
 	if pid="$(alive extender "$BIN/gpushare-scheduler" scan)"; then
@@ -316,7 +394,7 @@ cmd_up() {
 			cardLimitsConfigMap: $NAMESPACE/$RELEASE-card-limits
 		EOF
 		setsid "$BIN/gpushare-scheduler" --kubeconfig "$IDENTITIES/extender.kubeconfig" --listen "127.0.0.1:${EXTENDER_PORT}" \
-			--config "$STATE/extender-config.yaml" --record-key-dir "$RECORD_KEY_DIR" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
+			--config "$STATE/extender-config.yaml" --record-key-dir "$RECORD_KEY_DIR" "${scope_args[@]}" >>"$LOGS/gpushare-scheduler.log" 2>&1 </dev/null &
 		pid=$!
 	fi
 	echo "$pid" >"$PIDS/extender.pid"
@@ -342,11 +420,12 @@ cmd_up() {
 		printf 'apiVersion: gpushare.example.com/v1alpha1\nkind: DevicePluginConfiguration\nrecordKeyDir: %s\n' \
 			"$RECORD_PUBLIC_KEY_DIR" >"$STATE/nodes/$name/device-plugin-config.yaml"
 		# The agent plays the kubelet (admin kubeconfig); the plugin it starts runs as the chart's
-		# device plugin on this node, with the chart's record key.
+		# device plugin on this node: the chart's ServiceAccount writes, the node's own identity
+		# reads, with the chart's record key.
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
 			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
 			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
-			-- "--nvml=spec:$spec" --config "$STATE/nodes/$name/device-plugin-config.yaml" \
+			-- "--nvml=spec:$spec" --config "$STATE/nodes/$name/device-plugin-config.yaml" ${read_args[@]:+"${read_args[@]}" "$IDENTITIES/node-$name.kubeconfig"} \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &
 		echo $! >"$PIDS/agent-$name.pid"
 	done

@@ -50,6 +50,9 @@ type Options struct {
 	ConfigFile      string `json:"-"`
 	NodeName        string `json:"-"`
 	Kubeconfig      string `json:"-"`
+	// NodeKubeconfig, when set, is the node's own identity (the kubelet's
+	// kubeconfig): the node's pods and Node are read with it (Clients).
+	NodeKubeconfig  string `json:"-"`
 	NVML            string `json:"-"`
 	DevicePluginDir string `json:"-"`
 	// Instance, when set, names this plugin process's sockets (SocketNames),
@@ -168,6 +171,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ConfigFile, cli.FlagConfig, o.ConfigFile, "configuration file, kind "+Kind+" (docs/reference/device-plugin-config.md); empty: the defaults")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "the Node this plugin runs on (required; the DaemonSet sets NODE_NAME from fieldRef spec.nodeName)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig file; empty: in-cluster configuration")
+	fs.StringVar(&o.NodeKubeconfig, "node-kubeconfig", o.NodeKubeconfig, "the node's own kubeconfig (the kubelet's, e.g. /etc/kubernetes/kubelet.conf; it must authenticate as system:node:NODE): the plugin reads its node's pods and Node with it, and writes with --kubeconfig's identity; empty: --kubeconfig's identity reads too")
 	fs.StringVar(&o.NVML, "nvml", o.NVML, "GPU source: real (the host's NVML), mock:dgxa100|dgxh100|dgxh200|dgxb200, or spec:COUNTxSIZE[:MODEL],... e.g. spec:4x80GiB:NVIDIA-H100")
 	fs.StringVar(&o.Memory.SimProcesses, "nvml-sim-processes", o.Memory.SimProcesses, "with a simulated --nvml: JSON file of the processes each card reports, {\"0\":[{\"pid\":4242,\"usedMiB\":3072}]}")
 	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", o.DevicePluginDir, "the kubelet's device-plugin directory")
@@ -196,11 +200,21 @@ func NewCommand(lookupEnv func(string) (string, bool), restart <-chan os.Signal)
 			return fmt.Errorf("kubernetes client configuration: %w", err)
 		}
 		cfg.QPS, cfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
-		client, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
+		clients := Clients{}
+		if clients.Write, err = kubernetes.NewForConfig(cfg); err != nil {
 			return fmt.Errorf("kubernetes client: %w", err)
 		}
-		return Run(ctx, o, client, restart)
+		if o.NodeKubeconfig != "" {
+			ncfg, err := clientcmd.BuildConfigFromFlags("", o.NodeKubeconfig)
+			if err != nil {
+				return fmt.Errorf("--node-kubeconfig: %w", err)
+			}
+			ncfg.QPS, ncfg.Burst = float32(o.KubeAPIQPS), o.KubeAPIBurst
+			if clients.Read, err = kubernetes.NewForConfig(ncfg); err != nil {
+				return fmt.Errorf("--node-kubeconfig: %w", err)
+			}
+		}
+		return Run(ctx, o, clients, restart)
 	})
 }
 
@@ -281,16 +295,22 @@ func (o Options) validate() error {
 			return fmt.Errorf("recordKeyDir: %w", err)
 		}
 	}
+	if o.NodeKubeconfig != "" {
+		if _, err := os.Stat(o.NodeKubeconfig); err != nil {
+			return fmt.Errorf("--node-kubeconfig: %w", err)
+		}
+	}
 	return o.validateMemory()
 }
 
-// Run runs the plugin until ctx is done. client reaches the API server;
+// Run runs the plugin until ctx is done. clients reach the API server;
 // restart receives SIGHUP.
-func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-chan os.Signal) error {
+func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Signal) error {
 	log := klog.FromContext(ctx)
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	client := clients.Write
 	// Validate parsed every one of these: no error is left.
 	unit, _ := api.ParseMemoryUnit(o.MemoryUnit)
 	strategy, _ := plugin.ParseStrategy(o.DeviceListStrategy)
@@ -323,12 +343,16 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 		log.Info("GPU found", "index", c.Index, "uuid", c.UUID, "model", c.Model, "memoryMiB", c.MemoryMiB, "units", unit.UnitsFromMiB(c.MemoryMiB), "unit", unit)
 	}
 
-	cl := cluster.New(client, o.NodeName, cluster.WithNames(names))
+	reader, err := readClient(ctx, clients, o.NodeName)
+	if err != nil {
+		return err
+	}
+	cl := cluster.New(client, o.NodeName, cluster.WithNames(names), cluster.WithReader(reader))
 	if err := cl.CheckNode(ctx); err != nil {
 		return err
 	}
 	if !o.DRA.Enabled {
-		if free, err := waitForNoOtherPlugin(ctx, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
+		if free, err := waitForNoOtherPlugin(ctx, reader, client, o.NodeName, names, otherPluginPoll, log); !free || err != nil {
 			return err
 		}
 	}
@@ -348,7 +372,7 @@ func Run(ctx context.Context, o Options, client kubernetes.Interface, restart <-
 	if err := cl.Start(ctx); err != nil {
 		return err
 	}
-	logNameMismatches(ctx, client, cl, names, log)
+	logNameMismatches(ctx, cl, names, log)
 	if o.IsolationFile != "" {
 		if _, err := isolation.Read(o.IsolationFile); err != nil {
 			return fmt.Errorf("isolationFile %s: %w", o.IsolationFile, err)

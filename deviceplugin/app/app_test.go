@@ -77,7 +77,7 @@ func TestRunRefusesBadConfiguration(t *testing.T) {
 			o.NodeName = node
 			tt.modify(o)
 			_, ctx := ktesting.NewTestContext(t)
-			err := Run(ctx, *o, client, nil)
+			err := Run(ctx, *o, Clients{Write: client}, nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tt.want)
 			}
@@ -94,7 +94,7 @@ func TestRunWaitsWithoutNVMLWhenAsked(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- Run(ctx, *o, fake.NewClientset(), nil) }()
+	go func() { done <- Run(ctx, *o, Clients{Write: fake.NewClientset()}, nil) }()
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned %v without NVML; want it to wait", err)
@@ -139,7 +139,7 @@ func TestRunPublishesInventoryAndFollowsIsolation(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- Run(ctx, *o, client, nil) }()
+	go func() { done <- Run(ctx, *o, Clients{Write: client}, nil) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -227,7 +227,7 @@ func TestMalformedIsolationAnnotationIsolatesEveryCardUntilFixed(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
-	go func() { done <- Run(ctx, *o, client, nil) }()
+	go func() { done <- Run(ctx, *o, Clients{Write: client}, nil) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {

@@ -23,11 +23,11 @@ const otherPluginPoll = 30 * time.Second
 // plugin's resources (conflict.Check), or when ctx ends (false). Until then
 // the plugin does not register: it says why in its log and, once per
 // different finding, in a Warning Event on the Node, and looks again every
-// poll.
-func waitForNoOtherPlugin(ctx context.Context, client kubernetes.Interface, nodeName string, names api.Names, poll time.Duration, log klog.Logger) (bool, error) {
+// poll. reader reads the Node; client records the Event.
+func waitForNoOtherPlugin(ctx context.Context, reader, client kubernetes.Interface, nodeName string, names api.Names, poll time.Duration, log klog.Logger) (bool, error) {
 	said := ""
 	for {
-		node, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		node, err := reader.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, nil
@@ -76,9 +76,9 @@ func nodeEvent(ctx context.Context, client kubernetes.Interface, node *corev1.No
 // logNameMismatches logs every way the node and the pods bound to it
 // disagree with the plugin's names (api.NodeMismatches, PodMismatches):
 // records under another domain are invisible to this plugin.
-func logNameMismatches(ctx context.Context, client kubernetes.Interface, cl *cluster.Cluster, names api.Names, log klog.Logger) {
+func logNameMismatches(ctx context.Context, cl *cluster.Cluster, names api.Names, log klog.Logger) {
 	var msgs []string
-	if node, err := client.CoreV1().Nodes().Get(ctx, cl.Node(), metav1.GetOptions{}); err == nil {
+	if node, err := cl.Reader().CoreV1().Nodes().Get(ctx, cl.Node(), metav1.GetOptions{}); err == nil {
 		msgs = append(msgs, names.NodeMismatches([]*corev1.Node{node})...)
 	}
 	if pods, err := cl.Pods(); err == nil {

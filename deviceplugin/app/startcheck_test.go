@@ -32,7 +32,7 @@ func TestNoRegistrationWhileAnotherGPUPluginIsOnTheNode(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		free, err := waitForNoOtherPlugin(ctx, client, "gpu-1", api.DefaultNames(), 10*time.Millisecond, klog.Background())
+		free, err := waitForNoOtherPlugin(ctx, client, client, "gpu-1", api.DefaultNames(), 10*time.Millisecond, klog.Background())
 		done <- result{free, err}
 	}()
 

@@ -2,7 +2,9 @@
 // an informer over the pods bound to its node, one over its Node (for the
 // operator's isolation annotation), publishing the node GPU inventory and
 // labels, and completing pods' assignment records. The cluster is reached
-// through kubernetes.Interface, so tests use the fake clientset.
+// through kubernetes.Interface, so tests use the fake clientset: one client
+// writes, and another (WithReader: the node's own identity) may make every
+// read of the node's pods and Node.
 package cluster
 
 import (
@@ -34,7 +36,8 @@ var ErrNodeNotFound = errors.New("node not found")
 
 // Cluster is the plugin's view of its node and the pods bound to it.
 type Cluster struct {
-	client kubernetes.Interface
+	client kubernetes.Interface // writes, and reads when reader is not set
+	reader kubernetes.Interface // reads the node's pods and Node
 	node   string
 	names  api.Names
 
@@ -57,13 +60,22 @@ type Option func(*Cluster)
 // api.DefaultNames).
 func WithNames(n api.Names) Option { return func(c *Cluster) { c.names = n } }
 
+// WithReader makes every read of the node's pods and Node with reader
+// instead of the writing client: the node's own identity, which the API
+// server's Node authorizer lets list and watch only the pods with the field
+// selector spec.nodeName=NODE and read only its own Node. Every read here
+// carries such a selector or names the node.
+func WithReader(reader kubernetes.Interface) Option { return func(c *Cluster) { c.reader = reader } }
+
 // New builds the informers (started by Start) for the node named node.
+// client writes (records, the Node's inventory) and, without WithReader,
+// reads.
 func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
-	c := &Cluster{client: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}}
+	c := &Cluster{client: client, reader: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}}
 	for _, o := range opts {
 		o(c)
 	}
-	c.podFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	c.podFactory = informers.NewSharedInformerFactoryWithOptions(c.reader, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
 	pi := c.podFactory.Core().V1().Pods()
@@ -79,7 +91,7 @@ func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
 	if err == nil {
 		c.podsSynced = reg.HasSynced
 	}
-	c.nodeFactory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	c.nodeFactory = informers.NewSharedInformerFactoryWithOptions(c.reader, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
 	c.nodeInf = c.nodeFactory.Core().V1().Nodes().Informer()
@@ -129,10 +141,13 @@ func (c *Cluster) Arrival(uid types.UID) (uint64, bool) {
 // Node is the node's name.
 func (c *Cluster) Node() string { return c.node }
 
+// Reader is the client the cluster reads the node's pods and Node with.
+func (c *Cluster) Reader() kubernetes.Interface { return c.reader }
+
 // CheckNode fails with a clear message when the Node does not exist or
 // cannot be read.
 func (c *Cluster) CheckNode(ctx context.Context) error {
-	_, err := c.client.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
+	_, err := c.reader.CoreV1().Nodes().Get(ctx, c.node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return fmt.Errorf("%w: NODE_NAME is %q but no such Node exists (set NODE_NAME from the downward API: fieldRef spec.nodeName)", ErrNodeNotFound, c.node)
 	}
@@ -221,7 +236,7 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 // side, so the plugin answers at once instead of holding the kubelet's admission (every pod of
 // the node waits behind it) for its whole --allocate-wait.
 func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
-	list, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.node).String()})
+	list, err := c.reader.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.node).String()})
 	if err != nil {
 		return false, fmt.Errorf("list the node's pods: %w", err)
 	}
@@ -255,7 +270,7 @@ func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
 // follows holds.
 func (c *Cluster) readPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("metadata.name", name), fields.OneTermEqualSelector("spec.nodeName", c.node))
-	list, err := c.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
+	list, err := c.reader.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
 	if err != nil {
 		return nil, fmt.Errorf("read pod %s/%s: %w", namespace, name, err)
 	}

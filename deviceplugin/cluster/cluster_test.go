@@ -306,3 +306,45 @@ func TestRecordWriteOnTheCachedPodIsOneRoundTrip(t *testing.T) {
 		t.Errorf("phase %s after the retried write, want Assigned", got)
 	}
 }
+
+// With a reader (the node's own identity), every read of the node's pods and
+// Node goes to it and the writer only writes: the writer's identity then
+// needs no read permission at all.
+func TestReadsGoToTheReaderAndWritesToTheClient(t *testing.T) {
+	ctx := context.Background()
+	pod := podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
+	nodeObj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	writer := fake.NewClientset(pod.DeepCopy(), nodeObj.DeepCopy())
+	reader := fake.NewClientset(pod.DeepCopy(), nodeObj.DeepCopy())
+	c := New(writer, node, WithReader(reader))
+	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := c.Start(startCtx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CheckNode(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CacheBehind(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, func(a *api.Assignment) bool { a.Phase = api.PhaseAllocated; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Publish(ctx, inv(card(0, "NVIDIA A100", 40)), ""); err != nil {
+		t.Fatal(err)
+	}
+	verbs := func(cs *fake.Clientset) map[string]bool {
+		out := map[string]bool{}
+		for _, a := range cs.Actions() {
+			out[a.GetVerb()+" "+a.GetResource().Resource] = true
+		}
+		return out
+	}
+	if diff := cmp.Diff(map[string]bool{"patch pods": true, "patch nodes": true}, verbs(writer)); diff != "" {
+		t.Errorf("the writer's requests (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]bool{"list pods": true, "watch pods": true, "list nodes": true, "watch nodes": true, "get nodes": true}, verbs(reader)); diff != "" {
+		t.Errorf("the reader's requests (-want +got):\n%s", diff)
+	}
+}

@@ -349,7 +349,7 @@ func startPlugin(t *testing.T, client *fake.Clientset, args ...string) (stop fun
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, o, client, nil) }()
+	go func() { done <- app.Run(ctx, o, app.Clients{Write: client}, nil) }()
 	var once sync.Once // stop may run twice: where it is called, and deferred after a failure
 	return func() {
 		once.Do(func() {

@@ -50,6 +50,19 @@ var installOverrides = []string{
 	"scheduler.avoidGPUNodes=false",
 }
 
+// laneNodeCredential returns the values that point the chart's devicePlugin.nodeCredential at the
+// lane node's own identity (system:node:NODE), written on this host: there is no kubeadm
+// /etc/kubernetes/kubelet.conf here, and the lane's kubelet runs as the cluster's admin. Its
+// server is the address pods reach the API server at.
+func laneNodeCredential(t *testing.T, c *cluster.Cluster) []string {
+	t.Helper()
+	kubeconfig, err := c.NodeKubeconfig(installNode, filepath.Join(c.StateDir(), "node-credential"), fmt.Sprintf("https://%s:%d", installGateway, c.Ports["APISERVER"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"devicePlugin.nodeCredential.kubeconfig=" + kubeconfig, "devicePlugin.nodeCredential.hostPaths={" + filepath.Dir(kubeconfig) + "}"}
+}
+
 // chartImage is the image reference the chart renders by default (values.yaml
 // image.repository, Chart.yaml appVersion).
 func chartImage(t *testing.T) (repo, tag string) {
@@ -326,7 +339,7 @@ func TestInstallLane(t *testing.T) {
 	names := api.DefaultNames()
 	chart := filepath.Join(cluster.RepoRoot(), "charts", "gpushare")
 	args := []string{"install", installRelease, chart, "-n", installNamespace, "--create-namespace", "--wait", "--timeout", "5m"}
-	for _, o := range installOverrides {
+	for _, o := range append(installOverrides, laneNodeCredential(t, c)...) {
 		args = append(args, "--set", o)
 	}
 	start := time.Now()

@@ -85,7 +85,7 @@ func nodeScopeAuthorization(state string) (string, []string, error) {
 		"tls.crt":            string(tlsSecret.Data["tls.crt"]),
 		"tls.key":            string(tlsSecret.Data["tls.key"]),
 		"webhook.kubeconfig": apiserver.StringData["webhook.kubeconfig"],
-		"authorization.yaml": "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n" + authorizer + "- type: RBAC\n  name: rbac\n",
+		"authorization.yaml": "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- type: Node\n  name: node\n" + authorizer + "- type: RBAC\n  name: rbac\n",
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
@@ -126,7 +126,8 @@ func TestDevicePluginReadsOnlyItsOwnNode(t *testing.T) {
 	}
 	podA := runPod(ctx, t, c, onNode(gpuPod(users, "pod-a", 10), "scope-a"), nodeA)
 	podB := runPod(ctx, t, c, onNode(gpuPod(users, "pod-b", 10), "scope-b"), nodeB)
-	plugin := pluginIdentityOn(ctx, t, c, nodeScopeNamespace, "scope-a")
+	// Where the plugin cannot read with its node's own identity, its service account reads.
+	plugin := pluginIdentityOn(ctx, t, c, nodeScopeNamespace, "scope-a", "--set", "devicePlugin.nodeCredential.kubeconfig=")
 
 	// As root on scope-a would, with the plugin's token.
 	_, err := plugin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,6 +30,8 @@ const (
 	pluginPodSocketDir = "/var/lib/kubelet/device-plugins"
 	pluginPodSocket    = pluginPodSocketDir + "/kubelet.sock"
 	pluginPodResources = "/var/lib/kubelet/pod-resources/kubelet.sock"
+	// pluginPodNodeCredential is where the chart mounts the node's certificate directory, read-only.
+	pluginPodNodeCredential = "/var/lib/kubelet/pki"
 )
 
 // chartPluginPod is the device plugin DaemonSet's pod as the chart renders it
@@ -56,6 +60,25 @@ func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, se
 	spec.HostNetwork, spec.DNSPolicy = true, corev1.DNSDefault
 	spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
 	spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists})
+	// The node's own identity the chart mounts (devicePlugin.nodeCredential): this host has no
+	// kubeadm kubeconfig, so the host side is a file and directory made here; the mounts are the
+	// chart's.
+	host := t.TempDir()
+	for i := range spec.Volumes {
+		v := &spec.Volumes[i]
+		switch {
+		case v.Name == "node-kubeconfig" && v.HostPath != nil:
+			v.HostPath.Path = filepath.Join(host, "kubelet.conf")
+			if err := os.WriteFile(v.HostPath.Path, []byte("apiVersion: v1\nkind: Config\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		case strings.HasPrefix(v.Name, "node-credential-") && v.HostPath != nil:
+			v.HostPath.Path = filepath.Join(host, v.Name)
+			if err := os.MkdirAll(v.HostPath.Path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	// Every plugin container of the pod (the plugin, and its standby where the chart runs one).
 	for i := range spec.Containers {
 		ctr := &spec.Containers[i]
@@ -65,7 +88,7 @@ func chartPluginPod(ctx context.Context, t *testing.T, ns, name, node string, se
 		// networking the chart's metrics port would be a host port they share.
 		ctr.Ports, ctr.ReadinessProbe = nil, nil
 		ctr.Env = append(ctr.Env,
-			corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", "/"}, ":")},
+			corev1.EnvVar{Name: "PROBE_WRITE_DIRS", Value: strings.Join([]string{pluginPodSocketDir, "/var/lib/kubelet/pod-resources", pluginPodNodeCredential, "/"}, ":")},
 			corev1.EnvVar{Name: "PROBE_CONNECT", Value: pluginPodSocket + ":" + pluginPodResources},
 		)
 	}
@@ -101,7 +124,7 @@ func checkPluginPodLeastPrivilege(t *testing.T, pod *corev1.Pod, container int, 
 	if seen.UID != 0 || seen.CapEff != wantCaps {
 		t.Errorf("uid %d, effective capabilities %s; want root with %s (%s)", seen.UID, seen.CapEff, what, wantCaps)
 	}
-	want := map[string]string{pluginPodSocketDir: "ok", "/var/lib/kubelet/pod-resources": "EROFS", "/": "EROFS"}
+	want := map[string]string{pluginPodSocketDir: "ok", "/var/lib/kubelet/pod-resources": "EROFS", pluginPodNodeCredential: "EROFS", "/": "EROFS"}
 	if diff := cmp.Diff(want, seen.Writable); diff != "" {
 		t.Errorf("writable directories (-want +seen):\n%s", diff)
 	}

@@ -581,6 +581,17 @@ func grant(ctx context.Context, t *testing.T, c *cluster.Cluster, ns, user, kind
 // more --set flags for the chart (e.g. dra.enabled=true for its DRA rules).
 func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string, set ...string) kubernetes.Interface {
 	t.Helper()
+	cs, err := kubernetes.NewForConfig(pluginConfigOn(ctx, t, c, system, node, set...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// pluginConfigOn is pluginIdentityOn's client configuration: the API server
+// and the token.
+func pluginConfigOn(ctx context.Context, t *testing.T, c *cluster.Cluster, system, node string, set ...string) *rest.Config {
+	t.Helper()
 	out := renderChart(ctx, t, system, "templates/deviceplugin.yaml", set...)
 	var rbac [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
@@ -639,7 +650,7 @@ func pluginIdentityOn(ctx context.Context, t *testing.T, c *cluster.Cluster, sys
 	if got := review.Status.UserInfo.Extra["authentication.kubernetes.io/node-name"]; len(got) != 1 || got[0] != node {
 		t.Fatalf("the plugin pod's token carries node-name %v, want [%s] (user %s)", got, node, review.Status.UserInfo.Username)
 	}
-	return cs
+	return cfg
 }
 
 // toolkitDeviceRequest is a pod without a GPU request whose container mounts

@@ -66,7 +66,7 @@ of PEM strings: ca, serverCert, serverKey, clientCert, clientKey. */}}
 {{- if and $server $stanza (index $server.data "ca.crt") (index $stanza.data "client.crt") -}}
 {{- dict "ca" (index $server.data "ca.crt" | b64dec) "serverCert" (index $server.data "tls.crt" | b64dec) "serverKey" (index $server.data "tls.key" | b64dec) "clientCert" (index $stanza.data "client.crt" | b64dec) "clientKey" (index $stanza.data "client.key" | b64dec) | toJson -}}
 {{- else -}}
-{{- $days := int .Values.scheduler.extender.tls.validityDays -}}
+{{- $days := 3650 -}}
 {{- $svc := include "gpushare.scheduler.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
@@ -90,7 +90,7 @@ scheduler.extender.tls.extraSANs. */}}
 {{- if and $old $old.data (index $old.data "ca.crt") -}}
 {{- dict "ca" (index $old.data "ca.crt" | b64dec) "cert" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) | toJson -}}
 {{- else -}}
-{{- $days := int .Values.scheduler.extender.tls.validityDays -}}
+{{- $days := 3650 -}}
 {{- $svc := include "gpushare.scheduler.fullname" . -}}
 {{- $ns := .Release.Namespace -}}
 {{- $dns := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
@@ -218,6 +218,8 @@ claims scores 0 everywhere. */}}
 {{- $gone := dict "scheduler.podAnnotations" "is now podAnnotations (both programs' pods)" "devicePlugin.podAnnotations" "is now podAnnotations (both programs' pods)" "scheduler.service" "is gone: the Service is a ClusterIP" "scheduler.extender.port" "is gone: the verbs listen on 39999" "scheduler.extender.adminPort" "is gone: the admin routes listen on 39998" "nodeScope.port" "is gone: the webhook listens on 39997" "devicePlugin.standby.metricsPort" "is gone: the standby's port is devicePlugin.metricsPort + 1" "dra.scoring.weight" "is gone: the weight is 1000" "scheduler.weight" "is gone: the weight is 1000, more than every default plugin together" "devicePlugin.priorityClassName" "is gone: the node agents are system-node-critical" "scheduler.kubeScheduler.image.pullPolicy" "is now image.pullPolicy (both images)" "nodeScope.validityDays" "is now scheduler.extender.tls.validityDays (every certificate the chart generates)" "serviceAccount" "is gone: rbac.create also creates the service accounts" "nodeScope.extraSANs" "is now scheduler.extender.tls.extraSANs (in every certificate the chart generates)" "scheduler.kubeScheduler.leaderElection" "is gone: the dedicated kube-schedulers always elect a leader" "metrics.interval" "is gone: the monitors scrape every 30s" "devicePlugin.isolation" "is now devicePlugin.isolatedCards (indexes and UUIDs in one list)" "devicePlugin.mps" "is now devicePlugin.config.memory.mps, memory.mpsPipeDir, memory.mpsShmDir" -}}
 {{- range $m := list "serviceMonitor" "podMonitor" "prometheusRule" }}{{ $_ := set $gone (printf "metrics.%s.enabled" $m) "is now metrics.prometheusOperator (the ServiceMonitor, PodMonitor and PrometheusRule together)" }}{{ end -}}
 {{- $_ := set $gone "metrics.podMonitor.authorization" "is now metrics.podMonitorAuthorization" -}}
+{{- $_ := set $gone "scheduler.logVerbosity" "is gone: both programs log at -v=2; add --v=N to scheduler.kubeScheduler.extraArgs or scheduler.extender.extraArgs" -}}
+{{- $_ := set $gone "scheduler.extender.tls.validityDays" "is gone: the chart's certificates last 10 years; for other lifetimes let cert-manager issue them (scheduler.extender.tls.certManager)" -}}
 {{- range $m := list "serviceMonitor" "podMonitor" "grafanaDashboard" "prometheusRule" }}{{ range $k := list "labels" "interval" }}{{ $_ := set $gone (printf "metrics.%s.%s" $m $k) (printf "is now metrics.%s (shared by the monitors, dashboard and rule)" $k) }}{{ end }}{{ end -}}
 {{- range $path, $msg := $gone -}}
 {{- $parts := splitList "." $path -}}

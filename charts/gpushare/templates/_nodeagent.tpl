@@ -104,6 +104,17 @@ spec:
         - name: config
           configMap:
             name: {{ include "gpushare.fullname" . }}-config
+        {{- with .Values.devicePlugin.nodeCredential }}
+        {{- if .kubeconfig }}
+        # The node's own identity (the kubelet's kubeconfig and what it names), read-only.
+        - name: node-kubeconfig
+          hostPath: {path: {{ .kubeconfig }}, type: File}
+        {{- range $i, $p := .hostPaths }}
+        - name: node-credential-{{ $i }}
+          hostPath: {path: {{ $p }}, type: Directory}
+        {{- end }}
+        {{- end }}
+        {{- end }}
         {{- if .Values.devicePlugin.isolatedCards }}
         - name: isolation
           configMap:
@@ -156,6 +167,11 @@ spec:
       value: {{ printf "%s/plugins_registry" .Values.devicePlugin.kubeletDir | quote }}
     - name: GPUSHARE_DRA_PLUGIN_DIR
       value: {{ printf "%s/plugins/%s" .Values.devicePlugin.kubeletDir .Values.names.domain | quote }}
+    {{- end }}
+    {{- with .Values.devicePlugin.nodeCredential.kubeconfig }}
+    # The node's own identity reads the node's pods and Node; this pod's ServiceAccount writes.
+    - name: GPUSHARE_NODE_KUBECONFIG
+      value: {{ . | quote }}
     {{- end }}
     # NVML needs every card's device node and the driver's utility libraries. The cards are
     # asked for the way gpushare asks for a pod's card: a volume mount named "all" under
@@ -233,6 +249,18 @@ spec:
     {{- if not $dra }}
     - name: node-state
       mountPath: /var/lib/gpushare
+    {{- end }}
+    {{- with .Values.devicePlugin.nodeCredential }}
+    {{- if .kubeconfig }}
+    - name: node-kubeconfig
+      mountPath: {{ .kubeconfig }}
+      readOnly: true
+    {{- range $i, $p := .hostPaths }}
+    - name: node-credential-{{ $i }}
+      mountPath: {{ $p }}
+      readOnly: true
+    {{- end }}
+    {{- end }}
     {{- end }}
     {{- if .Values.devicePlugin.isolatedCards }}
     - name: isolation
