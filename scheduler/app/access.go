@@ -35,7 +35,7 @@ const (
 var probePaths = []string{"/healthz", "/readyz"}
 
 // verbPaths are kube-scheduler's, guarded by the TLS client certificate.
-var verbPaths = []string{"/filter", "/prioritize", "/bind"}
+var verbPaths = []string{"/filter", "/prioritize", "/bind", "/preempt"}
 
 func (o *Options) addAccessFlags(fs *pflag.FlagSet) {
 	o.AdminAuth.AddFlags(fs, "/metrics and /inspect on --admin-listen (and on --listen unless it is a loopback address)")
