@@ -27,7 +27,8 @@ import (
 // on the one card the preemptor then gets; the best card wins by
 // kube-scheduler's own order between nodes (pickOneNodeForPreemption):
 // fewest budget violations, lowest priority of the most important victim,
-// smallest sum of priorities, fewest victims, then the lower card index.
+// smallest sum of priorities, fewest victims, then the least memory freed
+// and the lower card index.
 // A preemptor with several demands (containers, or several whole cards) is
 // weighed on the whole node at once.
 
@@ -75,9 +76,11 @@ type Victims struct {
 	// Placements are where the preemptor goes once the victims are gone
 	// (Decision.Placements).
 	Placements []Placement
-	// maxPriority and sumPriority rank answers (see better).
+	// maxPriority, sumPriority and freed (the victims' units, a card held
+	// whole counting its capacity) rank answers (see better).
 	maxPriority int32
 	sumPriority int64
+	freed       int64
 }
 
 // Cards returns the card indexes the preemptor gets, ascending.
@@ -204,6 +207,16 @@ func (p *Policy) reprieve(in Preemption, group []int) (Victims, bool) {
 			v.maxPriority = r.Priority
 		}
 		v.sumPriority += int64(r.Priority) + math.MaxInt32 + 1
+		for _, g := range r.Grants {
+			v.freed += g.Units
+			if g.Whole {
+				for _, c := range in.Node.Cards {
+					if c.Index == g.Card {
+						v.freed += c.Capacity
+					}
+				}
+			}
+		}
 	}
 	for _, i := range violating {
 		keep(i, true)
@@ -264,7 +277,8 @@ func wholeHeld(rs []Resident, removed map[int]bool, card int) bool {
 
 // better reports whether a beats b in kube-scheduler's order between
 // preemption candidates: fewer budget violations, a lower most important
-// victim, a smaller sum of priorities, fewer victims.
+// victim, a smaller sum of priorities, fewer victims; then less memory
+// freed (a pod holding two cards is not evicted for one).
 func better(a, b Victims) bool {
 	switch {
 	case a.PDBViolations != b.PDBViolations:
@@ -273,8 +287,10 @@ func better(a, b Victims) bool {
 		return a.maxPriority < b.maxPriority
 	case a.sumPriority != b.sumPriority:
 		return a.sumPriority < b.sumPriority
+	case len(a.IDs) != len(b.IDs):
+		return len(a.IDs) < len(b.IDs)
 	}
-	return len(a.IDs) < len(b.IDs)
+	return a.freed < b.freed
 }
 
 // Hold returns a copy of node with held added: units a promise keeps for a

@@ -131,6 +131,12 @@ func TestSelectVictims(t *testing.T) {
 		residents: append(fill("a", 0, 2, 8, 0, 0, 1), fill("b", 1, 1, 8, 0, 0, 1)...),
 		want:      []string{"b0"}, wantCards: []int{1},
 	}, {
+		name:     "a whole-card pod evicts a one-card holder, not a pod holding two cards",
+		capacity: 40, cards: 3, req: whole, prio: 100,
+		residents: []allocator.Resident{{ID: "two", Grants: []allocator.Grant{{Card: 0, Whole: true}, {Card: 1, Whole: true}}},
+			{ID: "one", Started: 1, Grants: []allocator.Grant{{Card: 2, Whole: true}}}},
+		want: []string{"one"}, wantCards: []int{2},
+	}, {
 		name:     "a card held whole by a pod of lower priority is taken back",
 		capacity: 40, cards: 2, req: whole, prio: 100,
 		residents: []allocator.Resident{{ID: "w", Grants: []allocator.Grant{{Card: 0, Whole: true}}},

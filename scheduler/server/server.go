@@ -160,14 +160,14 @@ type Server struct {
 	pdbs        policylisters.PodDisruptionBudgetLister
 	// promises keeps the cards preemptions free for their preemptors
 	// (promise.go).
-	promises promises
-	policy      *allocator.Policy
-	mode        FilterMode
-	maxBody     int64
-	metrics     *metrics
-	recordKeys  api.RecordKeyring
-	workers     int
-	maxBest     int
+	promises   promises
+	policy     *allocator.Policy
+	mode       FilterMode
+	maxBody    int64
+	metrics    *metrics
+	recordKeys api.RecordKeyring
+	workers    int
+	maxBest    int
 	// decisionPool, snapPool and idPool recycle the per-call decision,
 	// snapshot and node ID slices.
 	decisionPool slicePool[allocator.Decision]
