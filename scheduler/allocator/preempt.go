@@ -102,7 +102,8 @@ func (v Victims) Cards() []int {
 // fits already has no victims to give: it is not a preemption candidate
 // either (kube-scheduler requires at least one victim per node).
 func (p *Policy) SelectVictims(in Preemption) (v Victims, ok bool, why string) {
-	if d := p.Decide(in.Node, in.Request, in.Workload); d.Fits {
+	s := newSearch(p, &in)
+	if s.fits() {
 		return Victims{}, false, "the pod fits without evicting anything"
 	}
 	lower := make([]int, 0, len(in.Residents))
@@ -141,15 +142,22 @@ func (p *Policy) SelectVictims(in Preemption) (v Victims, ok bool, why string) {
 	} else {
 		groups = [][]int{lower}
 	}
+	var best []int
 	found := false
 	for _, g := range groups {
-		if cand, fits := p.reprieve(in, g); fits && (!found || better(cand, v)) {
-			v, found = cand, true
+		if cand, ids, fits := s.reprieve(g); fits && (!found || better(cand, v)) {
+			v, best, found = cand, ids, true
 		}
 	}
 	if !found {
 		return Victims{}, false, fmt.Sprintf("evicting every pod of priority below %d from one of node %s's cards leaves no room", in.Priority, in.Node.Name)
 	}
+	clear(s.removed)
+	for _, i := range best {
+		s.removed[i] = true
+	}
+	s.apply()
+	v.Placements = p.Decide(&s.node, in.Request, in.Workload).Placements
 	return v, true, ""
 }
 
@@ -163,15 +171,36 @@ func holds(r Resident, card int) bool {
 	return false
 }
 
+// search is SelectVictims's scratch space: one copy of the node whose
+// cards fits rebuilds for every set of removed residents, without
+// allocating.
+type search struct {
+	p       *Policy
+	in      *Preemption
+	node    Node
+	removed []bool
+	free    []int64
+	order   []int
+}
+
+func newSearch(p *Policy, in *Preemption) *search {
+	s := &search{p: p, in: in, node: *in.Node, removed: make([]bool, len(in.Residents)),
+		free: make([]int64, 0, len(in.Node.Cards)), order: make([]int, 0, len(in.Request.Demands))}
+	s.node.Cards = slices.Clone(in.Node.Cards)
+	return s
+}
+
 // reprieve is kube-scheduler's reprieve on the potential victims group
-// (positions in in.Residents, the most important first).
-func (p *Policy) reprieve(in Preemption, group []int) (Victims, bool) {
-	removed := make(map[int]bool, len(group))
+// (positions in the residents, the most important first). It returns the
+// victims' positions too.
+func (s *search) reprieve(group []int) (Victims, []int, bool) {
+	in := s.in
+	clear(s.removed)
 	for _, i := range group {
-		removed[i] = true
+		s.removed[i] = true
 	}
-	if _, fits := p.fitsWithout(in, removed); !fits {
-		return Victims{}, false
+	if !s.fits() {
+		return Victims{}, nil, false
 	}
 	// Which potential victims a budget protects: each covered pod takes one
 	// of the budget's allowed disruptions, the most important first.
@@ -192,13 +221,15 @@ func (p *Policy) reprieve(in Preemption, group []int) (Victims, bool) {
 		}
 	}
 	var v Victims
+	var ids []int
 	keep := func(i int, viol bool) {
-		removed[i] = false
-		if _, fits := p.fitsWithout(in, removed); fits {
+		s.removed[i] = false
+		if s.fits() {
 			return
 		}
-		removed[i] = true
+		s.removed[i] = true
 		r := in.Residents[i]
+		ids = append(ids, i)
 		v.IDs = append(v.IDs, r.ID)
 		if viol {
 			v.PDBViolations++
@@ -210,10 +241,8 @@ func (p *Policy) reprieve(in Preemption, group []int) (Victims, bool) {
 		for _, g := range r.Grants {
 			v.freed += g.Units
 			if g.Whole {
-				for _, c := range in.Node.Cards {
-					if c.Index == g.Card {
-						v.freed += c.Capacity
-					}
+				if k := cardPos(in.Node, g.Card); k >= 0 {
+					v.freed += in.Node.Cards[k].Capacity
 				}
 			}
 		}
@@ -225,54 +254,94 @@ func (p *Policy) reprieve(in Preemption, group []int) (Victims, bool) {
 		keep(i, false)
 	}
 	if len(v.IDs) == 0 {
-		return Victims{}, false
+		return Victims{}, nil, false
 	}
-	d, _ := p.fitsWithout(in, removed)
-	v.Placements = d.Placements
-	return v, true
+	return v, ids, true
 }
 
-// fitsWithout decides the request on a copy of the node without the
-// residents removed marks.
-func (p *Policy) fitsWithout(in Preemption, removed map[int]bool) (Decision, bool) {
-	n := *in.Node
-	n.Cards = slices.Clone(in.Node.Cards)
-	for i, r := range in.Residents {
-		if !removed[i] {
+// cardPos is the position in node.Cards of the card with Index index, or -1.
+func cardPos(node *Node, index int) int {
+	for k := range node.Cards {
+		if node.Cards[k].Index == index {
+			return k
+		}
+	}
+	return -1
+}
+
+// apply sets the scratch node to the snapshot without the removed
+// residents' grants.
+func (s *search) apply() {
+	copy(s.node.Cards, s.in.Node.Cards)
+	// Shares are subtracted; a card held whole is released once every
+	// resident holding it whole is removed.
+	for i, r := range s.in.Residents {
+		if !s.removed[i] {
 			continue
 		}
 		for _, g := range r.Grants {
-			for k := range n.Cards {
-				c := &n.Cards[k]
-				if c.Index != g.Card {
-					continue
-				}
+			if k := cardPos(&s.node, g.Card); k >= 0 {
 				if g.Whole {
-					c.Whole = wholeHeld(in.Residents, removed, g.Card)
+					s.node.Cards[k].Whole = false
 				} else {
-					c.Used = max(c.Used-g.Units, 0)
+					s.node.Cards[k].Used = max(s.node.Cards[k].Used-g.Units, 0)
 				}
 			}
 		}
 	}
-	n.Summarize()
-	d := p.Decide(&n, in.Request, in.Workload)
-	return d, d.Fits
-}
-
-// wholeHeld reports whether a resident not removed still holds card whole.
-func wholeHeld(rs []Resident, removed map[int]bool, card int) bool {
-	for i, r := range rs {
-		if removed[i] {
+	for i, r := range s.in.Residents {
+		if s.removed[i] {
 			continue
 		}
 		for _, g := range r.Grants {
-			if g.Whole && g.Card == card {
-				return true
+			if k := cardPos(&s.node, g.Card); g.Whole && k >= 0 {
+				s.node.Cards[k].Whole = true
 			}
 		}
 	}
-	return false
+	s.node.Summarize()
+}
+
+// fits reports whether the request can be placed on the scratch node with
+// the removed residents gone: the decision core's card choice
+// (Policy.ChooseCard, hardest demand first), without its reasons and score.
+func (s *search) fits() bool {
+	s.apply()
+	n, req := &s.node, s.in.Request
+	if n.InventoryErr != nil {
+		return false
+	}
+	free := s.free[:0]
+	for i := range n.Cards {
+		if c := &n.Cards[i]; usable(*c, req.Models) && (req.Cards == nil || req.Cards.Allows(c)) {
+			free = append(free, c.Free())
+		} else {
+			free = append(free, Unusable)
+		}
+	}
+	s.order = hardestFirst(req.Demands, s.order[:0])
+	for _, di := range s.order {
+		dm := req.Demands[di]
+		switch {
+		case dm.WholeCards > 0:
+			for k := 0; k < dm.WholeCards; k++ {
+				i := s.p.ChooseCard(n, free, dm, s.in.Workload)
+				if i < 0 {
+					return false
+				}
+				free[i] = TakenWhole
+			}
+		case dm.Units > 0:
+			i := s.p.ChooseCard(n, free, dm, s.in.Workload)
+			if i < 0 {
+				return false
+			}
+			free[i] -= dm.Units
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // better reports whether a beats b in kube-scheduler's order between

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -72,38 +74,80 @@ func (s *Server) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptio
 	}
 	prio := podPriority(args.Pod)
 	budgets := s.budgets()
+	w := s.cache.Workload()
+	answers := make([]nodeAnswer, len(names))
+	parallel(len(names), s.workers, func(i int) {
+		answers[i] = s.preemptOn(names[i], in, prio, budgets, w)
+	})
 	offers := map[string]offer{}
 	var whys []string
-	for _, name := range names {
-		held, snap := s.cache.Residents(name)
-		if snap == nil {
-			whys = append(whys, fmt.Sprintf("node %s: %v", name, cache.ErrUnknownNode))
+	for i, a := range answers {
+		if a.victims == nil {
+			whys = append(whys, a.why)
 			continue
 		}
-		rs, refs := s.residents(held, budgets)
-		v, ok, why := in.policy.policy.SelectVictims(allocator.Preemption{Node: snap, Residents: rs, Budgets: budgets.allowed,
-			Request: in.req, Priority: prio, Workload: s.cache.Workload()})
-		if !ok {
-			whys = append(whys, why)
-			continue
-		}
-		mv := &extenderv1.MetaVictims{NumPDBViolations: int64(v.PDBViolations)}
-		o := offer{cards: v.Cards()}
-		for _, id := range v.IDs {
-			mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: id})
-			o.victims = append(o.victims, refs[id])
-		}
-		for _, p := range v.Placements {
-			o.held = append(o.held, p.Grants...)
-		}
-		res.NodeNameToMetaVictims[name] = mv
-		offers[name] = o
+		res.NodeNameToMetaVictims[names[i]] = a.victims
+		offers[names[i]] = a.offer
 	}
 	s.promises.offer(args.Pod, prio, offers, s.clock.Now())
 	if len(res.NodeNameToMetaVictims) == 0 && len(names) > 0 {
 		s.notHelpful(ctx, args.Pod, whys)
 	}
 	return res, nil
+}
+
+// nodeAnswer is the preempt verb's answer for one node: victims (nil when
+// none help, with why) and the offer they make.
+type nodeAnswer struct {
+	victims *extenderv1.MetaVictims
+	offer   offer
+	why     string
+}
+
+// preemptOn weighs one candidate node.
+func (s *Server) preemptOn(name string, in decisionInput, prio int32, budgets budgetSet, w *allocator.Workload) nodeAnswer {
+	held, snap := s.cache.Residents(name)
+	if snap == nil {
+		return nodeAnswer{why: fmt.Sprintf("node %s: %v", name, cache.ErrUnknownNode)}
+	}
+	rs, refs := s.residents(held, budgets)
+	v, ok, why := in.policy.policy.SelectVictims(allocator.Preemption{Node: snap, Residents: rs, Budgets: budgets.allowed,
+		Request: in.req, Priority: prio, Workload: w})
+	if !ok {
+		return nodeAnswer{why: why}
+	}
+	a := nodeAnswer{victims: &extenderv1.MetaVictims{NumPDBViolations: int64(v.PDBViolations)}, offer: offer{cards: v.Cards()}}
+	for _, id := range v.IDs {
+		a.victims.Pods = append(a.victims.Pods, &extenderv1.MetaPod{UID: id})
+		a.offer.victims = append(a.offer.victims, refs[id])
+	}
+	for _, p := range v.Placements {
+		a.offer.held = append(a.offer.held, p.Grants...)
+	}
+	return a
+}
+
+// parallel calls f(i) for every i < n on up to workers goroutines.
+func parallel(n, workers int, f func(i int)) {
+	workers = min(max(workers, 1), n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for k := 0; k < workers; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
