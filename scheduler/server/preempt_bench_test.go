@@ -36,7 +36,7 @@ func BenchmarkPreempt(b *testing.B) {
 				for card := 0; card < 4; card++ {
 					for k := 0; k < 5; k++ {
 						p := podtest.Make("bench", fmt.Sprintf("p%05d-%d-%d", i, card, k)).GPU("main", 8).Priority(0).
-							Created(podtest.Epoch.Add(time.Duration(k) * time.Second)).AssignOn(node.Name, api.PhaseAllocated, card).Obj()
+							Created(podtest.Epoch.Add(time.Duration(k)*time.Second)).AssignOn(node.Name, api.PhaseAllocated, card).Obj()
 						e.cache.SetPod(p)
 						if err := pods.Add(p); err != nil {
 							b.Fatal(err)
