@@ -193,9 +193,10 @@ func TestPreemptionMovesToACardNoDisruptionBudgetProtects(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	zero := intstr.FromInt32(0)
+	// minAvailable (not maxUnavailable): the pods have no controller.
+	five := intstr.FromInt32(5)
 	if _, err := c.Client.PolicyV1().PodDisruptionBudgets(ns).Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "guard"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: &zero, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"guard": "yes"}}}}, metav1.CreateOptions{}); err != nil {
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &five, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"guard": "yes"}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
