@@ -135,10 +135,11 @@ func preemptorRuns(ctx context.Context, t *testing.T, c *cluster.Cluster, node *
 	t.Helper()
 	start := time.Now()
 	got := createAll(ctx, t, c, node, pod)[0]
-	if cards := cardsOf(t, got); !slices.Equal(cards, want) {
+	cards := cardsOf(t, got)
+	if !slices.Equal(cards, want) {
 		t.Errorf("preemptor %s runs on cards %v, want the freed %v", pod.Name, cards, want)
 	}
-	t.Logf("preemptor %s running on %v %v after its creation", pod.Name, want, time.Since(start).Round(time.Millisecond))
+	t.Logf("preemptor %s running on %v %v after its creation", pod.Name, cards, time.Since(start).Round(time.Millisecond))
 }
 
 func others(byCard map[string][]*corev1.Pod, except ...string) []*corev1.Pod {
