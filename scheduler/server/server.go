@@ -279,22 +279,6 @@ func unresolvable(d allocator.Decision) bool {
 	return false
 }
 
-// candidateNames returns the names of the candidate nodes, from NodeNames
-// (nodeCacheCapable: true) or Nodes (false).
-func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
-	switch {
-	case args.NodeNames != nil:
-		return *args.NodeNames, nil
-	case args.Nodes != nil:
-		names := make([]string, len(args.Nodes.Items))
-		for i := range args.Nodes.Items {
-			names[i] = args.Nodes.Items[i].Name
-		}
-		return names, nil
-	}
-	return nil, fmt.Errorf("%w: neither NodeNames nor Nodes is set", ErrBadRequest)
-}
-
 // checkArgs returns the candidate node names of a filter or prioritize
 // call, or why the call cannot be answered: a malformed body
 // (ErrBadRequest), or a cache that has not synced yet (ErrNotReady).
