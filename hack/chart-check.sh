@@ -66,6 +66,8 @@ render dedicated
 expect dedicated 'kind: KubeSchedulerConfiguration'
 expect dedicated 'urlPrefix: http://127.0.0.1:39999'
 expect dedicated 'nodeCacheCapable: true'
+expect dedicated 'preemptVerb: preempt'
+expect dedicated 'resources: \[poddisruptionbudgets\]'
 expect dedicated 'percentageOfNodesToScore: 0$'
 expect dedicated 'kind: SchedulerConfiguration$'
 expect dedicated 'kind: DevicePluginConfiguration$'

@@ -144,6 +144,14 @@ func (b *Builder) Deleting() *Builder {
 	return b
 }
 
+// Priority sets spec.priority (what the priority admission plugin writes
+// from the pod's PriorityClass).
+func (b *Builder) Priority(p int32) *Builder { b.pod.Spec.Priority = &p; return b }
+
+// Nominated sets status.nominatedNodeName (what kube-scheduler's preemption
+// writes).
+func (b *Builder) Nominated(node string) *Builder { b.pod.Status.NominatedNodeName = node; return b }
+
 // Ready sets the pod's Ready condition (what the kubelet's readiness probe
 // reports).
 func (b *Builder) Ready(ready bool) *Builder {

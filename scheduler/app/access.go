@@ -34,7 +34,7 @@ const (
 var probePaths = []string{"/healthz", "/readyz"}
 
 // verbPaths are kube-scheduler's, guarded by the TLS client certificate.
-var verbPaths = []string{"/filter", "/prioritize", "/bind"}
+var verbPaths = []string{"/filter", "/prioritize", "/bind", "/preempt"}
 
 func (o *Options) validateAccess() []error {
 	var errs []error

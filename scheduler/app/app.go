@@ -39,7 +39,7 @@ func NewCommand(lookupEnv func(string) (string, bool)) *cobra.Command {
 
 // newCommand is NewCommand with the options and what runs them injected.
 func newCommand(o *Options, lookupEnv func(string) (string, bool), run func(context.Context, Options) error) *cobra.Command {
-	long := `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind) for pods that
+	long := `gpushare-scheduler answers kube-scheduler's extender calls (filter, prioritize, bind, preempt) for pods that
 request GPU memory (default ` + string(api.DefaultResourceName) + `) or whole cards (default
 ` + string(api.DefaultWholeResourceName) + `), placing each container on one GPU card (docs/design.md).`
 	cmd := cli.Command("gpushare-scheduler", "The gpushare scheduler extender: filter, prioritize and bind for pods requesting GPU memory", long, lookupEnv, func(cmd *cobra.Command) error {

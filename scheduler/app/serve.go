@@ -110,7 +110,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 		dra = cache.NewDRA(clients.Read, names, o.ResyncPeriod)
 		draSource, draScore = dra, dra
 	}
-	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys, DRAUsage: draSource, DRA: draScore})
+	srv, err := server.New(server.Config{Names: names, Cache: c, Client: clients.Read, BindClient: clients.Bind, WriteLimiter: clients.Budget, BindTimeout: o.BindTimeout, Pods: pods, PDBs: factory.Policy().V1().PodDisruptionBudgets().Lister(), Policy: policy, AllowedPolicies: allowed, FilterMode: mode, Registry: reg, Parallelism: workers, MaxBestNodes: o.MaxBestNodes, MaxBodyBytes: o.MaxRequestBytes, RecordKeys: keys, DRAUsage: draSource, DRA: draScore})
 	if err != nil {
 		return err
 	}

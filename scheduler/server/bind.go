@@ -201,7 +201,9 @@ func (s *Server) assume(pod *corev1.Pod, preq api.PodRequest, node string) (api.
 		if err != nil {
 			return api.Assignment{}, outcomeInvalid, fmt.Errorf("bind %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		d := in.policy.policy.Decide(snap, in.req, s.cache.Workload())
+		// Promises only add use (promise.go); Assume checks the real snapshot.
+		view := s.promised(pod, []string{node}, []*allocator.Node{snap})[0]
+		d := in.policy.policy.Decide(view, in.req, s.cache.Workload())
 		if !d.Fits {
 			return api.Assignment{}, outcomeNoFit, fmt.Errorf("bind %s/%s: pod no longer fits on node %s: %s", pod.Namespace, pod.Name, node, d.Message())
 		}

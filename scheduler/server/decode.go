@@ -410,3 +410,19 @@ func skipSpace[T string | []byte](b T, i int) int {
 	}
 	return i
 }
+
+// candidateNames returns the names of the candidate nodes, from NodeNames
+// (nodeCacheCapable: true) or Nodes (false).
+func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
+	switch {
+	case args.NodeNames != nil:
+		return *args.NodeNames, nil
+	case args.Nodes != nil:
+		names := make([]string, len(args.Nodes.Items))
+		for i := range args.Nodes.Items {
+			names[i] = args.Nodes.Items[i].Name
+		}
+		return names, nil
+	}
+	return nil, fmt.Errorf("%w: neither NodeNames nor Nodes is set", ErrBadRequest)
+}

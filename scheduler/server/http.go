@@ -85,6 +85,15 @@ func (s *Server) Handler(gatherer prometheus.Gatherer) http.Handler {
 		res, err := s.Bind(c.Request.Context(), &args)
 		respond(c, res, err)
 	})
+	r.POST("/preempt", func(c *gin.Context) {
+		var args extenderv1.ExtenderPreemptionArgs
+		if err := s.decode(c, &args); err != nil {
+			respond(c, nil, err)
+			return
+		}
+		res, err := s.Preempt(c.Request.Context(), &args)
+		respond(c, res, err)
+	})
 	s.readOnlyRoutes(r, gatherer)
 	r.NoRoute(func(c *gin.Context) {
 		respond(c, nil, fmt.Errorf("%w: %s %s", ErrNotFound, c.Request.Method, c.Request.URL.Path))

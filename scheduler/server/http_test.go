@@ -66,7 +66,10 @@ func TestHTTPBadInput(t *testing.T) {
 		{"bind: no node", envOpts{}, "POST", "/bind", `{"PodName": "p", "PodNamespace": "ns", "PodUID": "u"}`, 400, "bad request: Node is missing"},
 		{"bind: cache not synced", envOpts{unsynced: true}, "POST", "/bind", `{"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"}`, 503, "the gpushare extender's cache has not synced yet"},
 		{"verb with the wrong method", envOpts{}, "GET", "/filter", ``, 404, "not found: GET /filter"},
-		{"unknown path", envOpts{}, "POST", "/preempt", `{}`, 404, "not found: POST /preempt"},
+		{"preempt: no pod", envOpts{}, "POST", "/preempt", `{"NodeNameToMetaVictims": {}}`, 400, "bad request: Pod is missing"},
+		{"preempt: no candidates", envOpts{}, "POST", "/preempt", `{"Pod": {"metadata": {"name": "p"}}}`, 400, "bad request: neither NodeNameToMetaVictims nor NodeNameToVictims is set"},
+		{"preempt: cache not synced", envOpts{unsynced: true}, "POST", "/preempt", `{"Pod": {"metadata": {"name": "p"}}, "NodeNameToMetaVictims": {}}`, 503, "the gpushare extender's cache has not synced yet"},
+		{"unknown path", envOpts{}, "POST", "/unreserve", `{}`, 404, "not found: POST /unreserve"},
 		{"inspect an unknown node", envOpts{}, "GET", "/inspect/ghost", ``, 404, `not found: node "ghost" is not in the extender's cache`},
 		{"readyz before sync", envOpts{unsynced: true}, "GET", "/readyz", ``, 503, "the gpushare extender's cache has not synced yet"},
 	}

@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer, c Cache) (*metrics, error) {
 	m := &metrics{
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "gpushare_extender_request_duration_seconds",
-			Help:    "Time to answer an extender verb (filter, prioritize, bind), including bind's wait for the API budget and its Binding.",
+			Help:    "Time to answer an extender verb (filter, prioritize, bind, preempt), including bind's wait for the API budget and its Binding.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"verb"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"k8s.io/utils/clock"
 
@@ -68,6 +69,9 @@ type Cache interface {
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
 	Inspect(names ...string) []api.ExtenderNode
+	// Residents lists the pods holding units on a node's cards (the
+	// preempt verb).
+	Residents(node string) ([]cache.Resident, *allocator.Node)
 	Nodes() []*allocator.Node
 	Synced() bool
 }
@@ -99,8 +103,11 @@ type Config struct {
 	// RecordKeys sign every record bind writes, with the key in force at
 	// the bind (nil: unsigned).
 	RecordKeys api.RecordKeyring
-	// Pods, when set, is read before the API for the pod bind names.
+	// Pods, when set, is read before the API for the pod bind names, and by
+	// the preempt verb and its promises (without it the verb evicts nothing).
 	Pods corelisters.PodLister
+	// PDBs, when set, are the PodDisruptionBudgets the preempt verb honours.
+	PDBs policylisters.PodDisruptionBudgetLister
 	// Policy decides; FilterMode says what filter lets through.
 	Policy     *allocator.Policy
 	FilterMode FilterMode
@@ -150,13 +157,17 @@ type Server struct {
 	bindTimeout time.Duration
 	clock       clock.Clock
 	pods        corelisters.PodLister
-	policy      *allocator.Policy
-	mode        FilterMode
-	maxBody     int64
-	metrics     *metrics
-	recordKeys  api.RecordKeyring
-	workers     int
-	maxBest     int
+	pdbs        policylisters.PodDisruptionBudgetLister
+	// promises keeps the cards preemptions free for their preemptors
+	// (promise.go).
+	promises   promises
+	policy     *allocator.Policy
+	mode       FilterMode
+	maxBody    int64
+	metrics    *metrics
+	recordKeys api.RecordKeyring
+	workers    int
+	maxBest    int
 	// decisionPool, snapPool and idPool recycle the per-call decision,
 	// snapshot and node ID slices.
 	decisionPool slicePool[allocator.Decision]
@@ -227,6 +238,7 @@ func New(cfg Config) (*Server, error) {
 		cache:       cfg.Cache,
 		client:      cfg.Client,
 		pods:        cfg.Pods,
+		pdbs:        cfg.PDBs,
 		policy:      cfg.Policy,
 		mode:        cfg.FilterMode,
 		maxBody:     cfg.MaxBodyBytes,
@@ -265,22 +277,6 @@ func unresolvable(d allocator.Decision) bool {
 		}
 	}
 	return false
-}
-
-// candidateNames returns the names of the candidate nodes, from NodeNames
-// (nodeCacheCapable: true) or Nodes (false).
-func candidateNames(args *extenderv1.ExtenderArgs) ([]string, error) {
-	switch {
-	case args.NodeNames != nil:
-		return *args.NodeNames, nil
-	case args.Nodes != nil:
-		names := make([]string, len(args.Nodes.Items))
-		for i := range args.Nodes.Items {
-			names[i] = args.Nodes.Items[i].Name
-		}
-		return names, nil
-	}
-	return nil, fmt.Errorf("%w: neither NodeNames nor Nodes is set", ErrBadRequest)
 }
 
 // checkArgs returns the candidate node names of a filter or prioritize
@@ -332,6 +328,7 @@ func (s *Server) evaluate(ctx context.Context, pod *corev1.Pod, names []string, 
 		snaps, ids = s.cache.SnapshotInto(s.snapPool.get(len(names)), names), nil
 		defer s.snapPool.put(snaps)
 	}
+	snaps = s.promised(pod, names, snaps)
 	decisions = s.getDecisions(len(names))
 	var complete bool
 	if k, memo := memoKeyFor(in.policy.policy, w, preq, len(names)); memo && s.memo != nil {

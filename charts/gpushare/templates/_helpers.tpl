@@ -167,6 +167,7 @@ the programs follow the update (docs/security.md). */}}
   filterVerb: filter
   prioritizeVerb: prioritize
   bindVerb: bind
+  preemptVerb: preempt
   weight: 1000
   enableHTTPS: {{ include "gpushare.extenderTLS" . }}
   nodeCacheCapable: true
