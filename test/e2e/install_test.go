@@ -374,7 +374,9 @@ func TestInstallLane(t *testing.T) {
 			}
 			if p.Status.Phase == corev1.PodFailed {
 				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
-			} else if p.Status.Phase != corev1.PodRunning {
+			} else if p.Status.Phase == corev1.PodRunning {
+				verifyRecord(ctx, t, c, p)
+			} else {
 				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
 			}
 		}
