@@ -106,8 +106,7 @@ func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.
 	schedulerTag := regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+`).FindString(v.GitVersion)
 	sched := schedulerArchive(t, schedulerTag)
 	rel := installReleases{registry: startRegistry(t)}
-	rel.previous, rel.previousTree = rel.registry.publishPrevious(t)
-	rel.current = rel.registry.publishCurrent(t)
+	rel.previous, rel.current, rel.previousTree = rel.registry.publishBoth(t)
 
 	proxyPorts := [2]int{}
 	for i := range proxyPorts {

@@ -81,69 +81,79 @@ func (r *laneRegistry) env() []string { return append(os.Environ(), "SSL_CERT_FI
 type release struct{ push, version, image string }
 
 // publish runs cmd (make release or hack/release.sh) and reads what it pushed from its output.
-func (r *laneRegistry) publish(t *testing.T, push string, cmd *exec.Cmd) release {
-	t.Helper()
+func (r *laneRegistry) publish(push string, cmd *exec.Cmd) (release, error) {
 	cmd.Env = append(r.env(), cmd.Env...)
-	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		return release{}, fmt.Errorf("%s: %w\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 	pushed := regexp.MustCompile(`pushed (\S+)@(sha256:[0-9a-f]{64})`).FindSubmatch(out)
 	chart := regexp.MustCompile(`chart oci://(\S+)/charts/gpushare version (\S+)`).FindSubmatch(out)
 	if pushed == nil || chart == nil || string(chart[1]) != push {
-		t.Fatalf("%s printed no pushed image or chart of %s:\n%s", strings.Join(cmd.Args, " "), push, out)
+		return release{}, fmt.Errorf("%s printed no pushed image or chart of %s:\n%s", strings.Join(cmd.Args, " "), push, out)
 	}
 	repo := string(pushed[1])
 	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
 		repo = repo[:i] // the tag
 	}
-	rel := release{push: push, version: string(chart[2]), image: repo + "@" + string(pushed[2])}
 	if repo != push+"/gpushare" {
-		t.Fatalf("the image went to %s, want %s/gpushare", repo, push)
+		return release{}, fmt.Errorf("the image went to %s, want %s/gpushare", repo, push)
 	}
-	t.Logf("published %s: chart %s, image %s in %v", push, rel.version, rel.image, time.Since(start).Round(time.Second))
-	return rel
+	return release{push: push, version: string(chart[2]), image: repo + "@" + string(pushed[2])}, nil
 }
 
-// publishCurrent publishes this tree with docs/install.md's `make release` line, for the
-// lane's platform only.
-func (r *laneRegistry) publishCurrent(t *testing.T) release {
+// publishBoth publishes the previous release (publishPrevious) and this tree's (docs/install.md's
+// `make release` line, for the lane's platform only) side by side, and returns them and the
+// previous release's tree.
+func (r *laneRegistry) publishBoth(t *testing.T) (previous, current release, previousTree string) {
 	t.Helper()
+	start := time.Now()
 	push := r.host + "/gpushare"
 	args := append(docsCommand(t, "make release PUSH=", docsRegistry, push), releasePlatform, "RELEASE_OUT="+filepath.Join(binDir, "release"))
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = cluster.RepoRoot()
-	return r.publish(t, push, cmd)
-}
-
-// publishPrevious publishes previousRelease's tree (from git) with this tree's hack/release.sh to
-// <registry>/previous, and returns the release and the tree.
-func (r *laneRegistry) publishPrevious(t *testing.T) (release, string) {
-	t.Helper()
-	root := cluster.RepoRoot()
-	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", previousRelease+"^{commit}").CombinedOutput(); err != nil {
-		t.Fatalf("the install lane upgrades from commit %s, which this clone lacks (shallow? git fetch --unshallow): %v %s", previousRelease, err, out)
-	}
-	tree := filepath.Join(binDir, "previous-release")
-	if err := os.MkdirAll(filepath.Join(tree, "hack"), 0o755); err != nil {
+	previousTree = filepath.Join(binDir, "previous-release")
+	var prevErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		previous, prevErr = r.publishPrevious(previousTree)
+	}()
+	current, err := r.publish(push, cmd)
+	<-done
+	if err = errors.Join(prevErr, err); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("published %s (chart %s, image %s) and %s (chart %s, image %s) in %v", previous.push, previous.version, previous.image,
+		current.push, current.version, current.image, time.Since(start).Round(time.Second))
+	return previous, current, previousTree
+}
+
+// publishPrevious publishes previousRelease's tree (from git, into tree) with this tree's
+// hack/release.sh to <registry>/previous.
+func (r *laneRegistry) publishPrevious(tree string) (release, error) {
+	root := cluster.RepoRoot()
+	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", previousRelease+"^{commit}").CombinedOutput(); err != nil {
+		return release{}, fmt.Errorf("the install lane upgrades from commit %s, which this clone lacks (shallow? git fetch --unshallow): %w %s", previousRelease, err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(tree, "hack"), 0o755); err != nil {
+		return release{}, err
+	}
 	if out, err := exec.Command("bash", "-c", `set -o pipefail; git -C "$1" archive "$2" | tar -x -C "$3"`, "_", root, previousRelease, tree).CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s: %v\n%s", previousRelease, err, out)
+		return release{}, fmt.Errorf("git archive %s: %w\n%s", previousRelease, err, out)
 	}
 	script, err := os.ReadFile(filepath.Join(root, "hack", "release.sh"))
 	if err != nil {
-		t.Fatal(err)
+		return release{}, err
 	}
 	if err := os.WriteFile(filepath.Join(tree, "hack", "release.sh"), script, 0o755); err != nil {
-		t.Fatal(err)
+		return release{}, err
 	}
 	push := r.host + "/previous"
 	cmd := exec.Command(filepath.Join(tree, "hack", "release.sh"))
 	cmd.Dir = tree
 	cmd.Env = []string{"PUSH=" + push, releasePlatform, "IMAGE_REVISION=" + previousRelease, "RELEASE_OUT=" + filepath.Join(binDir, "previous-out")}
-	return r.publish(t, push, cmd), tree
+	return r.publish(push, cmd)
 }
 
 // imageHasFile fails unless the pushed image (for this machine's platform) holds path.
