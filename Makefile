@@ -122,6 +122,14 @@ IMAGE_OUT ?= $(BIN)/image
 image: ## the gpushare image for linux/amd64 and linux/arm64 as an OCI archive in bin/image/gpushare.oci.tar (digests and sizes printed; PUSH=registry/repo:tag pushes)
 	IMAGE=$(IMAGE) PLATFORMS="$(PLATFORMS)" PUSH=$(PUSH) IMAGE_OUT=$(IMAGE_OUT) GO=$(GO) hack/image.sh
 
+# A release from this tree (hack/release.sh, docs/install.md): PUSH=registry/path gets the image as
+# PUSH/gpushare:<appVersion> and the chart as oci://PUSH/charts/gpushare, the chart's default
+# image.repository set to PUSH/gpushare.
+RELEASE_OUT ?= $(BIN)/release
+.PHONY: release
+release: ## publish a release: the image (PLATFORMS) to PUSH/gpushare:<appVersion> and the chart to oci://PUSH/charts/gpushare, whose default image is the one pushed (PUSH=registry.example.com/gpushare; docker login and helm registry login first)
+	PUSH=$(PUSH) PLATFORMS="$(PLATFORMS)" RELEASE_OUT=$(RELEASE_OUT) GO=$(GO) hack/release.sh
+
 image-check-amd64: ## image-check for linux/amd64 (part of `make test`)
 	@$(MAKE) --no-print-directory image-check CHECK_PLATFORMS=linux/amd64
 

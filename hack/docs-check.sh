@@ -33,7 +33,7 @@ broken=hack/testdata/docs-check-broken.md
 # never to be added here: fix the doc.
 external="
 --replicas --dry-run --all-containers --prefix --overwrite --type --ignore-daemonsets --delete-emptydir-data --ignore-not-found --all --verb --resource
---create-namespace --reuse-values --reset-then-reuse-values --wait --install
+--create-namespace --reuse-values --reset-then-reuse-values --wait --install --version
 --endpoint-reconciler-type --authorization-config --authorization-mode
 --write-config-to
 --scheduler-config --extender-url

@@ -123,6 +123,9 @@ type KubeletNodeOptions struct {
 	Labels     string
 	// PodCIDR gives pods a network (a CNI bridge; kubeletnode.Options).
 	PodCIDR string
+	// RegistryConfigDir is containerd's registry config_path (hosts.toml per
+	// registry; kubeletnode.Options).
+	RegistryConfigDir string
 	// PluginBinary and PluginArgs: the device plugin (empty: none, e.g. when
 	// the chart's DaemonSet runs it).
 	PluginBinary string
@@ -177,6 +180,9 @@ func (c *Cluster) StartKubeletNode(opts KubeletNodeOptions) (*KubeletNode, error
 	}
 	if opts.PodCIDR != "" {
 		args = append(args, "--pod-cidr", opts.PodCIDR)
+	}
+	if opts.RegistryConfigDir != "" {
+		args = append(args, "--registry-config-dir", opts.RegistryConfigDir)
 	}
 	if opts.PluginBinary != "" {
 		args = append(args, "--plugin", opts.PluginBinary, "--")

@@ -17,16 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/cluster"
 	"github.com/gpushare/gpushare/test/kubeletnode"
 )
 
-// The install lane: the chart as shipped, installed with helm onto a real node (kubelet,
-// containerd, NVIDIA's runtime in CDI mode, simulated cards) that has a pod network (Debian's CNI
-// bridge) and kube-proxy, from images made by `hack/image.sh` — the way an operator installs it.
+// The install lane: the chart as an operator installs it, with helm from a registry onto a real
+// node (kubelet, containerd pulling the image over TLS, NVIDIA's runtime in CDI mode, simulated
+// cards) that has a pod network (Debian's CNI bridge) and kube-proxy. The previous release is
+// installed first and upgraded to this tree's with docs/install.md's commands (release_test.go).
 // Only what this machine forces is overridden (docs/e2e.md, "The install lane").
 
 const (
@@ -37,9 +37,6 @@ const (
 	installNamespace = "gpushare-system"
 	installRelease   = "gpushare"
 	installNode      = "install-node"
-	// rebuiltTag names the image `helm upgrade` moves to: the same commit rebuilt
-	// with another revision label, so another digest.
-	rebuiltTag = "rebuilt"
 )
 
 // installOverrides are the only values the lane sets, each forced by this machine.
@@ -63,77 +60,32 @@ func laneNodeCredential(t *testing.T, c *cluster.Cluster) []string {
 	return []string{"devicePlugin.nodeCredential.kubeconfig=" + kubeconfig, "devicePlugin.nodeCredential.hostPaths={" + filepath.Dir(kubeconfig) + "}"}
 }
 
-// chartImage is the image reference the chart renders by default (values.yaml
-// image.repository, Chart.yaml appVersion).
-func chartImage(t *testing.T) (repo, tag string) {
+// schedulerArchive is the kube-scheduler image the chart names, made from the kube-scheduler
+// binary the lane built (the lane has no route to registry.k8s.io).
+func schedulerArchive(t *testing.T, tag string) string {
 	t.Helper()
-	read := func(name string, into any) {
-		b, err := os.ReadFile(filepath.Join(cluster.RepoRoot(), "charts", "gpushare", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := yaml.Unmarshal(b, into); err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	var values struct {
-		Image struct{ Repository string } `json:"image"`
-	}
-	var chart struct {
-		AppVersion string `json:"appVersion"`
-	}
-	read("values.yaml", &values)
-	read("Chart.yaml", &chart)
-	return values.Image.Repository, chart.AppVersion
-}
-
-// buildInstallImages makes the gpushare image twice (the chart's reference, and rebuiltTag with
-// another revision label) with hack/image.sh for this machine's platform, and the kube-scheduler
-// image the chart names from the kube-scheduler binary the lane built. It returns the archives
-// and the two gpushare image IDs (config digests).
-func buildInstallImages(t *testing.T, schedulerTag string) (archives []string, digests map[string]string) {
-	t.Helper()
-	repo, tag := chartImage(t)
-	digests = map[string]string{}
-	for _, b := range []struct{ tag, revision string }{{tag, ""}, {rebuiltTag, "rebuilt-for-the-upgrade-test"}} {
-		out := filepath.Join(binDir, "image-"+b.tag)
-		cmd := exec.Command(filepath.Join(cluster.RepoRoot(), "hack", "image.sh"))
-		cmd.Dir = cluster.RepoRoot()
-		cmd.Env = append(os.Environ(), "PLATFORMS=linux/amd64", "IMAGE_OUT="+out, "IMAGE="+repo+":"+b.tag)
-		if b.revision != "" {
-			cmd.Env = append(cmd.Env, "IMAGE_REVISION="+b.revision)
-		}
-		start := time.Now()
-		outb, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("hack/image.sh: %v\n%s", err, outb)
-		}
-		// The image ID (config digest) is what the kubelet reports as an imported image's imageID.
-		m := regexp.MustCompile(`linux/amd64\s+sha256:[0-9a-f]{64}.*image ID (sha256:[0-9a-f]{64})`).FindSubmatch(outb)
-		if m == nil {
-			t.Fatalf("hack/image.sh printed no linux/amd64 image ID:\n%s", outb)
-		}
-		digests[b.tag] = string(m[1])
-		t.Logf("image %s:%s %s built in %v", repo, b.tag, m[1], time.Since(start).Round(time.Second))
-		archives = append(archives, filepath.Join(out, "gpushare.oci.tar"))
-	}
-	if digests[tag] == digests[rebuiltTag] {
-		t.Fatalf("the rebuilt image has the same digest %s: the upgrade would change nothing", digests[tag])
-	}
 	sched := filepath.Join(binDir, "kube-scheduler.oci.tar")
 	if err := kubeletnode.WriteOCIArchive(sched, kubeletnode.Image{
-		Name:  "registry.k8s.io/kube-scheduler:" + schedulerTag,
+		Name:  "registry.k8s.io/kube-scheduler:" + tag,
 		Files: map[string]string{"/usr/local/bin/kube-scheduler": filepath.Join(cluster.BinDir(), "kube-scheduler")},
 		Env:   []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return append(archives, sched), digests
+	return sched
 }
 
-// installLane starts a control plane pods can reach, the real node with a pod network, kube-proxy,
-// and imports the images. It returns the cluster, the node and the gpushare image digests.
-func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.KubeletNode, map[string]string) {
+// installReleases are what the lane published: the previous release and this tree's, and the
+// previous release's source tree.
+type installReleases struct {
+	registry          *laneRegistry
+	previous, current release
+	previousTree      string
+}
+
+// installLane starts a registry and publishes both releases to it, then a control plane pods can
+// reach, the real node with a pod network and kube-proxy, its containerd trusting the registry.
+func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.KubeletNode, installReleases) {
 	t.Helper()
 	needRoot(t)
 	tools := needLane(t)
@@ -165,7 +117,9 @@ func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.
 		t.Fatal(err)
 	}
 	schedulerTag := regexp.MustCompile(`^v[0-9]+\.[0-9]+\.[0-9]+`).FindString(v.GitVersion)
-	archives, digests := buildInstallImages(t, schedulerTag)
+	sched := schedulerArchive(t, schedulerTag)
+	rel := installReleases{registry: startRegistry(t)}
+	rel.previous, rel.current, rel.previousTree = rel.registry.publishBoth(t)
 
 	proxyPorts := [2]int{}
 	for i := range proxyPorts {
@@ -192,9 +146,10 @@ func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.
 	node, err := c.StartKubeletNode(cluster.KubeletNodeOptions{
 		Name: installNode, Binary: laneArtifacts.node, Tools: tools,
 		NvidiaRuntime: true, GPUs: laneGPUs, PodCIDR: installPodCIDR,
-		Images:     append([]string{laneArtifacts.pauseT, laneArtifacts.probeTar}, archives...),
-		PauseImage: pauseImage,
-		Labels:     "gpushare=true", // the chart's devicePlugin.nodeSelector
+		Images:            []string{laneArtifacts.pauseT, laneArtifacts.probeTar, sched},
+		PauseImage:        pauseImage,
+		Labels:            "gpushare=true", // the chart's devicePlugin.nodeSelector
+		RegistryConfigDir: rel.registry.hostsDir,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +169,7 @@ func installLane(ctx context.Context, t *testing.T) (*cluster.Cluster, *cluster.
 	}); err != nil {
 		t.Fatalf("%v\n%s", err, node.Logs())
 	}
-	return c, node, digests
+	return c, node, rel
 }
 
 // helmCommand is the helm the chart checks use, against the lane's cluster.
@@ -229,6 +184,18 @@ func helmCommand(t *testing.T, c *cluster.Cluster, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// helmFrom runs helm with the registry's CA trusted and fails the test if it fails.
+func helmFrom(t *testing.T, c *cluster.Cluster, r *laneRegistry, args ...string) string {
+	t.Helper()
+	cmd := helmCommand(t, c, args...)
+	cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+r.caFile)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 // helm runs helm and fails the test if it fails.
 func helm(t *testing.T, c *cluster.Cluster, args ...string) string {
 	t.Helper()
@@ -240,7 +207,7 @@ func helm(t *testing.T, c *cluster.Cluster, args ...string) string {
 }
 
 // waitInstalled waits until the device plugin DaemonSet and the scheduler Deployment run the
-// image with the given digest, every pod of them ready.
+// image (repository@digest, as the kubelet reports a pulled image), every pod of them ready.
 func waitInstalled(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.KubeletNode, digest string) {
 	t.Helper()
 	var last string
@@ -334,22 +301,119 @@ func leftovers(ctx context.Context, t *testing.T, c kubernetes.Interface, domain
 func TestInstallLane(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	c, node, digests := installLane(ctx, t)
-	_, tag := chartImage(t)
+	c, node, rel := installLane(ctx, t)
 	names := api.DefaultNames()
-	chart := filepath.Join(cluster.RepoRoot(), "charts", "gpushare")
-	args := []string{"install", installRelease, chart, "-n", installNamespace, "--create-namespace", "--wait", "--timeout", "5m"}
-	for _, o := range append(installOverrides, laneNodeCredential(t, c)...) {
-		args = append(args, "--set", o)
+	// docsHelm is docs/install.md's helm command starting with prefix, for release r, with the
+	// lane's overrides: the arguments after "helm".
+	docsHelm := func(prefix string, r release, overrides []string) []string {
+		args := docsCommand(t, prefix, docsRegistry, r.push, "<version>", r.version)[1:]
+		for _, o := range overrides {
+			args = append(args, "--set", o)
+		}
+		return append(args, "--wait", "--timeout", "5m")
 	}
 	start := time.Now()
-	helm(t, c, args...)
-	waitInstalled(ctx, t, c, node, digests[tag])
-	t.Logf("helm install: the chart's pods ready on %s after %v", digests[tag], time.Since(start).Round(time.Second))
+	helmFrom(t, c, rel.registry, docsHelm("helm install gpushare oci://", rel.previous, overridesFor(t, filepath.Join(rel.previousTree, "charts", "gpushare")))...)
+	waitInstalled(ctx, t, c, node, rel.previous.image)
+	t.Logf("helm install of the previous release (%s): the chart's pods ready on %s after %v", previousRelease[:7], rel.previous.image, time.Since(start).Round(time.Second))
 	ns := testNamespace(ctx, t, c, "install")
 
+	var before *corev1.Pod
+	var beforeRecord string
+	if !t.Run("a GPU pod runs on its card under the previous release", func(t *testing.T) {
+		before = runProbePod(ctx, t, c, node, installPod(ns, "before", 4))
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, before.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if before, beforeRecord = got, got.Annotations[names.AnnotationAssignment()]; beforeRecord == "" {
+			t.Fatalf("pod %s runs without a record", before.Name)
+		}
+	}) {
+		return
+	}
+
+	if !t.Run("helm upgrade from the previous release keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
+		// A pod every 0.5 s from just before `helm upgrade` until this release's plugin and
+		// extender are ready and the old ones gone: some reach the node while its plugin is handed over.
+		stop, created := make(chan struct{}), make(chan []string, 1)
+		go func() {
+			var names []string
+			defer func() { created <- names }()
+			for i := 0; ; i++ {
+				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
+				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
+				} else {
+					names = append(names, pod.Name)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}()
+		args := docsHelm("helm upgrade gpushare oci://", rel.current, append(installOverrides, laneNodeCredential(t, c)...))
+		cmd := helmCommand(t, c, args...)
+		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+rel.registry.caFile)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			close(stop)
+			<-created
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		waitInstalled(ctx, t, c, node, rel.current.image)
+		close(stop)
+		during := <-created
+		t.Logf("%d pods created during the upgrade", len(during))
+		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, before.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UID != before.UID || got.Status.Phase != corev1.PodRunning || got.Status.ContainerStatuses[0].RestartCount != 0 {
+			t.Errorf("pod %s after the upgrade: uid %s (was %s), %s, restarts %d", before.Name, got.UID, before.UID, got.Status.Phase, got.Status.ContainerStatuses[0].RestartCount)
+		}
+		if rec := got.Annotations[names.AnnotationAssignment()]; rec != beforeRecord {
+			t.Errorf("pod %s: record changed by the upgrade:\n was %s\n now %s", before.Name, beforeRecord, rec)
+		}
+		for _, name := range during {
+			p, err := cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running, or Pending with a reason", func(p *corev1.Pod) bool {
+				return p.Status.Phase != corev1.PodPending || pendingReason(p) != ""
+			})
+			if err != nil {
+				t.Errorf("%v", err)
+				continue
+			}
+			if p.Status.Phase == corev1.PodFailed {
+				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
+			} else if p.Status.Phase == corev1.PodRunning {
+				verifyRecord(ctx, t, c, p)
+			} else {
+				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
+			}
+		}
+		// Free the cards for what follows: only the pod from before the upgrade stays.
+		for _, name := range during {
+			_ = c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+		for _, name := range during {
+			if err := cluster.WaitPodGone(ctx, c.Client, ns, name, 2*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}) {
+		return
+	}
+	t.Run("the released image holds kubectl-inspect-gpushare where docs/install.md says", func(t *testing.T) {
+		m := regexp.MustCompile("`crane export <image> - \\| tar -xf - (\\S+)`").FindStringSubmatch(docsLine(t, "`crane export "))
+		if m == nil {
+			t.Fatal("docs/install.md names no `crane export <image> - | tar -xf - PATH`")
+		}
+		path := strings.TrimPrefix(m[1], "/")
+		rel.registry.imageHasFile(t, rel.current.image, path)
+	})
+
 	var gpu *corev1.Pod
-	var gpuRecord string
 	if !t.Run("a GPU pod goes Pending to Running on its card through the chart's scheduler", func(t *testing.T) {
 		pod := installPod(ns, "gpu", 4)
 		created, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
@@ -372,7 +436,7 @@ func TestInstallLane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpu, gpuRecord = got, got.Annotations[names.AnnotationAssignment()]
+		gpu = got
 		if out, err := inspectHealth(t, c); err != nil || !strings.HasPrefix(out, "healthy: ") {
 			t.Errorf("kubectl inspect gpushare health after the install: %v\n%s", err, out)
 		} else {
@@ -387,70 +451,8 @@ func TestInstallLane(t *testing.T) {
 		checkContainerSeesNoCard(t, pod, "c0", probeSees(ctx, t, node, pod, "c0", time.Time{}))
 	})
 
-	if !t.Run("helm upgrade to a rebuilt image keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
-		// A pod every 0.5 s from just before `helm upgrade` until the rebuilt plugin and extender
-		// are ready and the old ones gone: some reach the node while its plugin is handed over.
-		stop, created := make(chan struct{}), make(chan []string, 1)
-		go func() {
-			var names []string
-			defer func() { created <- names }()
-			for i := 0; ; i++ {
-				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
-				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
-				} else {
-					names = append(names, pod.Name)
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-			}
-		}()
-		out, err := helmCommand(t, c, "upgrade", installRelease, chart, "-n", installNamespace, "--reuse-values",
-			"--set", "image.tag="+rebuiltTag, "--wait", "--timeout", "5m").CombinedOutput()
-		if err != nil {
-			close(stop)
-			<-created
-			t.Fatalf("helm upgrade: %v\n%s", err, out)
-		}
-		waitInstalled(ctx, t, c, node, digests[rebuiltTag])
-		close(stop)
-		during := <-created
-		t.Logf("%d pods created during the upgrade", len(during))
-		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, gpu.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.UID != gpu.UID || got.Status.Phase != corev1.PodRunning || got.Status.ContainerStatuses[0].RestartCount != 0 {
-			t.Errorf("pod %s after the upgrade: uid %s (was %s), %s, restarts %d", gpu.Name, got.UID, gpu.UID, got.Status.Phase, got.Status.ContainerStatuses[0].RestartCount)
-		}
-		if rec := got.Annotations[names.AnnotationAssignment()]; rec != gpuRecord {
-			t.Errorf("pod %s: record changed by the upgrade:\n was %s\n now %s", gpu.Name, gpuRecord, rec)
-		}
-		for _, name := range during {
-			p, err := cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running, or Pending with a reason", func(p *corev1.Pod) bool {
-				return p.Status.Phase != corev1.PodPending || pendingReason(p) != ""
-			})
-			if err != nil {
-				t.Errorf("%v", err)
-				continue
-			}
-			if p.Status.Phase == corev1.PodFailed {
-				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
-			} else if p.Status.Phase == corev1.PodRunning {
-				verifyRecord(ctx, t, c, p)
-			} else {
-				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
-			}
-		}
-	}) {
-		return
-	}
-
 	t.Run("a SIGKILL of either plugin container fails no GPU pod created through it", func(t *testing.T) {
-		keep := map[string]bool{gpu.Name: true}
+		keep := map[string]bool{gpu.Name: true, before.Name: true}
 		pods, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)

@@ -62,7 +62,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = %q
     conf_dir = %q
 `, o.path("containerd", "root"), o.path("containerd", "state"), o.ContainerdSocket(), o.PauseImage,
-		binary, o.cniBinDir(), o.path("cni", "net.d"))
+		binary, o.cniBinDir(), o.path("cni", "net.d")) + o.registryConfig(`plugins."io.containerd.grpc.v1.cri".registry`)
+}
+
+// registryConfig is the table that points containerd's CRI image service
+// at RegistryConfigDir (nothing without one).
+func (o *Options) registryConfig(table string) string {
+	if o.RegistryConfigDir == "" {
+		return ""
+	}
+	return fmt.Sprintf("  [%s]\n    config_path = %q\n", table, o.RegistryConfigDir)
 }
 
 func (o *Options) cniBinDir() string {

@@ -67,5 +67,5 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dirs = [%q]
     conf_dir = %q
 `, o.path("containerd", "root"), o.path("containerd", "state"), o.ContainerdSocket(), runtime.GOARCH, o.PauseImage,
-		strings.Join(dirs, ", "), binary, o.cniBinDir(), o.path("cni", "net.d"))
+		strings.Join(dirs, ", "), binary, o.cniBinDir(), o.path("cni", "net.d")) + o.registryConfig(`plugins."io.containerd.cri.v1.images".registry`)
 }

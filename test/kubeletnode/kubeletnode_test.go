@@ -208,3 +208,24 @@ func TestContainerd2ConfigReadsTheNVIDIASpecAndTheDriversCDIDirectory(t *testing
 		t.Errorf("containerd 1.6's config:\n%s", cfg)
 	}
 }
+
+func TestContainerdConfigPointsTheImageServiceAtTheRegistryHostsDirectory(t *testing.T) {
+	for _, tc := range []struct {
+		major int
+		table string
+	}{
+		{1, `[plugins."io.containerd.grpc.v1.cri".registry]`},
+		{2, `[plugins."io.containerd.cri.v1.images".registry]`},
+	} {
+		o := &Options{StateDir: "/state", Runc: "/usr/sbin/runc", containerdMajor: tc.major}
+		if cfg := o.containerdConfig(); strings.Contains(cfg, "config_path") {
+			t.Errorf("containerd %d without RegistryConfigDir sets a config_path:\n%s", tc.major, cfg)
+		}
+		o.RegistryConfigDir = "/state/certs.d"
+		cfg := o.containerdConfig()
+		want := tc.table + "\n    config_path = \"/state/certs.d\"\n"
+		if !strings.Contains(cfg, want) {
+			t.Errorf("containerd %d configuration lacks %q:\n%s", tc.major, want, cfg)
+		}
+	}
+}

@@ -64,6 +64,10 @@ type Options struct {
 	// configuration; only hostNetwork pods start and the Node is not Ready.
 	PodCIDR   string
 	CNIBinDir string
+	// RegistryConfigDir is containerd's registry host configuration
+	// directory (config_path: <host:port>/hosts.toml, with a registry's CA);
+	// empty: none, containerd's defaults.
+	RegistryConfigDir string
 }
 
 // BridgeName is the CNI bridge a node with a PodCIDR gets.
@@ -92,6 +96,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.KubeletVerbosity, "kubelet-v", 2, "kubelet log verbosity")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", "", "pod network (CNI bridge "+BridgeName+", host-local addresses), e.g. 10.244.0.0/24; empty: host network only")
 	fs.StringVar(&o.CNIBinDir, "cni-bin-dir", "/usr/lib/cni", "CNI plugin binaries (with --pod-cidr)")
+	fs.StringVar(&o.RegistryConfigDir, "registry-config-dir", "", "containerd's registry config_path (<host:port>/hosts.toml per registry); empty: none")
 }
 
 // Complete checks the options and makes paths absolute.
