@@ -4,7 +4,10 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // Closed forms of the growth on nodes whose cards are alike (one model and
 // capacity, the common case): a few lookups in per-workload cumulative
-// tables instead of a pass over the classes.
+// tables instead of a pass over the classes (measure). They are what the
+// fast path (fast.go) computes, earned by BenchmarkFragEvaluateAll and
+// BenchmarkFGDEvaluateAll; decide's Score and FGD's card choice use them on
+// the same nodes, so that both paths decide alike to the bit.
 //
 // For any node, frag = T·(noGPU + W) − Σ_c fit_c · U_c, with T the node's
 // free units, W the GPU classes' weight, fit_c the part of class c's weight
@@ -28,6 +31,10 @@ type fitRow struct {
 	share []float64
 	whole []float64
 }
+
+// maxFastClasses is how many share classes a rowBuf holds on the stack;
+// larger workloads use heap buffers.
+const maxFastClasses = 64
 
 // rowBuf holds a fitRow computed for one node.
 type rowBuf struct {
@@ -121,17 +128,16 @@ func (r fitRow) finish() fitRow {
 	return r
 }
 
-// alikeGrowthHosts is alikeGrowth with the rows of hosts hostB (before the
-// pod) and hostA (after).
-func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *allocator.HostResources, took bool, f, u int64) float64 {
-	slot := v.slot(ix)
+// alikeGrowthHosts is alikeGrowth on the alike cards v of model slot slot,
+// with the rows of hosts hostB (before the pod) and hostA (after).
+func (ix *fragIndex) alikeGrowthHosts(v alikeShares, slot int, hostB, hostA *allocator.HostResources, took bool, f, u int64) float64 {
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
 	if !okB || !okA {
 		var buf [2]rowBuf // declared here: most nodes need no computed row
 		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
-	return ix.alikeGrowth(v.alikeShares(), rb, ra, took, f, u)
+	return ix.alikeGrowth(v, rb, ra, took, f, u)
 }
 
 // computeMissing returns the rows of slot for the hosts before (hostB) and
@@ -151,18 +157,13 @@ func (ix *fragIndex) computeMissing(slot int, hostB, hostA *allocator.HostResour
 	return rb, ra
 }
 
-// alikeShares is an alike view as the closed forms read it: the free shares
-// of the cards with any, in card order, how many of them are unused, and
-// their capacity.
+// alikeShares is alike cards as the closed forms read them: the free
+// shares of the cards with any, in card order, how many of them are
+// unused, and their capacity.
 type alikeShares struct {
 	free   []int64
 	unused int
 	cap0   int64
-}
-
-// alikeShares is v's cards as the closed forms read them (v alike).
-func (v *nodeView) alikeShares() alikeShares {
-	return alikeShares{free: v.free[:v.k], unused: v.unused, cap0: v.cap0}
 }
 
 // alikeGrowth is frag after the pod minus frag before on the alike cards v

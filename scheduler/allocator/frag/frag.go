@@ -52,14 +52,12 @@
 //     value and kept with it (allocator.Workload.Derived);
 //   - measure.go: the measure as defined, card by card (the reference
 //     the property tests check the rest against);
-//   - view.go: the measure on a node's view, class by class;
-//   - growth.go: the growth when a pod is placed, from one pass over
-//     the node's cards;
-//   - closed.go: the closed forms on nodes of alike cards, from the
-//     index's cumulative tables;
-//   - terms.go: the frag policy's other terms;
+//   - closed.go: the closed forms of the growth on nodes of alike cards,
+//     from the index's cumulative tables;
+//   - growth.go: decide's growth, from the closed form or the definition;
 //   - fast.go: both policies' Evaluate for the common request (one
-//     share, no model constraint) in one pass over the cards.
+//     share, no model constraint) from the node's summary;
+//   - terms.go: the frag policy's other terms.
 
 package frag
 
@@ -67,60 +65,73 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // fragChooseCard places a share demand on the card where the node's frag
 // grows least (ties: the least leftover, then the lowest index), as FGD
-// does. Cards with the same free share, model and capacity are
-// interchangeable, so each such group is measured once. Whole-card demands
-// take the smallest unused card (allocator.BestFitCard): all unused cards
-// of a node look alike to the measure.
+// does. On alike cards the growth is the closed form's (closed.go), each
+// free share measured once; on others, the definition's. Whole-card
+// demands take the smallest unused card (allocator.BestFitCard): all
+// unused cards of a node look alike to the measure.
 //
 // The pod's CPU and memory are not known here (Demand carries only the
 // GPU part), so the comparison uses the node's free CPU and memory before
 // the pod; it is the same for every candidate card.
 func fragChooseCard(node *allocator.Node, free []int64, d allocator.Demand, w *allocator.Workload) int {
 	ix := index(w)
-	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || len(node.Cards) > maxStackCards {
+	n := len(node.Cards)
+	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || n > maxStackCards {
 		return allocator.BestFitCard(node, free, d, w)
 	}
-	// Candidates: one card per (free, model, capacity) group.
+	// The node as it is with the pod's earlier containers placed.
+	var after [maxStackCards]int64
+	afterFree(node, free, after[:n])
+	v, model, alike := alikeView(node, after[:n])
+	if alike {
+		slot, _ := ix.modelSlot(model)
+		r, ok := ix.tableRow(slot, node.HostFree)
+		if !ok {
+			var buf rowBuf
+			r = ix.computeRow(slot, node.HostFree, &buf)
+		}
+		return ix.alikeFGDCard(free, v.unused, v.cap0, r, d.Units)
+	}
+	var bits [maxStackCards]uint64
+	ix.modelBits(node, bits[:n])
+	base := ix.measure(node, after[:n], bits[:n], node.HostFree)
 	var cand [maxStackCards]int
+	var g [maxStackCards]float64
 	nc := 0
-	for i := range free {
-		if free[i] < d.Units {
-			continue
-		}
-		dup := false
-		for _, j := range cand[:nc] {
-			if free[j] == free[i] && node.Cards[j].Model == node.Cards[i].Model && node.Cards[j].Capacity == node.Cards[i].Capacity {
-				dup = true
-				break
-			}
-		}
-		if !dup {
-			cand[nc] = i
+	for i := range free[:n] {
+		if free[i] >= d.Units {
+			after[i] -= d.Units
+			cand[nc], g[nc] = i, ix.measure(node, after[:n], bits[:n], node.HostFree)-base
+			after[i] += d.Units
 			nc++
 		}
 	}
-	if nc <= 1 {
-		if nc == 0 {
-			return -1
-		}
-		return cand[0]
-	}
-	// The node as it is with the pod's earlier containers placed.
-	var v nodeView
-	memo := modelMemo{ix: ix}
-	for i := range node.Cards {
-		if f := cardAfter(&node.Cards[i], free[i]); f > 0 {
-			bit, _ := memo.lookup(node.Cards[i].Model)
-			v.add(f, node.Cards[i].Capacity, bit)
-		}
-	}
-	var g [maxStackCards]float64
-	if v.alike {
-		ix.alikeTakeGrowths(&v, node.HostFree, free, d.Units, cand[:nc], g[:nc])
-	} else {
-		ix.takeGrowths(&v, node, free, d.Units, cand[:nc], g[:nc])
+	if nc == 0 {
+		return -1
 	}
 	return leastGrowth(cand[:nc], g[:nc], free)
+}
+
+// alikeView reports whether the cards with free units (card i has
+// free[i]) are alike: one model and capacity, and at least one. v counts
+// the unused ones and holds their capacity (not their shares).
+func alikeView(node *allocator.Node, free []int64) (v alikeShares, model string, alike bool) {
+	for i, f := range free {
+		if f <= 0 {
+			continue
+		}
+		c := &node.Cards[i]
+		switch {
+		case !alike:
+			v.cap0, model, alike = c.Capacity, c.Model, true
+		case c.Capacity != v.cap0 || c.Model != model:
+			return v, model, false
+		}
+		if f >= c.Capacity {
+			v.unused++
+		}
+	}
+	return v, model, alike
 }
 
 // leastGrowth is the candidate card cand[k] of least growth g[k]; ties
@@ -136,38 +147,6 @@ func leastGrowth(cand []int, g []float64, free []int64) int {
 		}
 	}
 	return best
-}
-
-// alikeTakeGrowths fills g[k] with the growth of frag when u units are
-// taken from card cand[k] of a node whose view v is alike and whose free
-// CPU and memory are host, less the part every candidate shares (u times
-// the fit weight of all classes and noGPU): −takeDelta.
-func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *allocator.HostResources, free []int64, u int64, cand []int, g []float64) {
-	slot := v.slot(ix)
-	row, ok := ix.tableRow(slot, host)
-	if !ok {
-		var buf rowBuf
-		row = ix.computeRow(slot, host, &buf)
-	}
-	full := v.unused
-	for k, i := range cand {
-		g[k] = -ix.takeDelta(v.cap0, row, full, free[i], u)
-	}
-}
-
-// takeGrowths is alikeTakeGrowths on a view of unlike cards, class by class
-// (takeGrowth).
-func (ix *fragIndex) takeGrowths(v *nodeView, node *allocator.Node, free []int64, u int64, cand []int, g []float64) {
-	var s fragScratch
-	fit, _ := s.fits(ix)
-	ix.fitWeights(node.HostFree, fit)
-	st := s.stats(ix)
-	ix.classStats(v, st)
-	memo := modelMemo{ix: ix}
-	for k, i := range cand {
-		bit, _ := memo.lookup(node.Cards[i].Model)
-		g[k] = ix.takeGrowth(v, st, fit, free[i], u, node.Cards[i].Capacity, bit)
-	}
 }
 
 // fgdScore is FGD's node score: the less frag grows, the better.

@@ -30,12 +30,12 @@ func (t *nodeTotals) add(capacity, before, after int64, pressure float64) {
 }
 
 // totalsOf is the totals of node with the policy's free slice free (after
-// the pod). fragGrowthTotals gives the same from its own pass.
+// the pod).
 func totalsOf(node *allocator.Node, free []int64, w *allocator.Workload) nodeTotals {
 	var t nodeTotals
-	var memo modelMemo
-	if memo.ix = index(w); memo.ix == nil {
-		memo.ix = &fragIndex{}
+	ix := index(w)
+	if ix == nil {
+		ix = &fragIndex{}
 	}
 	for i := range node.Cards {
 		// decide marks every unschedulable card Unusable.
@@ -47,7 +47,7 @@ func totalsOf(node *allocator.Node, free []int64, w *allocator.Workload) nodeTot
 		after := cardAfter(c, free[i])
 		pressure := 0.0
 		if after < before {
-			_, pressure = memo.lookup(c.Model)
+			_, pressure = ix.modelSlot(c.Model)
 		}
 		t.add(c.Capacity, before, after, pressure)
 	}
