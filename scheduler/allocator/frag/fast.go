@@ -17,15 +17,13 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 // where no card fits (decide says why), goes to decide.
 
 // shareFastPath returns the fast path of a frag-family policy: bestFitCard
-// as in options (else FGD's card), cpuOnly as in options, and score the
-// policy's score from the growth and the node totals. With cpuOnly, FGD's
-// card is compared at a host state the growth does not read: such a
-// policy has no fast path.
-func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, req allocator.Request, ix *fragIndex, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
+// as in options (else FGD's card), and score the policy's score from the
+// growth and the node totals.
+func shareFastPath(bestFitCard bool, score func(node *allocator.Node, req allocator.Request, ix *fragIndex, g float64, t nodeTotals) float64) func(*allocator.Node, allocator.Request, *allocator.Workload) (allocator.Decision, bool) {
 	return func(node *allocator.Node, req allocator.Request, w *allocator.Workload) (allocator.Decision, bool) {
 		ix := index(w)
 		if len(req.Demands) != 1 || len(req.Models) != 0 || req.Cards != nil || ix == nil || ix.weight == 0 ||
-			node.InventoryErr != nil || (cpuOnly && !bestFitCard) {
+			node.InventoryErr != nil {
 			return allocator.Decision{}, false
 		}
 		d := req.Demands[0]
@@ -40,12 +38,8 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 		if !s.Alike || s.MaxFree < d.Units {
 			return allocator.Decision{}, false
 		}
-		hb, ha, known := hostStates(node, req, cpuOnly)
-		var hostB, hostA *allocator.HostResources
-		if known {
-			hostB, hostA = &hb, &ha
-		}
-		g, t := ix.summaryShare(s, d.Units, !bestFitCard, hostB, hostA)
+		var ha allocator.HostResources
+		g, t := ix.summaryShare(s, d.Units, !bestFitCard, node.HostFree, hostAfter(node, req, &ha))
 		return allocator.Decision{Node: node.Name, Fits: true, Score: score(node, req, ix, g, t)}, true
 	}
 }
@@ -53,8 +47,7 @@ func shareFastPath(bestFitCard, cpuOnly bool, score func(node *allocator.Node, r
 // summaryShare is the growth of frag and the node's totals when a share of
 // u units is placed on a node whose summary s is alike and has a card with
 // u free, its free CPU and memory going from hostB to hostA: on the
-// best-fit card, or with fgdCard on FGD's card (compared at hostB, which
-// must then be the node's CPU and memory before the pod, memory included).
+// best-fit card, or with fgdCard on FGD's card (compared at hostB).
 func (ix *fragIndex) summaryShare(s *allocator.Summary, u int64, fgdCard bool, hostB, hostA *allocator.HostResources) (g float64, t nodeTotals) {
 	// Every card with u free has some free, so it is among the shares.
 	v := alikeShares{free: s.Shares[:s.N], cap0: s.CardCapacity}

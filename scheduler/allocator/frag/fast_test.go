@@ -22,7 +22,6 @@ func TestFastPathEqualsDecide(t *testing.T) {
 	frag := New()
 	policies := []*allocator.Policy{fgd, frag,
 		newPolicy(options{Name: "frag-fgd-card", PackWeight: PackWeight, StrandWeight: StrandWeight, ScarcityWeight: ScarcityWeight}),
-		newPolicy(options{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: PackWeight, StrandWeight: StrandWeight}),
 	}
 	rng := rand.New(rand.NewSource(31))
 	taken, fgdChoices := 0, 0
@@ -196,7 +195,7 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 			for _, f := range before {
 				scale += float64(f)
 			}
-			if got := fragGrowth(node, free, req, w, false); math.Abs(got-def) > 1e-9*max(1, scale) {
+			if got := fragGrowth(node, free, req, w); math.Abs(got-def) > 1e-9*max(1, scale) {
 				t.Fatalf("iteration %d (%s): growth %v, definition %v", iter, p.Name, got, def)
 			}
 		}

@@ -151,7 +151,7 @@ func leastGrowth(cand []int, g []float64, free []int64) int {
 
 // fgdScore is FGD's node score: the less frag grows, the better.
 func fgdScore(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
-	return -fragGrowth(node, free, req, w, false)
+	return -fragGrowth(node, free, req, w)
 }
 
 // NewFGD is the fgd policy: FGD's card choice and node score, nothing else.
@@ -161,7 +161,7 @@ func NewFGD() *allocator.Policy {
 		Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
 		ChooseCard:  fragChooseCard,
 		Score:       fgdScore,
-		FastEvaluate: shareFastPath(false, false, func(_ *allocator.Node, _ allocator.Request, _ *fragIndex, g float64, _ nodeTotals) float64 {
+		FastEvaluate: shareFastPath(false, func(_ *allocator.Node, _ allocator.Request, _ *fragIndex, g float64, _ nodeTotals) float64 {
 			return -g
 		}),
 	}
@@ -198,9 +198,6 @@ type options struct {
 	// placement (0..1, binpack's score) to the main term, −Δfrag in cards.
 	// 0 is FGD's score.
 	PackWeight float64
-	// CPUOnly ignores memory when the measure checks whether a shape fits a
-	// node's host resources, as the FGD paper does.
-	CPUOnly bool
 	// StrandWeight subtracts StrandWeight × the growth of the node's
 	// stranded GPU, in cards (see strandGrowth).
 	StrandWeight float64
@@ -227,10 +224,10 @@ func newPolicy(o options) *allocator.Policy {
 		ChooseCard:  choose,
 		Score: func(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 			var t nodeTotals
-			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
+			g := fragGrowthTotals(node, free, req, w, &t)
 			return o.score(node, req, index(w), g, t)
 		},
-		FastEvaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
+		FastEvaluate: shareFastPath(o.BestFitCard, o.score),
 	}
 }
 

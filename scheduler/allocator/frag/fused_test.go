@@ -13,16 +13,13 @@ import (
 
 // growthByMeasure is fragGrowth from the definition: frag measured after
 // the pod minus frag measured before.
-func growthByMeasure(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool) float64 {
+func growthByMeasure(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 	ix := index(w)
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
-	hb, ha, known := hostStates(node, req, cpuOnly)
-	if !known {
-		return ix.growthByDefinition(node, free, nil, nil)
-	}
-	return ix.growthByDefinition(node, free, &hb, &ha)
+	var ha allocator.HostResources
+	return ix.growthByDefinition(node, free, node.HostFree, hostAfter(node, req, &ha))
 }
 
 // TestGrowthMatchesDefinition checks, on random nodes, workloads and pods,
@@ -69,7 +66,7 @@ func TestGrowthMatchesDefinition(t *testing.T) {
 			// frag's score: its terms from totalsOf and the definition's growth.
 			if p == frag {
 				tt := totalsOf(node, free, w)
-				want := -growthByMeasure(node, free, req, w, false)/tt.cardUnits() -
+				want := -growthByMeasure(node, free, req, w)/tt.cardUnits() -
 					StrandWeight*tt.strandGrowth(node, req, index(w))/tt.cardUnits() -
 					ScarcityWeight*tt.scarcity/tt.cardUnits()
 				if tt.capacity > 0 {
@@ -82,37 +79,30 @@ func TestGrowthMatchesDefinition(t *testing.T) {
 					scarce++
 				}
 			}
-			for _, cpuOnly := range []bool{false, true} {
-				got := fragGrowth(node, free, req, w, cpuOnly)
-				ix := index(w)
-				bits := make([]uint64, len(node.Cards))
-				ix.modelBits(node, bits)
-				before := make([]int64, len(node.Cards))
-				beforeFree(node, before)
-				var hb, ha allocator.HostResources
-				hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
-				if cpuOnly && hostB != nil {
-					hb = allocator.HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
-					hostB = &hb
-					ha.MemoryMiB = math.MaxInt64
-				}
-				want := ix.measure(node, after, bits, hostA) - ix.measure(node, before, bits, hostB)
-				scale := 0.0
-				for _, f := range before {
-					scale += float64(max(f, 0))
-				}
-				if math.Abs(got-want) > 1e-9*max(1, scale) {
-					t.Fatalf("iteration %d (%s, cpuOnly %v): growth %v, definition %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, want, node.Cards, req)
-				}
-				switch {
-				case !alikeCards(node):
-				case (hostB == nil || hostB.Fits(ix.maxHost)) && (hostA == nil || hostA.Fits(ix.maxHost)):
-					closedForm++
-				case hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
-					cpuLevels++
-				case hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
-					memLevels++
-				}
+			got := fragGrowth(node, free, req, w)
+			ix := index(w)
+			bits := make([]uint64, len(node.Cards))
+			ix.modelBits(node, bits)
+			before := make([]int64, len(node.Cards))
+			beforeFree(node, before)
+			var ha allocator.HostResources
+			hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
+			want := ix.measure(node, after, bits, hostA) - ix.measure(node, before, bits, hostB)
+			scale := 0.0
+			for _, f := range before {
+				scale += float64(max(f, 0))
+			}
+			if math.Abs(got-want) > 1e-9*max(1, scale) {
+				t.Fatalf("iteration %d (%s): growth %v, definition %v\nnode %+v\nreq %+v", iter, p.Name, got, want, node.Cards, req)
+			}
+			switch {
+			case !alikeCards(node):
+			case (hostB == nil || hostB.Fits(ix.maxHost)) && (hostA == nil || hostA.Fits(ix.maxHost)):
+				closedForm++
+			case hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
+				cpuLevels++
+			case hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
+				memLevels++
 			}
 			checked++
 		}
@@ -179,7 +169,7 @@ func TestLevelTablesTooLargeFallBack(t *testing.T) {
 		ix.modelBits(node, bits)
 		var ha allocator.HostResources
 		want := ix.measure(node, free, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
-		if got := fragGrowth(node, free, req, w, false); math.Abs(got-want) > 1e-9*8000 {
+		if got := fragGrowth(node, free, req, w); math.Abs(got-want) > 1e-9*8000 {
 			t.Fatalf("iteration %d: growth %v, definition %v", iter, got, want)
 		}
 	}

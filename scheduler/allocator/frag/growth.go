@@ -1,10 +1,6 @@
 package frag
 
-import (
-	"math"
-
-	"github.com/gpushare/gpushare/scheduler/allocator"
-)
+import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // The growth of frag when a pod is placed on a node, as decide's Score
 // computes it: the closed form (closed.go) when the node's cards with free
@@ -15,13 +11,13 @@ import (
 // (negative when placing the pod makes the node less fragmented, e.g. a
 // pod that exactly fills a card's unusable leftover). free is the policy's
 // free slice after placement (Unusable, TakenWhole when negative).
-func fragGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool) float64 {
-	return fragGrowthTotals(node, free, req, w, cpuOnly, nil)
+func fragGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
+	return fragGrowthTotals(node, free, req, w, nil)
 }
 
 // fragGrowthTotals is fragGrowth that also fills *tot, when not nil, with
 // totalsOf(node, free, w).
-func fragGrowthTotals(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool, tot *nodeTotals) float64 {
+func fragGrowthTotals(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, tot *nodeTotals) float64 {
 	if tot != nil {
 		*tot = totalsOf(node, free, w)
 	}
@@ -29,11 +25,8 @@ func fragGrowthTotals(node *allocator.Node, free []int64, req allocator.Request,
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
-	hb, ha, known := hostStates(node, req, cpuOnly)
-	var hostB, hostA *allocator.HostResources
-	if known {
-		hostB, hostA = &hb, &ha
-	}
+	var ha allocator.HostResources
+	hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
 	s := node.Summary()
 	if s == nil {
 		cs := node.CardSummary()
@@ -60,19 +53,4 @@ func fragGrowthTotals(node *allocator.Node, free []int64, req allocator.Request,
 		}
 	}
 	return ix.growthByDefinition(node, free, hostB, hostA)
-}
-
-// hostStates is the node's free CPU and memory before and after req
-// (known is false when the node's are unknown); with cpuOnly, memory
-// counts as unlimited.
-func hostStates(node *allocator.Node, req allocator.Request, cpuOnly bool) (before, after allocator.HostResources, known bool) {
-	if node.HostFree == nil {
-		return before, after, false
-	}
-	before = *node.HostFree
-	hostAfter(node, req, &after)
-	if cpuOnly {
-		before.MemoryMiB, after.MemoryMiB = math.MaxInt64, math.MaxInt64
-	}
-	return before, after, true
 }

@@ -23,14 +23,10 @@ import (
 // the cards' path (a tie broken the other way, an unused card miscounted,
 // a model's slot or pressure misread).
 func TestSummaryPathEqualsCardPath(t *testing.T) {
-	// fgd-cpu-only compares FGD's card at a host state its growth does not
-	// read: it reads the cards (see shareFastPath).
 	policies := []*allocator.Policy{NewFGD(), New(),
 		newPolicy(options{Name: "frag-fgd-card", PackWeight: PackWeight, StrandWeight: StrandWeight, ScarcityWeight: ScarcityWeight}),
-		newPolicy(options{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: PackWeight, StrandWeight: StrandWeight}),
-		newPolicy(options{Name: "fgd-cpu-only", CPUOnly: true}),
 	}
-	viaSummary := map[string]bool{"fgd": true, "frag": true, "frag-fgd-card": true, "frag-cpu-only": true}
+	viaSummary := map[string]bool{"fgd": true, "frag": true, "frag-fgd-card": true}
 	rng := rand.New(rand.NewSource(43))
 	taken := map[string]int{}
 	for iter := 0; iter < 12000; iter++ {
