@@ -75,23 +75,6 @@ func (ix *fragIndex) computeRow(slot int, host *allocator.HostResources, buf *ro
 	return r.finish()
 }
 
-// computeRows is computeRow for two hosts at once (one walk over a class's
-// host requests for both when it can, see hostFitWeights).
-func (ix *fragIndex) computeRows(slot int, hostB, hostA *allocator.HostResources, bufB, bufA *rowBuf) (rb, ra fitRow) {
-	rb, ra = bufB.start(len(ix.shareUnits)), bufA.start(len(ix.shareUnits))
-	k := 0
-	for i := range ix.classes {
-		c := &ix.classes[i]
-		var fb, fa float64
-		if c.accepts(slot, len(ix.models)) {
-			fb, fa = c.hostFitWeights(hostB, hostA)
-		}
-		rb.addClass(c, k, fb)
-		k = ra.addClass(c, k, fa)
-	}
-	return rb.finish(), ra.finish()
-}
-
 // start returns an empty row in buf (on the heap for workloads of more than
 // maxFastClasses share classes) for ns share classes.
 func (buf *rowBuf) start(ns int) fitRow {
@@ -142,17 +125,15 @@ func (ix *fragIndex) alikeGrowthHosts(v alikeShares, slot int, hostB, hostA *all
 
 // computeMissing returns the rows of slot for the hosts before (hostB) and
 // after (hostA) the pod, given what tableRow found (rb if okB, ra if okA):
-// the missing ones are computed into buf (computeRow, or computeRows for
-// both). Callers look the rows up first and declare buf only when one is
-// missing: zeroing it for every node would cost more than the tables save.
+// the missing ones are computed into buf (computeRow). Callers look the
+// rows up first and declare buf only when one is missing: zeroing it for
+// every node would cost more than the tables save.
 func (ix *fragIndex) computeMissing(slot int, hostB, hostA *allocator.HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
-	switch {
-	case !okB && !okA:
-		return ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !okB:
-		return ix.computeRow(slot, hostB, &buf[0]), ra
-	case !okA:
-		return rb, ix.computeRow(slot, hostA, &buf[1])
+	if !okB {
+		rb = ix.computeRow(slot, hostB, &buf[0])
+	}
+	if !okA {
+		ra = ix.computeRow(slot, hostA, &buf[1])
 	}
 	return rb, ra
 }
