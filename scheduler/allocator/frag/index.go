@@ -11,7 +11,11 @@ import (
 
 // fragIndex is a workload's shapes arranged for the fragmentation measure:
 // GPU shapes grouped into classes that need the same cards, with weights
-// normalised to shares of all pods seen.
+// normalised to shares of all pods seen, and the tables the closed forms
+// (closed.go) read. The tables are earned by BenchmarkFragEvaluateAll and
+// BenchmarkFGDEvaluateAll at 5,000 nodes: without the level tables each
+// call executes about 2.3× the instructions (2.1× for fgd), without
+// shareRank 1.2× (1.4×).
 type fragIndex struct {
 	// shapes is len(Workload.Shapes) and weight the total weight when the
 	// index was built; a mismatch means the index is stale.
