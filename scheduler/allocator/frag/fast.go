@@ -1,6 +1,10 @@
 package frag
 
-import "github.com/gpushare/gpushare/scheduler/allocator"
+import (
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/allocator"
+)
 
 // The fast path of the fgd and frag policies, earned by
 // BenchmarkFragEvaluateAll and BenchmarkFGDEvaluateAll (5,000 nodes × 8
@@ -82,32 +86,13 @@ func (ix *fragIndex) summaryShare(s *allocator.Summary, u int64, fgdCard bool, h
 // candidates are the first card of each free share of at least u; −1 when
 // there is none.
 func (ix *fragIndex) alikeFGDCard(free []int64, unused int, cap0 int64, r fitRow, u int64) int {
-	var cand [maxStackCards]int
-	nc := 0
+	best := leastGrowth{card: -1}
 	for i, f := range free {
-		if f < u {
-			continue
-		}
-		dup := false
-		for _, j := range cand[:nc] {
-			dup = dup || free[j] == f
-		}
-		if !dup {
-			cand[nc] = i
-			nc++
+		if f >= u && !slices.Contains(free[:i], f) {
+			best.offer(i, -ix.takeDelta(cap0, r, unused, f, u), free)
 		}
 	}
-	if nc <= 1 {
-		if nc == 0 {
-			return -1
-		}
-		return cand[0]
-	}
-	var g [maxStackCards]float64
-	for k, i := range cand[:nc] {
-		g[k] = -ix.takeDelta(cap0, r, unused, free[i], u)
-	}
-	return leastGrowth(cand[:nc], g[:nc], free)
+	return best.card
 }
 
 // modelSlot is model's slot in the index's tables (its position in

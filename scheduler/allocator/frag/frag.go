@@ -95,21 +95,15 @@ func fragChooseCard(node *allocator.Node, free []int64, d allocator.Demand, w *a
 	var bits [maxStackCards]uint64
 	ix.modelBits(node, bits[:n])
 	base := ix.measure(node, after[:n], bits[:n], node.HostFree)
-	var cand [maxStackCards]int
-	var g [maxStackCards]float64
-	nc := 0
+	best := leastGrowth{card: -1}
 	for i := range free[:n] {
 		if free[i] >= d.Units {
 			after[i] -= d.Units
-			cand[nc], g[nc] = i, ix.measure(node, after[:n], bits[:n], node.HostFree)-base
+			best.offer(i, ix.measure(node, after[:n], bits[:n], node.HostFree)-base, free)
 			after[i] += d.Units
-			nc++
 		}
 	}
-	if nc == 0 {
-		return -1
-	}
-	return leastGrowth(cand[:nc], g[:nc], free)
+	return best.card
 }
 
 // alikeView reports whether the cards with free units (card i has
@@ -134,19 +128,22 @@ func alikeView(node *allocator.Node, free []int64) (v alikeShares, model string,
 	return v, model, alike
 }
 
-// leastGrowth is the candidate card cand[k] of least growth g[k]; ties
-// (within ScoreTolerance) go to the least free[cand[k]], then to the first.
-func leastGrowth(cand []int, g []float64, free []int64) int {
-	best, bestGrowth := cand[0], g[0]
-	for k, i := range cand[1:] {
-		switch gk := g[k+1]; {
-		case gk < bestGrowth-allocator.ScoreTolerance:
-			best, bestGrowth = i, gk
-		case gk <= bestGrowth+allocator.ScoreTolerance && free[i] < free[best]:
-			best = i
-		}
+// leastGrowth is the candidate card of least growth among those offered
+// (card −1 before any): ties (within ScoreTolerance) go to the one with
+// the least free, then to the first.
+type leastGrowth struct {
+	card   int
+	growth float64
+}
+
+// offer offers card i, whose growth is g (free[i] its free share).
+func (l *leastGrowth) offer(i int, g float64, free []int64) {
+	switch {
+	case l.card < 0 || g < l.growth-allocator.ScoreTolerance:
+		l.card, l.growth = i, g
+	case g <= l.growth+allocator.ScoreTolerance && free[i] < free[l.card]:
+		l.card = i
 	}
-	return best
 }
 
 // fgdScore is FGD's node score: the less frag grows, the better.
