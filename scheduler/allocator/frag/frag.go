@@ -32,7 +32,7 @@
 //     memory to feed them costs nothing until a single pod no longer fits.
 //     The strand term looks at the node filled with the workload's average
 //     GPU pod and charges the GPU its CPU and memory cannot feed;
-//   - model scarcity (scarcityCost): a pod that may run on several models
+//   - model scarcity (nodeTotals.scarcity): a pod that may run on several models
 //     pays for taking capacity of a model that the pods insisting on it will
 //     need (needs Workload.ModelCapacity, the cluster's cards per model);
 //   - binpack's score (the allocated share), with a small weight: among nodes that the
@@ -203,7 +203,7 @@ type options struct {
 	BestFitCard bool
 	// ScarcityWeight subtracts ScarcityWeight × the pod's GPU request in
 	// cards × the pressure on the models it lands on (see modelPressure and
-	// scarcityCost). Needs Workload.ModelCapacity.
+	// nodeTotals.scarcity). Needs Workload.ModelCapacity.
 	ScarcityWeight float64
 }
 

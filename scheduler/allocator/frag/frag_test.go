@@ -289,3 +289,14 @@ func TestFragWithoutHostOrCapacitiesStillPacks(t *testing.T) {
 		t.Errorf("nil workload: %+v", got)
 	}
 }
+
+// strandGrowth is the frag policy's stranded-GPU term for the policy's
+// free slice free (after the pod).
+func strandGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
+	return totalsOf(node, free, w).strandGrowth(node, req, index(w))
+}
+
+// scarcityCost is the frag policy's scarcity term (nodeTotals.scarcity).
+func scarcityCost(node *allocator.Node, free []int64, w *allocator.Workload) float64 {
+	return totalsOf(node, free, w).scarcity
+}
