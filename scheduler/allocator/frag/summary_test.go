@@ -20,8 +20,9 @@ import (
 // hold any number of units (not only multiples of the workload's shares),
 // often alike and often several cards with the same free share. It fails
 // if the summary path counts, orders or chooses a card differently from
-// the cards' path (a tie broken the other way, an unused card miscounted,
-// a model's slot or pressure misread).
+// decide (a tie broken the other way, an unused card miscounted, a model's
+// slot or pressure misread), or if a node never summarized (its summary
+// computed from its cards) decides otherwise.
 func TestSummaryPathEqualsCardPath(t *testing.T) {
 	policies := []*allocator.Policy{NewFGD(), New(),
 		newPolicy(options{Name: "frag-fgd-card", PackWeight: PackWeight, StrandWeight: StrandWeight, ScarcityWeight: ScarcityWeight}),
