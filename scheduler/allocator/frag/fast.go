@@ -54,16 +54,17 @@ func shareFastPath(bestFitCard bool, score func(node *allocator.Node, req alloca
 // best-fit card, or with fgdCard on FGD's card (compared at hostB).
 func (ix *fragIndex) summaryShare(s *allocator.Summary, u int64, fgdCard bool, hostB, hostA *allocator.HostResources) (g float64, t nodeTotals) {
 	// Every card with u free has some free, so it is among the shares.
-	v := alikeShares{free: s.Shares[:s.N], cap0: s.CardCapacity}
-	card := -1
-	for i, f := range v.free {
-		if f >= v.cap0 {
-			v.unused++
+	free := s.Shares[:s.N]
+	card, unused := -1, 0
+	for i, f := range free {
+		if f >= s.CardCapacity {
+			unused++
 		}
-		if f >= u && (card < 0 || f < v.free[card]) {
+		if f >= u && (card < 0 || f < free[card]) {
 			card = i
 		}
 	}
+	v := alikeShares{free: free, unused: unused, cap0: s.CardCapacity}
 	slot, pressure := ix.modelSlot(s.Model)
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
