@@ -55,7 +55,13 @@ type summary struct {
 // summarizes every snapshot it builds (it never changes one); a node never
 // summarized is decided from its cards.
 func (n *Node) Summarize() {
-	s := summary{ok: n.InventoryErr == nil}
+	n.sum = summary{ok: n.InventoryErr == nil, Summary: n.CardSummary()}
+}
+
+// CardSummary is the Summary of n's cards as they are now, summarized or
+// not: what a fast path reads on a node that no cache summarized.
+func (n *Node) CardSummary() Summary {
+	var s Summary
 	alike := true
 	for i := range n.Cards {
 		c := &n.Cards[i]
@@ -83,7 +89,7 @@ func (n *Node) Summarize() {
 	if s.Alike = alike && s.N > 0; !s.Alike {
 		s.Model, s.CardCapacity, s.N, s.Shares = "", 0, 0, [AlikeShares]int64{}
 	}
-	n.sum = s
+	return s
 }
 
 // Summarized reports whether Summarize was called on n.

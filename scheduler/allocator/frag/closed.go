@@ -4,7 +4,10 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // Closed forms of the growth on nodes whose cards are alike (one model and
 // capacity, the common case): a few lookups in per-workload cumulative
-// tables instead of a pass over the classes.
+// tables instead of a pass over the classes (measure). They are what the
+// fast path (fast.go) computes, earned by BenchmarkFragEvaluateAll and
+// BenchmarkFGDEvaluateAll; decide's Score and FGD's card choice use them on
+// the same nodes, so that both paths decide alike to the bit.
 //
 // For any node, frag = T·(noGPU + W) − Σ_c fit_c · U_c, with T the node's
 // free units, W the GPU classes' weight, fit_c the part of class c's weight
@@ -28,6 +31,10 @@ type fitRow struct {
 	share []float64
 	whole []float64
 }
+
+// maxFastClasses is how many share classes a rowBuf holds on the stack;
+// larger workloads use heap buffers.
+const maxFastClasses = 64
 
 // rowBuf holds a fitRow computed for one node.
 type rowBuf struct {
@@ -68,23 +75,6 @@ func (ix *fragIndex) computeRow(slot int, host *allocator.HostResources, buf *ro
 	return r.finish()
 }
 
-// computeRows is computeRow for two hosts at once (one walk over a class's
-// host requests for both when it can, see hostFitWeights).
-func (ix *fragIndex) computeRows(slot int, hostB, hostA *allocator.HostResources, bufB, bufA *rowBuf) (rb, ra fitRow) {
-	rb, ra = bufB.start(len(ix.shareUnits)), bufA.start(len(ix.shareUnits))
-	k := 0
-	for i := range ix.classes {
-		c := &ix.classes[i]
-		var fb, fa float64
-		if c.accepts(slot, len(ix.models)) {
-			fb, fa = c.hostFitWeights(hostB, hostA)
-		}
-		rb.addClass(c, k, fb)
-		k = ra.addClass(c, k, fa)
-	}
-	return rb.finish(), ra.finish()
-}
-
 // start returns an empty row in buf (on the heap for workloads of more than
 // maxFastClasses share classes) for ns share classes.
 func (buf *rowBuf) start(ns int) fitRow {
@@ -121,48 +111,40 @@ func (r fitRow) finish() fitRow {
 	return r
 }
 
-// alikeGrowthHosts is alikeGrowth with the rows of hosts hostB (before the
-// pod) and hostA (after).
-func (ix *fragIndex) alikeGrowthHosts(v *nodeView, hostB, hostA *allocator.HostResources, took bool, f, u int64) float64 {
-	slot := v.slot(ix)
+// alikeGrowthHosts is alikeGrowth on the alike cards v of model slot slot,
+// with the rows of hosts hostB (before the pod) and hostA (after).
+func (ix *fragIndex) alikeGrowthHosts(v alikeShares, slot int, hostB, hostA *allocator.HostResources, took bool, f, u int64) float64 {
 	rb, okB := ix.tableRow(slot, hostB)
 	ra, okA := ix.tableRow(slot, hostA)
 	if !okB || !okA {
 		var buf [2]rowBuf // declared here: most nodes need no computed row
 		rb, ra = ix.computeMissing(slot, hostB, hostA, rb, okB, ra, okA, &buf)
 	}
-	return ix.alikeGrowth(v.alikeShares(), rb, ra, took, f, u)
+	return ix.alikeGrowth(v, rb, ra, took, f, u)
 }
 
 // computeMissing returns the rows of slot for the hosts before (hostB) and
 // after (hostA) the pod, given what tableRow found (rb if okB, ra if okA):
-// the missing ones are computed into buf (computeRow, or computeRows for
-// both). Callers look the rows up first and declare buf only when one is
-// missing: zeroing it for every node would cost more than the tables save.
+// the missing ones are computed into buf (computeRow). Callers look the
+// rows up first and declare buf only when one is missing: zeroing it for
+// every node would cost more than the tables save.
 func (ix *fragIndex) computeMissing(slot int, hostB, hostA *allocator.HostResources, rb fitRow, okB bool, ra fitRow, okA bool, buf *[2]rowBuf) (fitRow, fitRow) {
-	switch {
-	case !okB && !okA:
-		return ix.computeRows(slot, hostB, hostA, &buf[0], &buf[1])
-	case !okB:
-		return ix.computeRow(slot, hostB, &buf[0]), ra
-	case !okA:
-		return rb, ix.computeRow(slot, hostA, &buf[1])
+	if !okB {
+		rb = ix.computeRow(slot, hostB, &buf[0])
+	}
+	if !okA {
+		ra = ix.computeRow(slot, hostA, &buf[1])
 	}
 	return rb, ra
 }
 
-// alikeShares is an alike view as the closed forms read it: the free shares
-// of the cards with any, in card order, how many of them are unused, and
-// their capacity.
+// alikeShares is alike cards as the closed forms read them: the free
+// shares of the cards with any, in card order, how many of them are
+// unused, and their capacity.
 type alikeShares struct {
 	free   []int64
 	unused int
 	cap0   int64
-}
-
-// alikeShares is v's cards as the closed forms read them (v alike).
-func (v *nodeView) alikeShares() alikeShares {
-	return alikeShares{free: v.free[:v.k], unused: v.unused, cap0: v.cap0}
 }
 
 // alikeGrowth is frag after the pod minus frag before on the alike cards v
@@ -217,7 +199,8 @@ func (ix *fragIndex) sharesUpTo(x int64) int {
 // countAtMost is the number of entries of a, ascending, that are at most x.
 // A binary search whose branches do not depend on x (a fixed number of
 // halvings, the comparison a conditional move): on this path a mispredicted
-// branch costs more than the search.
+// branch costs more than the search (BenchmarkFragEvaluateAll at 5,000
+// nodes: sort.Search mispredicts ~15,000 more branches per call).
 func countAtMost(a []int64, x int64) int {
 	n := len(a)
 	if n == 0 {

@@ -15,13 +15,13 @@ import (
 // TestFastPathEqualsDecide checks, on random nodes, workloads and pods,
 // that the fast path of every frag-family policy gives exactly what decide
 // gives (same fit, same score to the last bit), and that it takes the
-// common case: one share, no model constraint, some card fits.
+// common case: one share, no model constraint, some card fits, the cards
+// with free units alike.
 func TestFastPathEqualsDecide(t *testing.T) {
 	fgd := NewFGD()
 	frag := New()
 	policies := []*allocator.Policy{fgd, frag,
 		newPolicy(options{Name: "frag-fgd-card", PackWeight: PackWeight, StrandWeight: StrandWeight, ScarcityWeight: ScarcityWeight}),
-		newPolicy(options{Name: "frag-cpu-only", CPUOnly: true, BestFitCard: true, PackWeight: PackWeight, StrandWeight: StrandWeight}),
 	}
 	rng := rand.New(rand.NewSource(31))
 	taken, fgdChoices := 0, 0
@@ -30,7 +30,7 @@ func TestFastPathEqualsDecide(t *testing.T) {
 		for _, p := range policies {
 			want := core(p, node, req, w)
 			got, ok := p.FastEvaluate(node, req, w)
-			common := len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 && len(req.Models) == 0 && want.Fits
+			common := len(req.Demands) == 1 && req.Demands[0].WholeCards == 0 && len(req.Models) == 0 && want.Fits && node.CardSummary().Alike
 			if ok != common {
 				t.Fatalf("iteration %d (%s): fast path taken %v, want %v for %+v (fits %v)", iter, p.Name, ok, common, req, want.Fits)
 			}
@@ -55,10 +55,11 @@ func TestFastPathEqualsDecide(t *testing.T) {
 	t.Logf("fast path taken %d times (fgd %d)", taken, fgdChoices)
 }
 
-// TestFGDCardMatchesClassByClass checks FGD's card choice, made with the
-// closed form on alike cards, against the choice made class by class
-// (takeGrowth on every candidate), on random nodes, workloads and pods.
-func TestFGDCardMatchesClassByClass(t *testing.T) {
+// TestFGDCardMatchesDefinition checks FGD's card choice, made with the
+// closed form on alike cards, against the choice made from the definition
+// (frag measured with each candidate card taken), on random nodes,
+// workloads and pods.
+func TestFGDCardMatchesDefinition(t *testing.T) {
 	rng := rand.New(rand.NewSource(37))
 	alike := 0
 	for iter := 0; iter < 8000; iter++ {
@@ -76,23 +77,20 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 			}
 		}
 		got := fragChooseCard(node, free, d, w)
-		// Class by class, every card that fits a candidate.
-		var s fragScratch
+		// By the definition, every card that fits a candidate.
 		n := len(node.Cards)
-		vec, bits := s.vec[:n], s.bits[:n]
+		vec, bits := make([]int64, n), make([]uint64, n)
 		ix.modelBits(node, bits)
 		afterFree(node, free, vec)
-		s.viewB.load(node, vec, bits)
-		fit, _ := s.fits(ix)
-		ix.fitWeights(node.HostFree, fit)
-		st := s.stats(ix)
-		ix.classStats(&s.viewB, st)
+		base := ix.measure(node, vec, bits, node.HostFree)
 		want, wantGrowth := -1, 0.0
 		for i := range free {
 			if free[i] < d.Units {
 				continue
 			}
-			g := ix.takeGrowth(&s.viewB, st, fit, free[i], d.Units, node.Cards[i].Capacity, bits[i])
+			vec[i] -= d.Units
+			g := ix.measure(node, vec, bits, node.HostFree) - base
+			vec[i] += d.Units
 			switch {
 			case want < 0 || g < wantGrowth-allocator.ScoreTolerance:
 				want, wantGrowth = i, g
@@ -101,9 +99,9 @@ func TestFGDCardMatchesClassByClass(t *testing.T) {
 			}
 		}
 		if got != want {
-			t.Fatalf("iteration %d: card %d, class by class %d\nnode %+v\nreq %+v", iter, got, want, node.Cards, req)
+			t.Fatalf("iteration %d: card %d, by the definition %d\nnode %+v\nreq %+v", iter, got, want, node.Cards, req)
 		}
-		if s.viewB.alike {
+		if _, _, ok := alikeView(node, vec); ok {
 			alike++
 		}
 	}
@@ -197,7 +195,7 @@ func TestLargeSharesSearchUnits(t *testing.T) {
 			for _, f := range before {
 				scale += float64(f)
 			}
-			if got := fragGrowth(node, free, req, w, false); math.Abs(got-def) > 1e-9*max(1, scale) {
+			if got := fragGrowth(node, free, req, w); math.Abs(got-def) > 1e-9*max(1, scale) {
 				t.Fatalf("iteration %d (%s): growth %v, definition %v", iter, p.Name, got, def)
 			}
 		}

@@ -32,7 +32,7 @@
 //     memory to feed them costs nothing until a single pod no longer fits.
 //     The strand term looks at the node filled with the workload's average
 //     GPU pod and charges the GPU its CPU and memory cannot feed;
-//   - model scarcity (scarcityCost): a pod that may run on several models
+//   - model scarcity (nodeTotals.scarcity): a pod that may run on several models
 //     pays for taking capacity of a model that the pods insisting on it will
 //     need (needs Workload.ModelCapacity, the cluster's cards per model);
 //   - binpack's score (the allocated share), with a small weight: among nodes that the
@@ -52,14 +52,12 @@
 //     value and kept with it (allocator.Workload.Derived);
 //   - measure.go: the measure as defined, card by card (the reference
 //     the property tests check the rest against);
-//   - view.go: the measure on a node's view, class by class;
-//   - growth.go: the growth when a pod is placed, from one pass over
-//     the node's cards;
-//   - closed.go: the closed forms on nodes of alike cards, from the
-//     index's cumulative tables;
-//   - terms.go: the frag policy's other terms;
+//   - closed.go: the closed forms of the growth on nodes of alike cards,
+//     from the index's cumulative tables;
+//   - growth.go: decide's growth, from the closed form or the definition;
 //   - fast.go: both policies' Evaluate for the common request (one
-//     share, no model constraint) in one pass over the cards.
+//     share, no model constraint) from the node's summary;
+//   - terms.go: the frag policy's other terms.
 
 package frag
 
@@ -67,112 +65,90 @@ import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // fragChooseCard places a share demand on the card where the node's frag
 // grows least (ties: the least leftover, then the lowest index), as FGD
-// does. Cards with the same free share, model and capacity are
-// interchangeable, so each such group is measured once. Whole-card demands
-// take the smallest unused card (allocator.BestFitCard): all unused cards
-// of a node look alike to the measure.
+// does. On alike cards the growth is the closed form's (closed.go), each
+// free share measured once; on others, the definition's. Whole-card
+// demands take the smallest unused card (allocator.BestFitCard): all
+// unused cards of a node look alike to the measure.
 //
 // The pod's CPU and memory are not known here (Demand carries only the
 // GPU part), so the comparison uses the node's free CPU and memory before
 // the pod; it is the same for every candidate card.
 func fragChooseCard(node *allocator.Node, free []int64, d allocator.Demand, w *allocator.Workload) int {
 	ix := index(w)
-	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || len(node.Cards) > maxStackCards {
+	n := len(node.Cards)
+	if d.WholeCards > 0 || ix == nil || ix.weight == 0 || n > maxStackCards {
 		return allocator.BestFitCard(node, free, d, w)
 	}
-	// Candidates: one card per (free, model, capacity) group.
-	var cand [maxStackCards]int
-	nc := 0
-	for i := range free {
-		if free[i] < d.Units {
+	// The node as it is with the pod's earlier containers placed.
+	var after [maxStackCards]int64
+	afterFree(node, free, after[:n])
+	v, model, alike := alikeView(node, after[:n])
+	if alike {
+		slot, _ := ix.modelSlot(model)
+		r, ok := ix.tableRow(slot, node.HostFree)
+		if !ok {
+			var buf rowBuf
+			r = ix.computeRow(slot, node.HostFree, &buf)
+		}
+		return ix.alikeFGDCard(free, v.unused, v.cap0, r, d.Units)
+	}
+	var bits [maxStackCards]uint64
+	ix.modelBits(node, bits[:n])
+	base := ix.measure(node, after[:n], bits[:n], node.HostFree)
+	best := leastGrowth{card: -1}
+	for i := range free[:n] {
+		if free[i] >= d.Units {
+			after[i] -= d.Units
+			best.offer(i, ix.measure(node, after[:n], bits[:n], node.HostFree)-base, free)
+			after[i] += d.Units
+		}
+	}
+	return best.card
+}
+
+// alikeView reports whether the cards with free units (card i has
+// free[i]) are alike: one model and capacity, and at least one. v counts
+// the unused ones and holds their capacity (not their shares).
+func alikeView(node *allocator.Node, free []int64) (v alikeShares, model string, alike bool) {
+	for i, f := range free {
+		if f <= 0 {
 			continue
 		}
-		dup := false
-		for _, j := range cand[:nc] {
-			if free[j] == free[i] && node.Cards[j].Model == node.Cards[i].Model && node.Cards[j].Capacity == node.Cards[i].Capacity {
-				dup = true
-				break
-			}
+		c := &node.Cards[i]
+		switch {
+		case !alike:
+			v.cap0, model, alike = c.Capacity, c.Model, true
+		case c.Capacity != v.cap0 || c.Model != model:
+			return v, model, false
 		}
-		if !dup {
-			cand[nc] = i
-			nc++
-		}
-	}
-	if nc <= 1 {
-		if nc == 0 {
-			return -1
-		}
-		return cand[0]
-	}
-	// The node as it is with the pod's earlier containers placed.
-	var v nodeView
-	memo := modelMemo{ix: ix}
-	for i := range node.Cards {
-		if f := cardAfter(&node.Cards[i], free[i]); f > 0 {
-			bit, _ := memo.lookup(node.Cards[i].Model)
-			v.add(f, node.Cards[i].Capacity, bit)
+		if f >= c.Capacity {
+			v.unused++
 		}
 	}
-	var g [maxStackCards]float64
-	if v.alike {
-		ix.alikeTakeGrowths(&v, node.HostFree, free, d.Units, cand[:nc], g[:nc])
-	} else {
-		ix.takeGrowths(&v, node, free, d.Units, cand[:nc], g[:nc])
-	}
-	return leastGrowth(cand[:nc], g[:nc], free)
+	return v, model, alike
 }
 
-// leastGrowth is the candidate card cand[k] of least growth g[k]; ties
-// (within ScoreTolerance) go to the least free[cand[k]], then to the first.
-func leastGrowth(cand []int, g []float64, free []int64) int {
-	best, bestGrowth := cand[0], g[0]
-	for k, i := range cand[1:] {
-		switch gk := g[k+1]; {
-		case gk < bestGrowth-allocator.ScoreTolerance:
-			best, bestGrowth = i, gk
-		case gk <= bestGrowth+allocator.ScoreTolerance && free[i] < free[best]:
-			best = i
-		}
-	}
-	return best
+// leastGrowth is the candidate card of least growth among those offered
+// (card −1 before any): ties (within ScoreTolerance) go to the one with
+// the least free, then to the first.
+type leastGrowth struct {
+	card   int
+	growth float64
 }
 
-// alikeTakeGrowths fills g[k] with the growth of frag when u units are
-// taken from card cand[k] of a node whose view v is alike and whose free
-// CPU and memory are host, less the part every candidate shares (u times
-// the fit weight of all classes and noGPU): −takeDelta.
-func (ix *fragIndex) alikeTakeGrowths(v *nodeView, host *allocator.HostResources, free []int64, u int64, cand []int, g []float64) {
-	slot := v.slot(ix)
-	row, ok := ix.tableRow(slot, host)
-	if !ok {
-		var buf rowBuf
-		row = ix.computeRow(slot, host, &buf)
-	}
-	full := v.unused
-	for k, i := range cand {
-		g[k] = -ix.takeDelta(v.cap0, row, full, free[i], u)
-	}
-}
-
-// takeGrowths is alikeTakeGrowths on a view of unlike cards, class by class
-// (takeGrowth).
-func (ix *fragIndex) takeGrowths(v *nodeView, node *allocator.Node, free []int64, u int64, cand []int, g []float64) {
-	var s fragScratch
-	fit, _ := s.fits(ix)
-	ix.fitWeights(node.HostFree, fit)
-	st := s.stats(ix)
-	ix.classStats(v, st)
-	memo := modelMemo{ix: ix}
-	for k, i := range cand {
-		bit, _ := memo.lookup(node.Cards[i].Model)
-		g[k] = ix.takeGrowth(v, st, fit, free[i], u, node.Cards[i].Capacity, bit)
+// offer offers card i, whose growth is g (free[i] its free share).
+func (l *leastGrowth) offer(i int, g float64, free []int64) {
+	switch {
+	case l.card < 0 || g < l.growth-allocator.ScoreTolerance:
+		l.card, l.growth = i, g
+	case g <= l.growth+allocator.ScoreTolerance && free[i] < free[l.card]:
+		l.card = i
 	}
 }
 
 // fgdScore is FGD's node score: the less frag grows, the better.
 func fgdScore(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
-	return -fragGrowth(node, free, req, w, false)
+	return -fragGrowth(node, free, req, w)
 }
 
 // NewFGD is the fgd policy: FGD's card choice and node score, nothing else.
@@ -182,7 +158,7 @@ func NewFGD() *allocator.Policy {
 		Description: "FGD (USENIX ATC 2023): the node and card where the expected fragmentation, against the workload seen so far, grows least",
 		ChooseCard:  fragChooseCard,
 		Score:       fgdScore,
-		FastEvaluate: shareFastPath(false, false, func(_ *allocator.Node, _ allocator.Request, _ *fragIndex, g float64, _ nodeTotals) float64 {
+		FastEvaluate: shareFastPath(false, func(_ *allocator.Node, _ allocator.Request, _ *fragIndex, g float64, _ nodeTotals) float64 {
 			return -g
 		}),
 	}
@@ -219,9 +195,6 @@ type options struct {
 	// placement (0..1, binpack's score) to the main term, −Δfrag in cards.
 	// 0 is FGD's score.
 	PackWeight float64
-	// CPUOnly ignores memory when the measure checks whether a shape fits a
-	// node's host resources, as the FGD paper does.
-	CPUOnly bool
 	// StrandWeight subtracts StrandWeight × the growth of the node's
 	// stranded GPU, in cards (see strandGrowth).
 	StrandWeight float64
@@ -230,7 +203,7 @@ type options struct {
 	BestFitCard bool
 	// ScarcityWeight subtracts ScarcityWeight × the pod's GPU request in
 	// cards × the pressure on the models it lands on (see modelPressure and
-	// scarcityCost). Needs Workload.ModelCapacity.
+	// nodeTotals.scarcity). Needs Workload.ModelCapacity.
 	ScarcityWeight float64
 }
 
@@ -248,10 +221,10 @@ func newPolicy(o options) *allocator.Policy {
 		ChooseCard:  choose,
 		Score: func(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 			var t nodeTotals
-			g := fragGrowthTotals(node, free, req, w, o.CPUOnly, &t)
+			g := fragGrowthTotals(node, free, req, w, &t)
 			return o.score(node, req, index(w), g, t)
 		},
-		FastEvaluate: shareFastPath(o.BestFitCard, o.CPUOnly, o.score),
+		FastEvaluate: shareFastPath(o.BestFitCard, o.score),
 	}
 }
 

@@ -60,88 +60,6 @@ func TestFragMeasureByHand(t *testing.T) {
 	if got := ix.measure(node, before, bits, nil); !near(got, 440) {
 		t.Errorf("frag without host = %v, want 440", got)
 	}
-	// The sorted fast path agrees.
-	var v nodeView
-	v.load(node, before, bits)
-	fit := make([]float64, len(ix.classes))
-	ix.fitWeights(node.HostFree, fit)
-	if got := ix.measureView(&v, fit); !near(got, 700) {
-		t.Errorf("fast frag = %v, want 700", got)
-	}
-}
-
-// TestFastMeasureMatchesDefinition compares the sorted fast path with the
-// card-by-card definition on random nodes (alike and mixed models) and
-// random workloads.
-func TestFastMeasureMatchesDefinition(t *testing.T) {
-	rng := rand.New(rand.NewSource(7))
-	for iter := 0; iter < 2000; iter++ {
-		w := &allocator.Workload{}
-		for k := 0; k < 1+rng.Intn(12); k++ {
-			s := allocator.Shape{Host: allocator.HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
-			switch rng.Intn(4) {
-			case 0:
-				s.WholeCards = 1 + rng.Intn(4)
-			case 1: // no GPU
-			default:
-				s.Units = int64(1+rng.Intn(10)) * 100
-			}
-			if rng.Intn(3) == 0 {
-				s.Models = []string{[]string{"A", "B", "C"}[rng.Intn(3)]}
-			}
-			w.Observe(s)
-		}
-		n := 1 + rng.Intn(8)
-		node := &allocator.Node{HostFree: &allocator.HostResources{CPUMilli: int64(rng.Intn(8)) * 1000, MemoryMiB: int64(rng.Intn(4)) * 1024}}
-		mixed := rng.Intn(2) == 0
-		for i := 0; i < n; i++ {
-			c := allocator.Card{Index: i, Model: "A", Capacity: 1000, State: api.CardHealthy, Used: int64(rng.Intn(11)) * 100}
-			if mixed {
-				c.Model = []string{"A", "B"}[rng.Intn(2)]
-				if rng.Intn(3) == 0 {
-					c.Capacity = 2000
-				}
-			}
-			node.Cards = append(node.Cards, c)
-		}
-		ix := index(w)
-		vec, bits := make([]int64, n), make([]uint64, n)
-		ix.modelBits(node, bits)
-		beforeFree(node, vec)
-		var v nodeView
-		v.load(node, vec, bits)
-		fit := make([]float64, len(ix.classes))
-		ix.fitWeights(node.HostFree, fit)
-		if got, want := ix.measureView(&v, fit), ix.measure(node, vec, bits, node.HostFree); !near(got, want) {
-			t.Fatalf("iteration %d: fast %v, definition %v\nnode %+v\nshapes %+v", iter, got, want, node.Cards, w.Shapes)
-		}
-		// take, and takeGrowth plus the part shared by all cards, agree
-		// with changing the vector.
-		st := make([]classStat, len(ix.classes))
-		ix.classStats(&v, st)
-		base := ix.measure(node, vec, bits, node.HostFree)
-		shared := ix.noGPU
-		for ci, c := range ix.classes {
-			shared += c.weight - fit[ci]
-		}
-		for i := range vec {
-			if vec[i] < 100 {
-				continue
-			}
-			const u = 100
-			tv := v.take(vec[i], u, node.Cards[i].Capacity, bits[i])
-			growth := ix.takeGrowth(&v, st, fit, vec[i], u, node.Cards[i].Capacity, bits[i]) - shared*u
-			vec[i] -= u
-			want := ix.measure(node, vec, bits, node.HostFree)
-			vec[i] += u
-			if got := ix.measureView(&tv, fit); !near(got, want) {
-				t.Fatalf("iteration %d: after take fast %v, definition %v", iter, got, want)
-			}
-			if !near(base+growth, want) {
-				t.Fatalf("iteration %d card %d: base %v + takeGrowth %v = %v, definition %v", iter, i, base, growth, base+growth, want)
-			}
-		}
-	}
 }
 
 func TestFGDPlacesWhereFragGrowsLeast(t *testing.T) {
@@ -218,33 +136,6 @@ func TestObserveMergesEqualShapesAndIndexesClasses(t *testing.T) {
 			t.Errorf("host-fit weight with %d millicores = %v, want %v", tc.cpu, got, tc.want)
 		}
 	}
-}
-
-// take (a test helper) returns a copy of v with u units taken from a card with free f (of
-// that capacity and bit).
-func (v *nodeView) take(f, u, c int64, bit uint64) nodeView {
-	out := *v
-	// Remove one card with free f, capacity c and bit.
-	i := 0
-	for i < out.k && !(out.free[i] == f && out.cap[i] == c && out.bits[i] == bit) {
-		i++
-	}
-	copy(out.free[i:out.k], out.free[i+1:out.k])
-	copy(out.cap[i:out.k], out.cap[i+1:out.k])
-	copy(out.bits[i:out.k], out.bits[i+1:out.k])
-	out.k--
-	out.total -= f
-	if left := f - u; left > 0 {
-		j := out.k
-		for j > 0 && out.free[j-1] > left {
-			out.free[j], out.cap[j], out.bits[j] = out.free[j-1], out.cap[j-1], out.bits[j-1]
-			j--
-		}
-		out.free[j], out.cap[j], out.bits[j] = left, c, bit
-		out.k++
-		out.total += left
-	}
-	return out
 }
 
 func TestStrandGrowthByHand(t *testing.T) {
@@ -397,4 +288,15 @@ func TestFragWithoutHostOrCapacitiesStillPacks(t *testing.T) {
 	if got := frag.Evaluate(empty, req, nil); !got.Fits {
 		t.Errorf("nil workload: %+v", got)
 	}
+}
+
+// strandGrowth is the frag policy's stranded-GPU term for the policy's
+// free slice free (after the pod).
+func strandGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
+	return totalsOf(node, free, w).strandGrowth(node, req, index(w))
+}
+
+// scarcityCost is the frag policy's scarcity term (nodeTotals.scarcity).
+func scarcityCost(node *allocator.Node, free []int64, w *allocator.Workload) float64 {
+	return totalsOf(node, free, w).scarcity
 }

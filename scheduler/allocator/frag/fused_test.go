@@ -11,121 +11,25 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator/allocatortest"
 )
 
-// The staged reference: fragGrowth as it was before the class pass was
-// fused (fit weights, class stats and growth in separate passes over
-// separate buffers). The fused fragGrowth must give the same number.
-
-func fragGrowthStaged(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload, cpuOnly bool) float64 {
+// growthByMeasure is fragGrowth from the definition: frag measured after
+// the pod minus frag measured before.
+func growthByMeasure(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
 	ix := index(w)
 	if ix == nil || ix.weight == 0 {
 		return 0
 	}
-	var hb, hbefore allocator.HostResources
-	hostA := hostAfter(node, req, &hb)
-	hostB := node.HostFree
-	if cpuOnly && hostB != nil {
-		hb.MemoryMiB = math.MaxInt64
-		hbefore = allocator.HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
-		hostB = &hbefore
-	}
-	if len(node.Cards) > maxStackCards {
-		vec, bits := make([]int64, len(node.Cards)), make([]uint64, len(node.Cards))
-		ix.modelBits(node, bits)
-		afterFree(node, free, vec)
-		after := ix.measure(node, vec, bits, hostA)
-		beforeFree(node, vec)
-		return after - ix.measure(node, vec, bits, hostB)
-	}
-	var s fragScratch
-	n := len(node.Cards)
-	vec, bits := s.vec[:n], s.bits[:n]
-	ix.modelBits(node, bits)
-	fitA, fitB := s.fits(ix)
-	ix.fitWeights(hostB, fitB)
-	ix.fitWeights(hostA, fitA)
-	beforeFree(node, vec)
-	// At most one card changed (a share, or a CPU-only pod): the growth
-	// follows from the before state's class stats (see takeGrowth).
-	changed, f, fAfter := -1, int64(0), int64(0)
-	for i := range node.Cards {
-		a := free[i]
-		if a == allocator.Unusable {
-			continue
-		}
-		if a < 0 {
-			a = 0
-		}
-		if a != vec[i] {
-			if changed >= 0 {
-				changed = -2
-				break
-			}
-			changed, f, fAfter = i, vec[i], a
-		}
-	}
-	s.viewB.load(node, vec, bits)
-	if changed == -2 {
-		afterFree(node, free, vec)
-		s.viewA.load(node, vec, bits)
-		return ix.measureView(&s.viewA, fitA) - ix.measureView(&s.viewB, fitB)
-	}
-	st := s.stats(ix)
-	ix.classStats(&s.viewB, st)
-	var u, cp int64
-	var b uint64
-	if changed >= 0 {
-		u, cp, b = f-fAfter, node.Cards[changed].Capacity, bits[changed]
-	}
-	return ix.growthStaged(&s.viewB, st, fitB, fitA, changed >= 0, f, u, cp, b)
-}
-func (ix *fragIndex) growthStaged(v *nodeView, st []classStat, fitB, fitA []float64, took bool, f, u, cp int64, b uint64) float64 {
-	if v.total == 0 {
-		return 0
-	}
-	t := float64(v.total)
-	ta := t - float64(u)
-	g := ix.noGPU * (ta - t)
-	for ci := range ix.classes {
-		c := &ix.classes[ci]
-		fb, fa := fitB[ci], fitA[ci]
-		n, lost := st[ci].n, float64(st[ci].lost)
-		x := lost
-		if n < c.count {
-			x = t
-		}
-		xa := x
-		if took {
-			need := c.units
-			if need == 0 {
-				need = cp
-			}
-			switch {
-			case n < c.count:
-				xa = ta
-			case !c.anyModel && c.mask&b == 0, f < need:
-				xa = lost - float64(u)
-			case f-u >= need:
-				xa = lost
-			case n-1 >= c.count:
-				xa = lost + float64(f-u)
-			default:
-				xa = ta
-			}
-		}
-		g += (c.weight-fa)*ta + fa*xa - (c.weight-fb)*t - fb*x
-	}
-	return g
+	var ha allocator.HostResources
+	return ix.growthByDefinition(node, free, node.HostFree, hostAfter(node, req, &ha))
 }
 
-// TestFusedGrowthMatchesStagedAndDefinition checks, on random nodes,
-// workloads and pods, that fragGrowth gives exactly what the staged
-// passes gave (to 1e-9 relative: sums in another order) and the card-by-card definition
-// (measure after − measure before), and that the fgd and frag policies
-// score as the staged growth makes them (frag: with its other terms from
-// totalsOf, which fragGrowthTotals must reproduce). Many cases fall in alikeGrowth's
-// closed form (alike cards, CPU and memory blocking no shape) and in
-// alikeGrowthLevels' (alike cards, memory or CPU blocking no shape).
-func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
+// TestGrowthMatchesDefinition checks, on random nodes, workloads and pods,
+// that fragGrowth gives the card-by-card definition (measure after −
+// measure before, to 1e-9 relative: sums in another order), and that the
+// frag policy scores as the definition's growth and its other terms from
+// totalsOf make it. Many cases fall in alikeGrowth's closed form (alike
+// cards, CPU and memory blocking no shape) and in its level tables' (alike
+// cards, memory or CPU blocking no shape).
+func TestGrowthMatchesDefinition(t *testing.T) {
 	rng := rand.New(rand.NewSource(23))
 	fgd := NewFGD()
 	frag := New()
@@ -159,61 +63,46 @@ func TestFusedGrowthMatchesStagedAndDefinition(t *testing.T) {
 					}
 				}
 			}
-			// frag's score: its terms from totalsOf and the staged growth.
+			// frag's score: its terms from totalsOf and the definition's growth.
 			if p == frag {
 				tt := totalsOf(node, free, w)
-				want := -fragGrowthStaged(node, free, req, w, false)/tt.cardUnits() -
+				want := -growthByMeasure(node, free, req, w)/tt.cardUnits() -
 					StrandWeight*tt.strandGrowth(node, req, index(w))/tt.cardUnits() -
 					ScarcityWeight*tt.scarcity/tt.cardUnits()
 				if tt.capacity > 0 {
 					want += PackWeight * float64(tt.capacity-tt.after) / float64(tt.capacity)
 				}
 				if math.Abs(d.Score-want) > 1e-9*max(1, math.Abs(want)) {
-					t.Fatalf("iteration %d: frag score %v, staged %v\nnode %+v\nreq %+v", iter, d.Score, want, node.Cards, req)
-				}
-				var got nodeTotals
-				fragGrowthTotals(node, free, req, w, false, &got)
-				if got != tt {
-					t.Fatalf("iteration %d: fused totals %+v, totalsOf %+v", iter, got, tt)
+					t.Fatalf("iteration %d: frag score %v, by the definition %v\nnode %+v\nreq %+v", iter, d.Score, want, node.Cards, req)
 				}
 				if tt.scarcity != 0 {
 					scarce++
 				}
 			}
-			for _, cpuOnly := range []bool{false, true} {
-				got := fragGrowth(node, free, req, w, cpuOnly)
-				if staged := fragGrowthStaged(node, free, req, w, cpuOnly); math.Abs(got-staged) > 1e-9*max(1, math.Abs(staged)) {
-					t.Fatalf("iteration %d (%s, cpuOnly %v): fused %v, staged %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, staged, node.Cards, req)
-				}
-				ix := index(w)
-				bits := make([]uint64, len(node.Cards))
-				ix.modelBits(node, bits)
-				before := make([]int64, len(node.Cards))
-				beforeFree(node, before)
-				var hb, ha allocator.HostResources
-				hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
-				if cpuOnly && hostB != nil {
-					hb = allocator.HostResources{CPUMilli: hostB.CPUMilli, MemoryMiB: math.MaxInt64}
-					hostB = &hb
-					ha.MemoryMiB = math.MaxInt64
-				}
-				want := ix.measure(node, after, bits, hostA) - ix.measure(node, before, bits, hostB)
-				scale := 0.0
-				for _, f := range before {
-					scale += float64(max(f, 0))
-				}
-				if math.Abs(got-want) > 1e-9*max(1, scale) {
-					t.Fatalf("iteration %d (%s, cpuOnly %v): growth %v, definition %v\nnode %+v\nreq %+v", iter, p.Name, cpuOnly, got, want, node.Cards, req)
-				}
-				switch {
-				case !alikeCards(node):
-				case (hostB == nil || hostB.Fits(ix.maxHost)) && (hostA == nil || hostA.Fits(ix.maxHost)):
-					closedForm++
-				case hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
-					cpuLevels++
-				case hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
-					memLevels++
-				}
+			got := fragGrowth(node, free, req, w)
+			ix := index(w)
+			bits := make([]uint64, len(node.Cards))
+			ix.modelBits(node, bits)
+			before := make([]int64, len(node.Cards))
+			beforeFree(node, before)
+			var ha allocator.HostResources
+			hostB, hostA := node.HostFree, hostAfter(node, req, &ha)
+			want := ix.measure(node, after, bits, hostA) - ix.measure(node, before, bits, hostB)
+			scale := 0.0
+			for _, f := range before {
+				scale += float64(max(f, 0))
+			}
+			if math.Abs(got-want) > 1e-9*max(1, scale) {
+				t.Fatalf("iteration %d (%s): growth %v, definition %v\nnode %+v\nreq %+v", iter, p.Name, got, want, node.Cards, req)
+			}
+			switch {
+			case !alikeCards(node):
+			case (hostB == nil || hostB.Fits(ix.maxHost)) && (hostA == nil || hostA.Fits(ix.maxHost)):
+				closedForm++
+			case hostB.MemoryMiB >= ix.maxHost.MemoryMiB && hostA.MemoryMiB >= ix.maxHost.MemoryMiB:
+				cpuLevels++
+			case hostB.CPUMilli >= ix.maxHost.CPUMilli && hostA.CPUMilli >= ix.maxHost.CPUMilli:
+				memLevels++
 			}
 			checked++
 		}
@@ -280,7 +169,7 @@ func TestLevelTablesTooLargeFallBack(t *testing.T) {
 		ix.modelBits(node, bits)
 		var ha allocator.HostResources
 		want := ix.measure(node, free, bits, hostAfter(node, req, &ha)) - ix.measure(node, before, bits, node.HostFree)
-		if got := fragGrowth(node, free, req, w, false); math.Abs(got-want) > 1e-9*8000 {
+		if got := fragGrowth(node, free, req, w); math.Abs(got-want) > 1e-9*8000 {
 			t.Fatalf("iteration %d: growth %v, definition %v", iter, got, want)
 		}
 	}

@@ -3,11 +3,11 @@ package frag
 import "github.com/gpushare/gpushare/scheduler/allocator"
 
 // The fragmentation measure as defined (see frag.go): the reference that the
-// faster computations in view.go, growth.go and closed.go are
-// tested against, and the path for nodes of more than maxStackCards cards.
+// closed forms (closed.go) are tested against, and the growth wherever they
+// do not apply (growth.go) and FGD's card on unlike cards (frag.go).
 
-// maxStackCards is how many cards the faster computations handle without
-// allocating; larger nodes are measured card by card.
+// maxStackCards is how many cards the measure's callers hold in stack
+// buffers; larger nodes use heap buffers.
 const maxStackCards = 16
 
 // measure computes frag for one node state, card by card and class by class,
@@ -63,6 +63,24 @@ func (ix *fragIndex) measure(node *allocator.Node, free []int64, bits []uint64, 
 		}
 	}
 	return frag
+}
+
+// growthByDefinition is frag after the pod minus frag before, both states
+// measured; free is the policy's free slice after the pod.
+func (ix *fragIndex) growthByDefinition(node *allocator.Node, free []int64, hostB, hostA *allocator.HostResources) float64 {
+	var vecBuf [maxStackCards]int64
+	var bitsBuf [maxStackCards]uint64
+	vec, bits := vecBuf[:0], bitsBuf[:0]
+	if n := len(node.Cards); n > maxStackCards {
+		vec, bits = make([]int64, n), make([]uint64, n)
+	} else {
+		vec, bits = vec[:n], bits[:n]
+	}
+	ix.modelBits(node, bits)
+	afterFree(node, free, vec)
+	after := ix.measure(node, vec, bits, hostA)
+	beforeFree(node, vec)
+	return after - ix.measure(node, vec, bits, hostB)
 }
 
 // modelBit is model's bit and position in ix.models; known is false (and

@@ -12,8 +12,11 @@ type nodeTotals struct {
 	// capacity, and free before and after the pod (cards the pod could not
 	// use keep their free share), in units.
 	capacity, before, after int64
-	// scarcity is the GPU the pod takes, each unit weighted by its model's
-	// pressure (see scarcityCost).
+	// scarcity is the GPU the pod takes on this node, each unit weighted
+	// by the pressure on its card's model: taking a scarce model's
+	// capacity for a pod that could run elsewhere costs the pods that
+	// cannot. For a pod that insists on one model it is the same on every
+	// node it fits, so it only steers pods that have a choice.
 	scarcity float64
 }
 
@@ -30,12 +33,12 @@ func (t *nodeTotals) add(capacity, before, after int64, pressure float64) {
 }
 
 // totalsOf is the totals of node with the policy's free slice free (after
-// the pod). fragGrowthTotals gives the same from its own pass.
+// the pod).
 func totalsOf(node *allocator.Node, free []int64, w *allocator.Workload) nodeTotals {
 	var t nodeTotals
-	var memo modelMemo
-	if memo.ix = index(w); memo.ix == nil {
-		memo.ix = &fragIndex{}
+	ix := index(w)
+	if ix == nil {
+		ix = &fragIndex{}
 	}
 	for i := range node.Cards {
 		// decide marks every unschedulable card Unusable.
@@ -47,7 +50,7 @@ func totalsOf(node *allocator.Node, free []int64, w *allocator.Workload) nodeTot
 		after := cardAfter(c, free[i])
 		pressure := 0.0
 		if after < before {
-			_, pressure = memo.lookup(c.Model)
+			_, pressure = ix.modelSlot(c.Model)
 		}
 		t.add(c.Capacity, before, after, pressure)
 	}
@@ -77,11 +80,7 @@ func (t nodeTotals) cardUnits() float64 {
 // Worked example: 4 free cards (4,000 units), 20 cores and plenty of memory
 // free, GPU pods asking 10 cores per card (rc = 10 millicores per unit):
 // usable min(4000, 20000/10) = 2,000, stranded 2,000 units (2 cards).
-func strandGrowth(node *allocator.Node, free []int64, req allocator.Request, w *allocator.Workload) float64 {
-	return totalsOf(node, free, w).strandGrowth(node, req, index(w))
-}
-
-// strandGrowth is strandGrowth with the totals t and the workload's index ix.
+// t is the node's totals, ix the workload's index.
 func (t nodeTotals) strandGrowth(node *allocator.Node, req allocator.Request, ix *fragIndex) float64 {
 	if ix == nil || node.HostFree == nil || ix.gpuCPU+ix.gpuMem == 0 || t.cards == 0 {
 		return 0
@@ -105,13 +104,4 @@ func stranded(g float64, h allocator.HostResources, rc, rm float64) float64 {
 		usable = min(usable, max(0, float64(h.MemoryMiB))/rm)
 	}
 	return g - usable
-}
-
-// scarcityCost is the GPU the pod takes on this node, each unit weighted by
-// the pressure on its card's model: taking a scarce model's capacity for a
-// pod that could run elsewhere costs the pods that cannot. For a pod that
-// insists on one model it is the same on every node it fits, so it only
-// steers pods that have a choice.
-func scarcityCost(node *allocator.Node, free []int64, w *allocator.Workload) float64 {
-	return totalsOf(node, free, w).scarcity
 }
