@@ -340,7 +340,7 @@ func records(t *testing.T, client *fake.Clientset) map[string]string {
 // defaults plus args) on the kubelet's real paths; stop ends it.
 func startPlugin(t *testing.T, client *fake.Clientset, args ...string) (stop func()) {
 	t.Helper()
-	var o app.Options
+	o := app.DefaultOptions()
 	fs := flagSet(&o)
 	if err := fs.Parse(append([]string{"--nvml=" + spec}, args...)); err != nil {
 		t.Fatal(err)
