@@ -108,6 +108,7 @@ func (p *Plugin) runRecordWriter(ctx context.Context) {
 }
 
 // recordWriters is how many records the writer writes at once: a burst's
-// Allocates queue a record each faster than one API round trip, and each
-// container's PreStartContainer waits for its pod's.
+// Allocates queue a record each faster than one API round trip, and a
+// container whose record the writer has not written yet has its
+// PreStartContainer write it (and wait for that write).
 const recordWriters = 8
