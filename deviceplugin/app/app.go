@@ -369,7 +369,11 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 			log.Info("Isolation changed", "source", "annotation", "isolated", iso.String())
 		}
 	})
-	if err := cl.Start(ctx); err != nil {
+	// The pod cache outlives ctx until plugin.Run has drained the admissions in flight.
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	defer endLife()
+	stopEarly := context.AfterFunc(ctx, endLife)
+	if err := cl.Start(life); err != nil {
 		return err
 	}
 	logNameMismatches(ctx, cl, names, log)
@@ -443,6 +447,7 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	}
 	publish := func(ctx context.Context) { Publish(ctx, cl, store, recordKey, log) }
 	go runNodeDuties(ctx, o.NodeLockFile, gauge, log, publish, memory)
+	stopEarly()
 	return p.Run(ctx, restart)
 }
 
@@ -464,33 +469,4 @@ func recordKeys(ctx context.Context, o Options, reg prometheus.Registerer, log k
 		return nil, "", err
 	}
 	return ring, api.NodeKeyAnnotation(ring.Public()), nil
-}
-
-// Publish writes the store's inventory on the Node now and after every
-// change, retrying failures with a growing delay (up to 30s).
-func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, recordKey string, log klog.Logger) {
-	delay := time.Second
-	for {
-		changed := store.InventoryChanged()
-		inv := store.Inventory()
-		if err := cl.Publish(ctx, inv, recordKey); err != nil {
-			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
-			t := time.NewTimer(delay)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			delay = min(2*delay, 30*time.Second)
-			continue
-		}
-		delay = time.Second
-		log.V(1).Info("GPU inventory published", "node", cl.Node(), "cards", len(inv.Cards))
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed:
-		}
-	}
 }

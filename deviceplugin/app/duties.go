@@ -3,10 +3,13 @@ package app
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
+	"github.com/gpushare/gpushare/deviceplugin/cluster"
+	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nodelock"
 )
 
@@ -62,4 +65,33 @@ func runNodeDuties(ctx context.Context, lockFile string, gauge prometheus.Gauge,
 		}()
 	}
 	wg.Wait()
+}
+
+// Publish writes the store's inventory on the Node now and after every
+// change, retrying failures with a growing delay (up to 30s).
+func Publish(ctx context.Context, cl *cluster.Cluster, store *inventory.Store, recordKey string, log klog.Logger) {
+	delay := time.Second
+	for {
+		changed := store.InventoryChanged()
+		inv := store.Inventory()
+		if err := cl.Publish(ctx, inv, recordKey); err != nil {
+			log.Error(err, "Publishing the GPU inventory failed; retrying", "in", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			delay = min(2*delay, 30*time.Second)
+			continue
+		}
+		delay = time.Second
+		log.V(1).Info("GPU inventory published", "node", cl.Node(), "cards", len(inv.Cards))
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }

@@ -66,8 +66,12 @@ func (p *Plugin) KubeletSocketPath() string {
 // well, on its own socket, restarted on the same events (restart, SIGHUP,
 // restarts both); an error of either ends both.
 func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
+	// The record writer outlives ctx until the endpoints have drained (serve): an admission
+	// still in flight when the plugin is told to stop queues its record for it.
+	life, end := context.WithCancel(context.WithoutCancel(ctx))
+	defer end()
 	go p.RunReconciler(ctx)
-	go p.runRecordWriter(ctx)
+	go p.runRecordWriter(life)
 	units := p.units.endpoint()
 	units.tried = make(chan struct{})
 	if !p.cfg.WholeCards {
@@ -133,7 +137,7 @@ func (p *Plugin) runEndpoint(ctx context.Context, restart <-chan os.Signal, ep *
 			p.log.Error(regErr, "Registration with the kubelet failed; retrying when kubelet.sock is re-created or in 5s")
 		}
 		reason := p.wait(ctx, w, restart, ch, regErr != nil, ep)
-		stop()
+		stop(ctx.Err() != nil)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -245,7 +249,10 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 // serve listens on the socket and serves the device plugin API; stop ends
 // it; ch.watched receives when the kubelet opens ListAndWatch, ch.dropped
 // when it ends one before stop.
-func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
+//
+// stop(true), when the plugin is told to stop, drains first (see drain): the kubelet's
+// ListAndWatch stays open and calls in flight are answered before the server closes.
+func (p *Plugin) serve(ep *endpoint) (stop func(drain bool), ch servedChans, err error) {
 	path := ep.socketPath(p)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, servedChans{}, fmt.Errorf("remove stale socket %s: %w", path, err)
@@ -256,7 +263,8 @@ func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
 	}
 	ch = servedChans{watched: make(chan struct{}, 1), dropped: make(chan struct{}, 1)}
 	s := &served{DevicePluginServer: ep.server, servedChans: ch, open: p.streams(ep.resource)}
-	srv := grpc.NewServer()
+	var calls inFlight
+	srv := grpc.NewServer(grpc.UnaryInterceptor(calls.count))
 	pluginapi.RegisterDevicePluginServer(srv, s)
 	done := make(chan struct{})
 	go func() {
@@ -265,7 +273,10 @@ func (p *Plugin) serve(ep *endpoint) (stop func(), ch servedChans, err error) {
 			p.log.Error(err, "Device plugin server stopped")
 		}
 	}()
-	return func() {
+	return func(drain bool) {
+		if drain {
+			calls.drain(p.drainLimit(), drainQuiet)
+		}
 		s.stopping.Store(true)
 		srv.Stop()
 		<-done
