@@ -51,6 +51,7 @@ type Cluster struct {
 	mu       sync.Mutex
 	arrivals map[types.UID]uint64 // pod UID -> order in which the informer first saw it
 	next     uint64
+	changed  chan struct{} // closed at the next pod event (PodsChanged)
 }
 
 // Option configures a Cluster.
@@ -71,7 +72,7 @@ func WithReader(reader kubernetes.Interface) Option { return func(c *Cluster) { 
 // client writes (records, the Node's inventory) and, without WithReader,
 // reads.
 func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
-	c := &Cluster{client: client, reader: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}}
+	c := &Cluster{client: client, reader: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}, changed: make(chan struct{})}
 	for _, o := range opts {
 		o(c)
 	}
@@ -110,6 +111,21 @@ func (c *Cluster) arrived(obj any) {
 		c.arrivals[p.UID] = c.next
 		c.next++
 	}
+	c.notify()
+}
+
+// notify closes the channel PodsChanged handed out (c.mu held).
+func (c *Cluster) notify() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// PodsChanged is closed once the pod cache has changed after the call (a pod of the node
+// added, updated or deleted): a wait for a pod the kubelet saw first ends as the pod arrives.
+func (c *Cluster) PodsChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
 }
 
 func (c *Cluster) departed(obj any) {
@@ -123,6 +139,7 @@ func (c *Cluster) departed(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.arrivals, p.UID)
+	c.notify()
 }
 
 // Arrival is the order in which the pod informer first saw the pod bound to

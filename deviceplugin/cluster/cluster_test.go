@@ -348,3 +348,39 @@ func TestReadsGoToTheReaderAndWritesToTheClient(t *testing.T) {
 		t.Errorf("the reader's requests (-want +got):\n%s", diff)
 	}
 }
+
+// PodsChanged is closed by the next event of a pod of the node, and only by one.
+func TestPodsChangedClosesAtTheNextPodEvent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+	c := New(client, node)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := func(ch <-chan struct{}, within time.Duration) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	ch := c.PodsChanged()
+	if closed(ch, 100*time.Millisecond) {
+		t.Fatal("PodsChanged closed with no pod event")
+	}
+	if _, err := client.CoreV1().Pods("ns").Create(ctx, podtest.Bound(node, "p", 1).GPU("c", 1).Obj(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(ch, 10*time.Second) {
+		t.Fatal("PodsChanged not closed 10 s after a pod of the node was added")
+	}
+	ch = c.PodsChanged()
+	if err := client.CoreV1().Pods("ns").Delete(ctx, "p", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(ch, 10*time.Second) {
+		t.Fatal("PodsChanged not closed 10 s after the pod was deleted")
+	}
+}

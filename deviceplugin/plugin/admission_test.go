@@ -40,6 +40,9 @@ func (c *memCluster) Arrival(uid types.UID) (uint64, bool) {
 // CacheBehind says behind.
 func (c *memCluster) CacheBehind(context.Context) (bool, error) { return c.behind, nil }
 
+// PodsChanged gives no notice: the plugin looks again every allocatePoll.
+func (c *memCluster) PodsChanged() <-chan struct{} { return nil }
+
 func (c *memCluster) Pods() ([]*corev1.Pod, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
@@ -290,5 +291,94 @@ func TestQueuedRecordsAreWrittenConcurrently(t *testing.T) {
 	}
 	if most := cl.most.Load(); most < 4 {
 		t.Errorf("the record writer had at most %d of 4 queued writes in flight at once (%v); want all 4", most, time.Since(start).Round(time.Second))
+	}
+}
+
+// hiddenCluster hides the pods until reveal, as a pod cache behind the API server does: Pods
+// shows none, CacheBehind says behind, and PodsChanged is closed at the reveal (the informer
+// delivering the pods).
+type hiddenCluster struct {
+	Cluster
+	mu      sync.Mutex
+	hidden  bool
+	looked  int
+	changed chan struct{}
+}
+
+func (c *hiddenCluster) Pods() ([]*corev1.Pod, error) {
+	c.mu.Lock()
+	hidden := c.hidden
+	c.looked++
+	c.mu.Unlock()
+	if hidden {
+		return nil, nil
+	}
+	return c.Cluster.Pods()
+}
+
+func (c *hiddenCluster) CacheBehind(context.Context) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hidden, nil
+}
+
+func (c *hiddenCluster) PodsChanged() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hidden {
+		return c.changed
+	}
+	return c.Cluster.PodsChanged()
+}
+
+func (c *hiddenCluster) reveal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hidden = false
+	close(c.changed)
+}
+
+func (c *hiddenCluster) looks() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.looked
+}
+
+// An Allocate waiting for a pod the kubelet saw first answers as the pod cache delivers it, not
+// at the next poll: the clock here never moves, so a wait that only polls never ends.
+func TestAllocateWaitEndsWhenThePodReachesTheCache(t *testing.T) {
+	hidden := &hiddenCluster{hidden: true, changed: make(chan struct{})}
+	h := newHarness(t, setup{
+		cfg:  Config{AllocateWait: 5 * time.Second, Clock: testingclock.NewFakeClock(time.Now())},
+		wrap: func(c Cluster) Cluster { hidden.Cluster = c; return hidden },
+		pods: func(c [2]podtest.Card) []*corev1.Pod {
+			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
+		},
+	})
+	type result struct {
+		r   *pluginapi.ContainerAllocateResponse
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := h.allocate(t, unitIDs(h.cards[1].UUID, 0, 2))
+		done <- result{r, err}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); hidden.looks() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Allocate never looked at the pod cache")
+		}
+	}
+	hidden.reveal()
+	select {
+	case got := <-done:
+		if got.err != nil {
+			t.Fatalf("Allocate: %v", got.err)
+		}
+		if mountedCard(t, got.r) != h.cards[1].UUID {
+			t.Errorf("got card %s, want the assigned card 1", mountedCard(t, got.r))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Allocate still waits 10 s after the pod reached the cache: it waits for a poll, not for the cache")
 	}
 }

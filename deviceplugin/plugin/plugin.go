@@ -136,6 +136,9 @@ type Cluster interface {
 	// awaiting admission that Pods does not show as it is (absent, or at
 	// another version): only then can waiting for the cache help.
 	CacheBehind(ctx context.Context) (bool, error)
+	// PodsChanged is closed when Pods may show something new (nil: no notice; the plugin
+	// looks again every allocatePoll).
+	PodsChanged() <-chan struct{}
 }
 
 // Plugin serves the kubelet. Build it with New.

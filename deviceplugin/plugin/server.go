@@ -249,23 +249,25 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (dec
 	return d, s.p.cfg.Clock.Since(first), err
 }
 
-// waitFor calls look, then again every allocatePoll (on the injected
-// clock), until it reports done, Config.AllocateWait has passed since the
-// first call, or ctx is done: the wait of Allocate and of both
-// GetPreferredAllocations for a pod the kubelet saw before the plugin's
-// informer. look takes allocMu itself; it is not held while waiting.
+// waitFor calls look, then again at every change of the pod cache (Cluster.PodsChanged) and
+// every allocatePoll (on the injected clock), until it reports done, Config.AllocateWait has
+// passed since the first call, or ctx is done: the wait of Allocate and of both
+// GetPreferredAllocations for a pod the kubelet saw before the plugin's informer, which ends
+// as the informer delivers the pod. look takes allocMu itself; it is not held while waiting.
 //
-// Waiting helps only while the cache is behind the API server. So at the
-// first miss, and every cacheCheckEvery polls after it, the plugin asks the
-// API server (Cluster.CacheBehind): when the cache already shows every pod
-// of the node awaiting admission as it is, the wait ends at once. That is
-// the case of a pod deleted before the kubelet admitted it (the kubelet may
-// still work through its queue): waiting would hold the kubelet's
-// admissions, every pod of the node behind this one, for AllocateWait.
+// Waiting helps only while the cache is behind the API server. So at the first miss, and every
+// cacheCheckEvery polls' time after it, the plugin asks the API server (Cluster.CacheBehind):
+// when the cache already shows every pod of the node awaiting admission as it is, the wait ends
+// at once. That is the case of a pod deleted before the kubelet admitted it (the kubelet may
+// still work through its queue): waiting would hold the kubelet's admissions, every pod of the
+// node behind this one, for AllocateWait.
 func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
-	deadline := p.cfg.Clock.Now().Add(p.cfg.AllocateWait)
-	for polls := 0; !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline); polls++ {
-		if polls%cacheCheckEvery == 0 {
+	now := p.cfg.Clock.Now()
+	deadline, check := now.Add(p.cfg.AllocateWait), now
+	changed := p.cluster.PodsChanged() // before the look: a change during it wakes the wait
+	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
+		if !p.cfg.Clock.Now().Before(check) {
+			check = p.cfg.Clock.Now().Add(cacheCheckEvery * allocatePoll)
 			if behind, err := p.cluster.CacheBehind(ctx); err == nil && !behind {
 				// The cache may have caught up since the last look (CacheBehind reads it after the
 				// API server): one more look, then no wait.
@@ -280,12 +282,14 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-changed:
 		case <-p.cfg.Clock.After(allocatePoll):
 		}
+		changed = p.cluster.PodsChanged()
 	}
 }
 
-// cacheCheckEvery is how many allocatePolls of a wait pass between two
+// cacheCheckEvery is how many allocatePolls' time of a wait pass between two
 // questions to the API server whether the pod cache is behind (1 s).
 const cacheCheckEvery = 10
 
