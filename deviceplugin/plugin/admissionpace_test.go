@@ -382,3 +382,33 @@ func TestAllocateWaitEndsWhenThePodReachesTheCache(t *testing.T) {
 		t.Fatal("Allocate still waits 10 s after the pod reached the cache: it waits for a poll, not for the cache")
 	}
 }
+
+// A container's PreStartContainer after the record writer wrote its pod's record asks the API
+// server nothing: the plugin remembers what it wrote, and only it writes a record after the
+// bind. (It read the pod again to confirm, or its write conflicted with the writer's.)
+func TestPreStartAfterTheRecordWriterAsksTheAPIServerNothing(t *testing.T) {
+	h := newHarness(t, setup{pods: func(c [2]podtest.Card) []*corev1.Pod {
+		return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
+	}})
+	ids := unitIDs(h.cards[1].UUID, 0, 2)
+	h.mustAllocate(t, ids)
+	if a := h.record(t, "p"); a.Phase != api.PhaseAllocated {
+		t.Fatalf("after Allocate the record writer left phase %s, want Allocated", a.Phase)
+	}
+	before := len(h.client.Actions())
+	if _, err := h.dp.PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	for _, a := range h.client.Actions()[before:] {
+		if a.GetResource().Resource == "pods" && a.GetVerb() != "watch" {
+			asked = append(asked, a.GetVerb())
+		}
+	}
+	if len(asked) != 0 {
+		t.Errorf("PreStartContainer of a container whose record is written asked the API server %v; want nothing", asked)
+	}
+	if a := h.record(t, "p"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != h.cards[1].UUID {
+		t.Errorf("record after PreStartContainer: %s on %s", a.Phase, a.Containers[0].CardUUID)
+	}
+}

@@ -35,6 +35,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 			live[uid] = true
 		}
 		p.state.units.retain(live)
+		p.records.retainWrites(live)
 		p.state.whole.retain(live)
 		p.reopenUnheld(v, accts.units.ok, accts.whole.ok)
 	})
@@ -148,6 +149,7 @@ func (p *Plugin) reopenUnheld(v podView, units, whole bool) {
 func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]holding, why error) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
+	defer p.records.forgetWrite(pod.UID)
 	var rebuilt bool
 	var refused error
 	err := p.cluster.RepairAssignment(ctx, pod.Namespace, pod.Name, pod.UID, func(fresh *corev1.Pod) (api.Assignment, bool) {
@@ -211,6 +213,7 @@ func (p *Plugin) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assi
 func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
+	defer p.records.forgetWrite(pod.UID)
 	return p.cluster.UpdateAssignment(ctx, pod.Namespace, pod.Name, pod.UID, p.signed(func(a *api.Assignment) bool {
 		return !p.keys().SignedByCurrent(*a)
 	}))

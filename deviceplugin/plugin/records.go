@@ -26,15 +26,34 @@ type move struct {
 // container whose card changed, swap keeps both cards' records within
 // their capacity (at: the kubelet's moment, Allocate or PreStartContainer;
 // otherwise reconciliation, see swap). Called without allocMu.
+//
+// A kubelet call whose record the plugin already wrote (the record writer's, then
+// PreStartContainer's) asks nothing of the API server: only the plugin writes a record after
+// the bind, and writes of one pod are serialized. Reconciliation always reads.
 func (p *Plugin) writeRecord(ctx context.Context, ref podRef, at moment) error {
+	defer p.records.lockPod(ref.UID)()
+	last, ok, epoch := p.records.lastWrite(ref.UID)
+	if ok && at == kubeletCall {
+		if changed, _ := p.applyLedger(&last, ref.UID); !changed {
+			return nil
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	var moves []move
-	err := p.cluster.UpdateAssignment(ctx, ref.Namespace, ref.Name, ref.UID, p.signed(func(a *api.Assignment) bool {
+	var after api.Assignment
+	var known bool
+	mutate := p.signed(func(a *api.Assignment) bool {
 		var changed bool
 		changed, moves = p.applyLedger(a, ref.UID)
+		after, known = *a, true
 		return changed
-	}))
+	})
+	err := p.cluster.UpdateAssignment(ctx, ref.Namespace, ref.Name, ref.UID, func(a *api.Assignment) bool {
+		known = false // a record that fails verification on this try is not remembered
+		return mutate(a)
+	})
+	p.records.setLastWrite(ref.UID, after, err == nil && known, epoch)
 	if err != nil {
 		return err
 	}
@@ -177,6 +196,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 			return done
 		}))
 		p.state.units.unclaim(c.pod.UID, c.container)
+		p.records.forgetWrite(c.pod.UID)
 		if err != nil {
 			p.log.Error(err, "Moving a pending container to the card another container left; retried at the kubelet's next call", "pod", klog.KObj(c.pod), "container", c.container)
 			return false

@@ -2,9 +2,14 @@ package plugin
 
 import (
 	"context"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/api"
 )
 
 // recordQueue holds the records Allocate decided for a resource whose
@@ -24,9 +29,79 @@ type recordQueue struct {
 	// writing: the writer has taken records it has not finished writing.
 	writing bool
 	wake    chan struct{}
+	// pods serializes the writes of one pod's record; wrote is the record each last wrote.
+	pods   [32]sync.Mutex
+	wrote  map[types.UID]string
+	epochs map[types.UID]uint64
 }
 
-func newRecordQueue() *recordQueue { return &recordQueue{wake: make(chan struct{}, 1)} }
+func newRecordQueue() *recordQueue {
+	return &recordQueue{wake: make(chan struct{}, 1), wrote: map[types.UID]string{}, epochs: map[types.UID]uint64{}}
+}
+
+// lockPod serializes the plugin's writes of uid's record. The record writer and
+// PreStartContainer both write a GPU pod's record, often at the same moment: unserialized, each
+// made the other's conditional write conflict, and under a burst the retries ran past
+// recordTimeout, failing the container start.
+func (q *recordQueue) lockPod(uid types.UID) (unlock func()) {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(uid))
+	m := &q.pods[h.Sum32()%uint32(len(q.pods))]
+	m.Lock()
+	return m.Unlock
+}
+
+// lastWrite is the record the plugin last wrote (or found) on uid's pod, if any, and the epoch
+// of uid's records a write started now must give setLastWrite.
+func (q *recordQueue) lastWrite(uid types.UID) (a api.Assignment, ok bool, epoch uint64) {
+	q.mu.Lock()
+	s, ok := q.wrote[uid]
+	epoch = q.epochs[uid]
+	q.mu.Unlock()
+	if !ok {
+		return api.Assignment{}, false, epoch
+	}
+	a, err := api.DecodeAssignment(s)
+	return a, err == nil, epoch
+}
+
+// setLastWrite remembers a as on uid's pod (ok false: forgets what was), unless another write
+// of the record (forgetWrite) came since epoch.
+func (q *recordQueue) setLastWrite(uid types.UID, a api.Assignment, ok bool, epoch uint64) {
+	s, err := api.EncodeAssignment(a)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !ok || err != nil || q.epochs[uid] != epoch {
+		delete(q.wrote, uid)
+		return
+	}
+	q.wrote[uid] = s
+}
+
+// forgetWrite is called after any other write of uid's record (reconciliation, a swap's
+// partner): the next kubelet call reads the record again.
+func (q *recordQueue) forgetWrite(uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	delete(q.wrote, uid)
+	q.epochs[uid]++
+}
+
+// retainWrites forgets the records of pods not in live.
+func (q *recordQueue) retainWrites(live map[types.UID]bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for uid := range q.wrote {
+		if !live[uid] {
+			delete(q.wrote, uid)
+		}
+	}
+	for uid := range q.epochs {
+		if !live[uid] {
+			delete(q.epochs, uid)
+		}
+	}
+}
 
 // put queues refs for the writer and reports whether one serves the queue
 // (false: the caller writes them itself).
