@@ -469,7 +469,7 @@ func TestInstallLane(t *testing.T) {
 				}
 			}
 		}
-		checkPluginCrashesFailNoPod(ctx, t, c, ns)
+		checkPluginCrashesFailNoPod(ctx, t, c, node.KubeletLog(), ns)
 	})
 
 	t.Run("helm uninstall leaves what docs/install.md lists, and its commands remove it", func(t *testing.T) {

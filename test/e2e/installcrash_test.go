@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -24,7 +25,12 @@ import (
 // the kubelet has restarted the container and it is ready again. None of those pods fails at
 // admission: the kubelet keeps the node's GPU devices healthy through the other container's
 // endpoint. ns must hold no pod but keep (whose card must stay).
-func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.Cluster, ns string) {
+//
+// The pods arrive once the kubelet has logged both resources' disconnection of the killed
+// plugin (kubeletLog): a pod it admits in the milliseconds before (it reads each endpoint's end
+// of stream in its own goroutine, seen 24 ms apart under load) is sent to the dead endpoint and
+// fails, which no plugin can prevent (docs/operations.md).
+func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.Cluster, kubeletLog, ns string) {
 	if pod, _ := pluginContainer(ctx, t, c, "device-plugin"); len(pod.Spec.Containers) < 2 {
 		t.Skipf("the chart runs no standby plugin on this Kubernetes version (%d container)", len(pod.Spec.Containers))
 	}
@@ -33,10 +39,12 @@ func checkPluginCrashesFailNoPod(ctx context.Context, t *testing.T, c *cluster.C
 		pid := pluginProcess(t, pod.Name, container)
 		// The kill first: a pod whose Allocate the kill itself cut fails (the kubelet does not retry
 		// an admission; docs/operations.md), so the pods arrive from the kill on.
+		logged := fileSize(kubeletLog)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill %s (pid %d): %v", container, pid, err)
 		}
 		killed := time.Now()
+		waitDisconnected(t, kubeletLog, logged)
 		stop, created := make(chan struct{}), make(chan []string, 1)
 		go func() {
 			var names []string
@@ -148,4 +156,37 @@ func pluginProcess(t *testing.T, pod, container string) int {
 	}
 	t.Fatalf("no gpushare-device-plugin process with %s on this host", want)
 	return 0
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// waitDisconnected waits until the kubelet log, from offset on, shows both of the plugin's
+// resources disconnected.
+func waitDisconnected(t *testing.T, kubeletLog string, offset int64) {
+	t.Helper()
+	names := api.DefaultNames()
+	want := [][]byte{
+		[]byte(fmt.Sprintf(`"Device plugin disconnected" resource=%q`, names.ResourceName())),
+		[]byte(fmt.Sprintf(`"Device plugin disconnected" resource=%q`, names.WholeResourceName())),
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(kubeletLog)
+		if int64(len(b)) > offset {
+			b = b[offset:]
+		} else {
+			b = nil
+		}
+		if bytes.Contains(b, want[0]) && bytes.Contains(b, want[1]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet (%s) did not log both resources' disconnection within a minute of the kill", kubeletLog)
+		}
+	}
 }
