@@ -335,17 +335,38 @@ func TestInstallLane(t *testing.T) {
 
 	if !t.Run("helm upgrade from the previous release keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
 		// A pod every 0.5 s from just before `helm upgrade` until this release's plugin and
-		// extender are ready and the old ones gone: some reach the node while its plugin is handed over.
-		stop, created := make(chan struct{}), make(chan []string, 1)
+		// extender are ready and the old ones gone: some reach the node while its plugin is handed
+		// over. At most duringWindow of them live at once (the lane's kubelet runs 30 pods): the
+		// oldest is let settle, kept, and deleted before the next is created.
+		const duringWindow = 12
+		type settledPod struct {
+			name string
+			pod  *corev1.Pod
+			err  error
+		}
+		stop, created := make(chan struct{}), make(chan []settledPod, 1)
 		go func() {
-			var names []string
-			defer func() { created <- names }()
+			var live []string
+			var done []settledPod
+			defer func() {
+				for _, name := range live {
+					p, err := settleDuring(ctx, c, ns, name)
+					done = append(done, settledPod{name, p, err})
+				}
+				created <- done
+			}()
 			for i := 0; ; i++ {
 				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
 				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
 				} else {
-					names = append(names, pod.Name)
+					live = append(live, pod.Name)
+				}
+				if len(live) >= duringWindow {
+					p, err := settleDuring(ctx, c, ns, live[0])
+					done = append(done, settledPod{live[0], p, err})
+					_ = c.Client.CoreV1().Pods(ns).Delete(ctx, live[0], metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+					live = live[1:]
 				}
 				select {
 				case <-stop:
@@ -376,27 +397,33 @@ func TestInstallLane(t *testing.T) {
 		if rec := got.Annotations[names.AnnotationAssignment()]; rec != beforeRecord {
 			t.Errorf("pod %s: record changed by the upgrade:\n was %s\n now %s", before.Name, beforeRecord, rec)
 		}
-		for _, name := range during {
-			p, err := cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running, or Pending with a reason", func(p *corev1.Pod) bool {
-				return p.Status.Phase != corev1.PodPending || pendingReason(p) != ""
-			})
-			if err != nil {
-				t.Errorf("%v", err)
-				continue
+		for _, d := range during {
+			p := d.pod
+			switch {
+			case d.err != nil:
+				t.Errorf("%v", d.err)
+			case p.Status.Phase == corev1.PodFailed:
+				t.Errorf("pod %s created during the upgrade Failed: %s %s", d.name, p.Status.Reason, p.Status.Message)
+			case p.Status.Phase == corev1.PodRunning:
+				a, err := names.AssignmentFromPod(p)
+				if err != nil {
+					t.Errorf("pod %s: %v", d.name, err)
+				} else {
+					verifyAssignment(ctx, t, c, p.Name, a)
+				}
+			default:
+				t.Logf("pod %s: %s (%s)", d.name, p.Status.Phase, pendingReason(p))
 			}
-			if p.Status.Phase == corev1.PodFailed {
-				t.Errorf("pod %s created during the upgrade Failed: %s %s", name, p.Status.Reason, p.Status.Message)
-			} else if p.Status.Phase == corev1.PodRunning {
-				verifyRecord(ctx, t, c, p)
-			} else {
-				t.Logf("pod %s: %s (%s)", name, p.Status.Phase, pendingReason(p))
-			}
+		}
+		var left []string
+		for _, d := range during {
+			left = append(left, d.name)
 		}
 		// Free the cards for what follows: only the pod from before the upgrade stays.
-		for _, name := range during {
+		for _, name := range left {
 			_ = c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		}
-		for _, name := range during {
+		for _, name := range left {
 			if err := cluster.WaitPodGone(ctx, c.Client, ns, name, 2*time.Minute); err != nil {
 				t.Fatal(err)
 			}
@@ -530,7 +557,28 @@ func TestInstallLane(t *testing.T) {
 // publishes, over an extender record signed with the chart's record key Secret.
 func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) {
 	t.Helper()
-	asg := allocatedAssignment(ctx, t, c, pod)
+	verifyAssignment(ctx, t, c, pod.Name, allocatedAssignment(ctx, t, c, pod))
+}
+
+// settleDuring waits for a pod created during the upgrade to be Running with its record
+// Allocated, Failed, or Pending with a reason (no t: it runs in the load's goroutine).
+func settleDuring(ctx context.Context, c *cluster.Cluster, ns, name string) (*corev1.Pod, error) {
+	return cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running with its record Allocated, Failed, or Pending with a reason", func(p *corev1.Pod) bool {
+		switch p.Status.Phase {
+		case corev1.PodPending, "":
+			return pendingReason(p) != ""
+		case corev1.PodRunning:
+			a, err := api.DefaultNames().AssignmentFromPod(p)
+			return err == nil && a.Phase == api.PhaseAllocated
+		}
+		return true
+	})
+}
+
+// verifyAssignment checks that pod's record asg is signed with the chart's record key or its
+// node's published key.
+func verifyAssignment(ctx context.Context, t *testing.T, c *cluster.Cluster, pod string, asg api.Assignment) {
+	t.Helper()
 	secret, err := c.Client.CoreV1().Secrets(installNamespace).Get(ctx, installRelease+"-record-key", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the chart's record key: %v", err)
@@ -542,7 +590,7 @@ func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *co
 	// The plugin's correction (Allocated) is signed with its node key,
 	// trusted with the key its Node publishes.
 	if err := verifier(ctx, t, c, keys, asg.Node).Verify(asg); err != nil {
-		t.Errorf("pod %s: record not signed with the chart's key or its node's published key: %v", pod.Name, err)
+		t.Errorf("pod %s: record not signed with the chart's key or its node's published key: %v", pod, err)
 	}
 }
 
