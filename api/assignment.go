@@ -3,6 +3,8 @@ package api
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -204,9 +206,54 @@ func EncodeAssignment(a Assignment) (string, error) {
 	return encodeRecord(a, ErrInvalidAssignment)
 }
 
-// DecodeAssignment parses and validates an annotation value.
+// DecodeAssignment parses and validates an annotation value. Valid values are remembered (the
+// plugin reads every record of its node at each admission): a repeated one costs a copy.
 func DecodeAssignment(s string) (Assignment, error) {
-	return decodeRecord[Assignment](s, ErrInvalidAssignment)
+	if a, ok := decoded.get(s); ok {
+		return a, nil
+	}
+	a, err := decodeRecord[Assignment](s, ErrInvalidAssignment)
+	if err == nil {
+		decoded.put(s, a.Clone())
+	}
+	return a, err
+}
+
+// decoded holds the valid annotation values DecodeAssignment parsed, at most decodedMax.
+var decoded = assignmentMemo{m: map[string]Assignment{}}
+
+const decodedMax = 1 << 14
+
+type assignmentMemo struct {
+	mu sync.Mutex
+	m  map[string]Assignment
+}
+
+func (m *assignmentMemo) get(s string) (Assignment, bool) {
+	m.mu.Lock()
+	a, ok := m.m[s]
+	m.mu.Unlock()
+	return a.Clone(), ok
+}
+
+func (m *assignmentMemo) put(s string, a Assignment) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.m) >= decodedMax {
+		clear(m.m)
+	}
+	m.m[s] = a
+}
+
+// Clone is a copy of a that shares no slice with it.
+func (a Assignment) Clone() Assignment {
+	a.Containers = slices.Clone(a.Containers)
+	a.WholeCards = slices.Clone(a.WholeCards)
+	for i := range a.WholeCards {
+		a.WholeCards[i].CardUUIDs = slices.Clone(a.WholeCards[i].CardUUIDs)
+		a.WholeCards[i].CardIndexes = slices.Clone(a.WholeCards[i].CardIndexes)
+	}
+	return a
 }
 
 // AssignmentFromPod decodes the pod's assignment (n.AnnotationAssignment)

@@ -2,8 +2,10 @@ package api
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Signed records. The extender signs each assignment with Ed25519 over
@@ -296,7 +299,45 @@ func verifyWith(a Assignment, signer string, sig []byte, key ed25519.PublicKey) 
 		return false
 	}
 	a.Signature = ""
-	return ed25519.Verify(key, message(a, signer), sig)
+	return verified.check(key, message(a, signer), sig)
+}
+
+// verified remembers the outcome of each signature check. An Ed25519 verification costs about
+// 100 µs, and a node's plugin looks at every record of its node at each admission: without the
+// memo a burst of n pods on a node cost n² verifications. An outcome is reused only for the same
+// key, message and signature (their SHA-256).
+var verified = verifyMemo{m: map[[sha256.Size]byte]bool{}}
+
+// verifyMemoMax bounds the memo (about 3 MiB); it starts over when full.
+const verifyMemoMax = 1 << 16
+
+type verifyMemo struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]bool
+}
+
+func (v *verifyMemo) check(key ed25519.PublicKey, msg, sig []byte) bool {
+	h := sha256.New()
+	for _, b := range [][]byte{key, sig, msg} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(b)))
+		h.Write(b)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	v.mu.Lock()
+	ok, seen := v.m[k]
+	v.mu.Unlock()
+	if seen {
+		return ok
+	}
+	ok = ed25519.Verify(key, msg, sig)
+	v.mu.Lock()
+	if len(v.m) >= verifyMemoMax {
+		clear(v.m)
+	}
+	v.m[k] = ok
+	v.mu.Unlock()
+	return ok
 }
 
 // message is what is signed: a domain tag, the signer, and a's encoding

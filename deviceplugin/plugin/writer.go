@@ -31,12 +31,12 @@ type recordQueue struct {
 	wake    chan struct{}
 	// pods serializes the writes of one pod's record; wrote is the record each last wrote.
 	pods   [32]sync.Mutex
-	wrote  map[types.UID]string
+	wrote  map[types.UID]api.Assignment
 	epochs map[types.UID]uint64
 }
 
 func newRecordQueue() *recordQueue {
-	return &recordQueue{wake: make(chan struct{}, 1), wrote: map[types.UID]string{}, epochs: map[types.UID]uint64{}}
+	return &recordQueue{wake: make(chan struct{}, 1), wrote: map[types.UID]api.Assignment{}, epochs: map[types.UID]uint64{}}
 }
 
 // lockPod serializes the plugin's writes of uid's record. The record writer and
@@ -55,27 +55,21 @@ func (q *recordQueue) lockPod(uid types.UID) (unlock func()) {
 // of uid's records a write started now must give setLastWrite.
 func (q *recordQueue) lastWrite(uid types.UID) (a api.Assignment, ok bool, epoch uint64) {
 	q.mu.Lock()
-	s, ok := q.wrote[uid]
-	epoch = q.epochs[uid]
-	q.mu.Unlock()
-	if !ok {
-		return api.Assignment{}, false, epoch
-	}
-	a, err := api.DecodeAssignment(s)
-	return a, err == nil, epoch
+	defer q.mu.Unlock()
+	a, ok = q.wrote[uid]
+	return a.Clone(), ok, q.epochs[uid]
 }
 
 // setLastWrite remembers a as on uid's pod (ok false: forgets what was), unless another write
 // of the record (forgetWrite) came since epoch.
 func (q *recordQueue) setLastWrite(uid types.UID, a api.Assignment, ok bool, epoch uint64) {
-	s, err := api.EncodeAssignment(a)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !ok || err != nil || q.epochs[uid] != epoch {
+	if !ok || q.epochs[uid] != epoch {
 		delete(q.wrote, uid)
 		return
 	}
-	q.wrote[uid] = s
+	q.wrote[uid] = a.Clone()
 }
 
 // forgetWrite is called after any other write of uid's record (reconciliation, a swap's

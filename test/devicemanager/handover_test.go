@@ -204,4 +204,3 @@ func watchAllocatable(k *kubelet) (lowest func() int64) {
 		return low.Load()
 	}
 }
-
