@@ -74,43 +74,30 @@ func synthesize(o *replay.Options, synthetic, nodes, curve string) (err error) {
 
 // settings are the rarer options, read from -config: unknown keys are refused.
 type settings struct {
-	FirstSeed         *int64   `json:"firstSeed"`         // first seed (42)
-	Inflate           *float64 `json:"inflate"`           // add copies until the GPU request reaches this multiple of capacity
-	Scale             *int     `json:"scale"`             // replay each trace this many times over as one cluster (1)
+	FirstSeed         int64    `json:"firstSeed"`         // first seed (42)
+	Inflate           float64  `json:"inflate"`           // add copies until the GPU request reaches this multiple of capacity
+	Scale             int      `json:"scale"`             // replay each trace this many times over as one cluster (1)
 	WorkloadTolerance *float64 `json:"workloadTolerance"` // how far the policies' workload may lag the pods seen (the extender's; 0: exact)
-	Parallel          *int     `json:"parallel"`          // replays at once (GOMAXPROCS)
-	PerRun            *bool    `json:"perRun"`            // also print every run
+	Parallel          int      `json:"parallel"`          // replays at once (GOMAXPROCS)
+	PerRun            bool     `json:"perRun"`            // also print every run
 }
 
 var configKeys = []string{"firstSeed", "inflate", "scale", "workloadTolerance", "parallel", "perRun"}
 
-// readConfig sets o's rarer options from the YAML file path ("" keeps the defaults).
+// readConfig sets o's rarer options from the YAML file path ("": the defaults).
 func readConfig(o *replay.Options, path string) error {
-	o.FirstSeed, o.Inflate, o.Scale, o.Parallel = 42, replay.DefaultInflate, 1, runtime.GOMAXPROCS(0)
-	if path == "" {
-		return nil
+	c := settings{FirstSeed: 42, Inflate: replay.DefaultInflate, Scale: 1, Parallel: runtime.GOMAXPROCS(0)}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("-config: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &c); err != nil {
+			return fmt.Errorf("-config %s: %w (the keys are %s)", path, err, strings.Join(configKeys, ", "))
+		}
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("-config: %w", err)
-	}
-	var c settings
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return fmt.Errorf("-config %s: %w (the keys are %s)", path, err, strings.Join(configKeys, ", "))
-	}
-	set(&o.FirstSeed, c.FirstSeed)
-	set(&o.Inflate, c.Inflate)
-	set(&o.Scale, c.Scale)
-	set(&o.Parallel, c.Parallel)
-	set(&o.PerRun, c.PerRun)
-	o.WorkloadTolerance = c.WorkloadTolerance
+	o.FirstSeed, o.Inflate, o.Scale, o.WorkloadTolerance, o.Parallel, o.PerRun = c.FirstSeed, c.Inflate, c.Scale, c.WorkloadTolerance, c.Parallel, c.PerRun
 	return nil
-}
-
-func set[T any](dst *T, v *T) {
-	if v != nil {
-		*dst = *v
-	}
 }
 
 func envOr(key, def string) string {
