@@ -7,23 +7,13 @@ import (
 )
 
 // HoldsUnits reports whether a pod still holds the units it was given (or,
-// not yet bound, may still be given them): it exists and has not finished.
-//
-// The rule, the one every program uses:
-//   - phase Succeeded or Failed: the pod holds nothing. The kubelet frees a
-//     finished pod's devices, and the next pod may get the same units.
-//   - terminating (deletionTimestamp set) but not finished: the pod STILL
-//     holds its units. Its containers may be running their grace period, and
-//     the kubelet keeps a pod's devices until it knows the containers
-//     stopped; counting them as free would hand out memory that is in use.
-//     Once they stopped the kubelet may give the units to the next pod
-//     before the object is gone, so for that moment a card's records hold
-//     both (the inspector's TerminatingOverlap): the safe side to err on.
-//   - Pending, Running or Unknown: the pod holds its units. Unknown means the
-//     node stopped reporting, not that the containers stopped.
-//
-// Whether the units are on a node is a separate question (spec.nodeName, the
-// assignment's node); this is the lifecycle part only.
+// not yet bound, may still be given them), the rule every program uses:
+// Succeeded or Failed holds nothing (the kubelet frees its devices); anything
+// else holds them, terminating included (the kubelet keeps a pod's devices
+// until its containers stopped; for a moment after, a card's records may hold
+// both it and the next pod, the inspector's TerminatingOverlap: the safe side
+// to err on) and Unknown included (the node stopped reporting, not the
+// containers). Whether the units are on a node is a separate question.
 func HoldsUnits(pod *corev1.Pod) bool {
 	if pod == nil {
 		return false

@@ -159,22 +159,12 @@ func (r PodRequest) Total() int64 {
 // and no whole card.
 func (r PodRequest) Empty() bool { return len(r.Containers) == 0 && len(r.WholeCards) == 0 }
 
-// RequestFromPod reads what a pod asks of a node: its gpu-mem demand, its
-// whole-card demand (WholeResourceName: 1..MaxWholeCards per container; 0,
-// negative, fractional or larger quantities, init containers asking for it and
-// a container asking for both kinds are ErrInvalidRequest,
-// ErrInitContainerRequest and ErrMixedRequest) and its CPU and memory request. It is the one reader of a pod's demand; every
-// program calls it once per decision and passes the result on.
-//
-// Extended-resource rules apply: the quantity is taken from the container's
-// limits, or from its requests when only those are set (the API server
-// requires both to be equal when both are present). A container without the
-// resource asks for nothing; one that names it must ask for a whole number
-// between 1 and MaxUnits — an explicit 0 is an error (ErrInvalidRequest), since
-// it is almost always a template mistake and "no GPU" is said by leaving the
-// resource out. Init containers
-// (including restartable sidecars) that request ResourceName make the whole
-// pod invalid (ErrInitContainerRequest).
+// RequestFromPod reads what a pod asks of a node, the one reader of a pod's
+// demand: gpu-mem per container (a whole number 1..MaxUnits, from limits or
+// else requests; an explicit 0 is ErrInvalidRequest: "no GPU" is said by
+// leaving the resource out), whole cards (1..MaxWholeCards), and CPU and
+// memory. Init containers (sidecars too) asking for either resource give
+// ErrInitContainerRequest, a container asking for both ErrMixedRequest.
 //
 // For a pod that asks for a GPU it also reads the card-choice and policy
 // annotations (Cards, Policy; see AnnotationCardModels); a malformed one is

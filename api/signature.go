@@ -16,24 +16,13 @@ import (
 	"sync"
 )
 
-// Signed records. The extender signs each assignment with Ed25519 over
-// everything in it but the signature (version, pod UID, node, unit, phase,
-// and each container's name, card and units). Only the extender holds the
-// private half of its key (a Secret); the device plugins hold the public
-// halves only, so a node cannot sign an assignment. A device plugin that has
-// the public key refuses an unsigned or badly signed record, so a record
-// written by anyone else (a tenant, a compromised node) gives no card.
-//
-// A device plugin corrects records (phase, card) and signs what it wrote
-// with its own node key, whose public half it publishes on its own Node
-// (AnnotationRecordKey). A node signature names no node of its own: it
-// vouches for the record's Node only, and verifies only with the key
-// published on that Node, so a node's key vouches for its own pods and
-// nobody else's.
-//
-// Rotation: the extender's Secret holds RecordKeyCurrent and, during a
-// rotation, RecordKeyPrevious. Records are signed with the current key;
-// either key verifies. docs/security.md has the procedure.
+// Signed records (docs/security.md, "Signed records"). The extender signs each
+// assignment with Ed25519 over everything in it but the signature; only it
+// holds the private key, so a device plugin with the public key gives no card
+// for a record anyone else wrote. A plugin signs its corrections with its own
+// node key, published on its Node (AnnotationRecordKey); a node signature
+// vouches for the record's Node only and verifies only with that Node's key.
+// During a rotation RecordKeyPrevious verifies too; RecordKeyCurrent signs.
 const (
 	// RecordKeyCurrent is the file (Secret or ConfigMap key) holding the
 	// extender's signing key (Secret: PKCS#8 PEM private key) or its public

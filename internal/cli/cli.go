@@ -1,25 +1,14 @@
-// Package cli is how gpushare's three programs start, the one way for all
-// of them (the shape of kube-scheduler's and kubectl's commands):
-//
-//   - each program is a cobra command built by its package (scheduler/app,
-//     deviceplugin/app, inspector/inspect); main only wires the process to it
-//     (signals, os.Exit) through Run;
-//   - flags are pflag flags (`--name=value`; klog's `-v` keeps its one-letter
-//     form), defaults in the Options value;
-//   - a flag of a program that runs in a Pod may take its value from an
-//     environment variable (BindEnv, ApplyEnv): the command line wins over the
-//     variable, the variable over the default, and --help names the variable
-//     next to each flag;
-//   - a daemon's rare settings are fields of its versioned configuration file
-//     (--config, LoadConfig; config.go), the flags they had before kept as
-//     hidden deprecated aliases (Aliases);
-//   - options are validated once, by the Options' Validate; errors are
-//     returned, never os.Exit in library code: a mistake in flags, variables
-//     or option values is a usage error (exit status 2), anything else exit
-//     status 1, printed as one "error: ..." line.
-//
-// Process-wide settings (signal handlers, klog's output) belong to main or to
-// Run, never to the packages that build the commands.
+// Package cli is how gpushare's three programs start, one way for all (the
+// shape of kube-scheduler's and kubectl's commands): a cobra command built by
+// each program's package, main only wiring the process to it (Run); pflag
+// flags with defaults in the Options value; a flag of a program that runs in a
+// Pod may take its value from an environment variable (BindEnv, ApplyEnv; the
+// command line wins, --help names the variable); a daemon's rare settings in
+// its versioned configuration file (LoadConfig), its former flags kept as
+// hidden deprecated aliases (Aliases). Options are validated once, errors are
+// returned, never os.Exit in library code: a usage mistake exits 2, anything
+// else 1, as one "error: ..." line. Process-wide settings (signals, klog's
+// output) belong to main or Run.
 package cli
 
 import (

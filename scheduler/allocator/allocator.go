@@ -6,24 +6,8 @@
 // clock. The extender calls it on a snapshot taken from its cache; the
 // packing simulator calls the very same code in its replay loop.
 //
-// Laid out as Kubernetes' noderesources plugin is: one shared fit, one file
-// per strategy.
-//
-//   - allocator.go, cardfilter.go, choose.go: the snapshot (Node, Card), the
-//     request and the pod's card and model choice.
-//   - policy.go: the Policy type and its entry points (Decide, Evaluate);
-//     evaluate.go: evaluating many nodes (EvaluateAll, EvaluateParallel);
-//     decide.go: the one decision core every policy shares; reasons.go: why
-//     a node does not fit, for people and programs; summary.go: a node's
-//     totals and alike cards' free shares (Summary), and the fast path of
-//     the policies that read only the totals.
-//   - workload.go: the workload the fragmentation-aware policies read, and
-//     what policies derive from it (Workload.Derived).
-//   - binpack.go, spread.go, bestfit.go: the simple policies (NewBinpack,
-//     NewSpread, NewBestFit), their card choice and score (bestfit's fast
-//     path reads the summary's shares).
-//
-// The fragmentation-aware policies, fgd and frag, and the workload index
+// Laid out as Kubernetes' noderesources plugin is: one shared fit (decide.go),
+// one file per strategy; docs/design.md maps the files. The fragmentation-aware policies, fgd and frag, and the workload index
 // they read are package frag; package registry maps configured names to
 // every policy. Both import this package, which imports neither.
 package allocator

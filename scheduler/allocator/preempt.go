@@ -7,30 +7,16 @@ import (
 	"slices"
 )
 
-// Card-aware preemption: which pods to evict from a node so that a pod of
-// higher priority fits on its cards. kube-scheduler's own preemption
-// reasons on node totals, so on a node whose cards are each partly used it
-// may evict pods spread over several cards and still leave no card with
-// the memory the preemptor needs. SelectVictims works on the cards.
-//
-// It follows kube-scheduler's SelectVictimsOnNode, with the policy's fit
-// (Decide) in place of node totals: every pod of lower priority on the
-// cards considered is removed; if the preemptor then fits, the pods are
-// given back one at a time, the ones whose eviction would violate a
-// PodDisruptionBudget first, then the others, each group the most
-// important first (higher priority, then earlier start), and a pod stays a
-// victim only when giving it back leaves the preemptor without a fit. Every
-// victim is therefore needed: giving any one back breaks the fit.
-//
-// For a preemptor with one demand (one container's share, or one whole
-// card) the cards are tried one at a time, so the victims are always pods
-// on the one card the preemptor then gets; the best card wins by
-// kube-scheduler's own order between nodes (pickOneNodeForPreemption):
-// fewest budget violations, lowest priority of the most important victim,
-// smallest sum of priorities, fewest victims, then the least memory freed
-// and the lower card index.
-// A preemptor with several demands (containers, or several whole cards) is
-// weighed on the whole node at once.
+// Card-aware preemption (docs/design.md, "Preemption"): which pods to evict
+// from a node so that a pod of higher priority fits on its cards, where
+// kube-scheduler's own preemption reasons on node totals. SelectVictims
+// follows kube-scheduler's SelectVictimsOnNode with the policy's fit
+// (Decide): every lower-priority pod on the cards considered is removed, then
+// given back one at a time (PodDisruptionBudget violators first, each group
+// most important first), staying a victim only if the preemptor needs it
+// gone. A preemptor with one demand tries the cards one at a time, ranked as
+// pickOneNodeForPreemption ranks nodes, then by least memory freed and lower
+// card index; one with several demands is weighed on the whole node.
 
 // Resident is a pod that holds units on a node's cards, as preemption
 // weighs it.

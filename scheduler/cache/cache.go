@@ -1,21 +1,11 @@
-// Package cache owns the extender's view of the cluster: which GPU cards
-// every node has (from the device plugin's inventory annotation) and how many
-// units of each card the pods assigned to it hold.
-//
-// It is fed by client-go informers (pods and nodes) and rebuilt from the
-// pods' assignment annotations on start, so a restart loses nothing. For
-// /inspect only, DRA (dra.go) reads the gpushare DRA driver's ResourceSlices
-// and the ResourceClaims through informers of its own, and AddDRA puts them
-// on the nodes the cache shows. Bind
-// uses the assume protocol of kube-scheduler's own cache: Assume records a
-// placement before the API writes, Forget drops it if they fail, and the
-// informer confirms it when it shows the pod bound with its assignment.
-//
-// Reads are cheap and lock-light: every node's state is published as an
-// immutable *allocator.Node that is replaced (never changed) when the node or
-// one of its pods changes, so a snapshot is a slice of pointers taken under a
-// read lock and the policy runs on it outside the lock. The cache never holds
-// its lock across an API call.
+// Package cache owns the extender's view of the cluster (docs/design.md, "The
+// cache"): each node's cards (its inventory annotation) and the units the
+// pods assigned to them hold, fed by informers and rebuilt from the pods'
+// records on start. For /inspect only, dra.go reads the DRA driver's
+// ResourceSlices and ResourceClaims. Bind uses kube-scheduler's assume
+// protocol (Assume, Forget, confirmed by the informer). Every node's state is
+// an immutable *allocator.Node replaced on change, so a snapshot is a slice
+// of pointers taken under a read lock; no lock is held across an API call.
 package cache
 
 import (
@@ -198,23 +188,14 @@ func New(opts ...Option) *Cache {
 }
 
 // SetPod records a pod added or updated by the informer. The pod counts on
-// its node's cards when it carries a valid assignment (api.Names.AssignmentFromPod),
-// is bound to the assignment's node and still holds its units
-// (api.HoldsUnits: not Succeeded or Failed; a terminating pod still counts,
-// its containers may still hold the memory).
-//
-// An assumed pod the informer does not yet show bound with its assignment
-// keeps its assumption; once it does, the informer's record replaces the
-// assumed one (the device plugin may have corrected a card).
-//
-// A pod that holds units and loses its valid record (removed, garbled,
-// changed so that it no longer matches the pod or, with record keys, its
-// signature) keeps counting the last valid record the cache saw (state
-// Remembered): the kubelet still holds those units, and forgetting them would
-// put the next pod on a full card. The device plugin rewrites such a record
-// from the kubelet's account at its next reconciliation, which confirms the
-// pod again. An extender started after the record was lost has no record to
-// remember: it counts the pod's CPU and memory only until that repair.
+// its node's cards when it carries a trusted record, is bound to the record's
+// node and still holds its units (api.HoldsUnits: a terminating pod counts).
+// An assumed pod keeps its assumption until the informer shows it bound with
+// its record, which then replaces it (the plugin may have corrected a card).
+// A pod that holds units and loses its valid record keeps counting the last
+// valid one (state Remembered) until the device plugin rewrites it from the
+// kubelet's account; an extender started after the loss counts the pod's
+// CPU and memory only until that repair.
 func (c *Cache) SetPod(pod *corev1.Pod) {
 	if pod == nil {
 		return

@@ -70,7 +70,7 @@ func Main(ctx context.Context, o Options) error {
 		return fmt.Errorf("-nodes-to-score %d: want 0 (kube-scheduler's adaptive default) to 100", *p)
 	}
 	if tol := o.WorkloadTolerance; tol != nil && (*tol < 0 || *tol >= 1) {
-		return fmt.Errorf("-workload-tolerance %v: want 0 (exact) to below 1", *tol)
+		return fmt.Errorf("workloadTolerance %v (-config): want 0 (exact) to below 1", *tol)
 	}
 	if o.Generate != nil && len(o.Nodes) == 0 {
 		return fmt.Errorf("a generated workload needs -nodes")
@@ -151,7 +151,7 @@ func Main(ctx context.Context, o Options) error {
 		return fmt.Errorf("no workload to replay")
 	}
 	if o.Scale < 0 {
-		return fmt.Errorf("-scale %d: want 1 (the trace's cluster) or more", o.Scale)
+		return fmt.Errorf("scale %d (-config): want 1 (the trace's cluster) or more", o.Scale)
 	}
 	for i := range traces {
 		traces[i] = traces[i].Scaled(o.Scale)

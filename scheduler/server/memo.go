@@ -9,30 +9,17 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
-// The evaluation memo: kube-scheduler asks filter (and prioritize) about the
-// same nodes pod after pod, and between two pods of a burst only the node
-// that took the last pod changed. A node's decision is a pure function of
-// the policy, the pod's request, the workload and the node's snapshot
-// (allocator.Policy.Evaluate), and the cache publishes a fresh snapshot for
-// every change (never edits one): so a node whose snapshot is the same
-// pointer as when a call with the same policy, request and workload
-// evaluated it gets the same decision, and is not evaluated again.
-//
-// Nodes are matched by the cache's node ID (allocator.Node.ID), not by
-// position: kube-scheduler lists the feasible nodes from a rotating start,
-// gathered in parallel, so the candidates come in a different order on
-// almost every call. A table is a slice indexed by ID: at 5,000 nodes a
-// lookup by name cost more than the rest of a memoized call (a map of
-// 5,000 entries misses the CPU's caches). IDs are reused after a node is
-// gone; the snapshot pointer a slot holds tells the nodes apart.
-//
-// The cache hands out a new workload when a pod of a new shape arrives or
-// the shapes' shares have moved by more than allocator.WorkloadTolerance,
-// not when a pod binds: a burst of pods of known shapes keeps the memo
-// whether or not they were created ahead of their scheduling; policies
-// that ignore the workload leave it out of the key. A key gets a table only
-// the second time it is seen, so calls whose workload is new every time
-// cost no more than without the memo.
+// The evaluation memo (docs/design.md, "How the extender keeps filter
+// cheap"): a node's decision is a pure function of the policy, the request,
+// the workload and the node's snapshot, and the cache replaces a snapshot on
+// every change, so a node whose snapshot pointer is unchanged for the same
+// key is not evaluated again. Nodes are matched by the cache's node ID, not
+// position (kube-scheduler's candidates come in a new order on almost every
+// call), in a slice indexed by ID: at 5,000 nodes a map lookup by name cost
+// more than the rest of a memoized call. IDs are reused; the snapshot pointer
+// tells the nodes apart. Policies that ignore the workload leave it out of
+// the key; a key gets a table only when seen twice, so calls whose workload
+// is new every time cost no more than without the memo.
 
 // memoMinNodes: calls with fewer candidate nodes are evaluated in full.
 // They are cheap, and in best mode prioritize gets only filter's best nodes

@@ -12,29 +12,15 @@ import (
 	"github.com/gpushare/gpushare/scheduler/allocator"
 )
 
-// Promises: the cards a preemption frees are kept for the preemptor.
-//
-// kube-scheduler calls the preempt verb while it weighs candidates; it may
-// then pick any of the nodes the verb answered, or none, and evicts the
-// victims of the one it picks. An answer is therefore only an offer: it
-// changes nothing by itself. An offer becomes a promise for node N once
-// the preemptor is nominated there (status.nominatedNodeName = N, the
-// pod still unbound) and at least one of N's victims is terminating or
-// gone, i.e. once kube-scheduler actually acted on it. While the promise
-// holds:
-//
-//   - every other pod of equal or lower priority decides on N as if the
-//     preemptor already held its cards (allocator.Hold), so it is not placed
-//     on the freed memory ahead of the preemptor (kube-scheduler does the
-//     same with nominated pods for the resources it tracks itself);
-//   - the preemptor decides on N on those cards only (allocator.Only).
-//
-// A promise only ever adds use to a decision: it never frees anything. A
-// victim's units count until the informer shows its pod gone or finished
-// (the cache counts a terminating pod), so the preemptor binds only once
-// its card is really free, and bind's assumption is still checked against
-// the node's real snapshot. A promise ends when the preemptor is bound,
-// deleted or nominated elsewhere, or after promiseTTL.
+// Promises: the cards a preemption frees are kept for the preemptor
+// (docs/design.md, "Preemption"). The preempt verb's answer is an offer; it
+// becomes a promise for node N once the preemptor is nominated there and one
+// of N's victims is terminating or gone. While it holds, pods of equal or
+// lower priority decide on N as if the preemptor held its cards
+// (allocator.Hold), and the preemptor decides on those cards only
+// (allocator.Only). A promise only adds use, never frees: victims count until
+// the informer shows them gone, and bind assumes on the real snapshot. It ends
+// when the preemptor is bound, deleted, nominated elsewhere, or at promiseTTL.
 
 // promiseTTL bounds how long an offer is kept: longer than kube-scheduler's
 // backoff plus a victim's usual termination grace period.

@@ -3,6 +3,7 @@
 // and reports how much GPU capacity each policy allocates (docs/packing.md).
 //
 //	gpushare-simulate -workloads default -policies binpack,fgd,frag
+//	gpushare-simulate -config rare.yaml   # e.g. "scale: 4" or "workloadTolerance: 0"
 package main
 
 import (
@@ -14,7 +15,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/gpushare/gpushare/scheduler/allocator"
+	"sigs.k8s.io/yaml"
+
 	"github.com/gpushare/gpushare/scheduler/allocator/registry"
 	"github.com/gpushare/gpushare/scheduler/replay"
 	"github.com/gpushare/gpushare/scheduler/replay/synth"
@@ -31,19 +33,18 @@ func main() {
 	flag.StringVar(&nodes, "nodes", "1000", "comma-separated node counts of -synthetic (a replay uses the first)")
 	flag.StringVar(&curve, "curve", "", `comma-separated percentageOfNodesToScore settings, e.g. "0,10,25,50,100": print what each costs the first policy against every node on -synthetic at each -nodes, instead of the report`)
 	flag.StringVar(&policies, "policies", strings.Join(registry.Names(), ","), "comma-separated policies")
-	flag.Int64Var(&o.FirstSeed, "first-seed", 42, "first seed")
-	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (first-seed, first-seed+1, …)")
-	flag.Float64Var(&o.Inflate, "inflate", replay.DefaultInflate, "add copies until the GPU request reaches this multiple of capacity")
-	flag.IntVar(&o.Scale, "scale", 1, "replay each trace this many times over as one cluster (k× the nodes and k× the pods, names suffixed): the same workload on a larger cluster, e.g. 4 for openb at ~4,850 nodes")
+	flag.IntVar(&o.Seeds, "seeds", 10, "number of seeds (firstSeed, firstSeed+1, …)")
 	o.NodesToScore = flag.Int("nodes-to-score", 100, "kube-scheduler's percentageOfNodesToScore to model: each pod's candidates are the first feasible nodes it would search (100: every node; 0: its adaptive sample, the shipped configuration)")
-	o.WorkloadTolerance = flag.Float64("workload-tolerance", allocator.WorkloadTolerance, "how far the workload the policies read may lag the pods seen: a new value once a shape's share of the pods has moved by more than this (the extender's rule); 0: exact after every pod")
-	flag.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "replays run at once")
 	flag.StringVar(&o.Output, "o", "table", "output: table or json")
-	flag.BoolVar(&o.PerRun, "per-run", false, "also print every run")
 	flag.StringVar(&o.PNG, "png", "", "write the allocation curves of the first workload to this PNG")
 	flag.StringVar(&o.JSONFile, "json", "", "also write the JSON report to this file")
+	config := flag.String("config", "", "YAML file of the rarer settings: "+strings.Join(configKeys, ", "))
 	quiet := flag.Bool("quiet", false, "no progress lines on stderr")
 	flag.Parse()
+	if err := readConfig(&o, *config); err != nil {
+		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
+		os.Exit(2)
+	}
 	if err := synthesize(&o, synthetic, nodes, curve); err != nil {
 		fmt.Fprintln(os.Stderr, "gpushare-simulate:", err)
 		os.Exit(2)
@@ -69,6 +70,34 @@ func synthesize(o *replay.Options, synthetic, nodes, curve string) (err error) {
 		o.Generate, err = synth.Maker(synthetic)
 	}
 	return err
+}
+
+// settings are the rarer options, read from -config: unknown keys are refused.
+type settings struct {
+	FirstSeed         int64    `json:"firstSeed"`         // first seed (42)
+	Inflate           float64  `json:"inflate"`           // add copies until the GPU request reaches this multiple of capacity
+	Scale             int      `json:"scale"`             // replay each trace this many times over as one cluster (1)
+	WorkloadTolerance *float64 `json:"workloadTolerance"` // how far the policies' workload may lag the pods seen (the extender's; 0: exact)
+	Parallel          int      `json:"parallel"`          // replays at once (GOMAXPROCS)
+	PerRun            bool     `json:"perRun"`            // also print every run
+}
+
+var configKeys = []string{"firstSeed", "inflate", "scale", "workloadTolerance", "parallel", "perRun"}
+
+// readConfig sets o's rarer options from the YAML file path ("": the defaults).
+func readConfig(o *replay.Options, path string) error {
+	c := settings{FirstSeed: 42, Inflate: replay.DefaultInflate, Scale: 1, Parallel: runtime.GOMAXPROCS(0)}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("-config: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(b, &c); err != nil {
+			return fmt.Errorf("-config %s: %w (the keys are %s)", path, err, strings.Join(configKeys, ", "))
+		}
+	}
+	o.FirstSeed, o.Inflate, o.Scale, o.WorkloadTolerance, o.Parallel, o.PerRun = c.FirstSeed, c.Inflate, c.Scale, c.WorkloadTolerance, c.Parallel, c.PerRun
+	return nil
 }
 
 func envOr(key, def string) string {

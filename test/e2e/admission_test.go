@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -175,13 +176,17 @@ func applyAdmissionPolicies(ctx context.Context, t *testing.T, c *cluster.Cluste
 // templates/dra.yaml (not its DeviceClass, which the DRA tests create).
 func applyAdmissionPolicySubset(ctx context.Context, t *testing.T, c *cluster.Cluster, system string, only []string, set ...string) {
 	t.Helper()
-	templates := []string{"--show-only", "templates/admission-tenants.yaml", "--show-only", "templates/admission-nodes.yaml"}
-	if slices.Contains(set, "dra.enabled=true") {
-		templates = append(templates, "--show-only", "templates/dra.yaml") // its policies; the DRA tests keep their own DeviceClass
-	}
-	out := renderChart(ctx, t, system, "templates/admission.yaml", append(templates, set...)...)
+	// One template per policy (templates/admission-*.yaml), and with DRA the
+	// policies of templates/dra.yaml (the DRA tests keep their own
+	// DeviceClass): the whole chart is rendered, since a template that
+	// renders nothing cannot be named to helm's --show-only.
+	ours := regexp.MustCompile(`# Source: [^/\n]+/templates/(admission-[a-z-]+|dra)\.yaml\n`)
+	out := renderChart(ctx, t, system, "", set...)
 	var docs [][]byte
 	for _, doc := range bytes.Split(out, []byte("\n---\n")) {
+		if !ours.Match(doc) {
+			continue
+		}
 		var obj unstructured.Unstructured
 		if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
 			t.Fatalf("rendered admission templates: %v\n%s", err, doc)
@@ -262,8 +267,8 @@ func waitAdmissionRefuses(ctx context.Context, t *testing.T, c *cluster.Cluster,
 	}
 }
 
-// renderChart renders one template of the chart (helm template, release
-// gpushare in namespace, Kubernetes 1.34) with extra helm flags set.
+// renderChart renders one template of the chart, or all of it when template
+// is "" (helm template, release gpushare in namespace) with extra helm flags set.
 func renderChart(ctx context.Context, t *testing.T, namespace, template string, set ...string) []byte {
 	t.Helper()
 	root := cluster.RepoRoot()
@@ -272,7 +277,10 @@ func renderChart(ctx context.Context, t *testing.T, namespace, template string, 
 		t.Fatalf("hack/tools.sh helm: %v", err)
 	}
 	args := append([]string{"template", "gpushare", filepath.Join(root, "charts", "gpushare"),
-		"--kube-version", k8sversion.Current(), "--namespace", namespace, "--show-only", template}, set...)
+		"--kube-version", k8sversion.Current(), "--namespace", namespace}, set...)
+	if template != "" {
+		args = append(args, "--show-only", template)
+	}
 	out, err := exec.CommandContext(ctx, strings.TrimSpace(string(helm)), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template %s: %v\n%s", template, err, out)

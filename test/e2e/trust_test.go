@@ -396,8 +396,18 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 			t.Errorf("plugin on trust-a writing its Node's record key: %v, want allowed", err)
 		}
 		// … and nothing else.
-		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
-		wantError(t, "", err, "may change only the phase and each container's card")
+		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, api.DefaultNames().AnnotationAssignment())), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may neither add nor remove the record")
+		// What a record says is the record's own business (api): a plugin's
+		// record that grants more than the pod asks is written, and counted
+		// by neither the extender nor a plugin (TrustedAssignment matches it
+		// to the pod before it checks the signature).
+		greedy, err := plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.MergePatchType, recordPatch(podA, func(a *api.Assignment) { a.Containers[0].Units = 40 }), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("plugin on trust-a correcting its pod's record: %v, want admitted", err)
+		}
+		_, err = api.DefaultNames().TrustedAssignment(greedy, api.RecordKeys{})
+		wantError(t, "", err, `container "c0" requests 10 units, the record grants 40`)
 		_, err = plugin.CoreV1().Pods(users).Patch(ctx, "pod-a", types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"c0","image":"registry.k8s.io/pause:3.9"}]}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 		wantError(t, "", err, "may change nothing on a pod but the annotation gpushare.example.com/assignment")
 		_, err = plugin.CoreV1().Nodes().Patch(ctx, "trust-a", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})

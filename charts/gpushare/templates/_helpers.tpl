@@ -264,3 +264,7 @@ supported range (docs/compatibility.md) before this renders.
 {{- $v -}}
 {{- end -}}
 {{- end -}}
+
+{{/* CEL for a container c that requests resource (the argument), and its request as a string. */}}
+{{- define "gpushare.cel.asks" -}}has(c.resources) && has(c.resources.requests) && '{{ . }}' in c.resources.requests{{- end -}}
+{{- define "gpushare.cel.request" -}}string(c.resources.requests['{{ . }}']){{- end -}}

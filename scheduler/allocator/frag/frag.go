@@ -45,19 +45,8 @@
 // unusable (300); for the whole-card shape the partly used card is unusable
 // (300) and the other one fits: frag = 0.5·300 + 0.5·300 = 300.
 //
-// Where the computation lives:
-//   - frag.go: the two policies, their card choice and score;
-//   - index.go: the workload's shapes grouped into classes, with the
-//     cumulative tables the closed forms read, built once per workload
-//     value and kept with it (allocator.Workload.Derived);
-//   - measure.go: the measure as defined, card by card (the reference
-//     the property tests check the rest against);
-//   - closed.go: the closed forms of the growth on nodes of alike cards,
-//     from the index's cumulative tables;
-//   - growth.go: decide's growth, from the closed form or the definition;
-//   - fast.go: both policies' Evaluate for the common request (one
-//     share, no model constraint) from the node's summary;
-//   - terms.go: the frag policy's other terms.
+// docs/design.md maps the files; measure.go is the definition the property
+// tests check the others against.
 
 package frag
 
