@@ -164,7 +164,7 @@ OLDEST_TESTS = TestSmokeNodeReadyPodScheduledAndRunning|TestExtenderPlacesPodOnP
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min on 2 idle cores, then skipped)
 	hack/build-k8s.sh
 
-kueue: ## build the Kueue controller (hack/kueue-version) and copy its CRDs into ~/.cache/gpushare for the Kueue e2e test (cold ~4 min on 2 idle cores, then skipped)
+kueue: ## build the Kueue controller (hack/kueue-version) and copy its CRDs into ~/.cache/gpushare for the Kueue e2e test (cold ~5 min on 2 idle cores, then skipped)
 	hack/build-kueue.sh
 
 # LANE_CONTAINERD2=1 (the default) also builds containerd 2 for the DRA lane (cached).

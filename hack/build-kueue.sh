@@ -4,7 +4,7 @@
 # into a cache outside the repository, keyed by version:
 #   ${GPUSHARE_CACHE:-$HOME/.cache/gpushare}/kueue-VERSION/{bin/kueue,crd/*.yaml}
 # The e2e harness (test/cluster) starts it for the Kueue test. Present already: skipped.
-# A cold build takes a few minutes on 2 cores (it prints every 30 s while it builds).
+# A cold build takes ~9 CPU-minutes (about 5 min on 2 idle cores; it prints every 30 s while it builds).
 #
 # Usage: hack/build-kueue.sh
 # Env:   GPUSHARE_CACHE  cache root (default $HOME/.cache/gpushare)
@@ -28,7 +28,7 @@ if [[ -x "$DIR/bin/kueue" && -f "$DIR/crd/.ready" ]]; then
 fi
 
 t0=$(date +%s)
-src="$("$GO" mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')"
+src="$("$GO" mod download -json "sigs.k8s.io/kueue@${KUEUE_VERSION}" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')" || true
 if [[ -z "$src" || ! -d "$src/config/components/crd/bases" ]]; then
 	log "could not download sigs.k8s.io/kueue@${KUEUE_VERSION} from the module proxy (GOPROXY=$("$GO" env GOPROXY))"
 	exit 1

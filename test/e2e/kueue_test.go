@@ -120,6 +120,11 @@ spec: {clusterQueue: %[1]s}
 // startKueue starts the Kueue controller for the test (stopped when it ends).
 func startKueue(ctx context.Context, t *testing.T, c *cluster.Cluster) {
 	t.Helper()
+	if dir, err := cluster.KueueDir(); err == nil && os.Getenv("GPUSHARE_E2E") != "1" {
+		if _, err := os.Stat(filepath.Join(dir, "bin", "kueue")); err != nil {
+			t.Skipf("the Kueue controller is not built in %s: run `make kueue`", dir)
+		}
+	}
 	p, err := c.StartKueue(ctx)
 	if err != nil {
 		t.Fatal(err)
