@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTLDFLAGS ?= -w
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
+.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries kueue container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -164,16 +164,19 @@ OLDEST_TESTS = TestSmokeNodeReadyPodScheduledAndRunning|TestExtenderPlacesPodOnP
 cluster-binaries: ## build etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl into ~/.cache/gpushare (cold ~7 min on 2 idle cores, then skipped)
 	hack/build-k8s.sh
 
+kueue: ## build the Kueue controller (hack/kueue-version) and copy its CRDs into ~/.cache/gpushare for the Kueue e2e test (cold ~5 min on 2 idle cores, then skipped)
+	hack/build-kueue.sh
+
 # LANE_CONTAINERD2=1 (the default) also builds containerd 2 for the DRA lane (cached).
 LANE_CONTAINERD2 ?= 1
 container-lane: ## the e2e container lane's programs: containerd+runc (apt, root), containerd 2 for the DRA lane (module proxy, cached), kubelet, NVIDIA runtime + nvidia-ctk (cached)
 	LANE_CONTAINERD2=$(LANE_CONTAINERD2) hack/container-lane.sh
 
-e2e: cluster-binaries container-lane ## end-to-end tests against a local control plane, the DRA lane included (root; docs/e2e.md)
+e2e: cluster-binaries kueue container-lane ## end-to-end tests against a local control plane, the DRA lane included (root; docs/e2e.md)
 	cd test && $(GO) vet ./... && GPUSHARE_E2E=1 GPUSHARE_E2E_DRA_LANE=1 $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout $(E2E_TIMEOUT) ./...
 
 .PHONY: e2e-oldest k8s-prebuild
-k8s-prebuild: ## start building the Kubernetes binaries of K8S_VERSION and OLDEST_K8S_VERSION in the background at the lowest priority (first step of `make test`; log bin/k8s-prebuild.log; `hack/k8s-prebuild.sh stop` stops it)
+k8s-prebuild: ## start building the Kubernetes binaries of K8S_VERSION, Kueue and OLDEST_K8S_VERSION in the background at the lowest priority (first step of `make test`; log bin/k8s-prebuild.log; `hack/k8s-prebuild.sh stop` stops it)
 	@OLDEST_K8S_VERSION=$(OLDEST_K8S_VERSION) hack/k8s-prebuild.sh start
 
 e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes (OLDEST_K8S_VERSION, default v1.35.4; root)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes binaries `make test` needs later in the background, at the lowest CPU and
-# I/O priority: the control plane, kubelet and kube-proxy of K8S_VERSION, then the control plane
-# and kubelet of OLDEST_K8S_VERSION (hack/build-k8s.sh). They use the CPU the Go checks leave idle
-# (downloads, single-threaded links, test runs), and the oldest version builds while the e2e
-# suite, mostly waiting on its clusters, runs at full priority. Each build holds its version's
+# I/O priority: the control plane, kubelet and kube-proxy of K8S_VERSION, the Kueue controller
+# (hack/build-kueue.sh), then the control plane and kubelet of OLDEST_K8S_VERSION (hack/build-k8s.sh).
+# They use the CPU the Go checks leave idle (downloads, single-threaded links, test runs), and the
+# oldest version builds while the e2e suite, mostly waiting on its clusters, runs at full priority. Each build holds its version's
 # lock: the foreground's hack/build-k8s.sh (make cluster-binaries, container-lane) waits for it
 # and then skips what it built; anything the background did not build (it failed, or was stopped)
 # the foreground builds itself, so the background only ever saves time.
@@ -34,6 +34,7 @@ built() {
 	for b in "${OLDEST_BINARIES[@]}"; do
 		[[ -x "$CACHE/k8s-$OLDEST_K8S_VERSION/bin/$b" ]] || return 1
 	done
+	[[ -x "$CACHE/kueue-$(cat hack/kueue-version)/bin/kueue" ]]
 }
 
 case "${1:-}" in
@@ -45,7 +46,7 @@ start)
 		exit 0
 	fi
 	if built; then
-		echo "k8s-prebuild: Kubernetes $K8S_VERSION and $OLDEST_K8S_VERSION binaries present, nothing to build"
+		echo "k8s-prebuild: Kubernetes $K8S_VERSION and $OLDEST_K8S_VERSION binaries and Kueue present, nothing to build"
 		exit 0
 	fi
 	low=(nice -n 19)
@@ -54,10 +55,10 @@ start)
 	# also a new scheduler autogroup, where nice alone would not lower it against make's session: the
 	# group's own nice is set too (/proc/self/autogroup; absent without CONFIG_SCHED_AUTOGROUP).
 	setsid "${low[@]}" bash -c '{ echo 19 >/proc/self/autogroup; } 2>/dev/null
-		K8S_VERSION=$1 hack/build-k8s.sh $3 && K8S_VERSION=$2 hack/build-k8s.sh $4' \
+		K8S_VERSION=$1 hack/build-k8s.sh $3 && hack/build-kueue.sh && K8S_VERSION=$2 hack/build-k8s.sh $4' \
 		prebuild "$K8S_VERSION" "$OLDEST_K8S_VERSION" "${BINARIES[*]}" "${OLDEST_BINARIES[*]}" >"$LOG" 2>&1 </dev/null &
 	echo $! >"$PIDFILE"
-	echo "k8s-prebuild: building Kubernetes $K8S_VERSION, then $OLDEST_K8S_VERSION, in the background (nice 19; log $LOG, pid $!)"
+	echo "k8s-prebuild: building Kubernetes $K8S_VERSION, Kueue, then $OLDEST_K8S_VERSION, in the background (nice 19; log $LOG, pid $!)"
 	;;
 stop)
 	if running; then

@@ -124,13 +124,17 @@ func (r *laneRegistry) publishBoth(t *testing.T) (previous, current release, pre
 	if err = errors.Join(prevErr, err); err != nil {
 		t.Fatal(err)
 	}
+	if previous.version == current.version {
+		t.Fatalf("the previous release and this tree both publish chart %s: bump charts/gpushare/Chart.yaml's version", current.version)
+	}
 	t.Logf("published %s (chart %s, image %s) and %s (chart %s, image %s) in %v", previous.push, previous.version, previous.image,
 		current.push, current.version, current.image, time.Since(start).Round(time.Second))
 	return previous, current, previousTree
 }
 
 // publishPrevious publishes previousRelease's tree (from git, into tree) with this tree's
-// hack/release.sh to <registry>/previous.
+// hack/release.sh to the registry path this tree's release goes to (<registry>/gpushare): as an
+// operator sees them, one chart repository with two versions, one image repository with two tags.
 func (r *laneRegistry) publishPrevious(tree string) (release, error) {
 	root := cluster.RepoRoot()
 	if out, err := exec.Command("git", "-C", root, "cat-file", "-e", previousRelease+"^{commit}").CombinedOutput(); err != nil {
@@ -149,7 +153,7 @@ func (r *laneRegistry) publishPrevious(tree string) (release, error) {
 	if err := os.WriteFile(filepath.Join(tree, "hack", "release.sh"), script, 0o755); err != nil {
 		return release{}, err
 	}
-	push := r.host + "/previous"
+	push := r.host + "/gpushare"
 	cmd := exec.Command(filepath.Join(tree, "hack", "release.sh"))
 	cmd.Dir = tree
 	cmd.Env = []string{"PUSH=" + push, releasePlatform, "IMAGE_REVISION=" + previousRelease, "RELEASE_OUT=" + filepath.Join(binDir, "previous-out")}
