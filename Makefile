@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTLDFLAGS ?= -w
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test docs-check vet lint fmt-check tidy-check unit bench image chart-check cluster-binaries kueue container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
+.PHONY: help build test docs-check vet lint fmt-check tidy-check size-check unit bench image chart-check cluster-binaries kueue container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,7 +36,10 @@ tidy-check: ## fail if go mod tidy would change go.mod/go.sum (product module an
 	$(GO) mod tidy -diff
 	cd test && $(GO) mod tidy -diff
 
-lint: vet fmt-check tidy-check ## vet, gofmt and go mod tidy checks
+size-check: ## no product Go file or chart template over 500 lines; the shipped programs' Go within 28,000 lines (prints it)
+	hack/size-check.sh
+
+lint: vet fmt-check tidy-check size-check ## vet, gofmt, go mod tidy and size checks
 
 unit: ## unit tests with the race detector
 	$(GO) test -race -count=1 -ldflags='$(TESTLDFLAGS)' $(PKGS)
