@@ -57,6 +57,13 @@ type Inventory struct {
 	Version int        `json:"version"`
 	Unit    MemoryUnit `json:"unit"`
 	Cards   []Card     `json:"cards"`
+	// NotServing says why the publishing plugin serves the kubelet none of
+	// its devices right now: the kubelet has no ListAndWatch stream open on
+	// it (the kubelet is down or restarting, or the plugin has not registered
+	// with it yet). A kubelet admitting a GPU pod then fails it, so the
+	// extender places none there (ErrPluginNotServing). Empty when it serves;
+	// readers that predate it ignore it.
+	NotServing string `json:"notServing,omitempty"`
 }
 
 // ErrNoInventory is returned (wrapped) by InventoryFromNode when the node has
@@ -71,9 +78,11 @@ var ErrInvalidInventory = errors.New("invalid GPU inventory")
 // as the scheduler extender's --device-plugin-selector finds them, are
 // none Ready, or all being deleted, or gone), or its kubelet reports the
 // gpu-mem resource with capacity 0 (a restarted kubelet, until the plugin
-// registers with it again). The kubelet then holds no healthy GPU device
-// and fails a GPU pod it admits (UnexpectedAdmissionError), so the
-// extender places no GPU pod there until the plugin serves again.
+// registers with it again), or the plugin's inventory says the kubelet
+// streams from it no longer (Inventory.NotServing: the kubelet is down).
+// The kubelet then holds no healthy GPU device and fails a GPU pod it
+// admits (UnexpectedAdmissionError), so the extender places no GPU pod
+// there until the plugin serves again.
 var ErrPluginNotServing = errors.New("the node's gpushare device plugin is not serving")
 
 // Validate checks the inventory's internal consistency.

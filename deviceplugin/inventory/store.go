@@ -35,6 +35,8 @@ type Store struct {
 	changed   chan struct{}
 	version   uint64
 	usedMiB   map[string]int64 // UUID → memory in use; nil: not sampled
+	// notServing is Inventory().NotServing (SetNotServing).
+	notServing string
 	// invChanged is closed at every change of Inventory(): card state (with
 	// changed) or memory in use (alone: the kubelet's device list does not
 	// change with it).
@@ -188,7 +190,7 @@ func (s *Store) Inventory() api.Inventory {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	iso := s.isolatedLocked()
-	inv := api.Inventory{Version: api.InventoryVersion, Unit: s.unit, Cards: make([]api.Card, 0, len(s.cards))}
+	inv := api.Inventory{Version: api.InventoryVersion, Unit: s.unit, Cards: make([]api.Card, 0, len(s.cards)), NotServing: s.notServing}
 	for _, c := range s.cards {
 		card := api.Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryMiB: c.MemoryMiB, Units: s.unit.UnitsFromMiB(c.MemoryMiB), State: api.CardHealthy}
 		if srcs, ok := iso[c.UUID]; ok {
@@ -226,6 +228,21 @@ func (s *Store) SetUsed(used map[string]int64) bool {
 	for u, mib := range used {
 		s.usedMiB[u] = mib
 	}
+	s.notifyInventoryLocked()
+	return true
+}
+
+// SetNotServing records why the kubelet gets none of the plugin's devices now
+// (api.Inventory.NotServing; "" when it streams from the plugin). It reports
+// whether that changed (and then wakes InventoryChanged, not Changed: the
+// device list is the same).
+func (s *Store) SetNotServing(reason string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.notServing == reason {
+		return false
+	}
+	s.notServing = reason
 	s.notifyInventoryLocked()
 	return true
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,7 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	defer end()
 	go p.RunReconciler(ctx)
 	go p.runRecordWriter(life)
+	p.publishServing()
 	units := p.units.endpoint()
 	units.tried = make(chan struct{})
 	if !p.cfg.WholeCards {
@@ -220,6 +222,8 @@ type served struct {
 	servedChans
 	// open counts the kubelet's ListAndWatch streams open on the endpoint.
 	open *atomic.Int32
+	// opened is called after each change of open.
+	opened func()
 }
 
 // servedChans are what one server reports to Run.
@@ -235,8 +239,10 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 	default:
 	}
 	s.open.Add(1)
+	s.opened()
 	err := s.DevicePluginServer.ListAndWatch(e, stream)
 	s.open.Add(-1)
+	s.opened()
 	if !s.stopping.Load() {
 		select {
 		case s.dropped <- struct{}{}:
@@ -262,7 +268,7 @@ func (p *Plugin) serve(ep *endpoint) (stop func(drain bool), ch servedChans, err
 		return nil, servedChans{}, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	ch = servedChans{watched: make(chan struct{}, 1), dropped: make(chan struct{}, 1)}
-	s := &served{DevicePluginServer: ep.server, servedChans: ch, open: p.streams(ep.resource)}
+	s := &served{DevicePluginServer: ep.server, servedChans: ch, open: p.streams(ep.resource), opened: p.publishServing}
 	var calls inFlight
 	srv := grpc.NewServer(grpc.UnaryInterceptor(calls.count))
 	pluginapi.RegisterDevicePluginServer(srv, s)
@@ -307,6 +313,21 @@ func (p *Plugin) Serving() (bool, []string) {
 		}
 	}
 	return len(missing) == 0, missing
+}
+
+// publishServing puts whether the kubelet streams from this plugin (Serving) in the inventory
+// the node publishes (api.Inventory.NotServing). The stream ends the moment the kubelet dies, and
+// nothing else the extender reads changes while it is down: its Node keeps the capacity it last
+// posted and the plugin's pod stays Ready, but the next kubelet fails every GPU pod bound there
+// meanwhile, as it admits them before the plugin has registered with it.
+func (p *Plugin) publishServing() {
+	reason := ""
+	if ok, missing := p.Serving(); !ok {
+		reason = fmt.Sprintf("the kubelet has no ListAndWatch stream open on its %s (the kubelet is down or restarting, or the plugin has not registered with it yet)", strings.Join(missing, ", "))
+	}
+	if p.store.SetNotServing(reason) {
+		p.log.Info("Serving the kubelet changed", "serving", reason == "", "reason", reason)
+	}
 }
 
 // register tells the kubelet about the endpoint.

@@ -101,7 +101,10 @@ type nodeState struct {
 	// resource but no device of it (kubeletBare): restarted, its device
 	// plugin not registered with it again yet.
 	kubeletBare bool
-	pods        map[types.UID]*podState
+	// notServing is the plugin's own word that the kubelet streams from it
+	// no longer (api.Inventory.NotServing): the kubelet is down.
+	notServing string
+	pods       map[types.UID]*podState
 	// snap is the published, immutable view; replaced on every change.
 	snap *allocator.Node
 }

@@ -80,6 +80,10 @@ func (c *Cache) SetNode(node *corev1.Node) {
 	n.inv, n.invErr, n.invCode, n.iso = inv, nil, "", iso
 	n.alloc, n.hasAlloc = host, hasHost
 	n.kubeletBare = kubeletBare(node, c.names.ResourceName()) && len(inv.Cards) > 0
+	n.notServing = ""
+	if len(inv.Cards) > 0 {
+		n.notServing = inv.NotServing
+	}
 	c.setModels(n, modelsOf(inv))
 	switch {
 	case invErr == nil && isoErr != nil:
@@ -107,7 +111,7 @@ func (c *Cache) DeleteNode(name string) {
 	}
 	n.known = false
 	n.inv, n.invErr, n.invCode, n.iso = api.Inventory{}, nil, "", api.Isolation{}
-	n.hasAlloc, n.kubeletBare = false, false
+	n.hasAlloc, n.kubeletBare, n.notServing = false, false, ""
 	c.setModels(n, nil)
 	c.publish(n)
 	c.gc(n)

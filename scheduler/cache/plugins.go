@@ -122,12 +122,17 @@ func kubeletBare(node *corev1.Node, res corev1.ResourceName) bool {
 	return ok && q.IsZero()
 }
 
-// pluginErr says why the node's device plugin is not serving: its kubelet
-// offers none of its devices (kubeletBare: the kubelet restarted and the
-// plugin has not registered with it again), or, with
+// pluginErr says why the node's device plugin is not serving: its inventory
+// says the kubelet streams from it no longer (api.Inventory.NotServing: the
+// kubelet is down, which nothing the kubelet writes shows until it is back),
+// its kubelet offers none of its devices (kubeletBare: the kubelet restarted
+// and the plugin has not registered with it again), or, with
 // WithDevicePluginSelector, no plugin pod of the node serves; nil when it
 // serves or, for the pods, no plugin pod was ever seen on the node.
 func (n *nodeState) pluginErr() error {
+	if n.notServing != "" {
+		return fmt.Errorf("node %s: %w: its device plugin reports that %s; GPU pods are placed here again once the kubelet streams from the plugin (if the kubelet is up and this stays: kubectl logs on the node's device plugin pod)", n.name, api.ErrPluginNotServing, n.notServing)
+	}
 	if n.kubeletBare {
 		return fmt.Errorf("node %s: %w: its kubelet reports no GPU device (capacity 0: the kubelet restarted and the plugin has not registered with it again); GPU pods are placed here again once the kubelet reports the plugin's devices (if it stays at 0: kubectl logs on the node's device plugin pod)", n.name, api.ErrPluginNotServing)
 	}

@@ -169,3 +169,38 @@ func TestNoGPUPodOnANodeWhoseKubeletRestartedUntilThePluginRegistersAgain(t *tes
 		})
 	}
 }
+
+// A kubelet that dies leaves its Node as it was (capacity kept, the plugin pod Ready) for as long
+// as it is down, and the next kubelet fails every GPU pod bound there meanwhile. The plugin says
+// so in its inventory (NotServing, written when the kubelet's ListAndWatch stream ends): the cache
+// places no GPU pod there, with the plugin's reason, until the plugin's inventory says it serves.
+func TestNoGPUPodOnANodeWhosePluginSaysTheKubeletStreamsNoMore(t *testing.T) {
+	sel := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "device-plugin"})
+	gpu := podtest.Make("ns", "p").UID("uid-p").GPU("main", 4).Obj()
+	const reason = "the kubelet has no ListAndWatch stream open on its example.com/gpu-mem (the kubelet is down or restarting, or the plugin has not registered with it yet)"
+	c := cache.New(cache.WithDevicePluginSelector(sel))
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	c.SetPod(pluginPod("plugin-a", "n1", true).Obj())
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).PluginNotServing(reason).Obj())
+	snap, err := c.NodeSnapshot("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.InventoryErr; !errors.Is(err, api.ErrPluginNotServing) || !strings.Contains(err.Error(), reason) || !strings.Contains(err.Error(), "placed here again once") {
+		t.Errorf("InventoryErr %v; want ErrPluginNotServing with the plugin's reason and what ends it", err)
+	}
+	if len(snap.Cards) != 1 {
+		t.Errorf("%d cards in the snapshot; want the card kept", len(snap.Cards))
+	}
+	if info := c.Inspect("n1"); len(info) != 1 || info[0].InventoryErrorCode != api.InventoryErrorPluginNotServing {
+		t.Errorf("/inspect: %+v; want code %s", info, api.InventoryErrorPluginNotServing)
+	}
+	// The new kubelet streams from the plugin: its inventory says so.
+	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Obj())
+	if snap, _ := c.NodeSnapshot("n1"); snap.InventoryErr != nil {
+		t.Fatalf("after the plugin serves again: %v; want fits", snap.InventoryErr)
+	}
+	if _, err := decideAndAssume(t, c, gpu, "n1"); err != nil {
+		t.Errorf("a 4 GiB pod on a free 40 GiB card: %v; want fits", err)
+	}
+}

@@ -97,8 +97,9 @@ func withPluginLeftRunning() nodeOption { return func(c *nodeConfig) { c.leavePl
 // the plugin's label alone.
 func withLabels(labels string) nodeOption { return func(c *nodeConfig) { c.labels = labels } }
 
-// waitInventory waits until the node is Ready with the plugin's inventory and
-// allocatable gpu-mem equal to the inventory's units.
+// waitInventory waits until the node is Ready with the plugin's inventory,
+// allocatable gpu-mem equal to the inventory's units and the plugin serving
+// the kubelet (the inventory's notServing empty).
 func waitInventory(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node) api.Inventory {
 	t.Helper()
 	return waitInventoryAfter(ctx, t, c, api.DefaultNames(), node, "")
@@ -107,7 +108,7 @@ func waitInventory(ctx context.Context, t *testing.T, c *cluster.Cluster, node *
 // restartAgent stops the node's agent and starts it again with the same
 // options; it returns the new one once it has posted the Node's status and
 // the plugin's capacity is back (registered again with the new device
-// manager, which reports zero until then).
+// manager, which reports zero until then) and its inventory says it serves.
 func restartAgent(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.Node) *cluster.Node {
 	t.Helper()
 	n, err := c.Client.CoreV1().Nodes().Get(ctx, node.Opts.Name, metav1.GetOptions{})
@@ -134,7 +135,7 @@ func waitInventoryAfter(ctx context.Context, t *testing.T, c *cluster.Cluster, n
 		got, err := names.InventoryFromNode(n)
 		q := n.Status.Allocatable[names.ResourceName()]
 		inv = got
-		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0
+		return err == nil && cluster.NodeReady(n) && q.Value() == got.TotalUnits() && q.Value() > 0 && got.NotServing == ""
 	}); err != nil {
 		t.Fatalf("%v\nagent log: %s", err, node.LogFile())
 	}

@@ -154,3 +154,65 @@ func getJSON(ctx context.Context, url string, v any) error {
 	}
 	return json.Unmarshal(body, v)
 }
+
+// A kubelet that dies (SIGKILL) leaves its Node as it was: gpu-mem capacity
+// unchanged, the plugin pod Ready, for as long as it is down. Every GPU pod
+// bound to the node meanwhile is admitted by the next kubelet at once, before
+// the plugin has registered with it, and fails. The plugin sees the kubelet's
+// ListAndWatch stream end at the kill and says so in the inventory it
+// publishes; here a GPU pod created while the kubelet is down stays Pending,
+// unbound, with the plugin's reason in /inspect, and runs on the node once a
+// new kubelet streams from the plugin again.
+func TestNoGPUPodBoundToANodeWhoseKubeletIsDown(t *testing.T) {
+	c := setup(t)
+	needRoot(t)
+	needExtender(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	node, _ := gpuNode(ctx, t, c, "kd-node", "1x24GiB:NVIDIA-A100", withPluginLeftRunning())
+	ns := testNamespace(ctx, t, c, "kd")
+	runPod(ctx, t, c, gpuPod(ns, "before", 4), node)
+
+	// As a kubelet crash: the agent's process group (the plugin runs in its own session).
+	if err := killGroup(node.PID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitExited(ctx, node.Exited); err != nil {
+		t.Fatal(err)
+	}
+	var info api.ExtenderNode
+	if err := wait.PollUntilContextTimeout(ctx, cluster.PollInterval, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var got api.ExtenderNode
+		if err := getJSON(ctx, fmt.Sprintf("http://127.0.0.1:%d/inspect/%s", extenderPort, node.Opts.Name), &got); err != nil {
+			return false, nil
+		}
+		info = got
+		return info.InventoryErrorCode == api.InventoryErrorPluginNotServing, nil
+	}); err != nil {
+		t.Errorf("extender /inspect/%s 30 s after its kubelet died: %+v; want %s", node.Opts.Name, info, api.InventoryErrorPluginNotServing)
+	}
+
+	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, gpuPod(ns, "during", 4), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := cluster.WaitPod(ctx, c.Client, ns, "during", time.Minute, "judged unschedulable or bound", func(p *corev1.Pod) bool {
+		return p.Spec.NodeName != "" || unschedulable(p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" {
+		t.Fatalf("pod during bound to %s while its kubelet was down: the next kubelet admits it before the plugin registers and fails it", p.Spec.NodeName)
+	}
+	t.Logf("pod during, kubelet down: %s", podScheduledMessage(p))
+
+	restarted, err := c.StartNode(node.Opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = restarted.Stop() })
+	waitRunning(ctx, t, c, ns, "during", restarted)
+	if err := waitAllRunning(ctx, c, ns, 2); err != nil {
+		t.Fatalf("%v\nagent log: %s", err, restarted.LogFile())
+	}
+}
