@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -210,7 +209,7 @@ func EncodeAssignment(a Assignment) (string, error) {
 // plugin reads every record of its node at each admission): a repeated one costs a copy.
 func DecodeAssignment(s string) (Assignment, error) {
 	if a, ok := decoded.get(s); ok {
-		return a, nil
+		return a.Clone(), nil
 	}
 	a, err := decodeRecord[Assignment](s, ErrInvalidAssignment)
 	if err == nil {
@@ -219,31 +218,8 @@ func DecodeAssignment(s string) (Assignment, error) {
 	return a, err
 }
 
-// decoded holds the valid annotation values DecodeAssignment parsed, at most decodedMax.
-var decoded = assignmentMemo{m: map[string]Assignment{}}
-
-const decodedMax = 1 << 14
-
-type assignmentMemo struct {
-	mu sync.Mutex
-	m  map[string]Assignment
-}
-
-func (m *assignmentMemo) get(s string) (Assignment, bool) {
-	m.mu.Lock()
-	a, ok := m.m[s]
-	m.mu.Unlock()
-	return a.Clone(), ok
-}
-
-func (m *assignmentMemo) put(s string, a Assignment) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.m) >= decodedMax {
-		clear(m.m)
-	}
-	m.m[s] = a
-}
+// decoded holds the valid annotation values DecodeAssignment parsed.
+var decoded = newMemo[string, Assignment](1 << 14)
 
 // Clone is a copy of a that shares no slice with it.
 func (a Assignment) Clone() Assignment {

@@ -288,24 +288,15 @@ func verifyWith(a Assignment, signer string, sig []byte, key ed25519.PublicKey) 
 		return false
 	}
 	a.Signature = ""
-	return verified.check(key, message(a, signer), sig)
+	return checkSignature(key, message(a, signer), sig)
 }
 
-// verified remembers the outcome of each signature check. An Ed25519 verification costs about
-// 100 µs, and a node's plugin looks at every record of its node at each admission: without the
-// memo a burst of n pods on a node cost n² verifications. An outcome is reused only for the same
-// key, message and signature (their SHA-256).
-var verified = verifyMemo{m: map[[sha256.Size]byte]bool{}}
+// verified remembers the outcome of each signature check (an Ed25519 verification costs about
+// 100 µs, and a node's plugin looks at every record of its node at each admission: without it a
+// burst of n pods cost n² verifications), keyed by the SHA-256 of key, signature and message.
+var verified = newMemo[[sha256.Size]byte, bool](1 << 16)
 
-// verifyMemoMax bounds the memo (about 3 MiB); it starts over when full.
-const verifyMemoMax = 1 << 16
-
-type verifyMemo struct {
-	mu sync.Mutex
-	m  map[[sha256.Size]byte]bool
-}
-
-func (v *verifyMemo) check(key ed25519.PublicKey, msg, sig []byte) bool {
+func checkSignature(key ed25519.PublicKey, msg, sig []byte) bool {
 	h := sha256.New()
 	for _, b := range [][]byte{key, sig, msg} {
 		_ = binary.Write(h, binary.BigEndian, uint32(len(b)))
@@ -313,20 +304,39 @@ func (v *verifyMemo) check(key ed25519.PublicKey, msg, sig []byte) bool {
 	}
 	var k [sha256.Size]byte
 	h.Sum(k[:0])
-	v.mu.Lock()
-	ok, seen := v.m[k]
-	v.mu.Unlock()
-	if seen {
+	if ok, seen := verified.get(k); seen {
 		return ok
 	}
-	ok = ed25519.Verify(key, msg, sig)
-	v.mu.Lock()
-	if len(v.m) >= verifyMemoMax {
-		clear(v.m)
-	}
-	v.m[k] = ok
-	v.mu.Unlock()
+	ok := ed25519.Verify(key, msg, sig)
+	verified.put(k, ok)
 	return ok
+}
+
+// memo is a map shared by goroutines, at most max entries (it starts over when full).
+type memo[K comparable, V any] struct {
+	mu  sync.Mutex
+	m   map[K]V
+	max int
+}
+
+func newMemo[K comparable, V any](max int) *memo[K, V] {
+	return &memo[K, V]{m: map[K]V{}, max: max}
+}
+
+func (m *memo[K, V]) get(k K) (V, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.m[k]
+	return v, ok
+}
+
+func (m *memo[K, V]) put(k K, v V) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.m) >= m.max {
+		clear(m.m)
+	}
+	m.m[k] = v
 }
 
 // message is what is signed: a domain tag, the signer, and a's encoding

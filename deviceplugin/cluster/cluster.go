@@ -1,10 +1,7 @@
-// Package cluster owns the device plugin's conversation with the API server:
-// an informer over the pods bound to its node, one over its Node (for the
-// operator's isolation annotation), publishing the node GPU inventory and
-// labels, and completing pods' assignment records. The cluster is reached
-// through kubernetes.Interface, so tests use the fake clientset: one client
-// writes, and another (WithReader: the node's own identity) may make every
-// read of the node's pods and Node.
+// Package cluster owns the device plugin's conversation with the API server: informers over
+// the pods bound to its node and its Node (isolation), the node's GPU inventory and labels, and
+// the pods' assignment records. One client writes; another (WithReader, the node's identity)
+// may make every read.
 package cluster
 
 import (
@@ -61,11 +58,9 @@ type Option func(*Cluster)
 // api.DefaultNames).
 func WithNames(n api.Names) Option { return func(c *Cluster) { c.names = n } }
 
-// WithReader makes every read of the node's pods and Node with reader
-// instead of the writing client: the node's own identity, which the API
-// server's Node authorizer lets list and watch only the pods with the field
-// selector spec.nodeName=NODE and read only its own Node. Every read here
-// carries such a selector or names the node.
+// WithReader makes every read of the node's pods and Node with reader: the node's identity,
+// which the Node authorizer lets read only pods by the selector spec.nodeName=NODE and its own
+// Node, as every read here does.
 func WithReader(reader kubernetes.Interface) Option { return func(c *Cluster) { c.reader = reader } }
 
 // New builds the informers (started by Start) for the node named node.
@@ -120,8 +115,8 @@ func (c *Cluster) notify() {
 	c.changed = make(chan struct{})
 }
 
-// PodsChanged is closed once the pod cache has changed after the call (a pod of the node
-// added, updated or deleted): a wait for a pod the kubelet saw first ends as the pod arrives.
+// PodsChanged is closed at the pod cache's next change (a pod of the node added, updated or
+// deleted): a wait for a pod the kubelet saw first ends as it arrives.
 func (c *Cluster) PodsChanged() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,12 +137,9 @@ func (c *Cluster) departed(obj any) {
 	c.notify()
 }
 
-// Arrival is the order in which the pod informer first saw the pod bound to
-// the node: 0 for the first pod, counting up. The kubelet watches the same
-// pods with the same field selector, so it sees the bindings in this order
-// too, and it admits pods as they arrive. false: not seen yet (newer than
-// every pod seen). Pods in the informer's initial list get the list's order,
-// which says nothing about the kubelet's.
+// Arrival is the order in which the pod informer first saw the pod bound to the node (0, 1, …):
+// the kubelet's watch sees the bindings in this order too and admits pods as they arrive. false:
+// not seen yet. The informer's initial list gets the list's order, which says nothing.
 func (c *Cluster) Arrival(uid types.UID) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -232,12 +224,8 @@ func (c *Cluster) UpdateAssignment(ctx context.Context, namespace, name string, 
 	})
 }
 
-// RepairAssignment reads the pod from the API server and, when rebuild
-// returns a record for it (true), writes that record in place of whatever
-// the pod carries (none, an undecodable or untrusted one): the same
-// conflict-checked merge patch as UpdateAssignment, retried on conflict with
-// rebuild called again on the pod as read. A pod that is gone or has another
-// UID is left alone.
+// RepairAssignment writes the record rebuild returns (true) for the pod as read, in place of
+// whatever it carries (none, an undecodable or untrusted one), as UpdateAssignment writes.
 func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, uid types.UID, rebuild func(*corev1.Pod) (api.Assignment, bool)) error {
 	return c.rewriteRecord(ctx, namespace, name, uid, func(pod *corev1.Pod) (api.Assignment, bool, error) {
 		a, ok := rebuild(pod)
@@ -245,13 +233,10 @@ func (c *Cluster) RepairAssignment(ctx context.Context, namespace, name string, 
 	})
 }
 
-// CacheBehind reports whether the API server has a pod bound to the node, not yet admitted nor
-// being deleted, that the pod cache lacks or holds at another resourceVersion: only then can
-// waiting for the cache show the plugin a pod the kubelet is admitting. One list of the node's
-// pods (field selector spec.nodeName, which the node-scope authorization allows) without a
-// resourceVersion: the latest state. A pod deleted before the kubelet admitted it is on neither
-// side, so the plugin answers at once instead of holding the kubelet's admission (every pod of
-// the node waits behind it) for its whole --allocate-wait.
+// CacheBehind reports whether the API server (one list of the node's pods, latest state) has a
+// pod bound to the node, not admitted nor being deleted, that the pod cache lacks or holds at
+// another resourceVersion: only then can waiting show the plugin a pod the kubelet admits. A pod
+// deleted before its admission is on neither side: the plugin answers at once.
 func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
 	list, err := c.reader.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", c.node).String()})
 	if err != nil {
@@ -277,14 +262,10 @@ func (c *Cluster) CacheBehind(ctx context.Context) (bool, error) {
 	return false, nil
 }
 
-// readPod reads one pod of the node from the API server (nil: none by
-// that name on this node). It lists with the field selectors
-// metadata.name and spec.nodeName rather than getting the pod by name: a
-// get does not say which node the pod is on, so the node-scope
-// authorization webhook (docs/security.md) lets the plugin's identity read
-// pods only by listing its node's. A list without a resourceVersion reads
-// the latest state, as a get does, so the conflict check of the write that
-// follows holds.
+// readPod reads one pod of the node from the API server (nil: none by that name on this node),
+// by a list with the field selectors metadata.name and spec.nodeName: the node-scope webhook
+// (docs/security.md) lets the plugin read pods only by listing its node's. Without a
+// resourceVersion it reads the latest state, as a get does.
 func (c *Cluster) readPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
 	sel := fields.AndSelectors(fields.OneTermEqualSelector("metadata.name", name), fields.OneTermEqualSelector("spec.nodeName", c.node))
 	list, err := c.reader.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{FieldSelector: sel.String()})
