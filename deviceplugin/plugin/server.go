@@ -256,38 +256,53 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (dec
 // as the informer delivers the pod. look takes allocMu itself; it is not held while waiting.
 //
 // Waiting helps only while the cache is behind the API server. So at the first miss, and every
-// cacheCheckEvery polls' time after it, the plugin asks the API server (Cluster.CacheBehind):
-// when the cache already shows every pod of the node awaiting admission as it is, the wait ends
-// at once. That is the case of a pod deleted before the kubelet admitted it (the kubelet may
-// still work through its queue): waiting would hold the kubelet's admissions, every pod of the
-// node behind this one, for AllocateWait.
+// cacheCheckEvery polls' time after it, the plugin asks the API server (Cluster.CacheBehind,
+// beside the wait: the informer usually delivers the pod before the list of the node's pods
+// returns): when the cache already shows every pod of the node awaiting admission as it is, the
+// wait ends at once. That is the case of a pod deleted before the kubelet admitted it (the
+// kubelet may still work through its queue): waiting would hold the kubelet's admissions, every
+// pod of the node behind this one, for AllocateWait.
 func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	now := p.cfg.Clock.Now()
 	deadline, check := now.Add(p.cfg.AllocateWait), now
 	changed := p.cluster.PodsChanged() // before the look: a change during it wakes the wait
+	answers := make(chan error, 1)     // CacheBehind's: nil when the cache is not behind
+	asking := false
 	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
-		if !p.cfg.Clock.Now().Before(check) {
-			check = p.cfg.Clock.Now().Add(cacheCheckEvery * allocatePoll)
-			if behind, err := p.cluster.CacheBehind(ctx); err == nil && !behind {
+		if !asking && !p.cfg.Clock.Now().Before(check) {
+			asking = true
+			go func() {
+				behind, err := p.cluster.CacheBehind(ctx)
+				if err == nil && behind {
+					err = errBehind
+				}
+				answers <- err
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case err := <-answers:
+			asking, check = false, p.cfg.Clock.Now().Add(cacheCheckEvery*allocatePoll)
+			if err == nil {
 				// The cache may have caught up since the last look (CacheBehind reads it after the
 				// API server): one more look, then no wait.
 				if !look() {
 					p.log.V(1).Info("Not waiting: the pod cache shows every pod of the node awaiting admission (a pod deleted before its admission?)")
 				}
 				return
-			} else if err != nil {
+			} else if !errors.Is(err, errBehind) {
 				p.log.V(1).Info("Waiting for the pod cache: the API server could not be asked whether it is behind", "err", err)
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return
 		case <-changed:
 		case <-p.cfg.Clock.After(allocatePoll):
 		}
 		changed = p.cluster.PodsChanged()
 	}
 }
+
+// errBehind is CacheBehind's answer "behind" on waitFor's channel.
+var errBehind = errors.New("the pod cache is behind the API server")
 
 // cacheCheckEvery is how many allocatePolls' time of a wait pass between two
 // questions to the API server whether the pod cache is behind (1 s).
