@@ -57,12 +57,8 @@ type Inventory struct {
 	Version int        `json:"version"`
 	Unit    MemoryUnit `json:"unit"`
 	Cards   []Card     `json:"cards"`
-	// NotServing says why the publishing plugin serves the kubelet none of
-	// its devices right now: the kubelet has no ListAndWatch stream open on
-	// it (the kubelet is down or restarting, or the plugin has not registered
-	// with it yet). A kubelet admitting a GPU pod then fails it, so the
-	// extender places none there (ErrPluginNotServing). Empty when it serves;
-	// readers that predate it ignore it.
+	// NotServing says why the kubelet streams from the publishing plugin no longer (down,
+	// restarting, not registered yet): the extender places no GPU pod there (ErrPluginNotServing).
 	NotServing string `json:"notServing,omitempty"`
 }
 
@@ -74,15 +70,10 @@ var ErrNoInventory = errors.New("node has no inventory annotation (is the gpusha
 // decode or validate.
 var ErrInvalidInventory = errors.New("invalid GPU inventory")
 
-// ErrPluginNotServing: the node's device plugin is not serving (its pods,
-// as the scheduler extender's --device-plugin-selector finds them, are
-// none Ready, or all being deleted, or gone), or its kubelet reports the
-// gpu-mem resource with capacity 0 (a restarted kubelet, until the plugin
-// registers with it again), or the plugin's inventory says the kubelet
-// streams from it no longer (Inventory.NotServing: the kubelet is down).
-// The kubelet then holds no healthy GPU device and fails a GPU pod it
-// admits (UnexpectedAdmissionError), so the extender places no GPU pod
-// there until the plugin serves again.
+// ErrPluginNotServing: the node's kubelet would fail a GPU pod at admission, so the extender
+// places none there: the device plugin's pods (--device-plugin-selector) are none Ready, the
+// kubelet reports gpu-mem capacity 0 (restarted, the plugin not registered again), or the
+// inventory says the kubelet streams from the plugin no longer (Inventory.NotServing).
 var ErrPluginNotServing = errors.New("the node's gpushare device plugin is not serving")
 
 // Validate checks the inventory's internal consistency.

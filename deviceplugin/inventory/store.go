@@ -232,10 +232,8 @@ func (s *Store) SetUsed(used map[string]int64) bool {
 	return true
 }
 
-// SetNotServing records why the kubelet gets none of the plugin's devices now
-// (api.Inventory.NotServing; "" when it streams from the plugin). It reports
-// whether that changed (and then wakes InventoryChanged, not Changed: the
-// device list is the same).
+// SetNotServing records api.Inventory.NotServing ("": serving) and reports whether it changed
+// (waking InventoryChanged only: the device list is the same).
 func (s *Store) SetNotServing(reason string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

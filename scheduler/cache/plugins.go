@@ -122,11 +122,9 @@ func kubeletBare(node *corev1.Node, res corev1.ResourceName) bool {
 	return ok && q.IsZero()
 }
 
-// pluginErr says why the node's device plugin is not serving: its inventory
-// says the kubelet streams from it no longer (api.Inventory.NotServing: the
-// kubelet is down, which nothing the kubelet writes shows until it is back),
-// its kubelet offers none of its devices (kubeletBare: the kubelet restarted
-// and the plugin has not registered with it again), or, with
+// pluginErr says why the node's device plugin is not serving: its inventory says the kubelet
+// streams from it no longer (api.Inventory.NotServing: the kubelet is down), its kubelet offers
+// none of its devices (kubeletBare: restarted, the plugin not registered again), or, with
 // WithDevicePluginSelector, no plugin pod of the node serves; nil when it
 // serves or, for the pods, no plugin pod was ever seen on the node.
 func (n *nodeState) pluginErr() error {
