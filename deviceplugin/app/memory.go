@@ -21,6 +21,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/httpserve"
@@ -99,8 +100,8 @@ func (m MemoryOptions) policy(tol usage.Tolerance) usage.Policy {
 	return usage.Policy{Tolerance: tol, Grace: m.Grace, KillAfter: m.EvictGrace + 2*m.SampleInterval}
 }
 
-func (m MemoryOptions) mps() plugin.MPS {
-	return plugin.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
+func (m MemoryOptions) mps() response.MPS {
+	return response.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
 }
 
 // agent is what Run built for the node: its options and names, GPUs (with the simulator behind

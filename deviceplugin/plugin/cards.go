@@ -5,8 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -124,23 +122,9 @@ func (k cards) snapshot(v podView, account bool, admitting func(types.UID) bool)
 	return allocate.BuildCards(v.pods, st, p.cardUse(v))
 }
 
-// respond is what a container given these cards whole gets: as for a share,
-// the cards reach it by Config.reach, and GPUSHARE_WHOLE_CARDS,
-// GPUSHARE_CARD_UUID and GPUSHARE_CARD_INDEX with comma-separated lists. No
-// MPS limit: the cards are the container's alone.
+// respond is what a container given these cards whole gets (response.Config.Whole).
 func (k cards) respond(d decision) *pluginapi.ContainerAllocateResponse {
-	var uuids, indexes []string
-	for _, c := range d.cards {
-		uuids = append(uuids, c.UUID)
-		indexes = append(indexes, strconv.Itoa(c.Index))
-	}
-	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
-		api.EnvWholeCards: strconv.Itoa(len(d.cards)),
-		api.EnvCardUUID:   strings.Join(uuids, ","),
-		api.EnvCardIndex:  strings.Join(indexes, ","),
-	}}
-	k.p.cfg.reach(r, d.cards...)
-	return r
+	return k.p.cfg.Whole(d.cards)
 }
 
 // preferred steers the kubelet to the cards the extender assigned to the

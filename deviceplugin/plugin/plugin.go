@@ -25,7 +25,6 @@
 //   - ledger.go: which container holds which devices (guesses and truth).
 //   - records.go, reconcile.go: writing the pods' assignment records, and
 //     reconciliation.
-//   - response.go: what a container gets (strategies, env, mounts).
 //   - status.go: errors to gRPC codes.
 //   - run.go: serving the sockets and registering with the kubelet.
 //
@@ -48,22 +47,20 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // Config is the plugin's configuration.
 type Config struct {
-	// Names are the resources the plugin serves and the keys it reads and
-	// writes (zero: api.DefaultNames).
-	Names api.Names
+	// Config shapes the container response: the resources' names, the
+	// device list and ID strategies, MPS.
+	response.Config
 	// Metrics times the calls (nil: none).
 	Metrics *Metrics
 	// PluginDir is the kubelet's device-plugin directory.
 	PluginDir string
 	// SocketName is the plugin's socket file in PluginDir.
 	SocketName string
-	// Strategy and DeviceIDStrategy shape the container response.
-	Strategy         Strategy
-	DeviceIDStrategy DeviceIDStrategy
 	// AllocateWait is how long Allocate waits for the pod it is for to reach
 	// the plugin's pod cache (the kubelet may see a pod first).
 	AllocateWait time.Duration
@@ -78,8 +75,6 @@ type Config struct {
 	// DefaultRegisterTimeout). Keep it above the kubelet's own 10 s dial of
 	// the plugin's socket (see DefaultRegisterTimeout).
 	RegisterTimeout time.Duration
-	// MPS adds NVIDIA MPS's per-client memory limit to every response (mps.go).
-	MPS MPS
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
@@ -176,12 +171,6 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginapi.DevicePluginPath
-	}
-	if cfg.Strategy == "" {
-		cfg.Strategy = StrategyVolumeMounts
-	}
-	if cfg.DeviceIDStrategy == "" {
-		cfg.DeviceIDStrategy = DeviceIDUUID
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = 10 * time.Second

@@ -32,6 +32,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -746,25 +747,25 @@ func TestContainerResponseStrategies(t *testing.T) {
 	}{
 		{
 			name:      "volume-mounts with uuid mounts /dev/null at the card's UUID",
-			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDUUID},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDUUID}},
 			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
 			wantMount: func(h *harness) string { return api.VisibleDevicesVolumeRoot + "/" + h.cards[1].UUID },
 		},
 		{
 			name:      "volume-mounts with index mounts /dev/null at the card's index",
-			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDIndex},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDIndex}},
 			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
 			wantMount: func(*harness) string { return api.VisibleDevicesVolumeRoot + "/1" },
 		},
 		{
 			name:      "envvar with uuid names the card's UUID and mounts nothing",
-			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDUUID},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDUUID}},
 			wantEnv:   func(h *harness) string { return h.cards[1].UUID },
 			wantMount: func(*harness) string { return "" },
 		},
 		{
 			name:      "envvar with index names the card's index",
-			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDIndex},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDIndex}},
 			wantEnv:   func(*harness) string { return "1" },
 			wantMount: func(*harness) string { return "" },
 		},

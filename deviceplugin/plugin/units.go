@@ -79,7 +79,7 @@ func (k units) admit(ctx context.Context, reqs []allocate.Units) error {
 func (k units) accounts(ctx context.Context) accounts { return k.p.readAccounts(ctx, true, false) }
 
 func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
-	return k.p.response(d.cards[0], d.units)
+	return k.p.cfg.Share(d.cards[0], d.units, k.p.store.Unit())
 }
 
 // decide is one Allocate decision (callers hold allocMu; no I/O): a refusal
