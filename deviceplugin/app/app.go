@@ -33,6 +33,7 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/isolation"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 	"github.com/gpushare/gpushare/internal/adminauth"
@@ -417,10 +418,10 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	if err != nil {
 		return err
 	}
-	var podres, wholePodres plugin.PodResources
+	var podres, wholePodres podresources.Reader
 	if o.PodResourcesSocket != "" {
-		podres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.ResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.ResourceName())))
-		wholePodres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.WholeResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.WholeResourceName())))
+		podres = podresources.NewKubelet(o.PodResourcesSocket, string(names.ResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.ResourceName())))
+		wholePodres = podresources.NewKubelet(o.PodResourcesSocket, string(names.WholeResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.WholeResourceName())))
 	}
 	gauge, err := newDutiesGauge(nodeReg)
 	if err != nil {

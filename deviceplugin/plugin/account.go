@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // podResourcesTimeout bounds one read of the kubelet's PodResources API.
@@ -53,7 +54,7 @@ func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
 }
 
 // readAccount reads the kubelet's account of one resource, pod by pod
-// (PodResources Get, never List: see KubeletPodResources). Called WITHOUT
+// (PodResources Get, never List: see podresources.Kubelet). Called WITHOUT
 // allocMu (gRPC calls).
 //
 // The kubelet admits pods one at a time and records a container's devices as
@@ -74,7 +75,7 @@ func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
 	hs, err := r.podres.Get(ctx, pods)
-	if errors.Is(err, ErrGetDisabled) {
+	if errors.Is(err, podresources.ErrGetDisabled) {
 		p.getDisabled.Do(func() { p.log.Error(err, "Deciding on the plugin's own memory") })
 		return account{}
 	}
@@ -146,14 +147,14 @@ func (a account) heldByOther(v podView, ids []string) (h holding, exact, held bo
 	for _, id := range ids {
 		want[id] = true
 	}
-	key := idsKey(ids)
+	key := podresources.IDsKey(ids)
 	for _, h := range a.holdings {
 		if !api.MayStartContainers(v.byUID[h.UID]) {
 			continue
 		}
 		for _, id := range h.IDs {
 			if want[id] {
-				return h, idsKey(h.IDs) == key, true
+				return h, podresources.IDsKey(h.IDs) == key, true
 			}
 		}
 	}

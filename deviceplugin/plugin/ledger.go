@@ -1,10 +1,9 @@
 package plugin
 
 import (
-	"sort"
-	"strings"
 	"sync"
 
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -85,19 +84,13 @@ func newLedger(whole bool) *ledger {
 	}
 }
 
-func idsKey(ids []string) string {
-	s := append([]string(nil), ids...)
-	sort.Strings(s)
-	return strings.Join(s, ",")
-}
-
 // keys are the index keys of a holding of ids: each card for whole cards,
 // the set of IDs for units.
 func (l *ledger) keys(ids []string) []string {
 	if l.whole {
 		return ids
 	}
-	return []string{idsKey(ids)}
+	return []string{podresources.IDsKey(ids)}
 }
 
 // generation is the number of guesses made so far. A PodResources read that
@@ -206,7 +199,7 @@ func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
 		return holding{}, false
 	}
 	h := l.byCont[k]
-	if l.whole && idsKey(h.IDs) != idsKey(ids) {
+	if l.whole && podresources.IDsKey(h.IDs) != podresources.IDsKey(ids) {
 		return holding{}, false
 	}
 	return h, true

@@ -47,6 +47,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
@@ -84,7 +85,7 @@ type Config struct {
 	// account; see cards.go.
 	WholeCards        bool
 	WholeSocketName   string
-	WholePodResources PodResources
+	WholePodResources podresources.Reader
 	// RecordKeys, when set, make the plugin trust only records the extender
 	// signed (an unsigned or badly signed one gives its pod no card), and
 	// sign the records it updates (api.RecordKeys), with the keys in force
@@ -162,7 +163,7 @@ type Plugin struct {
 }
 
 // New builds the plugin. podres may be nil.
-func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResources, log klog.Logger) *Plugin {
+func New(cfg Config, store *inventory.Store, cluster Cluster, podres podresources.Reader, log klog.Logger) *Plugin {
 	if cfg.SocketName == "" {
 		cfg.SocketName = "gpushare.sock"
 	}

@@ -16,11 +16,12 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
-// kubelet's account through KubeletPodResources from a fake PodResources
+// kubelet's account through podresources.Kubelet from a fake PodResources
 // server, with pod a Running on card 0 (units 0–3) and pod b, assigned
 // to card 0 too, awaiting admission.
 func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podtest.Card) {
@@ -35,7 +36,7 @@ func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podt
 	)
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	p := New(Config{PluginDir: t.TempDir()}, store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	return p, srv, mem, card0
 }
@@ -118,7 +119,7 @@ func TestPreferredAllocationSkipsUnitsTheKubeletShowsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := resp.ContainerResponses[0].DeviceIDs
-	if idsKey(got) != idsKey(unitIDs(card0.UUID, 4, 4)) {
+	if podresources.IDsKey(got) != podresources.IDsKey(unitIDs(card0.UUID, 4, 4)) {
 		t.Errorf("preferred %v; want units 4–7 of card 0 (0–3 are pod a's)", got)
 	}
 }
@@ -183,7 +184,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	cl := &frozenCluster{memCluster: mem}
 	cl.freeze()
 	podres := &fakePodResources{}
-	held := []Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
+	held := []podresources.Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
 	podres.set(held...)
 	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	ids := unitIDs(c0.UUID, 4, 4)
@@ -193,7 +194,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
 		t.Fatalf("a's record after the guess: %s; want Allocated (the plugin's guess)", a.Phase)
 	}
-	podres.set(append(held, Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
+	podres.set(append(held, podresources.Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
 	if err := p.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
 	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 0).GPU("main", 4).Phase(corev1.PodRunning).Obj())
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	cl := &vanishingCluster{memCluster: mem, gone: "a"}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err := p.Reconcile(context.Background()); err != nil {
@@ -292,7 +293,7 @@ func TestKubeletAccountIsReadWithinTheKubeletsRateLimit(t *testing.T) {
 		pods = append(pods, podtest.Bound("n", name, i).GPU("c", 1).Obj())
 		srv.Hold("ns", name, "c", api.UnitID(podtest.CardUUID("n", 0), int64(i)))
 	}
-	k := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	k := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	for round := range 3 {
 		hs, err := k.Get(context.Background(), pods)
 		if err != nil {
@@ -330,12 +331,12 @@ func TestTheAdmittedPodIsRememberedFromItsAllocate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := podrestest.Start(t, res)
 			srv.Know(tc.admit.Namespace, tc.admit.Name)
-			k := NewKubeletPodResources(srv.Socket, res, nil, nil)
+			k := podresources.NewKubelet(srv.Socket, res, nil, nil)
 			pods := []*corev1.Pod{tc.admit}
 			if tc.alloc != tc.admit {
 				pods = append(pods, tc.alloc)
 			}
-			hs, err := k.Get(withAdmission(ctx), pods)
+			hs, err := k.Get(podresources.WithAdmission(ctx), pods)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,7 +352,7 @@ func TestTheAdmittedPodIsRememberedFromItsAllocate(t *testing.T) {
 				srv.Hold(tc.admit.Namespace, tc.admit.Name, "main", api.UnitID(card, 2), api.UnitID(card, 3))
 			}
 			_, before := srv.Calls()
-			hs, err = k.Get(withStarting(ctx, ids), pods)
+			hs, err = k.Get(podresources.WithStarting(ctx, ids), pods)
 			if err != nil {
 				t.Fatal(err)
 			}

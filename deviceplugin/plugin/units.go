@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // units is the kind of the gpu-mem resource (api.Names.ResourceName): one
@@ -251,7 +252,7 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 		return nil, toStatus(err)
 	}
 	p.swapDeferred(ctx)
-	accts := k.accounts(withStarting(ctx, u.IDs))
+	accts := k.accounts(podresources.WithStarting(ctx, u.IDs))
 	if !accts.units.ok {
 		// The plugin's decision is all there is: its record, which Allocate
 		// left to the record writer, is written before the container starts.

@@ -16,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
@@ -235,7 +236,7 @@ func TestKubeletAccountCorrectsTheWholeCardRecord(t *testing.T) {
 		}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
-	h.plugin.cfg.WholePodResources.(*fakePodResources).set(Holding{Namespace: "ns", Pod: "w", Container: "train", IDs: []string{u1}})
+	h.plugin.cfg.WholePodResources.(*fakePodResources).set(podresources.Holding{Namespace: "ns", Pod: "w", Container: "train", IDs: []string{u1}})
 	if err := h.plugin.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,7 @@ func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
 
 // Config shapes the container response.
 type Config struct {
-	// Names are the resources served and the keys read and written (zero:
-	// api.DefaultNames).
+	// Names are the resources served and the keys read and written (zero: api.DefaultNames).
 	Names api.Names
 	// Strategy and DeviceIDStrategy: how the cards reach the container
 	// (zero: StrategyVolumeMounts, DeviceIDUUID).
