@@ -42,7 +42,7 @@ type accounts struct{ units, whole account }
 
 // readAccounts reads the kubelet's account of the gpu-mem units and/or of
 // the whole cards. Called WITHOUT allocMu (gRPC calls).
-func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
+func (p accountReader) readAccounts(ctx context.Context, units, whole bool) accounts {
 	var a accounts
 	if units {
 		a.units = p.readAccount(ctx, p.units.res)
@@ -63,7 +63,7 @@ func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
 // those are not pending, whatever the plugin guessed (a guess the account
 // contradicts is dropped and its pod is reopened), and the only unknown left
 // is which of the still-pending containers the call is for.
-func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
+func (p accountReader) readAccount(ctx context.Context, r *resource) account {
 	if r.podres == nil {
 		return account{}
 	}
@@ -168,7 +168,7 @@ func (a account) heldByOther(v podView, ids []string) (h holding, exact, held bo
 // PreStartContainer of h's container). Exactly the units of a container
 // not known to be admitted is taken for a re-allocation of it, as before
 // the account was read per pod (decide).
-func (p *Plugin) refuseHeld(v podView, h holding, exact bool) bool {
+func (p accountReader) refuseHeld(v podView, h holding, exact bool) bool {
 	if !exact {
 		return true
 	}

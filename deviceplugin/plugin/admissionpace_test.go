@@ -194,7 +194,7 @@ func TestAllocateOfUnitsDoesNotWaitForTheAPIServer(t *testing.T) {
 	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 1).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj())
 	cl := &heldWrites{memCluster: mem, release: make(chan struct{})}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
-	go p.runRecordWriter(ctx)
+	go p.rec.runRecordWriter(ctx)
 	waitServing(t, p)
 	ids := unitIDs(sn.Cards[0].UUID, 0, 4)
 	done := make(chan error, 1)
@@ -283,10 +283,10 @@ func TestQueuedRecordsAreWrittenConcurrently(t *testing.T) {
 	}
 	cl := &concurrentWrites{memCluster: mem, want: 4, all: make(chan struct{})}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
-	go p.runRecordWriter(ctx)
+	go p.rec.runRecordWriter(ctx)
 	waitServing(t, p)
 	start := time.Now()
-	p.queueRecords(ctx, refs)
+	p.rec.queueRecords(ctx, refs)
 	for !p.records.idle() {
 		time.Sleep(time.Millisecond)
 	}

@@ -76,7 +76,7 @@ func (k cards) parse(ids []string) (allocate.Cards, error) {
 func (cards) admit(context.Context, []allocate.Cards) error { return nil }
 
 // accounts: both resources' (a card is held the one way or the other).
-func (k cards) accounts(ctx context.Context) accounts { return k.p.readAccounts(ctx, true, true) }
+func (k cards) accounts(ctx context.Context) accounts { return k.p.acct.readAccounts(ctx, true, true) }
 
 // decide is one whole-card decision, under allocMu: a container holding
 // exactly these cards is a repeat (after a restart too, from the kubelet's
@@ -169,7 +169,7 @@ func (cards) preStart(context.Context, *pluginapi.PreStartContainerRequest) (*pl
 // applyLedger): a container the ledger shows holding cards gets those cards
 // (sorted by index). It reports whether it changed a, and whether every
 // whole-card container holds its cards.
-func (p *Plugin) applyWhole(a *api.Assignment, uid types.UID) (changed, all bool) {
+func (p recorder) applyWhole(a *api.Assignment, uid types.UID) (changed, all bool) {
 	all = true
 	for i := range a.WholeCards {
 		w := &a.WholeCards[i]

@@ -17,16 +17,16 @@
 //     Allocate flow they share (parse at the door, read the accounts, decide
 //     under the lock, answer, write the records after it).
 //   - units.go, cards.go: what is particular to gpu-mem units and to whole
-//     cards (devices, preferences, decisions, responses).
+//     cards (devices, preferences, decisions, responses); in units.go too,
+//     toStatus (errors to gRPC codes).
 //   - state.go: the node's state (both ledgers, the lock, the cards' use)
 //     and the one "lock, list the pods, merge the accounts" step.
-//   - account.go: the kubelet's own account (PodResources) of a resource,
-//     read outside the lock and merged into its ledger under it.
+//   - account.go (accountReader): the kubelet's own account (PodResources) of
+//     a resource, read outside the lock and merged into its ledger under it.
 //   - ledger.go: which container holds which devices (guesses and truth).
-//   - records.go, reconcile.go: writing the pods' assignment records, and
-//     reconciliation.
-//   - status.go: errors to gRPC codes.
-//   - run.go: serving the sockets and registering with the kubelet.
+//   - records.go, writer.go (recorder): writing the pods' assignment records;
+//     reconcile.go (reconciler): reconciliation.
+//   - run.go (registrar): serving the sockets and registering with the kubelet.
 //
 // Locking: allocMu (nodeState.mu) serialises decisions (snapshot, match,
 // ledger update) and is never held across a gRPC or API call; the
@@ -160,7 +160,20 @@ type Plugin struct {
 	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
 	// streams open on that resource's endpoint (Serving).
 	open sync.Map
+	// Its groups of work (New sets them), each with its methods over its state.
+	rec   recorder
+	recon reconciler
+	acct  accountReader
+	reg   registrar
 }
+
+// The plugin's groups of work (see the package doc), each with its own methods.
+type (
+	recorder      struct{ *Plugin }
+	reconciler    struct{ *Plugin }
+	accountReader struct{ *Plugin }
+	registrar     struct{ *Plugin }
+)
 
 // New builds the plugin. podres may be nil.
 func New(cfg Config, store *inventory.Store, cluster Cluster, podres podresources.Reader, log klog.Logger) *Plugin {
@@ -187,6 +200,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres podresource
 		cfg.Clock = clock.RealClock{}
 	}
 	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), records: newRecordQueue(), state: newNodeState()}
+	p.rec, p.recon, p.acct, p.reg = recorder{p}, reconciler{p}, accountReader{p}, registrar{p}
 	// One server type per resource, each with its kind, account and ledger.
 	p.units = &server[allocate.Units]{p: p, kind: units{p}, res: &resource{name: cfg.Names.ResourceName(), socketName: cfg.SocketName, options: &unitOptions, podres: podres, ledger: p.state.units, cardsOf: unitCards}}
 	p.whole = &server[allocate.Cards]{p: p, kind: cards{p}, res: &resource{name: cfg.Names.WholeResourceName(), socketName: cfg.WholeSocketName, options: &cardOptions, podres: cfg.WholePodResources, ledger: p.state.whole, cardsOf: wholeCards}}

@@ -188,7 +188,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		writes = append(writes, d.reopened...)
 		if err != nil {
 			p.log.Error(err, "Allocate refused", "resource", s.res.name, "devices", len(req.GetContainerRequests()[i].GetDevicesIds()))
-			p.writeRecords(ctx, writes)
+			p.rec.writeRecords(ctx, writes)
 			return nil, toStatus(err)
 		}
 		if d.write.UID != "" {
@@ -205,9 +205,9 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		resp.ContainerResponses = append(resp.ContainerResponses, s.kind.respond(d))
 	}
 	if s.res.options.PreStartRequired {
-		p.queueRecords(ctx, writes) // PreStartContainer writes the record before the container starts
+		p.rec.queueRecords(ctx, writes) // PreStartContainer writes the record before the container starts
 	} else {
-		p.writeRecords(ctx, writes)
+		p.rec.writeRecords(ctx, writes)
 	}
 	select {
 	case p.reconcile <- struct{}{}:
@@ -309,7 +309,7 @@ func (p *Plugin) waitForView(ctx context.Context, accts accounts, look func(v po
 
 // writeRecords writes each pod's record once (errors are logged: the
 // reconciler retries).
-func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
+func (p recorder) writeRecords(ctx context.Context, refs []podRef) {
 	seen := map[podRef]bool{}
 	for _, r := range refs {
 		if seen[r] {
