@@ -3,8 +3,9 @@ package plugin
 import (
 	"sync"
 
-	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // holding is one container's devices of one resource (units of a card, or
