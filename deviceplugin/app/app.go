@@ -33,6 +33,8 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/isolation"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
 	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/cli"
@@ -122,7 +124,7 @@ func DefaultOptions() Options {
 	return Options{
 		NVML: "real", DevicePluginDir: pluginapi.DevicePluginPath, PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock",
 		Names: cli.DefaultNameFlags(), KubeAPIQPS: 50, KubeAPIBurst: 100, FailOnInitError: true,
-		MemoryUnit: string(api.UnitGiB), DeviceListStrategy: string(plugin.StrategyVolumeMounts), DeviceIDStrategy: string(plugin.DeviceIDUUID),
+		MemoryUnit: string(api.UnitGiB), DeviceListStrategy: string(response.StrategyVolumeMounts), DeviceIDStrategy: string(response.DeviceIDUUID),
 		HealthChecks: true, HealthRecheckInterval: 5 * time.Minute, RecordKeyInterval: recordkey.DefaultInterval,
 		WholeCards: true, AllocateWait: 10 * time.Second, ReconcileInterval: 10 * time.Second, AdminAuth: adminauth.DefaultOptions(),
 		Memory: MemoryOptions{SampleInterval: 5 * time.Second, Enforcement: string(usage.DefaultMode), Tolerance: "5%", Grace: 30 * time.Second,
@@ -278,10 +280,10 @@ func (o Options) validate() error {
 	if _, err := o.Names.Names(); err != nil {
 		return err
 	}
-	if _, err := plugin.ParseStrategy(o.DeviceListStrategy); err != nil {
+	if _, err := response.ParseStrategy(o.DeviceListStrategy); err != nil {
 		return fmt.Errorf("deviceListStrategy: %w", err)
 	}
-	if _, err := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy); err != nil {
+	if _, err := response.ParseDeviceIDStrategy(o.DeviceIDStrategy); err != nil {
 		return fmt.Errorf("deviceIDStrategy: %w", err)
 	}
 	if _, err := nvml.ParseSource(o.NVML); err != nil {
@@ -313,8 +315,8 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	client := clients.Write
 	// Validate parsed every one of these: no error is left.
 	unit, _ := api.ParseMemoryUnit(o.MemoryUnit)
-	strategy, _ := plugin.ParseStrategy(o.DeviceListStrategy)
-	idStrategy, _ := plugin.ParseDeviceIDStrategy(o.DeviceIDStrategy)
+	strategy, _ := response.ParseStrategy(o.DeviceListStrategy)
+	idStrategy, _ := response.ParseDeviceIDStrategy(o.DeviceIDStrategy)
 	src, _ := nvml.ParseSource(o.NVML)
 	names, _ := o.Names.Names()
 	ignored, _ := o.ignoredXIDs()
@@ -405,7 +407,7 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	if err != nil {
 		return err
 	}
-	grant := plugin.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}
+	grant := response.Config{Names: names, Strategy: strategy, DeviceIDStrategy: idStrategy, MPS: o.Memory.mps()}
 	n := agent{o: o, names: names, gpus: gpus, sim: sim, store: store, cl: cl, keys: keys, client: client, reg: reg}
 	if o.DRA.Enabled {
 		return runDRA(ctx, n, grant)
@@ -416,10 +418,10 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	if err != nil {
 		return err
 	}
-	var podres, wholePodres plugin.PodResources
+	var podres, wholePodres podresources.Reader
 	if o.PodResourcesSocket != "" {
-		podres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.ResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.ResourceName())))
-		wholePodres = plugin.NewKubeletPodResources(o.PodResourcesSocket, string(names.WholeResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.WholeResourceName())))
+		podres = podresources.NewKubelet(o.PodResourcesSocket, string(names.ResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.ResourceName())))
+		wholePodres = podresources.NewKubelet(o.PodResourcesSocket, string(names.WholeResourceName()), cl.Arrival, metrics.ObservePodResourcesGets(string(names.WholeResourceName())))
 	}
 	gauge, err := newDutiesGauge(nodeReg)
 	if err != nil {
@@ -427,17 +429,14 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 	}
 	socket, wholeSocket := SocketNames(o.Instance)
 	p := plugin.New(plugin.Config{
-		Names:             names,
+		Config:            grant,
 		Metrics:           metrics,
 		PluginDir:         o.DevicePluginDir,
 		SocketName:        socket,
 		WholeSocketName:   wholeSocket,
-		Strategy:          strategy,
-		DeviceIDStrategy:  idStrategy,
 		AllocateWait:      o.AllocateWait,
 		ReconcileInterval: o.ReconcileInterval,
 		RecordKeys:        keys,
-		MPS:               o.Memory.mps(),
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)

@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/deviceplugin/dra"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // DRAOptions run the node agent as a DRA driver (deviceplugin/dra) instead
@@ -32,7 +32,7 @@ type DRAOptions struct {
 // as with the device plugin, each container measured against what its
 // claims consumed (dra.ClaimGrants) and, for those device-plugin pods,
 // their records (keys).
-func runDRA(ctx context.Context, n agent, grant plugin.Config) error {
+func runDRA(ctx context.Context, n agent, grant response.Config) error {
 	log := klog.FromContext(ctx)
 	o, names, store, cl, client := n.o, n.names, n.store, n.cl, n.client
 	held := func() map[int]int64 {

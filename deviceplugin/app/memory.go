@@ -20,7 +20,8 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/cluster"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 	"github.com/gpushare/gpushare/internal/adminauth"
 	"github.com/gpushare/gpushare/internal/httpserve"
@@ -99,8 +100,8 @@ func (m MemoryOptions) policy(tol usage.Tolerance) usage.Policy {
 	return usage.Policy{Tolerance: tol, Grace: m.Grace, KillAfter: m.EvictGrace + 2*m.SampleInterval}
 }
 
-func (m MemoryOptions) mps() plugin.MPS {
-	return plugin.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
+func (m MemoryOptions) mps() response.MPS {
+	return response.MPS{Enabled: m.MPS, PipeDir: m.MPSPipeDir, ShmDir: m.MPSShmDir}
 }
 
 // agent is what Run built for the node: its options and names, GPUs (with the simulator behind
@@ -123,7 +124,7 @@ type agent struct {
 // one process of the node that holds the node lock (runNodeDuties).
 // claims, when set, are the grants of containers given memory through ResourceClaims (a node
 // served by DRA).
-func startMemory(ctx context.Context, n agent, podres plugin.PodResources, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), ready readiness) (duty, error) {
+func startMemory(ctx context.Context, n agent, podres podresources.Reader, claims func(context.Context, []*corev1.Pod) ([]usage.Grant, error), ready readiness) (duty, error) {
 	log := klog.FromContext(ctx).WithName("memory")
 	o, m, store, client, reg := n.o, n.o.Memory, n.store, n.client, n.reg
 	if sim := n.sim; sim != nil && m.SimProcesses != "" {

@@ -11,7 +11,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpushare/gpushare/api"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // A writer of resourceclaims/status (not the scheduler) forges allocations;
@@ -38,7 +38,7 @@ func TestPrepareRefusesAllocationsTheNodeDidNotOffer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: t.TempDir(),
-				Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyEnvvar},
+				Grant: response.Config{Names: api.DefaultNames(), Strategy: response.StrategyEnvvar},
 				Held:  func() map[int]int64 { return map[int]int64{1: 40} }}
 			got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{tt.claim})
 			if err != nil {
@@ -55,7 +55,7 @@ func TestPrepareRefusesAllocationsTheNodeDidNotOffer(t *testing.T) {
 // refused while the first is prepared, and prepared once the first is not.
 func TestPrepareKeepsTheNodesClaimsWithinACard(t *testing.T) {
 	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: t.TempDir(),
-		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyEnvvar}}
+		Grant: response.Config{Names: api.DefaultNames(), Strategy: response.StrategyEnvvar}}
 	prep := func(uid string) error {
 		got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{claim(uid, "team", result("gpu", "gpu-1", "card-0", "30Gi"))})
 		if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -138,7 +138,7 @@ func result(request, pool, device, memory string) resourceapi.DeviceRequestAlloc
 func TestPrepareHandsTheClaimTheDevicePluginsGrantThroughCDI(t *testing.T) {
 	dir := t.TempDir()
 	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: dir,
-		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyVolumeMounts, DeviceIDStrategy: plugin.DeviceIDUUID}}
+		Grant: response.Config{Names: api.DefaultNames(), Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDUUID}}
 	other := result("other", "gpu-1", "nic-0", "")
 	other.Driver = "nic.example.com"
 	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{
@@ -199,7 +199,7 @@ func TestPrepareHandsTheClaimTheDevicePluginsGrantThroughCDI(t *testing.T) {
 
 func TestPrepareNamesNvidiasCDIDeviceWhenAsked(t *testing.T) {
 	d := &Driver{Name: "gpushare.example.com", Pool: "gpu-1", Store: store(t), CDIDir: t.TempDir(), NvidiaCDIKind: "nvidia.com/gpu",
-		Grant: plugin.Config{Names: api.DefaultNames(), Strategy: plugin.StrategyEnvvar}}
+		Grant: response.Config{Names: api.DefaultNames(), Strategy: response.StrategyEnvvar}}
 	c := claim("u1", "team", result("gpu", "gpu-1", "card-0", "2Gi"))
 	c.Spec.Devices.Requests[0].Exactly.Capacity.Requests[CapacityMemory] = resource.MustParse("1536Mi") // rounded up to a unit
 	got, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{c})

@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // Driver is the DRA kubelet plugin of one node.
@@ -28,7 +28,7 @@ type Driver struct {
 	Store *inventory.Store
 	// Grant shapes what a container gets for its share of a card, as for
 	// the device plugin (Strategy, DeviceIDStrategy, MPS, Names).
-	Grant plugin.Config
+	Grant response.Config
 	// CDIDir is where claim specs are written (DefaultCDIDir).
 	CDIDir string
 	// NvidiaCDIKind, when set (e.g. nvidia.com/gpu), also names the card's
@@ -108,7 +108,7 @@ func (d *Driver) prepare(claim *resourceapi.ResourceClaim) ([]kubeletplugin.Devi
 		q, _ := api.DRAConsumedMemory(r, api.DRAQuantity(unit.UnitsFromMiB(card.MemoryMiB), unit))
 		units := api.DRAUnits(q, unit)
 		name := string(claim.UID) + "-" + r.Request + "-" + r.Device
-		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Response(card, units, unit))})
+		specs = append(specs, cdispec.Device{Name: name, ContainerEdits: editsOf(d.Grant.Share(card, units, unit))})
 		ids := []string{d.cdiKind() + "=" + name}
 		if d.NvidiaCDIKind != "" {
 			ids = append(ids, d.NvidiaCDIKind+"="+card.UUID)

@@ -3,7 +3,7 @@
 // publishes one device per card in a ResourceSlice, with the card's memory
 // as consumable capacity (several claims share a card, each consuming part
 // of it), and prepares a claim by handing its containers the same grant the
-// device plugin gives (plugin.Config.Response) through a CDI spec. The
+// device plugin gives (response.Config.Share) through a CDI spec. The
 // scheduler's DRA allocator picks the card; the node agent's inventory
 // (deviceplugin/inventory) is the one source of the cards, their health and
 // isolation.

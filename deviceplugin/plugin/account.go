@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // podResourcesTimeout bounds one read of the kubelet's PodResources API.
@@ -41,7 +42,7 @@ type accounts struct{ units, whole account }
 
 // readAccounts reads the kubelet's account of the gpu-mem units and/or of
 // the whole cards. Called WITHOUT allocMu (gRPC calls).
-func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
+func (p accountReader) readAccounts(ctx context.Context, units, whole bool) accounts {
 	var a accounts
 	if units {
 		a.units = p.readAccount(ctx, p.units.res)
@@ -53,7 +54,7 @@ func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
 }
 
 // readAccount reads the kubelet's account of one resource, pod by pod
-// (PodResources Get, never List: see KubeletPodResources). Called WITHOUT
+// (PodResources Get, never List: see podresources.Kubelet). Called WITHOUT
 // allocMu (gRPC calls).
 //
 // The kubelet admits pods one at a time and records a container's devices as
@@ -62,7 +63,7 @@ func (p *Plugin) readAccounts(ctx context.Context, units, whole bool) accounts {
 // those are not pending, whatever the plugin guessed (a guess the account
 // contradicts is dropped and its pod is reopened), and the only unknown left
 // is which of the still-pending containers the call is for.
-func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
+func (p accountReader) readAccount(ctx context.Context, r *resource) account {
 	if r.podres == nil {
 		return account{}
 	}
@@ -74,7 +75,7 @@ func (p *Plugin) readAccount(ctx context.Context, r *resource) account {
 	ctx, cancel := context.WithTimeout(ctx, podResourcesTimeout)
 	defer cancel()
 	hs, err := r.podres.Get(ctx, pods)
-	if errors.Is(err, ErrGetDisabled) {
+	if errors.Is(err, podresources.ErrGetDisabled) {
 		p.getDisabled.Do(func() { p.log.Error(err, "Deciding on the plugin's own memory") })
 		return account{}
 	}
@@ -146,14 +147,14 @@ func (a account) heldByOther(v podView, ids []string) (h holding, exact, held bo
 	for _, id := range ids {
 		want[id] = true
 	}
-	key := idsKey(ids)
+	key := podresources.IDsKey(ids)
 	for _, h := range a.holdings {
 		if !api.MayStartContainers(v.byUID[h.UID]) {
 			continue
 		}
 		for _, id := range h.IDs {
 			if want[id] {
-				return h, idsKey(h.IDs) == key, true
+				return h, podresources.IDsKey(h.IDs) == key, true
 			}
 		}
 	}
@@ -167,7 +168,7 @@ func (a account) heldByOther(v podView, ids []string) (h holding, exact, held bo
 // PreStartContainer of h's container). Exactly the units of a container
 // not known to be admitted is taken for a re-allocation of it, as before
 // the account was read per pod (decide).
-func (p *Plugin) refuseHeld(v podView, h holding, exact bool) bool {
+func (p accountReader) refuseHeld(v podView, h holding, exact bool) bool {
 	if !exact {
 		return true
 	}

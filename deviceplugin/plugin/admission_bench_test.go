@@ -14,6 +14,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -42,7 +43,7 @@ func benchAdmission(b *testing.B, pods int) {
 			mem.arrival[types.UID("uid-"+name)] = uint64(i)
 			mem.pods = append(mem.pods, podtest.Bound(nodeName, name, 1).GPU("main", 2).Assign(api.PhaseAssigned, sn.Cards[i%8]).Sign(keys).Obj())
 		}
-		podres := NewKubeletPodResources(srv.Socket, res, mem.Arrival, nil)
+		podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, nil)
 		p := New(Config{PluginDir: b.TempDir(), RecordKeys: podtest.NodeKeys(keys, nodeName, "node")}, sn.Store, mem, podres, logr.Discard())
 		k := newKubeletModel(sn.Store, &fakePodResources{})
 		b.StartTimer()

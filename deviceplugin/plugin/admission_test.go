@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -123,7 +124,7 @@ func (c *memCluster) record(t *testing.T, name string) api.Assignment {
 type kubeletModel struct {
 	free   map[string]bool // unit IDs
 	podres *fakePodResources
-	held   []Holding
+	held   []podresources.Holding
 }
 
 func newKubeletModel(store *inventory.Store, podres *fakePodResources) *kubeletModel {
@@ -148,7 +149,7 @@ func (k *kubeletModel) available() []string {
 // holder is "pod/container" holding exactly ids in the kubelet's account.
 func (k *kubeletModel) holder(ids []string) string {
 	for _, h := range k.held {
-		if idsKey(h.IDs) == idsKey(ids) {
+		if podresources.IDsKey(h.IDs) == podresources.IDsKey(ids) {
 			return h.Pod + "/" + h.Container
 		}
 	}
@@ -185,7 +186,7 @@ func (k *kubeletModel) allocate(ctx context.Context, p *Plugin, pod *corev1.Pod,
 
 // commit puts a holding into the kubelet's account (PodResources).
 func (k *kubeletModel) commit(pod *corev1.Pod, container string, ids []string) {
-	k.held = append(k.held, Holding{Namespace: pod.Namespace, Pod: pod.Name, Container: container, IDs: ids})
+	k.held = append(k.held, podresources.Holding{Namespace: pod.Namespace, Pod: pod.Name, Container: container, IDs: ids})
 	k.podres.set(k.held...)
 }
 

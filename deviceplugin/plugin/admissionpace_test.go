@@ -18,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -35,7 +36,7 @@ func (c *countingCluster) CacheBehind(ctx context.Context) (bool, error) {
 
 // A burst of same-size GPU pods bound to one node at once, admitted by the
 // kubelet one at a time through the real PodResources client
-// (KubeletPodResources against a PodResources server that counts calls):
+// (podresources.Kubelet against a PodResources server that counts calls):
 // each admission call (GetPreferredAllocation, Allocate, PreStartContainer)
 // reads the kubelet's account with at most a few Gets whatever the number of
 // pods on the node, and none waits for or asks the API server about a pod
@@ -78,7 +79,7 @@ func testBurstPace(t *testing.T, lag int, swap, reverse bool) {
 	cl := &countingCluster{memCluster: mem}
 	srv := podrestest.Start(t, res)
 	var reads, maxGets int
-	podres := NewKubeletPodResources(srv.Socket, res, mem.Arrival, func(n int) { reads++; maxGets = max(maxGets, n) })
+	podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, func(n int) { reads++; maxGets = max(maxGets, n) })
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	k := newKubeletModel(sn.Store, &fakePodResources{})
 
@@ -193,7 +194,7 @@ func TestAllocateOfUnitsDoesNotWaitForTheAPIServer(t *testing.T) {
 	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 1).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj())
 	cl := &heldWrites{memCluster: mem, release: make(chan struct{})}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
-	go p.runRecordWriter(ctx)
+	go p.rec.runRecordWriter(ctx)
 	waitServing(t, p)
 	ids := unitIDs(sn.Cards[0].UUID, 0, 4)
 	done := make(chan error, 1)
@@ -282,10 +283,10 @@ func TestQueuedRecordsAreWrittenConcurrently(t *testing.T) {
 	}
 	cl := &concurrentWrites{memCluster: mem, want: 4, all: make(chan struct{})}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, nil, ktesting.NewLogger(t, ktesting.NewConfig()))
-	go p.runRecordWriter(ctx)
+	go p.rec.runRecordWriter(ctx)
 	waitServing(t, p)
 	start := time.Now()
-	p.queueRecords(ctx, refs)
+	p.rec.queueRecords(ctx, refs)
 	for !p.records.idle() {
 		time.Sleep(time.Millisecond)
 	}

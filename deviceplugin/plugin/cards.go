@@ -5,8 +5,6 @@ import (
 	"errors"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -78,7 +76,7 @@ func (k cards) parse(ids []string) (allocate.Cards, error) {
 func (cards) admit(context.Context, []allocate.Cards) error { return nil }
 
 // accounts: both resources' (a card is held the one way or the other).
-func (k cards) accounts(ctx context.Context) accounts { return k.p.readAccounts(ctx, true, true) }
+func (k cards) accounts(ctx context.Context) accounts { return k.p.acct.readAccounts(ctx, true, true) }
 
 // decide is one whole-card decision, under allocMu: a container holding
 // exactly these cards is a repeat (after a restart too, from the kubelet's
@@ -124,23 +122,9 @@ func (k cards) snapshot(v podView, account bool, admitting func(types.UID) bool)
 	return allocate.BuildCards(v.pods, st, p.cardUse(v))
 }
 
-// respond is what a container given these cards whole gets: as for a share,
-// the cards reach it by Config.reach, and GPUSHARE_WHOLE_CARDS,
-// GPUSHARE_CARD_UUID and GPUSHARE_CARD_INDEX with comma-separated lists. No
-// MPS limit: the cards are the container's alone.
+// respond is what a container given these cards whole gets (response.Config.Whole).
 func (k cards) respond(d decision) *pluginapi.ContainerAllocateResponse {
-	var uuids, indexes []string
-	for _, c := range d.cards {
-		uuids = append(uuids, c.UUID)
-		indexes = append(indexes, strconv.Itoa(c.Index))
-	}
-	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
-		api.EnvWholeCards: strconv.Itoa(len(d.cards)),
-		api.EnvCardUUID:   strings.Join(uuids, ","),
-		api.EnvCardIndex:  strings.Join(indexes, ","),
-	}}
-	k.p.cfg.reach(r, d.cards...)
-	return r
+	return k.p.cfg.Whole(d.cards)
 }
 
 // preferred steers the kubelet to the cards the extender assigned to the
@@ -185,7 +169,7 @@ func (cards) preStart(context.Context, *pluginapi.PreStartContainerRequest) (*pl
 // applyLedger): a container the ledger shows holding cards gets those cards
 // (sorted by index). It reports whether it changed a, and whether every
 // whole-card container holds its cards.
-func (p *Plugin) applyWhole(a *api.Assignment, uid types.UID) (changed, all bool) {
+func (p recorder) applyWhole(a *api.Assignment, uid types.UID) (changed, all bool) {
 	all = true
 	for i := range a.WholeCards {
 		w := &a.WholeCards[i]

@@ -1,11 +1,11 @@
 package plugin
 
 import (
-	"sort"
-	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // holding is one container's devices of one resource (units of a card, or
@@ -57,11 +57,17 @@ type ledger struct {
 	// whole: holdings collide when they share a device (a card); otherwise
 	// only when they are of exactly the same devices (units: a container is
 	// never re-allocated part of another's units).
-	whole    bool
+	whole  bool
+	gen    uint64
+	byCont map[ckey]holding
+	byIDs  map[string]ckey
+	marks
+}
+
+// marks are a ledger's marks of pods and containers, with the lock that
+// guards them and the ledger's holdings.
+type marks struct {
 	mu       sync.Mutex
-	gen      uint64
-	byCont   map[ckey]holding
-	byIDs    map[string]ckey
 	rejected map[types.UID]bool
 	reopened map[types.UID]bool
 	// named are pods a guess of the plugin named at least once; contradicted
@@ -69,9 +75,9 @@ type ledger struct {
 	// container. Both are kept until the pod is gone.
 	named, contradicted map[types.UID]bool
 	// claimed are containers of pending pods whose record a swap is moving
-	// (see Plugin.swap): no second swap picks them meanwhile.
+	// (see recorder.swap): no second swap picks them meanwhile.
 	claimed map[ckey]bool
-	// deferred are record moves reconciliation could not pair (Plugin.swap).
+	// deferred are record moves reconciliation could not pair (recorder.swap).
 	deferred []move
 	// started are containers whose PreStartContainer the plugin answered
 	// holding the units the kubelet's account gave them: admitted.
@@ -79,16 +85,9 @@ type ledger struct {
 }
 
 func newLedger(whole bool) *ledger {
-	return &ledger{
-		whole: whole, byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, rejected: map[types.UID]bool{},
+	return &ledger{whole: whole, byCont: map[ckey]holding{}, byIDs: map[string]ckey{}, marks: marks{rejected: map[types.UID]bool{},
 		reopened: map[types.UID]bool{}, named: map[types.UID]bool{}, contradicted: map[types.UID]bool{}, claimed: map[ckey]bool{}, started: map[ckey]bool{},
-	}
-}
-
-func idsKey(ids []string) string {
-	s := append([]string(nil), ids...)
-	sort.Strings(s)
-	return strings.Join(s, ",")
+	}}
 }
 
 // keys are the index keys of a holding of ids: each card for whole cards,
@@ -97,7 +96,7 @@ func (l *ledger) keys(ids []string) []string {
 	if l.whole {
 		return ids
 	}
-	return []string{idsKey(ids)}
+	return []string{podresources.IDsKey(ids)}
 }
 
 // generation is the number of guesses made so far. A PodResources read that
@@ -183,16 +182,16 @@ func (l *ledger) unindexLocked(k ckey, h holding) {
 }
 
 // isReopened reports whether the pod is reopened (see ledger).
-func (l *ledger) isReopened(uid types.UID) bool { return marked(l, l.reopened, uid) }
+func (l *marks) isReopened(uid types.UID) bool { return marked(l, l.reopened, uid) }
 
 // reopen marks the pod reopened (see ledger): its record drops back to
 // Assigned at its next write.
-func (l *ledger) reopen(uid types.UID) { mark(l, l.reopened, uid) }
+func (l *marks) reopen(uid types.UID) { mark(l, l.reopened, uid) }
 
 // isNamed reports whether a guess of the plugin ever named the pod.
-func (l *ledger) isNamed(uid types.UID) bool { return marked(l, l.named, uid) }
+func (l *marks) isNamed(uid types.UID) bool { return marked(l, l.named, uid) }
 
-func (l *ledger) isContradicted(uid types.UID) bool { return marked(l, l.contradicted, uid) }
+func (l *marks) isContradicted(uid types.UID) bool { return marked(l, l.contradicted, uid) }
 
 // byDeviceIDs is the container holding exactly these devices.
 func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
@@ -206,7 +205,7 @@ func (l *ledger) byDeviceIDs(ids []string) (holding, bool) {
 		return holding{}, false
 	}
 	h := l.byCont[k]
-	if l.whole && idsKey(h.IDs) != idsKey(ids) {
+	if l.whole && podresources.IDsKey(h.IDs) != podresources.IDsKey(ids) {
 		return holding{}, false
 	}
 	return h, true
@@ -263,14 +262,14 @@ func (l *ledger) claim(uid types.UID, container string) bool {
 }
 
 // deferMove keeps a move for the kubelet's next call.
-func (l *ledger) deferMove(m move) {
+func (l *marks) deferMove(m move) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.deferred = append(l.deferred, m)
 }
 
 // takeDeferred returns the deferred moves and forgets them.
-func (l *ledger) takeDeferred() []move {
+func (l *marks) takeDeferred() []move {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := l.deferred
@@ -278,34 +277,34 @@ func (l *ledger) takeDeferred() []move {
 	return out
 }
 
-func (l *ledger) unclaim(uid types.UID, container string) {
+func (l *marks) unclaim(uid types.UID, container string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.claimed, ckey{uid, container})
 }
 
 // start marks a container as started (see ledger.started).
-func (l *ledger) start(uid types.UID, container string) { mark(l, l.started, ckey{uid, container}) }
+func (l *marks) start(uid types.UID, container string) { mark(l, l.started, ckey{uid, container}) }
 
-func (l *ledger) isStarted(uid types.UID, container string) bool {
+func (l *marks) isStarted(uid types.UID, container string) bool {
 	return marked(l, l.started, ckey{uid, container})
 }
 
-func (l *ledger) reject(uid types.UID) { mark(l, l.rejected, uid) }
+func (l *marks) reject(uid types.UID) { mark(l, l.rejected, uid) }
 
-func (l *ledger) isRejected(uid types.UID) bool { return marked(l, l.rejected, uid) }
+func (l *marks) isRejected(uid types.UID) bool { return marked(l, l.rejected, uid) }
 
-// mark adds k to set, one of the ledger's sets of pods or containers, under
-// the ledger's lock.
-func mark[K comparable](l *ledger, set map[K]bool, k K) {
+// mark adds k to set, one of the marks' sets of pods or containers, under
+// their lock.
+func mark[K comparable](l *marks, set map[K]bool, k K) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	set[k] = true
 }
 
-// marked reports whether k is in set, one of the ledger's sets of pods or
-// containers, under the ledger's lock.
-func marked[K comparable](l *ledger, set map[K]bool, k K) bool {
+// marked reports whether k is in set, one of the marks' sets of pods or
+// containers, under their lock.
+func marked[K comparable](l *marks, set map[K]bool, k K) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return set[k]

@@ -19,6 +19,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -52,7 +53,7 @@ type slowPodResources struct {
 	calls   atomic.Int32
 }
 
-func (s *slowPodResources) Get(ctx context.Context, _ []*corev1.Pod) ([]Holding, error) {
+func (s *slowPodResources) Get(ctx context.Context, _ []*corev1.Pod) ([]podresources.Holding, error) {
 	if s.calls.Add(1) > 1 {
 		return nil, nil
 	}
@@ -96,7 +97,7 @@ func TestASlowCallDoesNotBlockAnotherAllocate(t *testing.T) {
 				podtest.Bound(nodeName, "fast", 2).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj(),
 			}}
 			var cl Cluster = mem
-			var podres PodResources
+			var podres podresources.Reader
 			entered, release := make(chan struct{}, 1), make(chan struct{})
 			defer close(release)
 			if slow == "record PATCH" {

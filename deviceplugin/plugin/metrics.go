@@ -100,7 +100,7 @@ func (m *Metrics) observeWrite(took time.Duration) {
 }
 
 // ObservePodResourcesGets returns the function a resource's
-// KubeletPodResources reports its Gets per read to (nil on a nil *Metrics).
+// podresources.Kubelet reports its Gets per read to (nil on a nil *Metrics).
 func (m *Metrics) ObservePodResourcesGets(resource string) func(int) {
 	if m == nil {
 		return nil

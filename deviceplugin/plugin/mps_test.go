@@ -9,14 +9,15 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 func TestMPSModeLimitsTheContainerToItsGrant(t *testing.T) {
-	mps := MPS{Enabled: true, PipeDir: "/run/nvidia/mps", ShmDir: "/run/nvidia/mps/shm"}
-	for _, strategy := range []Strategy{StrategyVolumeMounts, StrategyEnvvar} {
+	mps := response.MPS{Enabled: true, PipeDir: "/run/nvidia/mps", ShmDir: "/run/nvidia/mps/shm"}
+	for _, strategy := range []response.Strategy{response.StrategyVolumeMounts, response.StrategyEnvvar} {
 		t.Run(string(strategy), func(t *testing.T) {
-			h := newHarness(t, setup{cfg: Config{Strategy: strategy, DeviceIDStrategy: DeviceIDUUID, MPS: mps}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+			h := newHarness(t, setup{cfg: Config{Config: response.Config{Strategy: strategy, DeviceIDStrategy: response.DeviceIDUUID, MPS: mps}}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 				return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 3).Assign(api.PhaseAssigned, c[1]).Obj()}
 			}})
 			r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 3))
@@ -46,26 +47,11 @@ func TestMPSModeLimitsTheContainerToItsGrant(t *testing.T) {
 }
 
 func TestMPSModeOffAddsNothing(t *testing.T) {
-	h := newHarness(t, setup{cfg: Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDUUID}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+	h := newHarness(t, setup{cfg: Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDUUID}}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 1).Assign(api.PhaseAssigned, c[1]).Obj()}
 	}})
 	r := h.mustAllocate(t, unitIDs(h.cards[1].UUID, 0, 1))
 	if _, ok := r.Envs[api.EnvMPSPinnedDeviceMemLimit]; ok || len(r.Mounts) != 0 {
 		t.Errorf("MPS off: envs %v, mounts %v; want no MPS setting", r.Envs, r.Mounts)
-	}
-}
-
-func TestMPSValidate(t *testing.T) {
-	if err := (MPS{}).Validate(); err != nil {
-		t.Errorf("off: %v", err)
-	}
-	if err := (MPS{Enabled: true, PipeDir: "/run/nvidia/mps"}).Validate(); err == nil || !strings.Contains(err.Error(), "memory.mpsShmDir") {
-		t.Errorf("no shm dir: err = %v", err)
-	}
-	if err := (MPS{Enabled: true, PipeDir: "relative", ShmDir: "/x"}).Validate(); err == nil || !strings.Contains(err.Error(), "absolute") {
-		t.Errorf("relative pipe dir: err = %v", err)
-	}
-	if got := MPSLimit(10 * 1024); got != "0=10240M" {
-		t.Errorf("MPSLimit(10 GiB) = %q", got)
 	}
 }

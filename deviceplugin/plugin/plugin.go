@@ -17,17 +17,16 @@
 //     Allocate flow they share (parse at the door, read the accounts, decide
 //     under the lock, answer, write the records after it).
 //   - units.go, cards.go: what is particular to gpu-mem units and to whole
-//     cards (devices, preferences, decisions, responses).
+//     cards (devices, preferences, decisions, responses); in units.go too,
+//     toStatus (errors to gRPC codes).
 //   - state.go: the node's state (both ledgers, the lock, the cards' use)
 //     and the one "lock, list the pods, merge the accounts" step.
-//   - account.go: the kubelet's own account (PodResources) of a resource,
-//     read outside the lock and merged into its ledger under it.
+//   - account.go (accountReader): the kubelet's own account (PodResources) of
+//     a resource, read outside the lock and merged into its ledger under it.
 //   - ledger.go: which container holds which devices (guesses and truth).
-//   - records.go, reconcile.go: writing the pods' assignment records, and
-//     reconciliation.
-//   - response.go: what a container gets (strategies, env, mounts).
-//   - status.go: errors to gRPC codes.
-//   - run.go: serving the sockets and registering with the kubelet.
+//   - records.go, writer.go (recorder): writing the pods' assignment records;
+//     reconcile.go (reconciler): reconciliation.
+//   - run.go (registrar): serving the sockets and registering with the kubelet.
 //
 // Locking: allocMu (nodeState.mu) serialises decisions (snapshot, match,
 // ledger update) and is never held across a gRPC or API call; the
@@ -48,22 +47,21 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // Config is the plugin's configuration.
 type Config struct {
-	// Names are the resources the plugin serves and the keys it reads and
-	// writes (zero: api.DefaultNames).
-	Names api.Names
+	// Config shapes the container response: the resources' names, the
+	// device list and ID strategies, MPS.
+	response.Config
 	// Metrics times the calls (nil: none).
 	Metrics *Metrics
 	// PluginDir is the kubelet's device-plugin directory.
 	PluginDir string
 	// SocketName is the plugin's socket file in PluginDir.
 	SocketName string
-	// Strategy and DeviceIDStrategy shape the container response.
-	Strategy         Strategy
-	DeviceIDStrategy DeviceIDStrategy
 	// AllocateWait is how long Allocate waits for the pod it is for to reach
 	// the plugin's pod cache (the kubelet may see a pod first).
 	AllocateWait time.Duration
@@ -78,8 +76,6 @@ type Config struct {
 	// DefaultRegisterTimeout). Keep it above the kubelet's own 10 s dial of
 	// the plugin's socket (see DefaultRegisterTimeout).
 	RegisterTimeout time.Duration
-	// MPS adds NVIDIA MPS's per-client memory limit to every response (mps.go).
-	MPS MPS
 	// Clock times the wait for a late pod and the reconciler (default: the
 	// real clock).
 	Clock clock.WithTicker
@@ -89,7 +85,7 @@ type Config struct {
 	// account; see cards.go.
 	WholeCards        bool
 	WholeSocketName   string
-	WholePodResources PodResources
+	WholePodResources podresources.Reader
 	// RecordKeys, when set, make the plugin trust only records the extender
 	// signed (an unsigned or badly signed one gives its pod no card), and
 	// sign the records it updates (api.RecordKeys), with the keys in force
@@ -164,10 +160,23 @@ type Plugin struct {
 	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
 	// streams open on that resource's endpoint (Serving).
 	open sync.Map
+	// Its groups of work (New sets them), each with its methods over its state.
+	rec   recorder
+	recon reconciler
+	acct  accountReader
+	reg   registrar
 }
 
+// The plugin's groups of work (see the package doc), each with its own methods.
+type (
+	recorder      struct{ *Plugin }
+	reconciler    struct{ *Plugin }
+	accountReader struct{ *Plugin }
+	registrar     struct{ *Plugin }
+)
+
 // New builds the plugin. podres may be nil.
-func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResources, log klog.Logger) *Plugin {
+func New(cfg Config, store *inventory.Store, cluster Cluster, podres podresources.Reader, log klog.Logger) *Plugin {
 	if cfg.SocketName == "" {
 		cfg.SocketName = "gpushare.sock"
 	}
@@ -176,12 +185,6 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 	}
 	if cfg.PluginDir == "" {
 		cfg.PluginDir = pluginapi.DevicePluginPath
-	}
-	if cfg.Strategy == "" {
-		cfg.Strategy = StrategyVolumeMounts
-	}
-	if cfg.DeviceIDStrategy == "" {
-		cfg.DeviceIDStrategy = DeviceIDUUID
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = 10 * time.Second
@@ -197,6 +200,7 @@ func New(cfg Config, store *inventory.Store, cluster Cluster, podres PodResource
 		cfg.Clock = clock.RealClock{}
 	}
 	p := &Plugin{cfg: cfg, store: store, cluster: cluster, log: log, reconcile: make(chan struct{}, 1), records: newRecordQueue(), state: newNodeState()}
+	p.rec, p.recon, p.acct, p.reg = recorder{p}, reconciler{p}, accountReader{p}, registrar{p}
 	// One server type per resource, each with its kind, account and ledger.
 	p.units = &server[allocate.Units]{p: p, kind: units{p}, res: &resource{name: cfg.Names.ResourceName(), socketName: cfg.SocketName, options: &unitOptions, podres: podres, ledger: p.state.units, cardsOf: unitCards}}
 	p.whole = &server[allocate.Cards]{p: p, kind: cards{p}, res: &resource{name: cfg.Names.WholeResourceName(), socketName: cfg.WholeSocketName, options: &cardOptions, podres: cfg.WholePodResources, ledger: p.state.whole, cardsOf: wholeCards}}

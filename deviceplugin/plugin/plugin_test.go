@@ -32,6 +32,8 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
 	"github.com/gpushare/gpushare/deviceplugin/inventory"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -95,24 +97,24 @@ func (k *fakeKubelet) waitRegistration(t testing.TB) *pluginapi.RegisterRequest 
 // fakePodResources is the kubelet's PodResources API.
 type fakePodResources struct {
 	mu sync.Mutex
-	hs []Holding
+	hs []podresources.Holding
 }
 
-func (f *fakePodResources) set(hs ...Holding) {
+func (f *fakePodResources) set(hs ...podresources.Holding) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.hs = hs
 }
 
 // Get returns the holdings of the named pods.
-func (f *fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]Holding, error) {
+func (f *fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]podresources.Holding, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	asked := map[string]bool{}
 	for _, p := range pods {
 		asked[p.Namespace+"/"+p.Name] = true
 	}
-	var out []Holding
+	var out []podresources.Holding
 	for _, h := range f.hs {
 		if asked[h.Namespace+"/"+h.Pod] {
 			out = append(out, h)
@@ -172,7 +174,7 @@ func newHarness(t testing.TB, s setup) *harness {
 	if err := cl.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var podres PodResources
+	var podres podresources.Reader
 	if s.podres {
 		h.podres = &fakePodResources{}
 		podres = h.podres
@@ -574,8 +576,8 @@ func TestAllocate(t *testing.T) {
 		}
 		// The kubelet's PodResources says the younger pod got card 1: reconcile.
 		h.podres.set(
-			Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: unitIDs(h.cards[1].UUID, 0, 6)},
-			Holding{Namespace: "ns", Pod: "older", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)},
+			podresources.Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: unitIDs(h.cards[1].UUID, 0, 6)},
+			podresources.Holding{Namespace: "ns", Pod: "older", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)},
 		)
 		waitFor(t, "the informer to see the records", func() bool {
 			pods, _ := h.plugin.cluster.Pods()
@@ -618,7 +620,7 @@ func TestAllocate(t *testing.T) {
 			return false
 		})
 		// Before the kubelet admits "older", PodResources shows who really holds card 0.
-		h.podres.set(Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: first})
+		h.podres.set(podresources.Holding{Namespace: "ns", Pod: "younger", Container: "c", IDs: first})
 		if err := h.plugin.Reconcile(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -716,7 +718,7 @@ func TestAllocate(t *testing.T) {
 		}})
 		// The kubelet holds units of card 0 for "running" (allocated by a previous plugin process).
 		ids := unitIDs(h.cards[0].UUID, 2, 2)
-		h.podres.set(Holding{Namespace: "ns", Pod: "running", Container: "c", IDs: ids})
+		h.podres.set(podresources.Holding{Namespace: "ns", Pod: "running", Container: "c", IDs: ids})
 		r := h.mustAllocate(t, ids)
 		if mountedCard(t, r) != h.cards[0].UUID {
 			t.Errorf("retry got %s, want card 0", mountedCard(t, r))
@@ -746,25 +748,25 @@ func TestContainerResponseStrategies(t *testing.T) {
 	}{
 		{
 			name:      "volume-mounts with uuid mounts /dev/null at the card's UUID",
-			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDUUID},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDUUID}},
 			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
 			wantMount: func(h *harness) string { return api.VisibleDevicesVolumeRoot + "/" + h.cards[1].UUID },
 		},
 		{
 			name:      "volume-mounts with index mounts /dev/null at the card's index",
-			cfg:       Config{Strategy: StrategyVolumeMounts, DeviceIDStrategy: DeviceIDIndex},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDIndex}},
 			wantEnv:   func(*harness) string { return api.VisibleDevicesVolumeRoot },
 			wantMount: func(*harness) string { return api.VisibleDevicesVolumeRoot + "/1" },
 		},
 		{
 			name:      "envvar with uuid names the card's UUID and mounts nothing",
-			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDUUID},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDUUID}},
 			wantEnv:   func(h *harness) string { return h.cards[1].UUID },
 			wantMount: func(*harness) string { return "" },
 		},
 		{
 			name:      "envvar with index names the card's index",
-			cfg:       Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDIndex},
+			cfg:       Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDIndex}},
 			wantEnv:   func(*harness) string { return "1" },
 			wantMount: func(*harness) string { return "" },
 		},

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 
@@ -16,11 +15,12 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
 	"github.com/gpushare/gpushare/deviceplugin/internal/simtest"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
 // kubeletPlugin is a plugin over two simulated 8 GiB cards reading the
-// kubelet's account through KubeletPodResources from a fake PodResources
+// kubelet's account through podresources.Kubelet from a fake PodResources
 // server, with pod a Running on card 0 (units 0–3) and pod b, assigned
 // to card 0 too, awaiting admission.
 func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podtest.Card) {
@@ -35,7 +35,7 @@ func kubeletPlugin(t *testing.T) (*Plugin, *podrestest.Server, *memCluster, podt
 	)
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	p := New(Config{PluginDir: t.TempDir()}, store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	return p, srv, mem, card0
 }
@@ -118,7 +118,7 @@ func TestPreferredAllocationSkipsUnitsTheKubeletShowsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := resp.ContainerResponses[0].DeviceIDs
-	if idsKey(got) != idsKey(unitIDs(card0.UUID, 4, 4)) {
+	if podresources.IDsKey(got) != podresources.IDsKey(unitIDs(card0.UUID, 4, 4)) {
 		t.Errorf("preferred %v; want units 4–7 of card 0 (0–3 are pod a's)", got)
 	}
 }
@@ -183,7 +183,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	cl := &frozenCluster{memCluster: mem}
 	cl.freeze()
 	podres := &fakePodResources{}
-	held := []Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
+	held := []podresources.Holding{{Namespace: "ns", Pod: "x", Container: "main", IDs: unitIDs(c0.UUID, 0, 4)}}
 	podres.set(held...)
 	p := New(Config{PluginDir: t.TempDir()}, store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	ids := unitIDs(c0.UUID, 4, 4)
@@ -193,7 +193,7 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
 		t.Fatalf("a's record after the guess: %s; want Allocated (the plugin's guess)", a.Phase)
 	}
-	podres.set(append(held, Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
+	podres.set(append(held, podresources.Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
 	if err := p.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -272,100 +272,10 @@ func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
 	mem.pods = append(mem.pods, podtest.Bound(nodeName, "a", 0).GPU("main", 4).Phase(corev1.PodRunning).Obj())
 	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
 	srv.Hold("ns", "a", "main", unitIDs(card0.UUID, 0, 4)...)
-	podres := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+	podres := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
 	cl := &vanishingCluster{memCluster: mem, gone: "a"}
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err := p.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// The kubelet refuses PodResources calls beyond its rate limit (100/s,
-// bursts of 10): reading 40 pods one Get each stays within it, and a Get
-// it refuses is asked again, so the account is read whole.
-func TestKubeletAccountIsReadWithinTheKubeletsRateLimit(t *testing.T) {
-	srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
-	srv.LimitRate(100, 10)
-	var pods []*corev1.Pod
-	for i := range 40 {
-		name := fmt.Sprintf("p%d", i)
-		pods = append(pods, podtest.Bound("n", name, i).GPU("c", 1).Obj())
-		srv.Hold("ns", name, "c", api.UnitID(podtest.CardUUID("n", 0), int64(i)))
-	}
-	k := &KubeletPodResources{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
-	for round := range 3 {
-		hs, err := k.Get(context.Background(), pods)
-		if err != nil {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if len(hs) != 40 {
-			t.Fatalf("round %d: %d holdings, want 40", round, len(hs))
-		}
-	}
-}
-
-// The pod an admission read finds the kubelet admitting, once its Allocate
-// answered for its only container of the resource, is remembered holding
-// those devices, as the kubelet records them: the container's
-// PreStartContainer and the next admissions ask no Get about it. A pod with
-// two such containers, or another pod than the one the read found, is asked
-// again: the kubelet may still be allocating it, or never was.
-func TestTheAdmittedPodIsRememberedFromItsAllocate(t *testing.T) {
-	ctx := context.Background()
-	res := string(api.DefaultNames().ResourceName())
-	card := podtest.CardUUID(nodeName, 0)
-	single := podtest.Bound(nodeName, "x", 0).GPU("main", 2).Obj()
-	double := podtest.Bound(nodeName, "y", 1).GPU("a", 2).GPU("b", 2).Obj()
-	other := podtest.Bound(nodeName, "z", 2).GPU("main", 2).Obj()
-	for _, tc := range []struct {
-		name         string
-		admit, alloc *corev1.Pod
-		container    string
-		remembered   bool
-	}{
-		{name: "the admitted pod's only container", admit: single, alloc: single, container: "main", remembered: true},
-		{name: "one of two containers", admit: double, alloc: double, container: "a"},
-		{name: "not the pod the read found", admit: single, alloc: other, container: "main"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv := podrestest.Start(t, res)
-			srv.Know(tc.admit.Namespace, tc.admit.Name)
-			k := NewKubeletPodResources(srv.Socket, res, nil, nil)
-			pods := []*corev1.Pod{tc.admit}
-			if tc.alloc != tc.admit {
-				pods = append(pods, tc.alloc)
-			}
-			hs, err := k.Get(withAdmission(ctx), pods)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(hs) != 1 || !hs[0].Known() || hs[0].Pod != tc.admit.Name {
-				t.Fatalf("admission read: %+v; want pod %s known, holding nothing", hs, tc.admit.Name)
-			}
-			ids := []string{api.UnitID(card, 0), api.UnitID(card, 1)}
-			k.KubeletChanged()
-			k.Allocated(tc.alloc, tc.container, ids)
-			srv.Hold(tc.alloc.Namespace, tc.alloc.Name, tc.container, ids...)
-			if tc.alloc != tc.admit {
-				// The pod the read found got other units meanwhile.
-				srv.Hold(tc.admit.Namespace, tc.admit.Name, "main", api.UnitID(card, 2), api.UnitID(card, 3))
-			}
-			_, before := srv.Calls()
-			hs, err = k.Get(withStarting(ctx, ids), pods)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, after := srv.Calls()
-			if got := after - before; (got == 0) != tc.remembered {
-				t.Errorf("PreStartContainer's read made %d Gets; remembered from the Allocate: %v, want %v", got, got == 0, tc.remembered)
-			}
-			found := false
-			for _, h := range hs {
-				found = found || (h.Pod == tc.alloc.Name && h.Container == tc.container && slices.Equal(h.IDs, ids))
-			}
-			if !found {
-				t.Errorf("PreStartContainer's read: %+v; want %s/%s holding %v", hs, tc.alloc.Name, tc.container, ids)
-			}
-		})
 	}
 }

@@ -26,7 +26,7 @@ import (
 // (resign). Pods the kubelet holds nothing for keep their record: they get
 // no card at Allocate anyway.
 func (p *Plugin) Reconcile(ctx context.Context) error {
-	accts := p.readAccounts(ctx, true, true)
+	accts := p.acct.readAccounts(ctx, true, true)
 	var v podView
 	err := p.locked(accts, func(lv podView, _ []types.UID) {
 		v = lv
@@ -37,7 +37,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		p.state.units.retain(live)
 		p.records.retainWrites(live)
 		p.state.whole.retain(live)
-		p.reopenUnheld(v, accts.units.ok, accts.whole.ok)
+		p.recon.reopenUnheld(v, accts.units.ok, accts.whole.ok)
 	})
 	if err != nil {
 		return err
@@ -58,8 +58,8 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 		if pod == nil {
 			continue // deleted since the account was read: nothing to repair
 		}
-		if _, aerr := p.record(pod); aerr != nil {
-			if err := p.repair(ctx, pod, hs, aerr); err != nil {
+		if _, aerr := p.rec.record(pod); aerr != nil {
+			if err := p.recon.repair(ctx, pod, hs, aerr); err != nil {
 				errs = append(errs, fmt.Errorf("repairing the record of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 			}
 		}
@@ -69,26 +69,26 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 	// hold more than the card.
 	pods := append([]*corev1.Pod(nil), v.pods...)
 	sort.SliceStable(pods, func(i, j int) bool {
-		return p.reopened(pods[i].UID) && !p.reopened(pods[j].UID)
+		return p.recon.reopened(pods[i].UID) && !p.recon.reopened(pods[j].UID)
 	})
 	keys := p.keys()
 	for _, pod := range pods {
-		a, err := p.record(pod)
+		a, err := p.rec.record(pod)
 		if err != nil {
 			continue
 		}
 		// The cached record may predate the plugin's own last write (a guess
 		// recorded Allocated): a reopened pod is written whatever the cache
 		// shows (writeRecord reads the record from the API server).
-		if changed, _ := p.applyLedger(&a, pod.UID); !changed && !p.reopened(pod.UID) {
+		if changed, _ := p.rec.applyLedger(&a, pod.UID); !changed && !p.recon.reopened(pod.UID) {
 			if keys.Enabled() && !keys.SignedByCurrent(a) {
-				if err := p.resign(ctx, pod); err != nil {
+				if err := p.recon.resign(ctx, pod); err != nil {
 					errs = append(errs, fmt.Errorf("pod %s/%s: signing its record with the current key: %w", pod.Namespace, pod.Name, err))
 				}
 			}
 			continue // the cached record already matches
 		}
-		if err := p.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
+		if err := p.rec.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 	}
@@ -96,7 +96,7 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 }
 
 // reopened reports whether either ledger reopened the pod.
-func (p *Plugin) reopened(uid types.UID) bool {
+func (p reconciler) reopened(uid types.UID) bool {
 	return p.state.units.isReopened(uid) || p.state.whole.isReopened(uid)
 }
 
@@ -111,7 +111,7 @@ func (p *Plugin) reopened(uid types.UID) bool {
 // the pod's own admission. Reopened, its record drops back to Assigned
 // (applyLedger), written before the records that claim units (Reconcile).
 // A pod shown admitted keeps its record: only its own account can change it.
-func (p *Plugin) reopenUnheld(v podView, units, whole bool) {
+func (p reconciler) reopenUnheld(v podView, units, whole bool) {
 	if !units && !whole {
 		return
 	}
@@ -119,7 +119,7 @@ func (p *Plugin) reopenUnheld(v podView, units, whole bool) {
 		if !api.MayStartContainers(pod) || api.Admitted(pod) {
 			continue
 		}
-		a, err := p.record(pod)
+		a, err := p.rec.record(pod)
 		if err != nil || a.Phase != api.PhaseAllocated {
 			continue
 		}
@@ -146,7 +146,7 @@ func (p *Plugin) reopenUnheld(v podView, units, whole bool) {
 // With the admission policies installed, nobody but the extender can add a
 // record, nor can anyone but it and the plugin change one, so there is
 // nothing to repair; a repair that adds a record is refused by them.
-func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]holding, why error) error {
+func (p reconciler) repair(ctx context.Context, pod *corev1.Pod, held map[string]holding, why error) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	defer p.records.forgetWrite(pod.UID)
@@ -157,7 +157,7 @@ func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]ho
 		if !api.HoldsUnits(fresh) {
 			return api.Assignment{}, false
 		}
-		if _, err := p.record(fresh); err == nil {
+		if _, err := p.rec.record(fresh); err == nil {
 			return api.Assignment{}, false // trusted meanwhile
 		}
 		a, err := p.fromAccount(fresh, held)
@@ -181,7 +181,7 @@ func (p *Plugin) repair(ctx context.Context, pod *corev1.Pod, held map[string]ho
 
 // fromAccount is the record of pod as the kubelet's account shows it (see
 // repair), signed with the key in force.
-func (p *Plugin) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assignment, error) {
+func (p reconciler) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assignment, error) {
 	req, err := p.cfg.Names.RequestFromPod(pod)
 	if err != nil {
 		return api.Assignment{}, err
@@ -210,11 +210,11 @@ func (p *Plugin) fromAccount(pod *corev1.Pod, held map[string]holding) (api.Assi
 // resign signs a trusted record again with the current key (it was signed
 // by the previous one), so that a rotation can drop the previous key once
 // every plugin has reconciled.
-func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
+func (p reconciler) resign(ctx context.Context, pod *corev1.Pod) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	defer p.records.forgetWrite(pod.UID)
-	return p.cluster.UpdateAssignment(ctx, pod.Namespace, pod.Name, pod.UID, p.signed(func(a *api.Assignment) bool {
+	return p.cluster.UpdateAssignment(ctx, pod.Namespace, pod.Name, pod.UID, p.rec.signed(func(a *api.Assignment) bool {
 		return !p.keys().SignedByCurrent(*a)
 	}))
 }
@@ -222,13 +222,13 @@ func (p *Plugin) resign(ctx context.Context, pod *corev1.Pod) error {
 // RunReconciler reconciles after every Allocate and every ReconcileInterval
 // until ctx is done.
 func (p *Plugin) RunReconciler(ctx context.Context) {
-	p.runReconciler(ctx)
+	p.recon.runReconciler(ctx)
 }
 
 // reconcileSpacing is the least time between two reconciliations.
 const reconcileSpacing = time.Second
 
-func (p *Plugin) runReconciler(ctx context.Context) {
+func (p reconciler) runReconciler(ctx context.Context) {
 	periodic.Run(ctx, p.cfg.Clock, p.cfg.ReconcileInterval, p.reconcile, func() {
 		if err := p.Reconcile(ctx); err != nil {
 			p.log.Error(err, "Reconciling assignment records")

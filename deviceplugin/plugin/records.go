@@ -30,7 +30,7 @@ type move struct {
 // A kubelet call whose record the plugin already wrote (the record writer's, then
 // PreStartContainer's) asks nothing of the API server: only the plugin writes a record after
 // the bind, and writes of one pod are serialized. Reconciliation always reads.
-func (p *Plugin) writeRecord(ctx context.Context, ref podRef, at moment) error {
+func (p recorder) writeRecord(ctx context.Context, ref podRef, at moment) error {
 	defer p.records.lockPod(ref.UID)()
 	last, ok, epoch := p.records.lastWrite(ref.UID)
 	if ok && at == kubeletCall {
@@ -76,16 +76,16 @@ const (
 // swapDeferred retries the swaps reconciliation left for the kubelet's next
 // call (see swap). Called without allocMu, at the start of Allocate and
 // PreStartContainer.
-func (p *Plugin) swapDeferred(ctx context.Context) {
+func (p recorder) swapDeferred(ctx context.Context) {
 	for _, m := range p.state.units.takeDeferred() {
 		p.swap(ctx, m, true)
 	}
 }
 
 // applyLedger makes a match the ledger, and returns the card moves made.
-func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
+func (p recorder) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 	held := p.state.units.forPod(uid)
-	reopened := p.reopened(uid)
+	reopened := p.recon.reopened(uid)
 	changed, all := false, true
 	var moves []move
 	for i := range a.Containers {
@@ -138,7 +138,7 @@ func (p *Plugin) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 // reopened pod's record thus keeps its card until the kubelet acts again.
 // It reports whether it is done with m: false leaves it for later (see
 // writeRecord).
-func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
+func (p recorder) swap(ctx context.Context, m move, anyPartner bool) bool {
 	from, ok := p.store.Card(m.from)
 	if !ok || m.from == m.to {
 		return true
@@ -214,7 +214,7 @@ func (p *Plugin) swap(ctx context.Context, m move, anyPartner bool) bool {
 // record is the pod's assignment as the plugin trusts it: decoded, and with
 // record keys, signed by the extender or by this node's own key
 // (api.RecordKeys.Verify).
-func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
+func (p recorder) record(pod *corev1.Pod) (api.Assignment, error) {
 	return p.cfg.Names.TrustedAssignment(pod, p.keys())
 }
 
@@ -222,7 +222,7 @@ func (p *Plugin) record(pod *corev1.Pod) (api.Assignment, error) {
 // alone (the plugin never signs what the extender did not write), and a
 // changed record is signed again, with the plugin's node key, since the
 // signature covers the phase and the cards the plugin may change.
-func (p *Plugin) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
+func (p recorder) signed(mutate func(*api.Assignment) bool) func(*api.Assignment) bool {
 	return func(a *api.Assignment) bool {
 		keys := p.keys()
 		if err := keys.Verify(*a); err != nil {

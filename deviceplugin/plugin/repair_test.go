@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -136,7 +137,7 @@ func TestReconcileRewritesUntrustedRecordsFromTheKubeletsAccount(t *testing.T) {
 				return []*corev1.Pod{p}
 			}})
 			if tt.held {
-				h.podres.set(Holding{Namespace: "ns", Pod: "p", Container: "c", IDs: unitIDs(h.cards[1].UUID, 0, 4)})
+				h.podres.set(podresources.Holding{Namespace: "ns", Pod: "p", Container: "c", IDs: unitIDs(h.cards[1].UUID, 0, 4)})
 			}
 			if err := h.plugin.Reconcile(context.Background()); err != nil {
 				t.Fatal(err)

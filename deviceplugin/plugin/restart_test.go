@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -30,7 +31,7 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 				podtest.Bound(nodeName, "holder", 2).GPU("c", 6).Assign(api.PhaseAssigned, c[0]).Obj(),
 			}
 		}})
-		h.podres.set(Holding{Namespace: "ns", Pod: "holder", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)})
+		h.podres.set(podresources.Holding{Namespace: "ns", Pod: "holder", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 6)})
 		if err := h.plugin.Reconcile(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +56,7 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 			}
 		}})
 		// Container a's units are the kubelet's; b's guess is not.
-		h.podres.set(Holding{Namespace: "ns", Pod: "guessed", Container: "a", IDs: unitIDs(h.cards[0].UUID, 0, 2)})
+		h.podres.set(podresources.Holding{Namespace: "ns", Pod: "guessed", Container: "a", IDs: unitIDs(h.cards[0].UUID, 0, 2)})
 		if err := h.plugin.Reconcile(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 			}})
 			wantUnknown := "Allocated"
 			if withAccount {
-				h.podres.set(Holding{Namespace: "ns", Pod: "held", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 2)})
+				h.podres.set(podresources.Holding{Namespace: "ns", Pod: "held", Container: "c", IDs: unitIDs(h.cards[0].UUID, 0, 2)})
 				wantUnknown = "Assigned"
 			}
 			if err := h.plugin.Reconcile(context.Background()); err != nil {
@@ -99,7 +100,7 @@ func TestReconcileRevertsAGuessOfAnEarlierPluginProcess(t *testing.T) {
 				podtest.Bound(nodeName, "holder", 1).Whole("train", 1).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0]}).Obj(),
 			}
 		}})
-		h.plugin.cfg.WholePodResources.(*fakePodResources).set(Holding{Namespace: "ns", Pod: "holder", Container: "train", IDs: []string{h.cards[0].UUID}})
+		h.plugin.cfg.WholePodResources.(*fakePodResources).set(podresources.Holding{Namespace: "ns", Pod: "holder", Container: "train", IDs: []string{h.cards[0].UUID}})
 		if err := h.plugin.Reconcile(context.Background()); err != nil {
 			t.Fatal(err)
 		}

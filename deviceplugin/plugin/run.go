@@ -72,12 +72,12 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 	life, end := context.WithCancel(context.WithoutCancel(ctx))
 	defer end()
 	go p.RunReconciler(ctx)
-	go p.runRecordWriter(life)
-	p.publishServing()
+	go p.rec.runRecordWriter(life)
+	p.reg.publishServing()
 	units := p.units.endpoint()
 	units.tried = make(chan struct{})
 	if !p.cfg.WholeCards {
-		return p.runEndpoint(ctx, restart, units)
+		return p.reg.runEndpoint(ctx, restart, units)
 	}
 	whole := p.whole.endpoint()
 	ctx, cancel := context.WithCancel(ctx)
@@ -99,14 +99,14 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 		}
 	}()
 	errs := make(chan error, 2)
-	go func() { errs <- p.runEndpoint(ctx, r1, units) }()
+	go func() { errs <- p.reg.runEndpoint(ctx, r1, units) }()
 	go func() {
 		// gpu-mem registers first (the order people and tests see).
 		select {
 		case <-units.tried:
 		case <-ctx.Done():
 		}
-		errs <- p.runEndpoint(ctx, r2, whole)
+		errs <- p.reg.runEndpoint(ctx, r2, whole)
 	}()
 	err := <-errs
 	cancel()
@@ -117,7 +117,7 @@ func (p *Plugin) Run(ctx context.Context, restart <-chan os.Signal) error {
 }
 
 // runEndpoint serves and registers one endpoint until ctx is done (see Run).
-func (p *Plugin) runEndpoint(ctx context.Context, restart <-chan os.Signal, ep *endpoint) error {
+func (p registrar) runEndpoint(ctx context.Context, restart <-chan os.Signal, ep *endpoint) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", p.cfg.PluginDir, err)
@@ -166,7 +166,7 @@ const reasonDropped = "the kubelet ended ListAndWatch"
 const reasonNotWatched = "the kubelet did not open ListAndWatch after the registration"
 
 // wait blocks until something calls for a restart and says what.
-func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, ch servedChans, retry bool, ep *endpoint) string {
+func (p registrar) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan os.Signal, ch servedChans, retry bool, ep *endpoint) string {
 	var tick, grace <-chan time.Time
 	if retry {
 		t := time.NewTimer(5 * time.Second)
@@ -204,8 +204,8 @@ func (p *Plugin) wait(ctx context.Context, w *fsnotify.Watcher, restart <-chan o
 				}
 				return "kubelet.sock re-created (kubelet restarted)"
 			}
-			if e.Name == ep.socketPath(p) && (e.Has(fsnotify.Remove) || e.Has(fsnotify.Rename)) {
-				if _, err := os.Stat(ep.socketPath(p)); errors.Is(err, os.ErrNotExist) {
+			if e.Name == ep.socketPath(p.Plugin) && (e.Has(fsnotify.Remove) || e.Has(fsnotify.Rename)) {
+				if _, err := os.Stat(ep.socketPath(p.Plugin)); errors.Is(err, os.ErrNotExist) {
 					return "plugin socket removed"
 				}
 			}
@@ -258,8 +258,8 @@ func (s *served) ListAndWatch(e *pluginapi.Empty, stream pluginapi.DevicePlugin_
 //
 // stop(true), when the plugin is told to stop, drains first (see drain): the kubelet's
 // ListAndWatch stays open and calls in flight are answered before the server closes.
-func (p *Plugin) serve(ep *endpoint) (stop func(drain bool), ch servedChans, err error) {
-	path := ep.socketPath(p)
+func (p registrar) serve(ep *endpoint) (stop func(drain bool), ch servedChans, err error) {
+	path := ep.socketPath(p.Plugin)
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, servedChans{}, fmt.Errorf("remove stale socket %s: %w", path, err)
 	}
@@ -291,7 +291,7 @@ func (p *Plugin) serve(ep *endpoint) (stop func(drain bool), ch servedChans, err
 }
 
 // streams is the count of ListAndWatch streams open on resource's endpoint.
-func (p *Plugin) streams(resource string) *atomic.Int32 {
+func (p registrar) streams(resource string) *atomic.Int32 {
 	n, _ := p.open.LoadOrStore(resource, new(atomic.Int32))
 	return n.(*atomic.Int32)
 }
@@ -308,7 +308,7 @@ func (p *Plugin) Serving() (bool, []string) {
 	}
 	var missing []string
 	for _, r := range want {
-		if p.streams(r).Load() <= 0 {
+		if p.reg.streams(r).Load() <= 0 {
 			missing = append(missing, r)
 		}
 	}
@@ -320,7 +320,7 @@ func (p *Plugin) Serving() (bool, []string) {
 // nothing else the extender reads changes while it is down: its Node keeps the capacity it last
 // posted and the plugin's pod stays Ready, but the next kubelet fails every GPU pod bound there
 // meanwhile, as it admits them before the plugin has registered with it.
-func (p *Plugin) publishServing() {
+func (p registrar) publishServing() {
 	reason := ""
 	if ok, missing := p.Serving(); !ok {
 		reason = fmt.Sprintf("the kubelet has no ListAndWatch stream open on its %s (the kubelet is down or restarting, or the plugin has not registered with it yet)", strings.Join(missing, ", "))
@@ -331,7 +331,7 @@ func (p *Plugin) publishServing() {
 }
 
 // register tells the kubelet about the endpoint.
-func (p *Plugin) register(ctx context.Context, ep *endpoint) error {
+func (p registrar) register(ctx context.Context, ep *endpoint) error {
 	ep.registeredWith = nil
 	before, _ := os.Stat(p.KubeletSocketPath())
 	conn, err := grpc.NewClient("unix://"+p.KubeletSocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -351,6 +351,6 @@ func (p *Plugin) register(ctx context.Context, ep *endpoint) error {
 		return fmt.Errorf("register %s with the kubelet at %s: %w", ep.resource, p.KubeletSocketPath(), err)
 	}
 	ep.registeredWith = before
-	p.log.Info("Registered with the kubelet", "resource", ep.resource, "socket", ep.socketPath(p))
+	p.log.Info("Registered with the kubelet", "resource", ep.resource, "socket", ep.socketPath(p.Plugin))
 	return nil
 }

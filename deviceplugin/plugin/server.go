@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // resource is one resource the plugin serves: its name and socket, the
@@ -22,7 +23,7 @@ type resource struct {
 	socketName string
 	options    *pluginapi.DevicePluginOptions
 	// podres is the kubelet's account of the resource (nil: not read).
-	podres PodResources
+	podres podresources.Reader
 	ledger *ledger
 	// cardsOf are the cards of a container's device IDs as the kubelet's
 	// account reports them, and the IDs as the ledger keeps them.
@@ -127,7 +128,7 @@ func sameDevices(a, b []*pluginapi.Device) bool {
 func (s *server[R]) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	start := s.p.cfg.Clock.Now()
 	defer func() { s.p.cfg.Metrics.observePreferred(string(s.res.name), s.p.cfg.Clock.Since(start)) }()
-	return s.kind.preferred(withAdmission(ctx), req)
+	return s.kind.preferred(podresources.WithAdmission(ctx), req)
 }
 
 // PreStartContainer implements the device plugin API (the kind's).
@@ -143,7 +144,7 @@ func (s *server[R]) PreStartContainer(ctx context.Context, req *pluginapi.PreSta
 // the container: reconciliation retries it.
 func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (resp *pluginapi.AllocateResponse, err error) {
 	p := s.p
-	ctx = withAdmission(ctx)
+	ctx = podresources.WithAdmission(ctx)
 	var allocated []decision
 	if c, ok := s.res.podres.(kubeletAccount); ok {
 		// The kubelet records this call's devices once it returns.
@@ -187,7 +188,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		writes = append(writes, d.reopened...)
 		if err != nil {
 			p.log.Error(err, "Allocate refused", "resource", s.res.name, "devices", len(req.GetContainerRequests()[i].GetDevicesIds()))
-			p.writeRecords(ctx, writes)
+			p.rec.writeRecords(ctx, writes)
 			return nil, toStatus(err)
 		}
 		if d.write.UID != "" {
@@ -204,9 +205,9 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 		resp.ContainerResponses = append(resp.ContainerResponses, s.kind.respond(d))
 	}
 	if s.res.options.PreStartRequired {
-		p.queueRecords(ctx, writes) // PreStartContainer writes the record before the container starts
+		p.rec.queueRecords(ctx, writes) // PreStartContainer writes the record before the container starts
 	} else {
-		p.writeRecords(ctx, writes)
+		p.rec.writeRecords(ctx, writes)
 	}
 	select {
 	case p.reconcile <- struct{}{}:
@@ -216,7 +217,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 }
 
 // kubeletAccount is a PodResources that learns from the plugin's answers
-// what the kubelet records (KubeletPodResources).
+// what the kubelet records (podresources.Kubelet).
 type kubeletAccount interface {
 	KubeletChanged()
 	Allocated(pod *corev1.Pod, container string, ids []string)
@@ -323,7 +324,7 @@ func (p *Plugin) waitForView(ctx context.Context, accts accounts, look func(v po
 
 // writeRecords writes each pod's record once (errors are logged: the
 // reconciler retries).
-func (p *Plugin) writeRecords(ctx context.Context, refs []podRef) {
+func (p recorder) writeRecords(ctx context.Context, refs []podRef) {
 	seen := map[podRef]bool{}
 	for _, r := range refs {
 		if seen[r] {

@@ -106,7 +106,7 @@ func (p *Plugin) cardUse(v podView) allocate.Use {
 		}
 	}
 	for _, pod := range v.pods {
-		a, err := p.record(pod)
+		a, err := p.rec.record(pod)
 		if err != nil || !api.RecordHolds(pod, a) {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // units is the kind of the gpu-mem resource (api.Names.ResourceName): one
@@ -62,7 +63,7 @@ func (units) parse(ids []string) (allocate.Units, error) { return allocate.Parse
 // reconciliation left for the kubelet's next call (see swap).
 func (k units) admit(ctx context.Context, reqs []allocate.Units) error {
 	p := k.p
-	accts := p.readAccounts(ctx, false, true)
+	accts := p.acct.readAccounts(ctx, false, true)
 	var use allocate.Use
 	if err := p.locked(accts, func(v podView, _ []types.UID) { use = p.cardUse(v) }); err != nil {
 		return err
@@ -72,14 +73,14 @@ func (k units) admit(ctx context.Context, reqs []allocate.Units) error {
 			return fmt.Errorf("%w: card %s is held whole (%s) by pod %s; none of its %s units can be allocated until that pod ends", allocate.ErrCardInUse, r.Card, p.cfg.Names.WholeResourceName(), holder, p.cfg.Names.ResourceName())
 		}
 	}
-	p.swapDeferred(ctx)
+	p.rec.swapDeferred(ctx)
 	return nil
 }
 
-func (k units) accounts(ctx context.Context) accounts { return k.p.readAccounts(ctx, true, false) }
+func (k units) accounts(ctx context.Context) accounts { return k.p.acct.readAccounts(ctx, true, false) }
 
 func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
-	return k.p.response(d.cards[0], d.units)
+	return k.p.cfg.Share(d.cards[0], d.units, k.p.store.Unit())
 }
 
 // decide is one Allocate decision (callers hold allocMu; no I/O): a refusal
@@ -98,7 +99,7 @@ func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, acc
 	p, acct := k.p, accts.units
 	reopened := v.refs(reopenedUIDs)
 	if acct.ok {
-		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.refuseHeld(v, h, exact) {
+		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.acct.refuseHeld(v, h, exact) {
 			return decision{reopened: reopened}, heldErr(h, u.IDs)
 		}
 	}
@@ -250,12 +251,12 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	p.swapDeferred(ctx)
-	accts := k.accounts(withStarting(ctx, u.IDs))
+	p.rec.swapDeferred(ctx)
+	accts := k.accounts(podresources.WithStarting(ctx, u.IDs))
 	if !accts.units.ok {
 		// The plugin's decision is all there is: its record, which Allocate
 		// left to the record writer, is written before the container starts.
-		p.writeDecided(ctx, u.IDs)
+		p.rec.writeDecided(ctx, u.IDs)
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	var refs []podRef
@@ -267,17 +268,17 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	}); err != nil {
 		return nil, toStatus(err)
 	}
-	p.writeRecords(ctx, refs)
+	p.rec.writeRecords(ctx, refs)
 	if !held || h.Guess {
 		// Not (yet) in the kubelet's account: nothing certain to record
 		// beyond the plugin's own decision.
 		p.log.V(2).Info("PreStartContainer for units the kubelet's account does not show", "devices", len(u.IDs))
-		p.writeDecided(ctx, u.IDs)
+		p.rec.writeDecided(ctx, u.IDs)
 		return &pluginapi.PreStartContainerResponse{}, nil
 	}
 	p.state.units.start(h.UID, h.Container)
 	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
-	if err := p.writeRecord(ctx, ref, kubeletCall); err != nil {
+	if err := p.rec.writeRecord(ctx, ref, kubeletCall); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.card(), err)
 	}
 	return &pluginapi.PreStartContainerResponse{}, nil
@@ -286,8 +287,56 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 // writeDecided writes the record of the pod the plugin's ledger gave ids
 // (its decision at Allocate, which the record writer may not have written
 // yet); errors are logged: the reconciler retries.
-func (p *Plugin) writeDecided(ctx context.Context, ids []string) {
+func (p recorder) writeDecided(ctx context.Context, ids []string) {
 	if h, ok := p.state.units.byDeviceIDs(ids); ok {
 		p.writeRecords(ctx, []podRef{{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}})
 	}
+}
+
+// errNotAdvertised: the IDs are of one known card but name units this
+// plugin never advertised in ListAndWatch. The kubelet only hands out
+// advertised units, once each, so such a call is a peer's mistake
+// (InvalidArgument), not a container to match.
+var errNotAdvertised = errors.New("device IDs name units this plugin does not advertise")
+
+// checkAdvertised reports whether every one of u's IDs, all of card (as
+// allocate.ParseUnits found), is a unit ListAndWatch advertises for it
+// (inventory.Store.Devices: api.UnitID(card, n) for n below the card's
+// units), each named once.
+func checkAdvertised(card nvml.Card, unit api.MemoryUnit, u allocate.Units) error {
+	units := unit.UnitsFromMiB(card.MemoryMiB)
+	seen := make(map[int64]bool, len(u.IDs))
+	for i, id := range u.IDs {
+		n := u.Numbers[i]
+		switch {
+		case id != api.UnitID(card.UUID, n):
+			return fmt.Errorf("%w: %q is not spelled as advertised (%q)", errNotAdvertised, id, api.UnitID(card.UUID, n))
+		case n >= units:
+			return fmt.Errorf("%w: unit %d of card %s, which has %d units (0 to %d)", errNotAdvertised, n, card.UUID, units, units-1)
+		case seen[n]:
+			return fmt.Errorf("%w: %q is named twice", errNotAdvertised, id)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// errUnknownCard: the IDs name a card this plugin does not advertise.
+var errUnknownCard = errors.New("device IDs name a card this plugin does not advertise")
+
+// toStatus is the one place errors become gRPC status codes. The message is
+// what the kubelet puts in the pod's UnexpectedAdmissionError event.
+func toStatus(err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, allocate.ErrNotScheduled), errors.Is(err, allocate.ErrPodRequest), errors.Is(err, allocate.ErrCardInUse), errors.Is(err, allocate.ErrCardsNotScheduled), errors.Is(err, errUnitsHeld):
+		code = codes.FailedPrecondition
+	case errors.Is(err, allocate.ErrSpansCards), errors.Is(err, errUnknownCard), errors.Is(err, errNotAdvertised), errors.Is(err, allocate.ErrBadDeviceID), errors.Is(err, allocate.ErrNoDeviceIDs), errors.Is(err, allocate.ErrCardID):
+		code = codes.InvalidArgument
+	case errors.Is(err, allocate.ErrNoPending), errors.Is(err, allocate.ErrNoPendingCards):
+		code = codes.NotFound
+	case errors.Is(err, errPodCache):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
 }

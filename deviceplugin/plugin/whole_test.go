@@ -16,6 +16,8 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -90,11 +92,11 @@ func TestWholeCardsRegisterOnTheirOwnSocket(t *testing.T) {
 	}
 }
 
-// Whole cards reach the container as a share's card does (Config.reach):
+// Whole cards reach the container as a share's card does (response.Config.Whole):
 // with the envvar strategy and index IDs, their indexes in
 // NVIDIA_VISIBLE_DEVICES and no mount.
 func TestWholeCardsFollowTheDeviceListStrategy(t *testing.T) {
-	h, whole := wholeHarness(t, setup{cfg: Config{Strategy: StrategyEnvvar, DeviceIDStrategy: DeviceIDIndex}, pods: func(c [2]podtest.Card) []*corev1.Pod {
+	h, whole := wholeHarness(t, setup{cfg: Config{Config: response.Config{Strategy: response.StrategyEnvvar, DeviceIDStrategy: response.DeviceIDIndex}}, pods: func(c [2]podtest.Card) []*corev1.Pod {
 		return []*corev1.Pod{podtest.Bound(nodeName, "w", 0).Whole("train", 2).AssignWhole(api.PhaseAssigned, nil, []podtest.Card{c[0], c[1]}).Obj()}
 	}})
 	r, err := allocateWhole(whole, h.cards[1].UUID, h.cards[0].UUID)
@@ -234,7 +236,7 @@ func TestKubeletAccountCorrectsTheWholeCardRecord(t *testing.T) {
 		}
 	}})
 	u0, u1 := h.cards[0].UUID, h.cards[1].UUID
-	h.plugin.cfg.WholePodResources.(*fakePodResources).set(Holding{Namespace: "ns", Pod: "w", Container: "train", IDs: []string{u1}})
+	h.plugin.cfg.WholePodResources.(*fakePodResources).set(podresources.Holding{Namespace: "ns", Pod: "w", Container: "train", IDs: []string{u1}})
 	if err := h.plugin.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func (q *recordQueue) setServing(on bool) {
 
 // queueRecords hands an Allocate's records to the writer, or writes them
 // now when no writer runs (the plugin's Run starts one).
-func (p *Plugin) queueRecords(ctx context.Context, refs []podRef) {
+func (p recorder) queueRecords(ctx context.Context, refs []podRef) {
 	if len(refs) == 0 {
 		return
 	}
@@ -153,7 +153,7 @@ func (p *Plugin) queueRecords(ctx context.Context, refs []podRef) {
 }
 
 // runRecordWriter writes the queued records until ctx ends.
-func (p *Plugin) runRecordWriter(ctx context.Context) {
+func (p recorder) runRecordWriter(ctx context.Context) {
 	p.records.setServing(true)
 	defer p.records.setServing(false)
 	for {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -33,15 +33,15 @@ func (f *fakeNVML) Processes(uuid string) ([]nvml.Process, error) {
 	return f.procs[uuid], nil
 }
 
-type fakePodResources []plugin.Holding
+type fakePodResources []podresources.Holding
 
 // Get returns the holdings of the named pods.
-func (f fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]plugin.Holding, error) {
+func (f fakePodResources) Get(_ context.Context, pods []*corev1.Pod) ([]podresources.Holding, error) {
 	asked := map[string]bool{}
 	for _, p := range pods {
 		asked[p.Namespace+"/"+p.Name] = true
 	}
-	var out []plugin.Holding
+	var out []podresources.Holding
 	for _, h := range f {
 		if asked[h.Namespace+"/"+h.Pod] {
 			out = append(out, h)
@@ -91,7 +91,7 @@ func (n *node) pod(name string, containers ...string) *corev1.Pod {
 
 // grant records that the kubelet gave container of pod units on card.
 func (n *node) grant(p *corev1.Pod, container string, card int, units int64) {
-	h := plugin.Holding{Namespace: p.Namespace, Pod: p.Name, Container: container}
+	h := podresources.Holding{Namespace: p.Namespace, Pod: p.Name, Container: container}
 	for u := int64(0); u < units; u++ {
 		h.IDs = append(h.IDs, api.UnitID(n.cards[card].UUID, u))
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 )
 
 // Ref names a container of a pod. A zero Ref is "no pod": a process on the
@@ -133,7 +133,7 @@ type Sampler struct {
 	Proc string
 	// Pods lists the pods bound to the node (the plugin's informer cache).
 	Pods         func() ([]*corev1.Pod, error)
-	PodResources plugin.PodResources
+	PodResources podresources.Reader
 	// Claims, when set, are the grants of containers given memory through
 	// ResourceClaims (a node served by DRA: deviceplugin/dra.ClaimGrants).
 	Claims func(ctx context.Context, pods []*corev1.Pod) ([]Grant, error)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/internal/podtest"
 )
 
@@ -178,7 +178,7 @@ func TestSweepReadsAReusedPIDAgain(t *testing.T) {
 
 type failingPodResources struct{}
 
-func (failingPodResources) Get(context.Context, []*corev1.Pod) ([]plugin.Holding, error) {
+func (failingPodResources) Get(context.Context, []*corev1.Pod) ([]podresources.Holding, error) {
 	return nil, errors.New("connection refused")
 }
 

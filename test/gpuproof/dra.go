@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/dra"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 )
 
@@ -63,7 +63,7 @@ func (p *proof) draProof(ctx context.Context) {
 	defer os.RemoveAll(work)
 	cdiDir := filepath.Join(work, "cdi")
 	driver := &dra.Driver{Name: names.DRADriver(), Pool: "gpu-proof", Store: p.store, CDIDir: cdiDir, NvidiaCDIKind: nvidiaKind,
-		Grant: plugin.Config{Names: names, Strategy: plugin.StrategyVolumeMounts, DeviceIDStrategy: plugin.DeviceIDUUID}}
+		Grant: response.Config{Names: names, Strategy: response.StrategyVolumeMounts, DeviceIDStrategy: response.DeviceIDUUID}}
 	pod, claim := proofPodAndClaim(driver, dev.Name, o.ClaimGiB)
 	prepared, err := driver.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{claim})
 	res := prepared[claim.UID]

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/response"
 )
 
 // eventNames are the NVML event types the proof names.
@@ -68,7 +68,7 @@ func (p *proof) health(ctx context.Context) {
 }
 
 // mps is step 5: under NVIDIA MPS, the limit the plugin sets for a grant
-// (plugin.MPSLimit) refuses an allocation above it; without it the same
+// (response.MPSLimit) refuses an allocation above it; without it the same
 // allocation succeeds.
 func (p *proof) mps() {
 	r, o := p.r, p.o
@@ -119,7 +119,7 @@ func (p *proof) mps() {
 		p.listUnderMPS(free.PID)
 		free.close()
 	}
-	limit := plugin.MPSLimit(o.MPSLimitMiB)
+	limit := response.MPSLimit(o.MPSLimitMiB)
 	h, err := startHelper(o.Card, false, append(env, api.EnvMPSPinnedDeviceMemLimit+"="+limit))
 	if !r.check(err == nil, "an MPS client with %s=%s starts (err %v)", api.EnvMPSPinnedDeviceMemLimit, limit, err) {
 		return

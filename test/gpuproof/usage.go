@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/nvml"
-	"github.com/gpushare/gpushare/deviceplugin/plugin"
+	"github.com/gpushare/gpushare/deviceplugin/podresources"
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 )
 
@@ -185,12 +185,12 @@ type fixedGrant struct {
 	units           *atomic.Int64
 }
 
-func (f fixedGrant) Get(_ context.Context, _ []*corev1.Pod) ([]plugin.Holding, error) {
-	h := plugin.Holding{Namespace: f.pod.Namespace, Pod: f.pod.Name, Container: f.container}
+func (f fixedGrant) Get(_ context.Context, _ []*corev1.Pod) ([]podresources.Holding, error) {
+	h := podresources.Holding{Namespace: f.pod.Namespace, Pod: f.pod.Name, Container: f.container}
 	for i := int64(0); i < f.units.Load(); i++ {
 		h.IDs = append(h.IDs, api.UnitID(f.card, i))
 	}
-	return []plugin.Holding{h}, nil
+	return []podresources.Holding{h}, nil
 }
 
 // proofActions kill for real (the production KubeActions.Kill, which

@@ -1,4 +1,6 @@
-package plugin
+// Package podresources reads the kubelet's account of which container holds which devices (its
+// PodResources API), paced below its rate limit; the device plugin and the memory sampler share it.
+package podresources
 
 import (
 	"context"
@@ -40,9 +42,9 @@ type Holding struct {
 // Holding): no container, no devices.
 func (h Holding) Known() bool { return h.Container == "" }
 
-// PodResources is the kubelet's record of which container holds which
+// Reader is the kubelet's record of which container holds which
 // devices, read pod by pod.
-type PodResources interface {
+type Reader interface {
 	// Get returns the devices the kubelet gave the containers of pods, and
 	// a Known Holding for each pod it knows that holds none. A pod the
 	// kubelet does not know (yet, or any more) holds nothing and is not
@@ -53,9 +55,9 @@ type PodResources interface {
 // ErrGetDisabled: the kubelet does not serve PodResources Get.
 var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve Get: enable the kubelet's KubeletPodResourcesGet feature gate (beta, on by default since Kubernetes 1.34); until then the plugin decides on its own memory, and it never falls back to List, which drops the kubelet's reservation of an allocation in flight (kubernetes/kubernetes#137534)")
 
-// KubeletPodResources reads the kubelet PodResources API
+// Kubelet reads the kubelet PodResources API
 // (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix socket, keeping the
-// devices of one resource. Use one value per resource (NewKubeletPodResources)
+// devices of one resource. Use one value per resource (NewKubelet)
 // and share it between the plugin and the usage sampler: it remembers what
 // can no longer change.
 //
@@ -86,7 +88,7 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 //     the reconciler, the sampler) also stops after unknownWindow pods the
 //     kubelet does not know: it receives pods in the order its watch sees
 //     them bound, so the pods after those have not reached it either.
-type KubeletPodResources struct {
+type Kubelet struct {
 	Socket   string
 	Resource string
 	// Arrival is the order the plugin's informer saw each pod bound (nil:
@@ -114,7 +116,7 @@ type KubeletPodResources struct {
 // only after the Allocate it answers), and an admission read of the same
 // pods — the Allocate after the GetPreferredAllocation of one container —
 // reuses the last one.
-func (k *KubeletPodResources) KubeletChanged() {
+func (k *Kubelet) KubeletChanged() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.changes++
@@ -130,7 +132,7 @@ func (k *KubeletPodResources) KubeletChanged() {
 // container's PreStartContainer spends a Get on it. A pod the kubelet then
 // fails to admit does not start: its remembered devices count for nothing
 // (api.MayStartContainers), as a finished pod's do.
-func (k *KubeletPodResources) Allocated(pod *corev1.Pod, container string, ids []string) {
+func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	demand := api.KubeletDemand(pod, corev1.ResourceName(k.Resource))
@@ -147,15 +149,15 @@ func (k *KubeletPodResources) Allocated(pod *corev1.Pod, container string, ids [
 // unknownWindow is how many pods the kubelet does not know a read outside
 // an admission asks about before it takes the rest in the kubelet's order as
 // unknown too. A read for an admission (GetPreferredAllocation, Allocate:
-// withAdmission) reads on until it finds the pod the kubelet is admitting,
+// WithAdmission) reads on until it finds the pod the kubelet is admitting,
 // wherever the kubelet's order put it, so a decision never depends on the
 // order being guessed right: guessed right, that is the first pod asked.
 const unknownWindow = 1
 
 type admissionKey struct{}
 
-// withAdmission marks ctx as a call the kubelet makes while it admits a pod.
-func withAdmission(ctx context.Context) context.Context {
+// WithAdmission marks ctx as a call the kubelet makes while it admits a pod.
+func WithAdmission(ctx context.Context) context.Context {
 	return context.WithValue(ctx, admissionKey{}, true)
 }
 
@@ -163,37 +165,44 @@ func admitting(ctx context.Context) bool { b, _ := ctx.Value(admissionKey{}).(bo
 
 type startingKey struct{}
 
-// withStarting marks ctx as the PreStartContainer of the container that
+// WithStarting marks ctx as the PreStartContainer of the container that
 // holds ids: a read outside an admission that already remembers a pod
 // holding exactly ids answers from memory (see Allocated).
-func withStarting(ctx context.Context, ids []string) context.Context {
-	return context.WithValue(ctx, startingKey{}, idsKey(ids))
+func WithStarting(ctx context.Context, ids []string) context.Context {
+	return context.WithValue(ctx, startingKey{}, IDsKey(ids))
+}
+
+// IDsKey names a set of device IDs (in any order).
+func IDsKey(ids []string) string {
+	s := append([]string(nil), ids...)
+	sort.Strings(s)
+	return strings.Join(s, ",")
 }
 
 // remembered reports whether hs has a container holding exactly the IDs
-// ctx's PreStartContainer is for (withStarting).
+// ctx's PreStartContainer is for (WithStarting).
 func remembered(ctx context.Context, hs []Holding) bool {
 	key, _ := ctx.Value(startingKey{}).(string)
 	if key == "" {
 		return false
 	}
 	for _, h := range hs {
-		if len(h.IDs) > 0 && idsKey(h.IDs) == key {
+		if len(h.IDs) > 0 && IDsKey(h.IDs) == key {
 			return true
 		}
 	}
 	return false
 }
 
-// NewKubeletPodResources reads resource's devices from the kubelet's
+// NewKubelet reads resource's devices from the kubelet's
 // PodResources socket.
-func NewKubeletPodResources(socket, resource string, arrival func(types.UID) (uint64, bool), observe func(int)) *KubeletPodResources {
-	return &KubeletPodResources{Socket: socket, Resource: resource, Arrival: arrival, Observe: observe}
+func NewKubelet(socket, resource string, arrival func(types.UID) (uint64, bool), observe func(int)) *Kubelet {
+	return &Kubelet{Socket: socket, Resource: resource, Arrival: arrival, Observe: observe}
 }
 
-// Get implements PodResources. Pods that ask for none of the resource are
+// Get implements Reader. Pods that ask for none of the resource are
 // not asked about: the kubelet gave them none.
-func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
+func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
 	var out []Holding
 	var ask []*corev1.Pod
 	k.mu.Lock()
@@ -202,7 +211,7 @@ func (k *KubeletPodResources) Get(ctx context.Context, pods []*corev1.Pod) ([]Ho
 	}
 	asking := map[types.UID]bool{}
 	for _, p := range pods {
-		if !asksFor(p, corev1.ResourceName(k.Resource)) {
+		if len(api.KubeletDemand(p, corev1.ResourceName(k.Resource))) == 0 { // no container (init ones too) asks for it
 			continue
 		}
 		asking[p.UID] = true
@@ -263,25 +272,25 @@ func admittingUID(ask []*corev1.Pod, h Holding) types.UID {
 	return ""
 }
 
-func (k *KubeletPodResources) observe(gets int) {
+func (k *Kubelet) observe(gets int) {
 	if k.Observe != nil {
 		k.Observe(gets)
 	}
 }
 
-// uidsKey names a set of pods (idsKey of their UIDs).
+// uidsKey names a set of pods (IDsKey of their UIDs).
 func uidsKey(ps []*corev1.Pod) string {
 	ids := make([]string, len(ps))
 	for i, p := range ps {
 		ids[i] = string(p.UID)
 	}
-	return idsKey(ids)
+	return IDsKey(ids)
 }
 
 // read asks the kubelet about the pods in its admission order, remembering
 // the complete ones, until the pod it is admitting or window pods it does not
 // know.
-func (k *KubeletPodResources) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Holding, error) {
+func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Holding, error) {
 	gets := 0
 	defer func() { k.observe(gets) }()
 	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -347,7 +356,7 @@ func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
 
 // get asks the kubelet about one pod: the devices of the resource its
 // containers hold, and whether the kubelet knows the pod.
-func (k *KubeletPodResources) get(ctx context.Context, client podresourcesv1.PodResourcesListerClient, p *corev1.Pod) ([]Holding, bool, error) {
+func (k *Kubelet) get(ctx context.Context, client podresourcesv1.PodResourcesListerClient, p *corev1.Pod) ([]Holding, bool, error) {
 	resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
 	if err != nil {
 		switch st := status.Convert(err); {
@@ -376,12 +385,6 @@ func (k *KubeletPodResources) get(ctx context.Context, client podresourcesv1.Pod
 		}
 	}
 	return out, true, nil
-}
-
-// asksFor reports whether a container of the pod (init containers too)
-// names the resource in its limits or requests (api.KubeletDemand).
-func asksFor(p *corev1.Pod, res corev1.ResourceName) bool {
-	return len(api.KubeletDemand(p, res)) > 0
 }
 
 // The kubelet's PodResources server refuses calls beyond its rate limit

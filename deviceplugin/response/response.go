@@ -1,4 +1,7 @@
-package plugin
+// Package response is what a container gets for its grant (the device plugin's Allocate answer,
+// the DRA driver's CDI edits): the environment naming the grant and its cards, how the cards
+// reach the container (Strategy, DeviceIDStrategy) and MPS's limit.
+package response
 
 import (
 	"strconv"
@@ -42,18 +45,23 @@ func ParseDeviceIDStrategy(s string) (DeviceIDStrategy, error) {
 	return oneof.Parse("device ID strategy", s, DeviceIDUUID, DeviceIDIndex)
 }
 
-// response is what the container gets for units of card (Config.Response).
-func (p *Plugin) response(card nvml.Card, units int64) *pluginapi.ContainerAllocateResponse {
-	return p.cfg.Response(card, units, p.store.Unit())
+// Config shapes the container response.
+type Config struct {
+	// Names are the resources served and the keys read and written (zero: api.DefaultNames).
+	Names api.Names
+	// Strategy and DeviceIDStrategy: how the cards reach the container
+	// (zero: StrategyVolumeMounts, DeviceIDUUID).
+	Strategy         Strategy
+	DeviceIDStrategy DeviceIDStrategy
+	// MPS adds NVIDIA MPS's per-client memory limit to every share (mps.go).
+	MPS MPS
 }
 
-// Response is what a container gets for units (of unit) of card: the
-// environment naming its grant and its card, how the card reaches it
-// (Strategy, DeviceIDStrategy) and MPS's limit. It depends on the card and
-// the count only, never on which container it is for: a wrong guess cannot
-// give a container the wrong card. The DRA driver hands a claim the same
-// edits through CDI (deviceplugin/dra).
-func (c Config) Response(card nvml.Card, units int64, unit api.MemoryUnit) *pluginapi.ContainerAllocateResponse {
+// Share is what a container gets for units (of unit) of card: the
+// environment naming its grant and its card, how the card reaches it and
+// MPS's limit. It depends on the card and the count only, never on which
+// container it is for: a wrong guess cannot give a container the wrong card.
+func (c Config) Share(card nvml.Card, units int64, unit api.MemoryUnit) *pluginapi.ContainerAllocateResponse {
 	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
 		api.EnvMemoryUnits:   strconv.FormatInt(units, 10),
 		api.EnvMemoryUnit:    string(unit),
@@ -67,6 +75,25 @@ func (c Config) Response(card nvml.Card, units int64, unit api.MemoryUnit) *plug
 	}
 	c.reach(r, card)
 	c.MPS.addTo(r, units*unit.MiB())
+	return r
+}
+
+// Whole is what a container given these cards whole gets: as for a share,
+// the cards reach it by reach, and GPUSHARE_WHOLE_CARDS, GPUSHARE_CARD_UUID
+// and GPUSHARE_CARD_INDEX with comma-separated lists. No MPS limit: the
+// cards are the container's alone.
+func (c Config) Whole(cards []nvml.Card) *pluginapi.ContainerAllocateResponse {
+	var uuids, indexes []string
+	for _, card := range cards {
+		uuids = append(uuids, card.UUID)
+		indexes = append(indexes, strconv.Itoa(card.Index))
+	}
+	r := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{
+		api.EnvWholeCards: strconv.Itoa(len(cards)),
+		api.EnvCardUUID:   strings.Join(uuids, ","),
+		api.EnvCardIndex:  strings.Join(indexes, ","),
+	}}
+	c.reach(r, cards...)
 	return r
 }
 
