@@ -18,12 +18,8 @@ spec:
   # From Kubernetes 1.37 the kubelet keeps one endpoint per plugin socket, so the new plugin starts
   # beside the old one (its own socket, GPUSHARE_INSTANCE) and takes over without a moment at which
   # the node's GPU devices are unhealthy; before, the old pod stops first (docs/install.md, "Upgrade").
-  # A stopping plugin answers the admissions it started; minReadySeconds gives those of an older
-  # release that closes at once the time to end before its pod is stopped.
+  # A stopping plugin answers the admissions it started before it closes.
   {{- $surge := and (not $dra) (semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version) }}
-  {{- if $surge }}
-  minReadySeconds: 10
-  {{- end }}
   updateStrategy:
     type: RollingUpdate
     rollingUpdate:
