@@ -267,33 +267,29 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	now := p.cfg.Clock.Now()
 	deadline, check := now.Add(p.cfg.AllocateWait), now
 	changed := p.cluster.PodsChanged() // before the look: a change during it wakes the wait
-	answers := make(chan error, 1)     // CacheBehind's: nil when the cache is not behind
-	asking := false
+	var asked chan cacheAnswer         // CacheBehind's answer while it is asked (nil: not asked)
 	for !look() && p.cfg.AllocateWait > 0 && p.cfg.Clock.Now().Before(deadline) {
-		if !asking && !p.cfg.Clock.Now().Before(check) {
-			asking = true
-			go func() {
+		if asked == nil && !p.cfg.Clock.Now().Before(check) {
+			asked = make(chan cacheAnswer, 1)
+			go func(ch chan<- cacheAnswer) {
 				behind, err := p.cluster.CacheBehind(ctx)
-				if err == nil && behind {
-					err = errBehind
-				}
-				answers <- err
-			}()
+				ch <- cacheAnswer{behind, err}
+			}(asked)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case err := <-answers:
-			asking, check = false, p.cfg.Clock.Now().Add(cacheCheckEvery*allocatePoll)
-			if err == nil {
+		case a := <-asked:
+			asked, check = nil, p.cfg.Clock.Now().Add(cacheCheckEvery*allocatePoll)
+			if a.err == nil && !a.behind {
 				// The cache may have caught up since the last look (CacheBehind reads it after the
 				// API server): one more look, then no wait.
 				if !look() {
 					p.log.V(1).Info("Not waiting: the pod cache shows every pod of the node awaiting admission (a pod deleted before its admission?)")
 				}
 				return
-			} else if !errors.Is(err, errBehind) {
-				p.log.V(1).Info("Waiting for the pod cache: the API server could not be asked whether it is behind", "err", err)
+			} else if a.err != nil {
+				p.log.V(1).Info("Waiting for the pod cache: the API server could not be asked whether it is behind", "err", a.err)
 			}
 		case <-changed:
 		case <-p.cfg.Clock.After(allocatePoll):
@@ -302,8 +298,11 @@ func (p *Plugin) waitFor(ctx context.Context, look func() (done bool)) {
 	}
 }
 
-// errBehind is CacheBehind's answer "behind" on waitFor's channel.
-var errBehind = errors.New("the pod cache is behind the API server")
+// cacheAnswer is what Cluster.CacheBehind said.
+type cacheAnswer struct {
+	behind bool
+	err    error
+}
 
 // cacheCheckEvery is how many allocatePolls' time of a wait pass between two
 // questions to the API server whether the pod cache is behind (1 s).
