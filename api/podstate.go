@@ -50,9 +50,9 @@ func BoundAt(pod *corev1.Pod) (at time.Time, ok bool) {
 }
 
 // RecordHolds reports whether a pod's record shows it holding the cards it
-// names: the pod still holds its units (HoldsUnits) and the record is
-// Allocated (the device plugin wrote what the kubelet gave it). An Assigned
-// record is the extender's plan, not yet a holding.
+// names: the pod holds its units and the record is Allocated, or the pod is
+// admitted (a container starts only once its record names its card). An
+// Assigned record of a pod not yet admitted is the extender's plan.
 func RecordHolds(pod *corev1.Pod, a Assignment) bool {
-	return HoldsUnits(pod) && a.Phase == PhaseAllocated
+	return HoldsUnits(pod) && (a.Phase == PhaseAllocated || Admitted(pod))
 }

@@ -45,8 +45,9 @@ func TestHoldsUnitsAndMayStartContainers(t *testing.T) {
 	}
 }
 
-func TestRecordHoldsOnlyAllocatedRecordsOfPodsThatHoldUnits(t *testing.T) {
+func TestRecordHoldsAllocatedOrAdmittedRecordsOfPodsThatHoldUnits(t *testing.T) {
 	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	pending := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodPending}}
 	done := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodSucceeded}}
 	for _, tt := range []struct {
 		name  string
@@ -55,7 +56,9 @@ func TestRecordHoldsOnlyAllocatedRecordsOfPodsThatHoldUnits(t *testing.T) {
 		want  bool
 	}{
 		{"allocated, running", running, PhaseAllocated, true},
-		{"assigned: the extender's plan", running, PhaseAssigned, false},
+		{"assigned, not admitted: the extender's plan", pending, PhaseAssigned, false},
+		{"allocated, not yet shown admitted", pending, PhaseAllocated, true},
+		{"assigned, admitted: its containers start once the record names their cards", running, PhaseAssigned, true},
 		{"allocated, finished", done, PhaseAllocated, false},
 	} {
 		if got := RecordHolds(tt.pod, Assignment{Phase: tt.phase}); got != tt.want {

@@ -429,3 +429,83 @@ func (c *markedCalls) UpdateAssignment(ctx context.Context, namespace, name stri
 	}
 	return c.Cluster.UpdateAssignment(ctx, namespace, name, uid, mutate)
 }
+
+// A container whose record already names the card it holds starts without waiting for the API
+// server: only the record's phase is left, to the record writer. A container whose record names
+// another card (the kubelet gave units of another card than the extender assigned) waits until
+// its record names the card it holds.
+func TestPreStartWaitsForTheAPIServerOnlyWhenTheRecordNamesAnotherCard(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		assigned int // the card the extender assigned; the kubelet gives units of card 1
+		wait     bool
+	}{{"record names the card", 1, false}, {"record names another card", 0, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &gatedUpdates{gate: make(chan struct{}), prestart: make(chan struct{}, 1)}
+			h := newHarness(t, setup{
+				podres: true,
+				wrap:   func(c Cluster) Cluster { g.Cluster = c; return g },
+				pods: func(c [2]podtest.Card) []*corev1.Pod {
+					return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[tc.assigned]).Obj()}
+				},
+			})
+			ids := unitIDs(h.cards[1].UUID, 0, 2)
+			h.mustAllocate(t, ids) // its record write waits at the gate
+			h.podres.set(podresources.Holding{Namespace: "ns", Pod: "p", Container: "c", IDs: ids})
+			done := make(chan error, 1)
+			go func() {
+				ctx := metadata.AppendToOutgoingContext(context.Background(), markKey, "prestart")
+				_, err := h.dp.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.wait {
+					t.Fatalf("PreStartContainer returned while the record still names card %s, not card %s the container holds", h.cards[0].UUID, h.cards[1].UUID)
+				}
+			case <-g.prestart:
+				if !tc.wait {
+					t.Fatal("PreStartContainer of a container whose record names its card waits for the API server")
+				}
+				close(g.gate)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("PreStartContainer neither returned nor wrote the record in 30 s")
+			}
+			if !tc.wait {
+				close(g.gate)
+			}
+			if a := h.record(t, "p"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != h.cards[1].UUID {
+				t.Errorf("record: %s on %s, want Allocated on %s", a.Phase, a.Containers[0].CardUUID, h.cards[1].UUID)
+			}
+		})
+	}
+}
+
+// gatedUpdates holds every record update until gate closes, and says when one of a call marked
+// with markKey arrives.
+type gatedUpdates struct {
+	Cluster
+	gate     chan struct{}
+	prestart chan struct{}
+}
+
+func (g *gatedUpdates) UpdateAssignment(ctx context.Context, namespace, name string, uid types.UID, mutate func(*api.Assignment) bool) error {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(markKey)) > 0 {
+		select {
+		case g.prestart <- struct{}{}:
+		default:
+		}
+	}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return g.Cluster.UpdateAssignment(ctx, namespace, name, uid, mutate)
+}

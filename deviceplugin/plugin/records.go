@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -216,6 +217,13 @@ func (p recorder) swap(ctx context.Context, m move, anyPartner bool) bool {
 // (api.RecordKeys.Verify).
 func (p recorder) record(pod *corev1.Pod) (api.Assignment, error) {
 	return p.cfg.Names.TrustedAssignment(pod, p.keys())
+}
+
+// names reports whether pod's trusted record names, for the container h
+// holds units for, the card of those units.
+func (p recorder) names(pod *corev1.Pod, h holding) bool {
+	a, err := p.record(pod)
+	return err == nil && slices.ContainsFunc(a.Containers, func(c api.ContainerAssignment) bool { return c.Name == h.Container && c.CardUUID == h.card() })
 }
 
 // signed wraps a record update: a record the keys do not verify is left

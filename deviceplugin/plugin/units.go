@@ -233,18 +233,14 @@ func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Sna
 	return snap, held, nil
 }
 
-// preStart is called by the kubelet before it starts each container
-// (PreStartRequired), with the container's device IDs, and the container
+// preStart is called by the kubelet before it starts each container, which
 // starts only once it returns. With the kubelet's account the plugin learns
-// here, for certain, which container holds the IDs — the kubelet recorded
-// the allocation when Allocate returned — and writes that container's
-// record (and reverts any guess the account contradicts) before answering:
-// a running container's record names the card it got, at every
-// observation, however the plugin guessed at Allocate. Without the account
-// there is nothing to learn; Allocate already wrote the record.
-//
-// A failed write fails the call: the kubelet then retries the container
-// start, rather than run a container its record misnames.
+// here, for certain, which container holds the IDs, and makes that
+// container's record name their card (reverting any guess the account
+// contradicts) before answering: a running container's record names the card
+// it got, however the plugin guessed at Allocate. A failed write fails the
+// call (the kubelet retries the start). A record that names the card already
+// is not waited for: its phase is left to the record writer.
 func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	p := k.p
 	u, err := allocate.ParseUnits(req.GetDevicesIds())
@@ -261,10 +257,11 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	}
 	var refs []podRef
 	var h holding
-	var held bool
+	var held, named bool
 	if err := p.locked(accts, func(v podView, reopened []types.UID) {
 		refs = v.refs(reopened)
 		h, held = p.state.units.byDeviceIDs(u.IDs)
+		named = held && p.rec.names(v.byUID[h.UID], h)
 	}); err != nil {
 		return nil, toStatus(err)
 	}
@@ -278,6 +275,10 @@ func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerReq
 	}
 	p.state.units.start(h.UID, h.Container)
 	ref := podRef{Namespace: h.Namespace, Name: h.Pod, UID: h.UID}
+	if named && !h.Guess {
+		p.rec.queueRecords(ctx, []podRef{ref})
+		return &pluginapi.PreStartContainerResponse{}, nil
+	}
 	if err := p.rec.writeRecord(ctx, ref, kubeletCall); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "recording that pod %s/%s container %s holds units of card %s: %v; the kubelet retries the container start", h.Namespace, h.Pod, h.Container, h.card(), err)
 	}

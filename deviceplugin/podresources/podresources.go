@@ -55,39 +55,28 @@ type Reader interface {
 // ErrGetDisabled: the kubelet does not serve PodResources Get.
 var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve Get: enable the kubelet's KubeletPodResourcesGet feature gate (beta, on by default since Kubernetes 1.34); until then the plugin decides on its own memory, and it never falls back to List, which drops the kubelet's reservation of an allocation in flight (kubernetes/kubernetes#137534)")
 
-// Kubelet reads the kubelet PodResources API
-// (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix socket, keeping the
-// devices of one resource. Use one value per resource (NewKubelet)
-// and share it between the plugin and the usage sampler: it remembers what
-// can no longer change.
+// Kubelet reads the kubelet PodResources API on a unix socket, keeping the
+// devices of one resource; one value per resource (NewKubelet), shared by the
+// plugin and the usage sampler: it remembers what can no longer change.
 //
-// It calls Get, one pod at a time, and never List: in kubelet v1.34 List
-// first calls the device manager's UpdateAllocatedDevices, which rebuilds
-// the set of allocated devices from the committed allocations and so drops
-// the reservation of an Allocate in flight; the next admission can then be
-// handed the same devices (kubernetes/kubernetes#137534). The plugin reads
-// the account inside GetPreferredAllocation, Allocate and PreStartContainer,
-// exactly that window, and its reconciler and usage sampler may run during
-// any admission. Get reads the pod's allocations and changes nothing.
+// It calls Get, one pod at a time, never List: in kubelet v1.34 List calls
+// the device manager's UpdateAllocatedDevices, which drops the reservation of
+// an Allocate in flight, so the next admission can be handed the same devices
+// (kubernetes/kubernetes#137534); the plugin reads inside its admission calls.
 //
 // A read asks about as few pods as the answer needs, so that an admission
-// costs O(1) Gets, not O(pods on the node) (the kubelet serves all its
-// PodResources clients together at 100 calls a second):
+// costs O(1) Gets (the kubelet serves all PodResources clients together at
+// 100 calls a second):
 //   - A pod whose every container that asks for the resource holds devices
-//     is complete: the kubelet allocates all of a pod's containers during
-//     its admission and never re-allocates a container that holds devices,
-//     so the answer is remembered and the pod is not asked again while it is
-//     on the node.
-//   - The other pods are asked in the kubelet's admission order
-//     (allocate.SortAdmission): pods it has admitted first, then pods
-//     awaiting admission, and the read stops at the first pod the kubelet
-//     knows whose containers do not all hold devices yet. The kubelet admits
-//     one pod at a time (HandlePodAdditions), so that is the pod it is
-//     admitting, and the pods after it in its order are not known to it yet:
-//     they hold nothing. A read outside an admission (PreStartContainer,
-//     the reconciler, the sampler) also stops after unknownWindow pods the
-//     kubelet does not know: it receives pods in the order its watch sees
-//     them bound, so the pods after those have not reached it either.
+//     is complete (the kubelet never re-allocates a container that holds
+//     devices): remembered, not asked again while it is on the node.
+//   - The others are asked in the kubelet's admission order
+//     (allocate.SortAdmission), stopping at the first pod the kubelet knows
+//     whose containers do not all hold devices yet: the kubelet admits one pod
+//     at a time, so that is the pod it is admitting, and the ones after it are
+//     not known to it yet. A read outside an admission stops after
+//     unknownWindow pods the kubelet does not know (it receives pods in the
+//     order its watch sees them bound).
 type Kubelet struct {
 	Socket   string
 	Resource string
