@@ -43,6 +43,8 @@ type Options struct {
 	Keep bool
 	// Mix is which kinds one Run creates (RunSuite sets it per burst).
 	Mix Mix
+	// Mixes, when set, are the bursts RunSuite runs (default: all three).
+	Mixes []Mix
 	// Pod, when set, adapts each pod before it is created (e.g. the image
 	// and host network a real node's runtime needs).
 	Pod func(*corev1.Pod)
@@ -50,6 +52,10 @@ type Options struct {
 	// are created (e.g. the ResourceClaimTemplate DRA pods name).
 	Prepare func(ctx context.Context, client kubernetes.Interface, namespace string) error
 	Log     func(format string, args ...any)
+	// Measure, when set, is called as a burst's first pod is created; the
+	// function it returns when every pod is Ready or Failed (e.g. to take
+	// the CPU time the cluster's processes spent on the burst).
+	Measure func(Mix) func()
 }
 
 // DefaultOptions are the figures of the playground measurement: 100 pods
@@ -133,7 +139,11 @@ type Result struct {
 // alone, GPU pods alone, then both interleaved.
 func RunSuite(ctx context.Context, client kubernetes.Interface, o Options) []Result {
 	var out []Result
-	for _, m := range []Mix{PlainOnly, GPUOnly, Interleaved} {
+	mixes := o.Mixes
+	if len(mixes) == 0 {
+		mixes = []Mix{PlainOnly, GPUOnly, Interleaved}
+	}
+	for _, m := range mixes {
 		o.Mix = m
 		pods, err := Run(ctx, client, o)
 		out = append(out, Result{Mix: m, Pods: pods, Stats: Summarize(pods), Err: err})
@@ -189,6 +199,10 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 		return nil, err
 	}
 	defer stop()
+	if o.Measure != nil {
+		end := o.Measure(o.Mix)
+		defer end()
+	}
 	o.Log("namespace %s: %s burst, %d pods (%d GiB each GPU pod), %d created at a time", ns, o.Mix, len(order), o.GiB, o.Clients)
 	err = schedload.ForEach(ctx, len(order), o.Clients, func(ctx context.Context, i int) error {
 		p := bursts[order[i].kind].Pod(order[i].i)

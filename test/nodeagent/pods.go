@@ -165,6 +165,7 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod, containers []*corev1
 	defer a.setStarting(pod.UID, false)
 	logger := klog.FromContext(ctx).WithValues("pod", klog.KObj(pod))
 	records := ContainerRecords{Version: RecordVersion, Node: a.cfg.NodeName}
+	began := a.cfg.Clock.Now()
 	if a.dm != nil {
 		for _, c := range containers {
 			opts, err := a.dm.GetDeviceRunContainerOptions(pod, c)
@@ -184,6 +185,7 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod, containers []*corev1
 		logger.V(2).Info("Pod deleted during admission; not starting it")
 		return
 	}
+	options := a.cfg.Clock.Since(began)
 	value, err := records.Encode()
 	if err != nil {
 		logger.Error(err, "Encoding container records")
@@ -196,17 +198,22 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod, containers []*corev1
 		logger.Error(err, "Recording container run options on the pod; will retry")
 		return
 	}
+	annotated := a.cfg.Clock.Since(began)
 	if err := a.patchPodStatus(ctx, pod, runningStatus(pod, a.cfg.Clock.Now())); err != nil {
 		logger.Error(err, "Reporting pod Running; will retry")
 		return
 	}
+	reported := a.cfg.Clock.Since(began)
 	a.setHandled(pod.UID)
 	a.recorder.Event(pod, corev1.EventTypeNormal, "Started", "Started all containers (simulated by the gpushare node agent)")
 	if err := a.startGPUProcesses(ctx, pod, a.cardOf(ctx, pod)); err != nil {
 		logger.Error(err, "Starting the pod's GPU processes")
 		a.recorder.Eventf(pod, corev1.EventTypeWarning, "Failed", "GPU processes: %v", err)
 	}
-	logger.Info("Pod running", "containers", len(records.Containers))
+	// How long each step took: the device run options (PreStartContainer),
+	// recording them on the pod, and the status.
+	logger.Info("Pod running", "containers", len(records.Containers), "runOptions", options.Round(time.Millisecond),
+		"annotated", (annotated - options).Round(time.Millisecond), "status", (reported - annotated).Round(time.Millisecond))
 }
 
 // reject marks the pod Failed with the kubelet's reason and message, and

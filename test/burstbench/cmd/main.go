@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"syscall"
 
@@ -28,9 +29,23 @@ func main() {
 	flag.StringVar(&o.GPUScheduler, "gpu-scheduler", o.GPUScheduler, "schedulerName of the GPU pods")
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every pod to be Ready or Failed")
 	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the namespace and its pods")
+	only := flag.String("only", "", "run one burst alone: no-gpu, gpu or mixed (no ratio is judged)")
+	timelines := flag.String("timelines", "", "write each pod's create, bound and Ready times to this CSV file")
 	flag.Parse()
 	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 {
 		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib and -clients must be at least 1")
+		os.Exit(2)
+	}
+	switch *only {
+	case "":
+	case "no-gpu":
+		o.Mixes = []burstbench.Mix{burstbench.PlainOnly}
+	case "gpu":
+		o.Mixes = []burstbench.Mix{burstbench.GPUOnly}
+	case "mixed":
+		o.Mixes = []burstbench.Mix{burstbench.Interleaved}
+	default:
+		fmt.Fprintf(os.Stderr, "gpushare-burstbench: -only %q: want no-gpu, gpu or mixed\n", *only)
 		os.Exit(2)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -47,8 +62,12 @@ func main() {
 	o.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "burstbench: "+format+"\n", args...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	meter := &cpuMeter{dir: filepath.Dir(*kubeconfig), spent: map[burstbench.Mix]map[string]float64{}}
+	o.Measure = meter.measure
 	results := burstbench.RunSuite(ctx, client, o)
 	met := burstbench.WriteSuite(os.Stdout, o, results)
+	meter.write(os.Stdout)
+	dumpTimelines(*timelines, results)
 	for _, r := range results {
 		notReady(os.Stdout, r)
 		if r.Err != nil {
