@@ -64,7 +64,7 @@ func ParseUnits(ids []string) (Units, error) {
 			return Units{}, fmt.Errorf("%w: %w", ErrBadDeviceID, err)
 		}
 		if u.Card != "" && c != u.Card {
-			return Units{}, fmt.Errorf("%w: %s and %s", ErrSpansCards, u.Card, c)
+			return Units{}, fmt.Errorf("%w: %s and %s (the kubelet gives units of several cards only when no card of the node has the units free: the room planned for the pod went to another pod; recreate the pod so that gpushare-scheduler places it again)", ErrSpansCards, u.Card, c)
 		}
 		u.Card = c
 		u.Numbers = append(u.Numbers, n)

@@ -41,3 +41,14 @@ func TestZeroRequestAddsNoEntry(t *testing.T) {
 		t.Errorf("queue = %+v, want only c, refused with ErrPodRequest", q)
 	}
 }
+
+// The kubelet hands a container units of several cards only when no card
+// of the node has its units free: the refusal, which the kubelet puts in
+// the pod's UnexpectedAdmissionError, says so and what to do.
+func TestUnitsOfSeveralCardsAreRefusedSayingWhatToDo(t *testing.T) {
+	pods := []*corev1.Pod{podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c0).Obj()}
+	_, err := Match(Build(pods, State{}), append(ids(card0, 0, 1), ids(card1, 0, 1)...))
+	if !errors.Is(err, ErrSpansCards) || !strings.Contains(err.Error(), "no card of the node has") || !strings.Contains(err.Error(), "recreate the pod") {
+		t.Errorf("Match of units of two cards = %v; want ErrSpansCards saying that no card had the units free, and to recreate the pod", err)
+	}
+}

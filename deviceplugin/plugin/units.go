@@ -205,32 +205,27 @@ func (k units) preferred(ctx context.Context, req *pluginapi.PreferredAllocation
 }
 
 // preferredSnapshot is the snapshot GetPreferredAllocation decides on, and
-// the units the kubelet's account shows held. Like Allocate
-// (decideWaiting), it waits up to Config.AllocateWait, looking again every
-// allocatePoll, for a container of each requested size to be queued: the
-// kubelet may ask before the pod reaches the plugin's informer, and a
-// preference made without the pod would be a best-fit guess, not the card
-// the extender assigned (Allocate then corrects the record to the card the
-// kubelet gave). After the wait, or when the kubelet gives up, it answers
-// with what it knows. allocMu is taken for each look and released while
-// waiting.
-func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Snapshot, map[string]bool, error) {
+// the units the kubelet's account shows held. Like Allocate (decideWaiting)
+// it waits up to Config.AllocateWait, looking again (the account too) every
+// allocatePoll, for a container of each requested size to be queued and,
+// with the account, for the pod the kubelet is admitting: it may ask before
+// that pod reaches the plugin's informer, and a preference for the queue's
+// head would give the pod another card, whose room the extender planned for
+// another pod. After the wait it answers with what it knows.
+func (k units) preferredSnapshot(ctx context.Context, sizes []int) (snap allocate.Snapshot, held map[string]bool, err error) {
 	p := k.p
-	accts := k.accounts(ctx)
-	var snap allocate.Snapshot
-	var held map[string]bool
-	err := p.waitForView(ctx, accts, func(v podView) bool {
-		held = nil
-		if accts.units.ok {
-			held = accts.units.heldUnits(v)
-		}
-		snap = p.snapshot(v, accts.units)
-		return allocate.Explains(snap, sizes)
+	p.waitFor(ctx, func() bool {
+		accts, done := k.accounts(ctx), false
+		err = p.locked(accts, func(v podView, _ []types.UID) {
+			snap, held = p.snapshot(v, accts.units), nil
+			if accts.units.ok {
+				held = accts.units.heldUnits(v)
+			}
+			done = allocate.Explains(snap, sizes) && (!accts.units.ok || slices.ContainsFunc(snap.Pending, func(e allocate.Entry) bool { return accts.units.admitting(e.UID) }))
+		})
+		return err != nil || done
 	})
-	if err != nil {
-		return allocate.Snapshot{}, nil, err
-	}
-	return snap, held, nil
+	return snap, held, err
 }
 
 // preStart is called by the kubelet before it starts each container, which
