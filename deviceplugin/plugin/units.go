@@ -97,6 +97,17 @@ func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
 // kubelet's account (PreStartContainer, reconciliation).
 func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, accts accounts) (decision, error) {
 	p, acct := k.p, accts.units
+	if acct.ok {
+		// The kubelet records a container's units as its Allocate returns, before its next call:
+		// a guess older than this read that the read does not show, of the pod it admits, is of
+		// a call it never recorded (for a pod the cache did not show yet, or cut by its restart).
+		// Kept, it hides that pod from the queue and its call goes to another pod or is refused.
+		for _, pod := range v.pods {
+			if acct.admitting(pod.UID) && !api.Admitted(pod) && p.state.units.forgetGuesses(pod.UID, acct.gen) {
+				reopenedUIDs = append(reopenedUIDs, pod.UID)
+			}
+		}
+	}
 	reopened := v.refs(reopenedUIDs)
 	if acct.ok {
 		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.acct.refuseHeld(v, h, exact) {
