@@ -181,8 +181,7 @@ func (l *ledger) unindexLocked(k ckey, h holding) {
 	}
 }
 
-// forgetGuesses drops uid's guesses made at or before generation gen, reopening the pod, and
-// reports whether there were any (see units.decide).
+// forgetGuesses drops uid's guesses of generation gen or older, reopening the pod (units.decide).
 func (l *ledger) forgetGuesses(uid types.UID, gen uint64) (dropped bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

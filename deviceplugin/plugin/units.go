@@ -83,39 +83,28 @@ func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
 	return k.p.cfg.Share(d.cards[0], d.units, k.p.store.Unit())
 }
 
-// decide is one Allocate decision (callers hold allocMu; no I/O): a refusal
-// of units the kubelet's account shows held by another live pod; else which
-// container the IDs are for, recorded in the ledger, and whether its record
-// is to be written. The decision's reopened are the pods the merge
-// reopened: their records are written after the lock too.
-//
-// The record shows a guess unless the guess is one the plugin already knows
-// to be unreliable: with the kubelet's account, a pod the account already
-// contradicted once (the kubelet admits in another order than the queue)
-// is not shown holding a second allocation while another pending container
-// of that size could as well be the one; its record waits for the
-// kubelet's account (PreStartContainer, reconciliation).
+// decide is one Allocate decision (callers hold allocMu; no I/O): a refusal of units the
+// kubelet's account shows held by another live pod; else which container the IDs are for,
+// recorded in the ledger, and whether its record is to be written (after the lock, with the
+// pods reopened). A guess is not recorded for a pod the account already contradicted while
+// another pending container of that size could as well be the one: it waits for the account.
 func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, accts accounts) (decision, error) {
 	p, acct := k.p, accts.units
 	if acct.ok {
-		// The kubelet records a container's units as its Allocate returns, before its next call:
-		// a guess older than this read that the read does not show, of the pod it admits, is of
-		// a call it never recorded (for a pod the cache did not show yet, or cut by its restart).
-		// Kept, it hides that pod from the queue and its call goes to another pod or is refused.
+		// The kubelet records a container's units as its Allocate returns: a guess older than
+		// this read that the read does not show, of the pod the kubelet admits, is of a call it
+		// never recorded (a pod not in the cache yet, a restart); kept, it would hide that pod.
 		for _, pod := range v.pods {
 			if acct.admitting(pod.UID) && !api.Admitted(pod) && p.state.units.forgetGuesses(pod.UID, acct.gen) {
 				reopenedUIDs = append(reopenedUIDs, pod.UID)
 			}
 		}
-	}
-	reopened := v.refs(reopenedUIDs)
-	if acct.ok {
 		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.acct.refuseHeld(v, h, exact) {
-			return decision{reopened: reopened}, heldErr(h, u.IDs)
+			return decision{reopened: v.refs(reopenedUIDs)}, heldErr(h, u.IDs)
 		}
 	}
 	d, err := k.match(v, u, acct)
-	d.reopened = reopened
+	d.reopened = v.refs(reopenedUIDs)
 	return d, err
 }
 
@@ -215,16 +204,9 @@ func (k units) preferred(ctx context.Context, req *pluginapi.PreferredAllocation
 	return resp, nil
 }
 
-// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and
-// the units the kubelet's account shows held. Like Allocate
-// (decideWaiting), it waits up to Config.AllocateWait, looking again every
-// allocatePoll, for a container of each requested size to be queued: the
-// kubelet may ask before the pod reaches the plugin's informer, and a
-// preference made without the pod would be a best-fit guess, not the card
-// the extender assigned (Allocate then corrects the record to the card the
-// kubelet gave). After the wait, or when the kubelet gives up, it answers
-// with what it knows. allocMu is taken for each look and released while
-// waiting.
+// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and the units the
+// kubelet's account shows held. Like Allocate it waits (waitForView) for a container of each
+// requested size: without the pod a preference is a best-fit guess, not the planned card.
 func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Snapshot, map[string]bool, error) {
 	p := k.p
 	accts := k.accounts(ctx)
@@ -244,18 +226,11 @@ func (k units) preferredSnapshot(ctx context.Context, sizes []int) (allocate.Sna
 	return snap, held, nil
 }
 
-// preStart is called by the kubelet before it starts each container
-// (PreStartRequired), with the container's device IDs, and the container
-// starts only once it returns. With the kubelet's account the plugin learns
-// here, for certain, which container holds the IDs — the kubelet recorded
-// the allocation when Allocate returned — and writes that container's
-// record (and reverts any guess the account contradicts) before answering:
-// a running container's record names the card it got, at every
-// observation, however the plugin guessed at Allocate. Without the account
-// there is nothing to learn; Allocate already wrote the record.
-//
-// A failed write fails the call: the kubelet then retries the container
-// start, rather than run a container its record misnames.
+// preStart is called by the kubelet before it starts each container (PreStartRequired), with
+// its device IDs. With the kubelet's account the plugin learns here which container holds the
+// IDs (recorded when Allocate returned) and writes that container's record, reverting guesses
+// the account contradicts, before answering: a running container's record names its card.
+// A failed write fails the call, and the kubelet retries the container start.
 func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	p := k.p
 	u, err := allocate.ParseUnits(req.GetDevicesIds())
