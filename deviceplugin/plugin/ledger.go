@@ -181,6 +181,20 @@ func (l *ledger) unindexLocked(k ckey, h holding) {
 	}
 }
 
+// forgetGuesses drops uid's guesses of generation gen or older, reopening the pod (units.decide).
+func (l *ledger) forgetGuesses(uid types.UID, gen uint64) (dropped bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, h := range l.byCont {
+		if k.uid == uid && h.Guess && h.Gen <= gen {
+			l.unindexLocked(k, h)
+			delete(l.byCont, k)
+			l.reopened[uid], l.contradicted[uid], dropped = true, true, true
+		}
+	}
+	return dropped
+}
+
 // isReopened reports whether the pod is reopened (see ledger).
 func (l *marks) isReopened(uid types.UID) bool { return marked(l, l.reopened, uid) }
 

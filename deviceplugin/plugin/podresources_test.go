@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -277,5 +278,94 @@ func TestReconcileSkipsAHolderDeletedSinceTheAccountWasRead(t *testing.T) {
 	p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err := p.Reconcile(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// hidingCluster is a memCluster whose pod cache does not show pod hidden
+// yet: the informer delivers a binding after the kubelet's watch did.
+type hidingCluster struct {
+	*memCluster
+	hidden atomic.Pointer[string]
+}
+
+func (c *hidingCluster) Pods() ([]*corev1.Pod, error) {
+	pods, err := c.memCluster.Pods()
+	hidden := c.hidden.Load()
+	return slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return hidden != nil && p.Name == *hidden }), err
+}
+
+// Two 4 GiB pods: a (planned on card 1) and b (planned on card 0). The
+// kubelet admits a first, before the plugin's pod cache shows it, and gives
+// it units of card 0; the plugin can only guess b. The kubelet records those
+// units as a's, then admits b and calls again: its account shows b known and
+// holding nothing, so the guess naming b was never the kubelet's, and the
+// call is b's. Kept, the guess hid b from the queue: with a still out of the
+// cache the call was refused (NotFound, the pod failed); with a reaching the
+// cache between the plugin's read of the account and its decision, the call
+// went to a, and the two running pods were each recorded on the other's card
+// (the chaos run's violation). The records must end on the cards the kubelet
+// gave.
+func TestAGuessTheKubeletNeverRecordedDoesNotHideThePodItAdmits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// shown: a reaches the cache once the plugin has read b's account.
+		shown bool
+	}{
+		{"a stays out of the cache", false},
+		{"a reaches the cache between the read and the decision", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			sn := simtest.New(t, nodeName, "spec:2x8GiB:Test-GPU")
+			c0, c1 := sn.Cards[0], sn.Cards[1]
+			mem := &memCluster{arrival: map[types.UID]uint64{}}
+			mem.pods = append(mem.pods,
+				podtest.Bound(nodeName, "a", 0).GPU("main", 4).Assign(api.PhaseAssigned, c1).Obj(),
+				podtest.Bound(nodeName, "b", 1).GPU("main", 4).Assign(api.PhaseAssigned, c0).Obj(),
+			)
+			srv := podrestest.Start(t, string(api.DefaultNames().ResourceName()))
+			podres := &podresources.Kubelet{Socket: srv.Socket, Resource: string(api.DefaultNames().ResourceName())}
+			cl := &hidingCluster{memCluster: mem}
+			hidden := "a"
+			cl.hidden.Store(&hidden)
+			p := New(Config{PluginDir: t.TempDir()}, sn.Store, cl, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+			allocate := func(ids []string) error {
+				_, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+				return err
+			}
+
+			srv.Know("ns", "a")
+			forA, forB := unitIDs(c0.UUID, 0, 4), unitIDs(c1.UUID, 0, 4)
+			if err := allocate(forA); err != nil {
+				t.Fatalf("the kubelet's call for a (not in the cache): %v", err)
+			}
+			srv.Hold("ns", "a", "main", forA...)
+			srv.Know("ns", "b")
+			if tc.shown {
+				srv.AfterGet = func(_, name string) {
+					if name == "b" {
+						cl.hidden.Store(nil)
+					}
+				}
+			}
+			if err := allocate(forB); err != nil {
+				t.Fatalf("the kubelet's call for b, after a guess named b for a's units: %v; want b given units of card 1", err)
+			}
+			srv.Hold("ns", "b", "main", forB...)
+			if a := mem.record(t, "b"); a.Containers[0].CardUUID != c1.UUID {
+				t.Errorf("pod b's record after its own call: %s on %s; want card 1, the card the kubelet gave it", a.Phase, a.Containers[0].CardUUID)
+			}
+			cl.hidden.Store(nil)
+			for _, ids := range [][]string{forA, forB} {
+				if _, err := p.units.PreStartContainer(ctx, &pluginapi.PreStartContainerRequest{DevicesIds: ids}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for name, want := range map[string]string{"a": c0.UUID, "b": c1.UUID} {
+				if a := mem.record(t, name); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != want {
+					t.Errorf("pod %s's record when its container starts: %s on %s; want Allocated on %s", name, a.Phase, a.Containers[0].CardUUID, want)
+				}
+			}
+		})
 	}
 }

@@ -83,28 +83,28 @@ func (k units) respond(d decision) *pluginapi.ContainerAllocateResponse {
 	return k.p.cfg.Share(d.cards[0], d.units, k.p.store.Unit())
 }
 
-// decide is one Allocate decision (callers hold allocMu; no I/O): a refusal
-// of units the kubelet's account shows held by another live pod; else which
-// container the IDs are for, recorded in the ledger, and whether its record
-// is to be written. The decision's reopened are the pods the merge
-// reopened: their records are written after the lock too.
-//
-// The record shows a guess unless the guess is one the plugin already knows
-// to be unreliable: with the kubelet's account, a pod the account already
-// contradicted once (the kubelet admits in another order than the queue)
-// is not shown holding a second allocation while another pending container
-// of that size could as well be the one; its record waits for the
-// kubelet's account (PreStartContainer, reconciliation).
+// decide is one Allocate decision (callers hold allocMu; no I/O): a refusal of units the
+// kubelet's account shows held by another live pod; else which container the IDs are for,
+// recorded in the ledger, and whether its record is to be written (after the lock, with the
+// pods reopened). A guess is not recorded for a pod the account already contradicted while
+// another pending container of that size could as well be the one: it waits for the account.
 func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, accts accounts) (decision, error) {
 	p, acct := k.p, accts.units
-	reopened := v.refs(reopenedUIDs)
 	if acct.ok {
+		// The kubelet records a container's units as its Allocate returns: a guess older than
+		// this read that the read does not show, of the pod the kubelet admits, is of a call it
+		// never recorded (a pod not in the cache yet, a restart); kept, it would hide that pod.
+		for _, pod := range v.pods {
+			if acct.admitting(pod.UID) && !api.Admitted(pod) && p.state.units.forgetGuesses(pod.UID, acct.gen) {
+				reopenedUIDs = append(reopenedUIDs, pod.UID)
+			}
+		}
 		if h, exact, held := acct.heldByOther(v, u.IDs); held && p.acct.refuseHeld(v, h, exact) {
-			return decision{reopened: reopened}, heldErr(h, u.IDs)
+			return decision{reopened: v.refs(reopenedUIDs)}, heldErr(h, u.IDs)
 		}
 	}
 	d, err := k.match(v, u, acct)
-	d.reopened = reopened
+	d.reopened = v.refs(reopenedUIDs)
 	return d, err
 }
 
@@ -204,14 +204,10 @@ func (k units) preferred(ctx context.Context, req *pluginapi.PreferredAllocation
 	return resp, nil
 }
 
-// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and
-// the units the kubelet's account shows held. Like Allocate (decideWaiting)
-// it waits up to Config.AllocateWait, looking again (the account too) every
-// allocatePoll, for a container of each requested size to be queued and,
-// with the account, for the pod the kubelet is admitting: it may ask before
-// that pod reaches the plugin's informer, and a preference for the queue's
-// head would give the pod another card, whose room the extender planned for
-// another pod. After the wait it answers with what it knows.
+// preferredSnapshot is the snapshot GetPreferredAllocation decides on, and the units the
+// kubelet's account shows held. Like Allocate it waits (waitFor) for a container of each requested
+// size and, with the account, for the pod the kubelet admits: a preference for the queue's head
+// would give that pod another card, whose room the extender planned for another pod.
 func (k units) preferredSnapshot(ctx context.Context, sizes []int) (snap allocate.Snapshot, held map[string]bool, err error) {
 	p := k.p
 	p.waitFor(ctx, func() bool {
@@ -228,14 +224,11 @@ func (k units) preferredSnapshot(ctx context.Context, sizes []int) (snap allocat
 	return snap, held, err
 }
 
-// preStart is called by the kubelet before it starts each container, which
-// starts only once it returns. With the kubelet's account the plugin learns
-// here, for certain, which container holds the IDs, and makes that
-// container's record name their card (reverting any guess the account
-// contradicts) before answering: a running container's record names the card
-// it got, however the plugin guessed at Allocate. A failed write fails the
-// call (the kubelet retries the start). A record that names the card already
-// is not waited for: its phase is left to the record writer.
+// preStart is called by the kubelet before it starts each container (PreStartRequired). With the
+// kubelet's account the plugin learns here which container holds the IDs and makes its record name
+// their card, reverting guesses the account contradicts, before answering: a running container's
+// record names its card (a failed write fails the call; the kubelet retries the start). A record
+// that names the card already is not waited for: its phase is left to the record writer.
 func (k units) preStart(ctx context.Context, req *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	p := k.p
 	u, err := allocate.ParseUnits(req.GetDevicesIds())

@@ -35,6 +35,8 @@ type Server struct {
 	get         int
 	getDisabled bool
 	limit       *rate.Limiter
+	// AfterGet, if set, is called after each Get is answered (outside the server's lock).
+	AfterGet func(namespace, name string)
 }
 
 // Start serves on a new socket in a temporary directory until the test ends.
@@ -132,6 +134,9 @@ func (s *Server) List(context.Context, *podresourcesv1.ListPodResourcesRequest) 
 // Get implements the PodResources API (and counts the call); its errors are
 // the kubelet's own (pkg/kubelet/apis/podresources/server_v1.go).
 func (s *Server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesRequest) (*podresourcesv1.GetPodResourcesResponse, error) {
+	if s.AfterGet != nil {
+		defer s.AfterGet(req.GetPodNamespace(), req.GetPodName())
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.get++
