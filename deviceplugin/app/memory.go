@@ -187,20 +187,19 @@ type readiness func() (bool, string)
 // hold (plugin.CallLimit): the DaemonSet controller stops it once this one is Ready, with nothing
 // in flight. Alone on the node (first install, reboot) or after a kubelet restart: no hold.
 func pluginReadiness(serving func() (bool, []string), previous func() bool, hold time.Duration, clk clock.PassiveClock) readiness {
-	var mu sync.Mutex
-	var since time.Time
-	held := false
+	var once sync.Once
+	var moved, ready time.Time
 	return func() (bool, string) {
 		if ok, missing := serving(); !ok {
 			return false, "not serving the kubelet yet: no ListAndWatch stream open for " + strings.Join(missing, ", ")
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if since.IsZero() {
-			since, held = clk.Now(), previous()
-		}
-		if d := clk.Since(since); held && d < hold {
-			return false, fmt.Sprintf("handing over: the kubelet moved to this plugin %v ago; the previous instance finishes its calls (Ready %v after the move)", d.Round(time.Second), hold)
+		once.Do(func() {
+			if moved, ready = clk.Now(), clk.Now(); previous() {
+				ready = moved.Add(hold)
+			}
+		})
+		if clk.Now().Before(ready) {
+			return false, fmt.Sprintf("handing over: the kubelet moved to this plugin %v ago; the previous instance finishes its calls (Ready %v after the move)", clk.Since(moved).Round(time.Second), hold)
 		}
 		return true, ""
 	}

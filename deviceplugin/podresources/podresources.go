@@ -24,55 +24,49 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 )
 
-// Holding is one container's devices of one resource, as the kubelet's
-// PodResources API reports them.
+// Holding is one container's devices of one resource, as the kubelet's PodResources API reports
+// them.
 //
-// A pod the kubelet knows (its pod manager has it) whose containers hold
-// none of the resource is reported as one Holding with no Container and no
-// IDs (Known): the kubelet adds a pod to its pod manager just before it
-// admits it (HandlePodAdditions: podManager.AddPod, then the admission that
-// calls the device plugin), so a pending pod the kubelet knows is the pod
-// being admitted now. A pod it does not know yet is not reported at all.
+// A pod the kubelet knows (its pod manager has it) whose containers hold none of the resource is
+// reported as one Holding with no Container and no IDs (Known): the kubelet adds a pod to its pod
+// manager just before it admits it (HandlePodAdditions: podManager.AddPod, then the admission that
+// calls the device plugin), so a pending pod the kubelet knows is the pod being admitted now. A pod
+// it does not know yet is not reported at all.
 type Holding struct {
 	Namespace, Pod, Container string
 	IDs                       []string
 }
 
-// Known reports whether h only says that the kubelet knows the pod (see
-// Holding): no container, no devices.
+// Known reports whether h only says that the kubelet knows the pod (see Holding): no container, no
+// devices.
 func (h Holding) Known() bool { return h.Container == "" }
 
-// Reader is the kubelet's record of which container holds which
-// devices, read pod by pod.
+// Reader is the kubelet's record of which container holds which devices, read pod by pod.
 type Reader interface {
-	// Get returns the devices the kubelet gave the containers of pods, and
-	// a Known Holding for each pod it knows that holds none. A pod the
-	// kubelet does not know (yet, or any more) holds nothing and is not
-	// reported.
+	// Get returns the devices the kubelet gave the containers of pods, and a Known Holding for each
+	// pod it knows that holds none. A pod the kubelet does not know (yet, or any more) holds
+	// nothing and is not reported.
 	Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error)
 }
 
 // ErrGetDisabled: the kubelet does not serve PodResources Get.
 var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve Get: enable the kubelet's KubeletPodResourcesGet feature gate (beta, on by default since Kubernetes 1.34); until then the plugin decides on its own memory, and it never falls back to List, which drops the kubelet's reservation of an allocation in flight (kubernetes/kubernetes#137534)")
 
-// Kubelet reads the kubelet PodResources API
-// (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix socket, keeping the
-// devices of one resource. Use one value per resource (NewKubelet)
-// and share it between the plugin and the usage sampler: it remembers what
-// can no longer change.
+// Kubelet reads the kubelet PodResources API (k8s.io/kubelet/pkg/apis/podresources/v1) on a unix
+// socket, keeping the devices of one resource. Use one value per resource (NewKubelet) and share it
+// between the plugin and the usage sampler: it remembers what can no longer change.
 //
-// It calls Get, one pod at a time, and never List: in kubelet v1.34 List
-// first calls the device manager's UpdateAllocatedDevices, which rebuilds
-// the set of allocated devices from the committed allocations and so drops
-// the reservation of an Allocate in flight; the next admission can then be
-// handed the same devices (kubernetes/kubernetes#137534). The plugin reads
-// the account inside GetPreferredAllocation, Allocate and PreStartContainer,
-// exactly that window, and its reconciler and usage sampler may run during
-// any admission. Get reads the pod's allocations and changes nothing.
+// It calls Get, one pod at a time, and never List: in kubelet v1.34 List first calls the device
+// manager's UpdateAllocatedDevices, which rebuilds the set of allocated devices from the committed
+// allocations and so drops the reservation of an Allocate in flight; the next admission can then be
+// handed the same devices (kubernetes/kubernetes#137534). The plugin reads the account inside
+// GetPreferredAllocation, Allocate and PreStartContainer, exactly that window, and its reconciler
+// and usage sampler may run during any admission. Get reads the pod's allocations and changes
+// nothing.
 //
-// A read asks about as few pods as the answer needs, so that an admission
-// costs O(1) Gets, not O(pods on the node) (the kubelet serves all its
-// PodResources clients together at 100 calls a second):
+// A read asks about as few pods as the answer needs, so that an admission costs O(1) Gets, not
+// O(pods on the node) (the kubelet serves all its PodResources clients together at 100 calls a
+// second):
 //   - A pod whose every container that asks for the resource holds devices
 //     is complete: the kubelet allocates all of a pod's containers during
 //     its admission and never re-allocates a container that holds devices,
@@ -91,47 +85,42 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 type Kubelet struct {
 	Socket   string
 	Resource string
-	// Arrival is the order the plugin's informer saw each pod bound (nil:
-	// unknown): ties in creation time go by it, as the kubelet's do.
+	// Arrival is the order the plugin's informer saw each pod bound (nil: unknown): ties in
+	// creation time go by it, as the kubelet's do.
 	Arrival func(types.UID) (uint64, bool)
 	// Observe, if set, is told how many Gets each read made.
 	Observe func(gets int)
 
 	mu       sync.Mutex
 	complete map[types.UID][]Holding
-	// last is the last admission read and the pods it asked about; changes
-	// counts the Allocates answered since (KubeletChanged).
+	// last is the last admission read and the pods it asked about; changes counts the Allocates
+	// answered since (KubeletChanged).
 	last        []Holding
 	lastAsked   string // "": no admission read yet
 	lastChanges uint64
 	changes     uint64
-	// admitting is the pod the last admission read found the kubelet
-	// admitting (see Allocated).
+	// admitting is the pod the last admission read found the kubelet admitting (see Allocated).
 	admitting types.UID
 }
 
-// KubeletChanged says that an Allocate of this resource was answered: the
-// kubelet records its devices now, so the next read asks again. Until then
-// the kubelet's account does not change (it records a container's devices
-// only after the Allocate it answers), and an admission read of the same
-// pods — the Allocate after the GetPreferredAllocation of one container —
-// reuses the last one.
+// KubeletChanged says that an Allocate of this resource was answered: the kubelet records its
+// devices now, so the next read asks again. Until then the kubelet's account does not change (it
+// records a container's devices only after the Allocate it answers), and an admission read of the
+// same pods — the Allocate after the GetPreferredAllocation of one container — reuses the last one.
 func (k *Kubelet) KubeletChanged() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.changes++
 }
 
-// Allocated says that an Allocate of this resource gave container of pod
-// the devices ids (after KubeletChanged for the same call). When the last admission read found the kubelet admitting
-// that very pod, and ids are for the only container of it that asks for
-// the resource, the kubelet records exactly that (it records the devices
-// of the container it asked about as the Allocate returns,
-// devicemanager's allocateContainerResources), and the pod is complete:
-// it is remembered as if read, so that neither the next admission nor the
-// container's PreStartContainer spends a Get on it. A pod the kubelet then
-// fails to admit does not start: its remembered devices count for nothing
-// (api.MayStartContainers), as a finished pod's do.
+// Allocated says that an Allocate of this resource gave container of pod the devices ids (after
+// KubeletChanged for the same call). When the last admission read found the kubelet admitting that
+// very pod, and ids are for the only container of it that asks for the resource, the kubelet
+// records exactly that (it records the devices of the container it asked about as the Allocate
+// returns, devicemanager's allocateContainerResources), and the pod is complete: it is remembered
+// as if read, so that neither the next admission nor the container's PreStartContainer spends a Get
+// on it. A pod the kubelet then fails to admit does not start: its remembered devices count for
+// nothing (api.MayStartContainers), as a finished pod's do.
 func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -146,12 +135,11 @@ func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.admitting = ""
 }
 
-// unknownWindow is how many pods the kubelet does not know a read outside
-// an admission asks about before it takes the rest in the kubelet's order as
-// unknown too. A read for an admission (GetPreferredAllocation, Allocate:
-// WithAdmission) reads on until it finds the pod the kubelet is admitting,
-// wherever the kubelet's order put it, so a decision never depends on the
-// order being guessed right: guessed right, that is the first pod asked.
+// unknownWindow is how many pods the kubelet does not know a read outside an admission asks about
+// before it takes the rest in the kubelet's order as unknown too. A read for an admission
+// (GetPreferredAllocation, Allocate: WithAdmission) reads on until it finds the pod the kubelet is
+// admitting, wherever the kubelet's order put it, so a decision never depends on the order being
+// guessed right: guessed right, that is the first pod asked.
 const unknownWindow = 1
 
 type admissionKey struct{}
@@ -165,9 +153,9 @@ func admitting(ctx context.Context) bool { b, _ := ctx.Value(admissionKey{}).(bo
 
 type startingKey struct{}
 
-// WithStarting marks ctx as the PreStartContainer of the container that
-// holds ids: a read outside an admission that already remembers a pod
-// holding exactly ids answers from memory (see Allocated).
+// WithStarting marks ctx as the PreStartContainer of the container that holds ids: a read outside
+// an admission that already remembers a pod holding exactly ids answers from memory (see
+// Allocated).
 func WithStarting(ctx context.Context, ids []string) context.Context {
 	return context.WithValue(ctx, startingKey{}, IDsKey(ids))
 }
@@ -179,8 +167,8 @@ func IDsKey(ids []string) string {
 	return strings.Join(s, ",")
 }
 
-// remembered reports whether hs has a container holding exactly the IDs
-// ctx's PreStartContainer is for (WithStarting).
+// remembered reports whether hs has a container holding exactly the IDs ctx's PreStartContainer is
+// for (WithStarting).
 func remembered(ctx context.Context, hs []Holding) bool {
 	key, _ := ctx.Value(startingKey{}).(string)
 	if key == "" {
@@ -194,14 +182,13 @@ func remembered(ctx context.Context, hs []Holding) bool {
 	return false
 }
 
-// NewKubelet reads resource's devices from the kubelet's
-// PodResources socket.
+// NewKubelet reads resource's devices from the kubelet's PodResources socket.
 func NewKubelet(socket, resource string, arrival func(types.UID) (uint64, bool), observe func(int)) *Kubelet {
 	return &Kubelet{Socket: socket, Resource: resource, Arrival: arrival, Observe: observe}
 }
 
-// Get implements Reader. Pods that ask for none of the resource are
-// not asked about: the kubelet gave them none.
+// Get implements Reader. Pods that ask for none of the resource are not asked about: the kubelet
+// gave them none.
 func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
 	var out []Holding
 	var ask []*corev1.Pod
@@ -236,9 +223,8 @@ func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error
 		hs, err := k.read(ctx, ask, unknownWindow)
 		return append(out, hs...), err
 	}
-	// The kubelet is admitting one of these pods: read until it is found,
-	// or reuse the read of the same pods since which no Allocate was
-	// answered (see KubeletChanged).
+	// The kubelet is admitting one of these pods: read until it is found, or reuse the read of the
+	// same pods since which no Allocate was answered (see KubeletChanged).
 	key := uidsKey(ask)
 	k.mu.Lock()
 	reuse := k.lastAsked != "" && k.lastAsked == key && k.lastChanges == k.changes
@@ -287,9 +273,8 @@ func uidsKey(ps []*corev1.Pod) string {
 	return IDsKey(ids)
 }
 
-// read asks the kubelet about the pods in its admission order, remembering
-// the complete ones, until the pod it is admitting or window pods it does not
-// know.
+// read asks the kubelet about the pods in its admission order, remembering the complete ones, until
+// the pod it is admitting or window pods it does not know.
 func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Holding, error) {
 	gets := 0
 	defer func() { k.observe(gets) }()
@@ -321,8 +306,7 @@ func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Ho
 			k.mu.Unlock()
 			continue
 		}
-		// The pod the kubelet is admitting: the pods after it are not
-		// known to the kubelet yet.
+		// The pod the kubelet is admitting: the pods after it are not known to the kubelet yet.
 		if len(hs) == 0 {
 			hs = []Holding{{Namespace: p.Namespace, Pod: p.Name}}
 		}
@@ -331,16 +315,14 @@ func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Ho
 	return out, nil
 }
 
-// order sorts the pods to ask into the kubelet's admission order: the pods
-// it has admitted (their status shows it) first, then the others
-// (allocate.SortAdmission).
+// order sorts the pods to ask into the kubelet's admission order: the pods it has admitted (their
+// status shows it) first, then the others (allocate.SortAdmission).
 func order(ps []*corev1.Pod, arrival func(types.UID) (uint64, bool)) {
 	allocate.SortAdmission(ps, func(uid types.UID) bool { return false }, arrival)
 	sort.SliceStable(ps, func(i, j int) bool { return api.Admitted(ps[i]) && !api.Admitted(ps[j]) })
 }
 
-// complete reports whether every container of the pod that asks for res
-// holds devices in hs.
+// complete reports whether every container of the pod that asks for res holds devices in hs.
 func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
 	held := map[string]bool{}
 	for _, h := range hs {
@@ -354,16 +336,15 @@ func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
 	return true
 }
 
-// get asks the kubelet about one pod: the devices of the resource its
-// containers hold, and whether the kubelet knows the pod.
+// get asks the kubelet about one pod: the devices of the resource its containers hold, and whether
+// the kubelet knows the pod.
 func (k *Kubelet) get(ctx context.Context, client podresourcesv1.PodResourcesListerClient, p *corev1.Pod) ([]Holding, bool, error) {
 	resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
 	if err != nil {
 		switch st := status.Convert(err); {
 		case st.Code() == codes.Unimplemented,
 			// The kubelet answers a disabled Get with a plain error
-			// (pkg/kubelet/apis/podresources/server_v1.go): its
-			// message is all there is to tell.
+			// (pkg/kubelet/apis/podresources/server_v1.go): its message is all there is to tell.
 			st.Code() == codes.Unknown && strings.Contains(st.Message(), "Get method disabled"):
 			return nil, false, fmt.Errorf("pod resources Get on %s: %w (%s)", k.Socket, ErrGetDisabled, st.Message())
 		case st.Code() == codes.Unknown && strings.Contains(st.Message(), "not found"):
@@ -387,22 +368,20 @@ func (k *Kubelet) get(ctx context.Context, client podresourcesv1.PodResourcesLis
 	return out, true, nil
 }
 
-// The kubelet's PodResources server refuses calls beyond its rate limit
-// (100 per second, bursts of 10) with ResourceExhausted, for all its
-// clients together. The plugin reads it per pod from its reconciler, its
-// Allocate path and its memory sampler, so every Get of the process waits
-// on one budget below the kubelet's, and a refused Get is asked again.
+// The kubelet's PodResources server refuses calls beyond its rate limit (100 per second, bursts of
+// 10) with ResourceExhausted, for all its clients together. The plugin reads it per pod from its
+// reconciler, its Allocate path and its memory sampler, so every Get of the process waits on one
+// budget below the kubelet's, and a refused Get is asked again.
 var podResourcesBudget = rate.NewLimiter(podResourcesQPS, podResourcesBurst)
 
 const (
-	// 80 of the kubelet's 100 a second: an admission costs one or two
-	// Gets, so this paces a burst below the kubelet's own admission pace,
-	// and leaves room for the node's other PodResources clients (metrics
-	// exporters); a Get the kubelet refuses is asked again.
+	// 80 of the kubelet's 100 a second: an admission costs one or two Gets, so this paces a burst
+	// below the kubelet's own admission pace, and leaves room for the node's other PodResources
+	// clients (metrics exporters); a Get the kubelet refuses is asked again.
 	podResourcesQPS   = 80
 	podResourcesBurst = 8
-	// podResourcesRetries is how often a Get refused by the kubelet's rate
-	// limit is asked again (each after the budget's next token).
+	// podResourcesRetries is how often a Get refused by the kubelet's rate limit is asked again
+	// (each after the budget's next token).
 	podResourcesRetries = 5
 )
 

@@ -639,6 +639,7 @@ func rolloutUnderLoad(ctx context.Context, t *testing.T, c *cluster.Cluster, nod
 	}
 	waitInstalled(ctx, t, c, node, rel.current.image)
 	rolled := time.Since(start)
+	checkHandOverHold(ctx, t, c)
 	close(stop)
 	during := <-created
 	t.Logf("rollout under load: the previous plugin pods gone and the chart's pods ready after %v; %d pods created meanwhile, settled after %v", rolled.Round(time.Second), len(during), time.Since(start).Round(time.Second))
@@ -667,6 +668,37 @@ func rolloutUnderLoad(ctx context.Context, t *testing.T, c *cluster.Cluster, nod
 	for _, d := range during {
 		if err := cluster.WaitPodGone(ctx, c.Client, ns, d.name, 2*time.Minute); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// checkHandOverHold checks that each device plugin pod turned Ready no sooner than the hand-over
+// hold after its containers started: it started beside another pod's plugin, so it holds its
+// readiness for the longest kubelet call (the chart's allocateWait, 10 s, + 5 s) after the
+// kubelet moved to it. Timestamps have whole seconds.
+func checkHandOverHold(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	const hold = 15 * time.Second
+	pods, err := c.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=device-plugin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		var started, ready time.Time
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(started) {
+				started = r.StartedAt.Time
+			}
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready = cond.LastTransitionTime.Time
+			}
+		}
+		if d := ready.Sub(started); started.IsZero() || ready.IsZero() || d < hold-time.Second {
+			t.Errorf("device plugin pod %s Ready %v after its containers started, want at least the hand-over hold %v (the old pod is stopped once it is Ready)", p.Name, d, hold)
+		} else {
+			t.Logf("device plugin pod %s Ready %v after its containers started (hand-over hold %v)", p.Name, d, hold)
 		}
 	}
 }
