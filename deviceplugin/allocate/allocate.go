@@ -157,19 +157,12 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	return out
 }
 
-// Queue builds the admission queue from the pods bound to the node.
-//
-// A pod is in the queue while it is not terminal or being deleted, has no
-// container statuses yet (the kubelet writes them only after admission), its
-// assignment is not Allocated (unless st.Reopened, or st.KubeletAccount), and
-// the plugin has not rejected it. Its
-// entries are the containers that request units and have not been allocated.
-// Order: creation time, then arrival (st.Arrival), then UID; within a pod
+// queue builds the admission queue from the pods bound to the node. A pod is in it while it is
+// not terminal or being deleted, has no container statuses yet (the kubelet writes them only
+// after admission), its assignment is not Allocated (unless st.Reopened, or st.KubeletAccount),
+// and the plugin has not rejected it. Its entries are the containers that request units and have
+// not been allocated. Order: creation time, then arrival (st.Arrival), then UID; within a pod
 // init containers, then app containers, in spec order.
-func Queue(pods []*corev1.Pod, st State) []Entry {
-	return queue(pods, st, memoDecode(st.Names.OrDefault(), api.RecordKeys{}))
-}
-
 func queue(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 	ps := awaiting(pods, st)
 	var q []Entry

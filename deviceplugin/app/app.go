@@ -440,7 +440,8 @@ func Run(ctx context.Context, o Options, clients Clients, restart <-chan os.Sign
 		WholeCards:        o.WholeCards,
 		WholePodResources: wholePodres,
 	}, store, cl, podres, log)
-	memory, err := startMemory(ctx, n, podres, nil, pluginReadiness(p.Serving))
+	previous := func() bool { return otherPodServes(o.DevicePluginDir, o.Instance) }
+	memory, err := startMemory(ctx, n, podres, nil, pluginReadiness(p.Serving, previous, p.CallLimit(), clock.RealClock{}))
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -179,20 +180,36 @@ func startMemory(ctx context.Context, n agent, podres podresources.Reader, claim
 type readiness func() (bool, string)
 
 // pluginReadiness is the device plugin's readiness: a ListAndWatch stream open for each of its
-// resources (plugin.Serving).
-func pluginReadiness(serving func() (bool, []string)) readiness {
+// resources (plugin.Serving) and, if another pod's plugin served the node when this one first
+// found them open (previous: a rolling update's old pod), hold more. The kubelet (v1.37.2
+// devicemanager: PluginConnected sets m.endpoints[resource] before ListAndWatch opens; each call
+// reads it as it starts) sends the old plugin no call after that, and each it sent ends within
+// hold (plugin.CallLimit): the DaemonSet controller stops it once this one is Ready, with nothing
+// in flight. Alone on the node (first install, reboot) or after a kubelet restart: no hold.
+func pluginReadiness(serving func() (bool, []string), previous func() bool, hold time.Duration, clk clock.PassiveClock) readiness {
+	var once sync.Once
+	var moved, ready time.Time
 	return func() (bool, string) {
-		ok, missing := serving()
-		return ok, "no ListAndWatch stream open for " + strings.Join(missing, ", ")
+		if ok, missing := serving(); !ok {
+			return false, "not serving the kubelet yet: no ListAndWatch stream open for " + strings.Join(missing, ", ")
+		}
+		once.Do(func() {
+			if moved, ready = clk.Now(), clk.Now(); previous() {
+				ready = moved.Add(hold)
+			}
+		})
+		if clk.Now().Before(ready) {
+			return false, fmt.Sprintf("handing over: the kubelet moved to this plugin %v ago; the previous instance finishes its calls (Ready %v after the move)", clk.Since(moved).Round(time.Second), hold)
+		}
+		return true, ""
 	}
 }
 
-// readyz answers 200 "ok" while ready says so, else 503 saying what the node agent lacks.
+// readyz answers 200 "ok" while ready says so, else 503 with what the node agent lacks.
 func readyz(ready readiness) http.HandlerFunc {
 	return func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := ready()
-		if !ok {
-			http.Error(w, "not serving the kubelet yet: "+why, http.StatusServiceUnavailable)
+		if ok, why := ready(); !ok {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/deviceplugin/usage"
 )
@@ -80,7 +82,7 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 			return true, nil
 		}
 		return false, []string{"example.com/gpu-mem"}
-	})
+	}, func() bool { return false }, time.Minute, clock.RealClock{})
 	addr, err := serveMetrics(ctx, "127.0.0.1:0", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ready, ktesting.NewLogger(t, ktesting.NewConfig()))
 	if err != nil {
 		t.Fatal(err)
@@ -112,5 +114,59 @@ func TestMetricsEndpointServesUsage(t *testing.T) {
 	}
 	if _, err := serveMetrics(ctx, addr.String(), http.NotFoundHandler(), nil, ktesting.NewLogger(t, ktesting.NewConfig())); err == nil || !strings.Contains(err.Error(), "--metrics-address") {
 		t.Errorf("second listener on %s: err = %v, want one naming the flag", addr, err)
+	}
+}
+
+// A plugin that starts while another pod's plugin serves the node (a rolling update's surge pod)
+// is Ready only a call's longest duration after the kubelet moved to it, so that the DaemonSet
+// controller stops the old pod with no call in flight there; one that starts alone is Ready as
+// soon as it serves, and neither holds again when the kubelet restarts.
+func TestReadinessHoldsWhileThePreviousPluginFinishesItsCalls(t *testing.T) {
+	const hold = 15 * time.Second
+	type look struct {
+		step    time.Duration
+		serving bool
+		ready   bool
+		why     string
+	}
+	for _, tc := range []struct {
+		name     string
+		previous bool
+		looks    []look
+	}{
+		{"beside a previous plugin: ready a hold after the streams opened", true, []look{
+			{0, false, false, "not serving the kubelet yet: no ListAndWatch stream open for example.com/gpu-mem"},
+			{time.Second, true, false, "handing over: the kubelet moved to this plugin 0s ago; the previous instance finishes its calls (Ready 15s after the move)"},
+			{hold - time.Second, true, false, "handing over: the kubelet moved to this plugin 14s ago"},
+			{time.Second, true, true, ""},
+			{time.Second, false, false, "not serving the kubelet yet"},
+			{time.Second, true, true, ""},
+		}},
+		{"alone on the node: ready as soon as it serves", false, []look{
+			{0, false, false, "not serving the kubelet yet"},
+			{time.Second, true, true, ""},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(time.Unix(1e9, 0))
+			var serving atomic.Bool
+			asked := 0
+			ready := pluginReadiness(func() (bool, []string) {
+				if serving.Load() {
+					return true, nil
+				}
+				return false, []string{"example.com/gpu-mem"}
+			}, func() bool { asked++; return tc.previous }, hold, clk)
+			for i, l := range tc.looks {
+				clk.SetTime(clk.Now().Add(l.step))
+				serving.Store(l.serving)
+				if ok, why := ready(); ok != l.ready || !strings.HasPrefix(why, l.why) {
+					t.Errorf("look %d (serving %v): ready %v %q, want %v %q", i, l.serving, ok, why, l.ready, l.why)
+				}
+			}
+			if asked != 1 {
+				t.Errorf("asked %d times whether another pod's plugin serves the node, want once (when the streams first open)", asked)
+			}
+		})
 	}
 }

@@ -3,6 +3,10 @@ package app
 import (
 	"fmt"
 	"hash/fnv"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
 )
 
 // SocketNames are the plugin's socket files in the kubelet's device-plugin directory, for the
@@ -23,4 +27,26 @@ func SocketNames(instance string) (units, whole string) {
 	_, _ = h.Write([]byte(instance))
 	id := fmt.Sprintf("%08x", h.Sum32())
 	return "gpushare-" + id + ".sock", "gpushare-whole-" + id + ".sock"
+}
+
+// otherPodServes reports whether a plugin of another pod serves the kubelet in dir: a gpushare
+// socket that is neither this instance's nor its pod sibling's (the chart names the standby
+// INSTANCE-standby) accepts a connection. A socket left by a killed plugin refuses it.
+func otherPodServes(dir, instance string) bool {
+	own := map[string]bool{}
+	for _, i := range []string{instance, strings.TrimSuffix(instance, "-standby"), instance + "-standby"} {
+		u, w := SocketNames(i)
+		own[u], own[w] = true, true
+	}
+	socks, _ := filepath.Glob(filepath.Join(dir, "gpushare*.sock"))
+	for _, s := range socks {
+		if own[filepath.Base(s)] {
+			continue
+		}
+		if c, err := net.DialTimeout("unix", s, time.Second); err == nil {
+			_ = c.Close()
+			return true
+		}
+	}
+	return false
 }

@@ -20,6 +20,9 @@ const drainMargin = 5 * time.Second
 // termination grace (30 s) must exceed it.
 func (p *Plugin) drainLimit() time.Duration { return p.cfg.AllocateWait + drainMargin }
 
+// CallLimit is the longest a kubelet call to the plugin takes (drainLimit).
+func (p *Plugin) CallLimit() time.Duration { return p.drainLimit() }
+
 // inFlight counts an endpoint's unary calls (GetPreferredAllocation, Allocate,
 // PreStartContainer, the options) while they run.
 //

@@ -24,31 +24,28 @@ import (
 	"github.com/gpushare/gpushare/deviceplugin/allocate"
 )
 
-// Holding is one container's devices of one resource, as the kubelet's
-// PodResources API reports them.
+// Holding is one container's devices of one resource, as the kubelet's PodResources API reports
+// them.
 //
-// A pod the kubelet knows (its pod manager has it) whose containers hold
-// none of the resource is reported as one Holding with no Container and no
-// IDs (Known): the kubelet adds a pod to its pod manager just before it
-// admits it (HandlePodAdditions: podManager.AddPod, then the admission that
-// calls the device plugin), so a pending pod the kubelet knows is the pod
-// being admitted now. A pod it does not know yet is not reported at all.
+// A pod the kubelet knows (its pod manager has it) whose containers hold none of the resource is
+// reported as one Holding with no Container and no IDs (Known): the kubelet adds a pod to its pod
+// manager just before it admits it (HandlePodAdditions: podManager.AddPod, then the admission that
+// calls the device plugin), so a pending pod the kubelet knows is the pod being admitted now. A pod
+// it does not know yet is not reported at all.
 type Holding struct {
 	Namespace, Pod, Container string
 	IDs                       []string
 }
 
-// Known reports whether h only says that the kubelet knows the pod (see
-// Holding): no container, no devices.
+// Known reports whether h only says that the kubelet knows the pod (see Holding): no container, no
+// devices.
 func (h Holding) Known() bool { return h.Container == "" }
 
-// Reader is the kubelet's record of which container holds which
-// devices, read pod by pod.
+// Reader is the kubelet's record of which container holds which devices, read pod by pod.
 type Reader interface {
-	// Get returns the devices the kubelet gave the containers of pods, and
-	// a Known Holding for each pod it knows that holds none. A pod the
-	// kubelet does not know (yet, or any more) holds nothing and is not
-	// reported.
+	// Get returns the devices the kubelet gave the containers of pods, and a Known Holding for each
+	// pod it knows that holds none. A pod the kubelet does not know (yet, or any more) holds
+	// nothing and is not reported.
 	Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error)
 }
 
@@ -80,47 +77,42 @@ var ErrGetDisabled = errors.New("the kubelet's PodResources API does not serve G
 type Kubelet struct {
 	Socket   string
 	Resource string
-	// Arrival is the order the plugin's informer saw each pod bound (nil:
-	// unknown): ties in creation time go by it, as the kubelet's do.
+	// Arrival is the order the plugin's informer saw each pod bound (nil: unknown): ties in
+	// creation time go by it, as the kubelet's do.
 	Arrival func(types.UID) (uint64, bool)
 	// Observe, if set, is told how many Gets each read made.
 	Observe func(gets int)
 
 	mu       sync.Mutex
 	complete map[types.UID][]Holding
-	// last is the last admission read and the pods it asked about; changes
-	// counts the Allocates answered since (KubeletChanged).
+	// last is the last admission read and the pods it asked about; changes counts the Allocates
+	// answered since (KubeletChanged).
 	last        []Holding
 	lastAsked   string // "": no admission read yet
 	lastChanges uint64
 	changes     uint64
-	// admitting is the pod the last admission read found the kubelet
-	// admitting (see Allocated).
+	// admitting is the pod the last admission read found the kubelet admitting (see Allocated).
 	admitting types.UID
 }
 
-// KubeletChanged says that an Allocate of this resource was answered: the
-// kubelet records its devices now, so the next read asks again. Until then
-// the kubelet's account does not change (it records a container's devices
-// only after the Allocate it answers), and an admission read of the same
-// pods — the Allocate after the GetPreferredAllocation of one container —
-// reuses the last one.
+// KubeletChanged says that an Allocate of this resource was answered: the kubelet records its
+// devices now, so the next read asks again. Until then the kubelet's account does not change (it
+// records a container's devices only after the Allocate it answers), and an admission read of the
+// same pods — the Allocate after the GetPreferredAllocation of one container — reuses the last one.
 func (k *Kubelet) KubeletChanged() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.changes++
 }
 
-// Allocated says that an Allocate of this resource gave container of pod
-// the devices ids (after KubeletChanged for the same call). When the last admission read found the kubelet admitting
-// that very pod, and ids are for the only container of it that asks for
-// the resource, the kubelet records exactly that (it records the devices
-// of the container it asked about as the Allocate returns,
-// devicemanager's allocateContainerResources), and the pod is complete:
-// it is remembered as if read, so that neither the next admission nor the
-// container's PreStartContainer spends a Get on it. A pod the kubelet then
-// fails to admit does not start: its remembered devices count for nothing
-// (api.MayStartContainers), as a finished pod's do.
+// Allocated says that an Allocate of this resource gave container of pod the devices ids (after
+// KubeletChanged for the same call). When the last admission read found the kubelet admitting that
+// very pod, and ids are for the only container of it that asks for the resource, the kubelet
+// records exactly that (it records the devices of the container it asked about as the Allocate
+// returns, devicemanager's allocateContainerResources), and the pod is complete: it is remembered
+// as if read, so that neither the next admission nor the container's PreStartContainer spends a Get
+// on it. A pod the kubelet then fails to admit does not start: its remembered devices count for
+// nothing (api.MayStartContainers), as a finished pod's do.
 func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -135,12 +127,11 @@ func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.admitting = ""
 }
 
-// unknownWindow is how many pods the kubelet does not know a read outside
-// an admission asks about before it takes the rest in the kubelet's order as
-// unknown too. A read for an admission (GetPreferredAllocation, Allocate:
-// WithAdmission) reads on until it finds the pod the kubelet is admitting,
-// wherever the kubelet's order put it, so a decision never depends on the
-// order being guessed right: guessed right, that is the first pod asked.
+// unknownWindow is how many pods the kubelet does not know a read outside an admission asks about
+// before it takes the rest in the kubelet's order as unknown too. A read for an admission
+// (GetPreferredAllocation, Allocate: WithAdmission) reads on until it finds the pod the kubelet is
+// admitting, wherever the kubelet's order put it, so a decision never depends on the order being
+// guessed right: guessed right, that is the first pod asked.
 const unknownWindow = 1
 
 type admissionKey struct{}
@@ -154,9 +145,9 @@ func admitting(ctx context.Context) bool { b, _ := ctx.Value(admissionKey{}).(bo
 
 type startingKey struct{}
 
-// WithStarting marks ctx as the PreStartContainer of the container that
-// holds ids: a read outside an admission that already remembers a pod
-// holding exactly ids answers from memory (see Allocated).
+// WithStarting marks ctx as the PreStartContainer of the container that holds ids: a read outside
+// an admission that already remembers a pod holding exactly ids answers from memory (see
+// Allocated).
 func WithStarting(ctx context.Context, ids []string) context.Context {
 	return context.WithValue(ctx, startingKey{}, IDsKey(ids))
 }
@@ -168,8 +159,8 @@ func IDsKey(ids []string) string {
 	return strings.Join(s, ",")
 }
 
-// remembered reports whether hs has a container holding exactly the IDs
-// ctx's PreStartContainer is for (WithStarting).
+// remembered reports whether hs has a container holding exactly the IDs ctx's PreStartContainer is
+// for (WithStarting).
 func remembered(ctx context.Context, hs []Holding) bool {
 	key, _ := ctx.Value(startingKey{}).(string)
 	if key == "" {
@@ -183,14 +174,13 @@ func remembered(ctx context.Context, hs []Holding) bool {
 	return false
 }
 
-// NewKubelet reads resource's devices from the kubelet's
-// PodResources socket.
+// NewKubelet reads resource's devices from the kubelet's PodResources socket.
 func NewKubelet(socket, resource string, arrival func(types.UID) (uint64, bool), observe func(int)) *Kubelet {
 	return &Kubelet{Socket: socket, Resource: resource, Arrival: arrival, Observe: observe}
 }
 
-// Get implements Reader. Pods that ask for none of the resource are
-// not asked about: the kubelet gave them none.
+// Get implements Reader. Pods that ask for none of the resource are not asked about: the kubelet
+// gave them none.
 func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error) {
 	var out []Holding
 	var ask []*corev1.Pod
@@ -225,9 +215,8 @@ func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error
 		hs, err := k.read(ctx, ask, unknownWindow)
 		return append(out, hs...), err
 	}
-	// The kubelet is admitting one of these pods: read until it is found,
-	// or reuse the read of the same pods since which no Allocate was
-	// answered (see KubeletChanged).
+	// The kubelet is admitting one of these pods: read until it is found, or reuse the read of the
+	// same pods since which no Allocate was answered (see KubeletChanged).
 	key := uidsKey(ask)
 	k.mu.Lock()
 	reuse := k.lastAsked != "" && k.lastAsked == key && k.lastChanges == k.changes
@@ -276,9 +265,8 @@ func uidsKey(ps []*corev1.Pod) string {
 	return IDsKey(ids)
 }
 
-// read asks the kubelet about the pods in its admission order, remembering
-// the complete ones, until the pod it is admitting or window pods it does not
-// know.
+// read asks the kubelet about the pods in its admission order, remembering the complete ones, until
+// the pod it is admitting or window pods it does not know.
 func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Holding, error) {
 	gets := 0
 	defer func() { k.observe(gets) }()
@@ -310,8 +298,7 @@ func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Ho
 			k.mu.Unlock()
 			continue
 		}
-		// The pod the kubelet is admitting: the pods after it are not
-		// known to the kubelet yet.
+		// The pod the kubelet is admitting: the pods after it are not known to the kubelet yet.
 		if len(hs) == 0 {
 			hs = []Holding{{Namespace: p.Namespace, Pod: p.Name}}
 		}
@@ -320,16 +307,14 @@ func (k *Kubelet) read(ctx context.Context, ask []*corev1.Pod, window int) ([]Ho
 	return out, nil
 }
 
-// order sorts the pods to ask into the kubelet's admission order: the pods
-// it has admitted (their status shows it) first, then the others
-// (allocate.SortAdmission).
+// order sorts the pods to ask into the kubelet's admission order: the pods it has admitted (their
+// status shows it) first, then the others (allocate.SortAdmission).
 func order(ps []*corev1.Pod, arrival func(types.UID) (uint64, bool)) {
 	allocate.SortAdmission(ps, func(uid types.UID) bool { return false }, arrival)
 	sort.SliceStable(ps, func(i, j int) bool { return api.Admitted(ps[i]) && !api.Admitted(ps[j]) })
 }
 
-// complete reports whether every container of the pod that asks for res
-// holds devices in hs.
+// complete reports whether every container of the pod that asks for res holds devices in hs.
 func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
 	held := map[string]bool{}
 	for _, h := range hs {
@@ -343,16 +328,15 @@ func complete(p *corev1.Pod, res corev1.ResourceName, hs []Holding) bool {
 	return true
 }
 
-// get asks the kubelet about one pod: the devices of the resource its
-// containers hold, and whether the kubelet knows the pod.
+// get asks the kubelet about one pod: the devices of the resource its containers hold, and whether
+// the kubelet knows the pod.
 func (k *Kubelet) get(ctx context.Context, client podresourcesv1.PodResourcesListerClient, p *corev1.Pod) ([]Holding, bool, error) {
 	resp, err := getPaced(ctx, client, &podresourcesv1.GetPodResourcesRequest{PodName: p.Name, PodNamespace: p.Namespace})
 	if err != nil {
 		switch st := status.Convert(err); {
 		case st.Code() == codes.Unimplemented,
 			// The kubelet answers a disabled Get with a plain error
-			// (pkg/kubelet/apis/podresources/server_v1.go): its
-			// message is all there is to tell.
+			// (pkg/kubelet/apis/podresources/server_v1.go): its message is all there is to tell.
 			st.Code() == codes.Unknown && strings.Contains(st.Message(), "Get method disabled"):
 			return nil, false, fmt.Errorf("pod resources Get on %s: %w (%s)", k.Socket, ErrGetDisabled, st.Message())
 		case st.Code() == codes.Unknown && strings.Contains(st.Message(), "not found"):
@@ -376,22 +360,20 @@ func (k *Kubelet) get(ctx context.Context, client podresourcesv1.PodResourcesLis
 	return out, true, nil
 }
 
-// The kubelet's PodResources server refuses calls beyond its rate limit
-// (100 per second, bursts of 10) with ResourceExhausted, for all its
-// clients together. The plugin reads it per pod from its reconciler, its
-// Allocate path and its memory sampler, so every Get of the process waits
-// on one budget below the kubelet's, and a refused Get is asked again.
+// The kubelet's PodResources server refuses calls beyond its rate limit (100 per second, bursts of
+// 10) with ResourceExhausted, for all its clients together. The plugin reads it per pod from its
+// reconciler, its Allocate path and its memory sampler, so every Get of the process waits on one
+// budget below the kubelet's, and a refused Get is asked again.
 var podResourcesBudget = rate.NewLimiter(podResourcesQPS, podResourcesBurst)
 
 const (
-	// 80 of the kubelet's 100 a second: an admission costs one or two
-	// Gets, so this paces a burst below the kubelet's own admission pace,
-	// and leaves room for the node's other PodResources clients (metrics
-	// exporters); a Get the kubelet refuses is asked again.
+	// 80 of the kubelet's 100 a second: an admission costs one or two Gets, so this paces a burst
+	// below the kubelet's own admission pace, and leaves room for the node's other PodResources
+	// clients (metrics exporters); a Get the kubelet refuses is asked again.
 	podResourcesQPS   = 80
 	podResourcesBurst = 8
-	// podResourcesRetries is how often a Get refused by the kubelet's rate
-	// limit is asked again (each after the budget's next token).
+	// podResourcesRetries is how often a Get refused by the kubelet's rate limit is asked again
+	// (each after the budget's next token).
 	podResourcesRetries = 5
 )
 

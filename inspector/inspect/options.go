@@ -52,10 +52,6 @@ var ErrUsage = cli.ErrUsage
 
 func usagef(format string, args ...any) error { return cli.Usagef(format, args...) }
 
-// ExitCode maps Run's (or the command's) error to the process exit status:
-// 0 for nil, ExitUsage for flag and argument errors, ExitError otherwise.
-func ExitCode(err error) int { return cli.ExitCode(err) }
-
 // Options are the inputs of one `kubectl inspect gpushare` run.
 type Options struct {
 	// ConfigFlags are kubectl's connection flags (--kubeconfig, --context,

@@ -1,18 +1,15 @@
-// Package recordkey keeps the assignment-record keys in force while the
-// programs run: a Ring reads the key directory (api.LoadRecordKeys; the
-// extender's Secret of private keys, or the device plugin's ConfigMap of
-// their public halves) at start and again every few seconds, so a rotation
-// takes effect without a restart. Publisher writes the extender's public
-// halves into that ConfigMap; NodeRing adds a device plugin's own node key.
+// Package recordkey keeps the assignment-record keys in force while the programs run: a Ring reads
+// the key directory (api.LoadRecordKeys; the extender's Secret of private keys, or the device
+// plugin's ConfigMap of their public halves) at start and again every few seconds, so a rotation
+// takes effect without a restart. Publisher writes the extender's public halves into that
+// ConfigMap; NodeRing adds a device plugin's own node key.
 //
-// The kubelet updates a Secret volume atomically (the files are symlinks into
-// a "..data" directory that is swapped in one rename), so a read sees either
-// the old or the new keys, never half of each. A new content that is not a
-// valid key set (not an Ed25519 key, no current key)
-// does not replace the keys in force: the Ring keeps the last good keys, logs
-// the error once per content, and counts it
-// (gpushare_record_key_reload_errors_total; gpushare_record_key_in_force is
-// 0 until the directory holds valid keys again).
+// The kubelet updates a Secret volume atomically (the files are symlinks into a "..data" directory
+// that is swapped in one rename), so a read sees either the old or the new keys, never half of
+// each. A new content that is not a valid key set (not an Ed25519 key, no current key) does not
+// replace the keys in force: the Ring keeps the last good keys, logs the error once per content,
+// and counts it (gpushare_record_key_reload_errors_total; gpushare_record_key_in_force is 0 until
+// the directory holds valid keys again).
 package recordkey
 
 import (
@@ -34,9 +31,9 @@ import (
 	"github.com/gpushare/gpushare/internal/periodic"
 )
 
-// DefaultInterval is how often Run reads the directory again. Reading two
-// small files costs microseconds; the kubelet's own Secret sync (about a
-// minute) dominates how long a rotation takes to arrive.
+// DefaultInterval is how often Run reads the directory again. Reading two small files costs
+// microseconds; the kubelet's own Secret sync (about a minute) dominates how long a rotation takes
+// to arrive.
 const DefaultInterval = 5 * time.Second
 
 // Metric names.
@@ -46,25 +43,24 @@ const (
 	MetricInForce      = "gpushare_record_key_in_force"
 )
 
-// Ring is the record keys read from one directory, kept current. Its Keys
-// are safe for concurrent use. Build it with Load.
+// Ring is the record keys read from one directory, kept current. Its Keys are safe for concurrent
+// use. Build it with Load.
 type Ring struct {
 	dir string
 	log klog.Logger
 
 	mu   sync.RWMutex
 	keys api.RecordKeys
-	// raw is the directory's content at the last read (valid or not): an
-	// unchanged content is neither applied nor reported again.
+	// raw is the directory's content at the last read (valid or not): an unchanged content is
+	// neither applied nor reported again.
 	raw []byte
 
 	reloads, errs prometheus.Counter
 	inForce       prometheus.Gauge
 }
 
-// Load reads the keys in dir (api.LoadRecordKeys); the first read must
-// succeed (a missing or short key is a configuration mistake that the error
-// says how to fix).
+// Load reads the keys in dir (api.LoadRecordKeys); the first read must succeed (a missing or short
+// key is a configuration mistake that the error says how to fix).
 func Load(dir string, log klog.Logger) (*Ring, error) {
 	keys, err := api.LoadRecordKeys(dir)
 	if err != nil {
@@ -80,11 +76,10 @@ func Load(dir string, log klog.Logger) (*Ring, error) {
 	return r, nil
 }
 
-// Start is what a program does with its --record-key-dir flag: nothing when
-// dir is "" (a nil keyring: records are neither signed nor checked); else it
-// loads the keys (a usage error naming the flag if they do not load),
-// registers the ring's metrics on reg and reloads the keys every interval
-// (DefaultInterval when 0) until ctx ends.
+// Start is what a program does with its --record-key-dir flag: nothing when dir is "" (a nil
+// keyring: records are neither signed nor checked); else it loads the keys (a usage error naming
+// the flag if they do not load), registers the ring's metrics on reg and reloads the keys every
+// interval (DefaultInterval when 0) until ctx ends.
 func Start(ctx context.Context, dir string, interval time.Duration, log klog.Logger, reg prometheus.Registerer) (api.RecordKeyring, error) {
 	if dir == "" {
 		return nil, nil
@@ -117,13 +112,12 @@ func (r *Ring) Keys() api.RecordKeys {
 	return r.keys
 }
 
-// ErrUnchanged is returned by Reload when the directory holds what it held
-// at the last read.
+// ErrUnchanged is returned by Reload when the directory holds what it held at the last read.
 var ErrUnchanged = errors.New("record key directory unchanged")
 
-// Reload reads the directory again. A changed, valid content is put in force
-// (nil); a changed, invalid one is reported (its error) and the keys in force
-// stay; an unchanged one gives ErrUnchanged.
+// Reload reads the directory again. A changed, valid content is put in force (nil); a changed,
+// invalid one is reported (its error) and the keys in force stay; an unchanged one gives
+// ErrUnchanged.
 func (r *Ring) Reload() error {
 	raw := readRaw(r.dir)
 	r.mu.RLock()
@@ -147,8 +141,7 @@ func (r *Ring) Reload() error {
 	return nil
 }
 
-// Run reloads every interval (DefaultInterval when 0) until ctx is done,
-// logging each change.
+// Run reloads every interval (DefaultInterval when 0) until ctx is done, logging each change.
 func (r *Ring) Run(ctx context.Context, clk clock.WithTicker, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultInterval
@@ -168,9 +161,8 @@ func (r *Ring) Run(ctx context.Context, clk clock.WithTicker, interval time.Dura
 	})
 }
 
-// readRaw is the directory's key files as one byte string (a file that
-// cannot be read counts as its error text, so that a change of error is a
-// change too).
+// readRaw is the directory's key files as one byte string (a file that cannot be read counts as its
+// error text, so that a change of error is a change too).
 func readRaw(dir string) []byte {
 	var out []byte
 	for _, name := range []string{api.RecordKeyCurrent, api.RecordKeyPrevious} {

@@ -151,9 +151,6 @@ type Cache struct {
 // Option configures a Cache.
 type Option func(*Cache)
 
-// WithClock sets the clock used for assumed-pod expiry (tests use a fake).
-func WithClock(c clock.Clock) Option { return func(ca *Cache) { ca.clock = c } }
-
 // WithRecordKeys makes the cache count only records the keys verify
 // (api.RecordKeys.Verify), the ones the device plugins trust: a record
 // written or changed by anyone without the extender's key is not a valid
@@ -164,9 +161,6 @@ func WithRecordKeys(keys api.RecordKeyring) Option { return func(ca *Cache) { ca
 // WithNames sets the resource names and keys the cache reads (default:
 // api.DefaultNames).
 func WithNames(n api.Names) Option { return func(ca *Cache) { ca.names = n } }
-
-// WithAssumeTTL sets how long a bound but unconfirmed assumption lives.
-func WithAssumeTTL(d time.Duration) Option { return func(ca *Cache) { ca.assumeTTL = d } }
 
 // New returns an empty cache. Feed it with Attach (informers) or with the
 // Set/Delete methods directly.

@@ -28,8 +28,10 @@ import (
 // while its pod cache is behind the API server (the pod's watch event is held back), so the
 // call waits in a; plugin b starts beside a (its own socket) and reports ready on /readyz, the
 // probe the DaemonSet controller waits for; then a is told to stop, as the controller does.
-// The admission must succeed (a answers it before closing), a must not close before it has,
-// and the node's allocatable units must never drop during the hand-over.
+// b holds its readiness for the longest call of its own configuration: a's allocate wait is
+// longer (an operator raised it with the upgrade), so the call outlasts b's hold and the drain
+// must answer it. The admission must succeed (a answers it before closing), a must not close
+// before it has, and the node's allocatable units must never drop during the hand-over.
 func TestRollingUpdateAnswersTheAdmissionInFlight(t *testing.T) {
 	if reason := os.Getenv(envSkip); reason != "" {
 		t.Skip(reason)
@@ -47,7 +49,7 @@ func TestRollingUpdateAnswersTheAdmissionInFlight(t *testing.T) {
 
 	k := startKubelet(t, nil)
 	defer func() { _ = k.m.Stop(klog.Background()) }()
-	stopA := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=10s", "--instance=a")
+	stopA := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=40s", "--instance=a")
 	defer stopA()
 	k.waitCapacity(t, 16)
 
@@ -65,9 +67,14 @@ func TestRollingUpdateAnswersTheAdmissionInFlight(t *testing.T) {
 	}
 
 	addr := freeAddress(t)
-	stopB := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=10s", "--instance=b", "--metrics-address="+addr)
+	stopB := startPlugin(t, client, "--pod-resources-socket=", "--allocate-wait=1s", "--instance=b", "--metrics-address="+addr)
 	defer stopB()
 	waitReady(t, addr)
+	select {
+	case err := <-admitted:
+		t.Fatalf("the admission ended (%v) before b was ready: nothing was in flight in a when it was told to stop", err)
+	default:
+	}
 
 	lowest := watchAllocatable(k)
 	stopped := make(chan time.Time, 1)

@@ -333,60 +333,9 @@ func TestInstallLane(t *testing.T) {
 		return
 	}
 
-	if !t.Run("helm upgrade from the previous release keeps running pods' cards and records; pods created meanwhile end Running or Pending with a reason", func(t *testing.T) {
-		// A pod every 0.5 s from just before `helm upgrade` until this release's plugin and
-		// extender are ready and the old ones gone: some reach the node while its plugin is handed
-		// over. At most duringWindow of them live at once (the lane's kubelet runs 30 pods): the
-		// oldest is let settle, kept, and deleted before the next is created.
-		const duringWindow = 12
-		type settledPod struct {
-			name string
-			pod  *corev1.Pod
-			err  error
-		}
-		stop, created := make(chan struct{}), make(chan []settledPod, 1)
-		go func() {
-			var live []string
-			var done []settledPod
-			defer func() {
-				for _, name := range live {
-					p, err := settleDuring(ctx, c, ns, name)
-					done = append(done, settledPod{name, p, err})
-				}
-				created <- done
-			}()
-			for i := 0; ; i++ {
-				pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
-				if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-					t.Errorf("create %s during the upgrade: %v", pod.Name, err)
-				} else {
-					live = append(live, pod.Name)
-				}
-				if len(live) >= duringWindow {
-					p, err := settleDuring(ctx, c, ns, live[0])
-					done = append(done, settledPod{live[0], p, err})
-					_ = c.Client.CoreV1().Pods(ns).Delete(ctx, live[0], metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-					live = live[1:]
-				}
-				select {
-				case <-stop:
-					return
-				case <-time.After(500 * time.Millisecond):
-				}
-			}
-		}()
+	if !t.Run("helm upgrade from the previous release under load keeps running pods' cards and records; no pod created meanwhile Failed", func(t *testing.T) {
 		args := docsHelm("helm upgrade gpushare oci://", rel.current, append(installOverrides, laneNodeCredential(t, c)...))
-		cmd := helmCommand(t, c, args...)
-		cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+rel.registry.caFile)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			close(stop)
-			<-created
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		waitInstalled(ctx, t, c, node, rel.current.image)
-		close(stop)
-		during := <-created
-		t.Logf("%d pods created during the upgrade", len(during))
+		rolloutUnderLoad(ctx, t, c, node, rel, ns, args)
 		got, err := c.Client.CoreV1().Pods(ns).Get(ctx, before.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -397,41 +346,14 @@ func TestInstallLane(t *testing.T) {
 		if rec := got.Annotations[names.AnnotationAssignment()]; rec != beforeRecord {
 			t.Errorf("pod %s: record changed by the upgrade:\n was %s\n now %s", before.Name, beforeRecord, rec)
 		}
-		for _, d := range during {
-			p := d.pod
-			switch {
-			case d.err != nil:
-				t.Errorf("%v", d.err)
-			case p.Status.Phase == corev1.PodFailed && previousCut(p):
-				// The previous release's plugin closes at once when stopped: a call it was answering
-				// is cut (this release's drains; test/devicemanager proves it). Logged, not failed.
-				t.Logf("pod %s: the previous release's plugin cut its admission when it stopped: %s", d.name, p.Status.Message)
-			case p.Status.Phase == corev1.PodFailed:
-				t.Errorf("pod %s created during the upgrade Failed: %s %s", d.name, p.Status.Reason, p.Status.Message)
-			case p.Status.Phase == corev1.PodRunning:
-				a, err := names.AssignmentFromPod(p)
-				if err != nil {
-					t.Errorf("pod %s: %v", d.name, err)
-				} else {
-					verifyAssignment(ctx, t, c, p.Name, a)
-				}
-			default:
-				t.Logf("pod %s: %s (%s)", d.name, p.Status.Phase, pendingReason(p))
-			}
-		}
-		var left []string
-		for _, d := range during {
-			left = append(left, d.name)
-		}
-		// Free the cards for what follows: only the pod from before the upgrade stays.
-		for _, name := range left {
-			_ = c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		}
-		for _, name := range left {
-			if err := cluster.WaitPodGone(ctx, c.Client, ns, name, 2*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-		}
+	}) {
+		return
+	}
+	if !t.Run("a rollout of this release's plugin under load fails no pod", func(t *testing.T) {
+		// The same chart with its plugin configuration spelled out (the default allocate wait):
+		// the configuration's checksum changes, so the DaemonSet rolls its pods, and nothing else.
+		overrides := append(append(installOverrides, laneNodeCredential(t, c)...), "devicePlugin.config.allocateWait=10s")
+		rolloutUnderLoad(ctx, t, c, node, rel, ns, docsHelm("helm upgrade gpushare oci://", rel.current, overrides))
 	}) {
 		return
 	}
@@ -645,11 +567,138 @@ func uninstallCommands(t *testing.T, c *cluster.Cluster, section string) []strin
 	return cmds
 }
 
-// previousCut reports whether the kubelet rejected p because the plugin serving its admission
-// closed mid-call ("Unavailable … EOF") or the kubelet closed that plugin's connection under
-// it ("Canceled … client connection is closing"): what a plugin that does not drain causes.
-func previousCut(p *corev1.Pod) bool {
-	m := p.Status.Message
-	return p.Status.Reason == "UnexpectedAdmissionError" && strings.Contains(m, "rpc error") &&
-		(strings.Contains(m, "code = Unavailable") || strings.Contains(m, "code = Canceled"))
+// rolloutUnderLoad runs helm with args (an upgrade to this tree's release) while GPU pods keep
+// arriving in ns, until the device plugin pods that ran before are gone and the chart's pods are
+// ready on this release's image: no pod created meanwhile may fail (the plugin that stops answers
+// what the kubelet asked it; the new one is Ready only once the kubelet moved to it and the old
+// one has had time to). It checks each such pod's record and deletes them all.
+func rolloutUnderLoad(ctx context.Context, t *testing.T, c *cluster.Cluster, node *cluster.KubeletNode, rel installReleases, ns string, args []string) {
+	t.Helper()
+	names := api.DefaultNames()
+	plugins, err := c.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=device-plugin"})
+	if err != nil || len(plugins.Items) == 0 {
+		t.Fatalf("the device plugin's pods before the rollout: %v (%d)", err, len(plugins.Items))
+	}
+	// A pod every 0.5 s from just before `helm upgrade` until this release's plugin and extender
+	// are ready and the old ones gone: some reach the node while its plugin is handed over. At
+	// most duringWindow of them live at once (the lane's kubelet runs 30 pods): the oldest is let
+	// settle, kept, and deleted before the next is created.
+	const duringWindow = 12
+	type settledPod struct {
+		name string
+		pod  *corev1.Pod
+		err  error
+	}
+	stop, created := make(chan struct{}), make(chan []settledPod, 1)
+	start := time.Now()
+	go func() {
+		var live []string
+		var done []settledPod
+		defer func() {
+			for _, name := range live {
+				p, err := settleDuring(ctx, c, ns, name)
+				done = append(done, settledPod{name, p, err})
+			}
+			created <- done
+		}()
+		for i := 0; ; i++ {
+			pod := installPod(ns, fmt.Sprintf("during-%d", i), 2)
+			pod.GenerateName, pod.Name = pod.Name+"-", ""
+			if p, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Errorf("create %s during the rollout: %v", pod.GenerateName, err)
+			} else {
+				live = append(live, p.Name)
+			}
+			if len(live) >= duringWindow {
+				p, err := settleDuring(ctx, c, ns, live[0])
+				done = append(done, settledPod{live[0], p, err})
+				_ = c.Client.CoreV1().Pods(ns).Delete(ctx, live[0], metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				live = live[1:]
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	cmd := helmCommand(t, c, args...)
+	cmd.Env = append(cmd.Env, "SSL_CERT_FILE="+rel.registry.caFile)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		for _, p := range plugins.Items {
+			if err = cluster.WaitPodGone(ctx, c.Client, installNamespace, p.Name, 4*time.Minute); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		close(stop)
+		<-created
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	waitInstalled(ctx, t, c, node, rel.current.image)
+	rolled := time.Since(start)
+	checkHandOverHold(ctx, t, c)
+	close(stop)
+	during := <-created
+	t.Logf("rollout under load: the previous plugin pods gone and the chart's pods ready after %v; %d pods created meanwhile, settled after %v", rolled.Round(time.Second), len(during), time.Since(start).Round(time.Second))
+	for _, d := range during {
+		p := d.pod
+		switch {
+		case d.err != nil:
+			t.Errorf("%v", d.err)
+		case p.Status.Phase == corev1.PodFailed:
+			t.Errorf("pod %s created during the rollout Failed: %s %s", d.name, p.Status.Reason, p.Status.Message)
+		case p.Status.Phase == corev1.PodRunning:
+			a, err := names.AssignmentFromPod(p)
+			if err != nil {
+				t.Errorf("pod %s: %v", d.name, err)
+			} else {
+				verifyAssignment(ctx, t, c, p.Name, a)
+			}
+		default:
+			t.Logf("pod %s: %s (%s)", d.name, p.Status.Phase, pendingReason(p))
+		}
+	}
+	// Free the cards for what follows.
+	for _, d := range during {
+		_ = c.Client.CoreV1().Pods(ns).Delete(ctx, d.name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}
+	for _, d := range during {
+		if err := cluster.WaitPodGone(ctx, c.Client, ns, d.name, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkHandOverHold checks that each device plugin pod turned Ready no sooner than the hand-over
+// hold after its containers started: it started beside another pod's plugin, so it holds its
+// readiness for the longest kubelet call (the chart's allocateWait, 10 s, + 5 s) after the
+// kubelet moved to it. Timestamps have whole seconds.
+func checkHandOverHold(ctx context.Context, t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	const hold = 15 * time.Second
+	pods, err := c.Client.CoreV1().Pods(installNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=device-plugin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		var started, ready time.Time
+		for _, cs := range p.Status.ContainerStatuses {
+			if r := cs.State.Running; r != nil && r.StartedAt.After(started) {
+				started = r.StartedAt.Time
+			}
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready = cond.LastTransitionTime.Time
+			}
+		}
+		if d := ready.Sub(started); started.IsZero() || ready.IsZero() || d < hold-time.Second {
+			t.Errorf("device plugin pod %s Ready %v after its containers started, want at least the hand-over hold %v (the old pod is stopped once it is Ready)", p.Name, d, hold)
+		} else {
+			t.Logf("device plugin pod %s Ready %v after its containers started (hand-over hold %v)", p.Name, d, hold)
+		}
+	}
 }
