@@ -15,7 +15,8 @@
 //	<!-- docs-run: sub `FROM` `TO` -->           a placeholder (<pod>) replaced before running
 //	<!-- docs-run: last -->                      run after every other block (it removes things)
 //
-// A directive that applies to no command of its block is an error too. The commands of one
+// Several directives may share one comment, separated by semicolons (outside backticks). A
+// directive that applies to no command of its block is an error too. The commands of one
 // block run in order in one bash (so an export carries to the next), in the repository root,
 // with the environment given (KUBECONFIG, PATH), DOCS_RUN_TMP a scratch folder and the default
 // playground's state dir (/tmp/gpushare-playground) replaced by $GPUSHARE_PLAYGROUND.

@@ -130,3 +130,20 @@ func TestRunReportsEachFailureAndKeepsTheBlocksShell(t *testing.T) {
 		t.Errorf("failures (-want +got):\n%s", d)
 	}
 }
+
+func TestSeveralDirectivesShareAComment(t *testing.T) {
+	src := "<!-- docs-run: sub `<pod>` `p;1`; skip `kubectl exec`: no containers; fails `kubectl logs`: not found -->\n" +
+		"```sh\nkubectl exec <pod> -- true\nkubectl logs <pod>\nkubectl get pod <pod>\n```\n"
+	cmds, problems := parse("d.md", src)
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	var got []string
+	for _, c := range cmds {
+		got = append(got, c.run+" / "+c.excuse+" / "+c.wantFail)
+	}
+	want := []string{"kubectl exec p;1 -- true / no containers / ", "kubectl logs p;1 /  / not found", "kubectl get pod p;1 /  / "}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}

@@ -60,12 +60,14 @@ func parse(file, src string) ([]command, []string) {
 	for i := 0; i < len(lines); i++ {
 		l := lines[i]
 		if m := directiveRE.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
-			d, err := parseDirective(i+1, m[1])
-			if err != nil {
-				problems = append(problems, fmt.Sprintf("%s:%d: %v", file, i+1, err))
-				continue
+			for _, part := range splitDirectives(m[1]) {
+				d, err := parseDirective(i+1, part)
+				if err != nil {
+					problems = append(problems, fmt.Sprintf("%s:%d: %v", file, i+1, err))
+					continue
+				}
+				pending = append(pending, d)
 			}
-			pending = append(pending, d)
 			continue
 		}
 		m := fenceRE.FindStringSubmatch(l)
@@ -108,6 +110,21 @@ func parse(file, src string) ([]command, []string) {
 		problems = append(problems, fmt.Sprintf("%s:%d: a docs-run directive must be directly above a code block", file, pending[0].line))
 	}
 	return cmds, problems
+}
+
+// splitDirectives splits one comment's directives at the semicolons outside backticks.
+func splitDirectives(s string) []string {
+	var parts []string
+	quoted, start := false, 0
+	for i, r := range s {
+		switch {
+		case r == '`':
+			quoted = !quoted
+		case r == ';' && !quoted:
+			parts, start = append(parts, strings.TrimSpace(s[start:i])), i+1
+		}
+	}
+	return append(parts, strings.TrimSpace(s[start:]))
 }
 
 // isClose reports whether l closes a code block: backticks alone.
