@@ -154,7 +154,7 @@ check_facts() {
 			}' "$tmp/defaults" -
 	# On a line about policies, `gpushare-foo` must be an object of the chart (a policy, its ConfigMap, …);
 	# operations.md's table of policies lists exactly the chart's.
-	{ grep -niE 'polic' "$@" /dev/null || true; } | grep -oE '^[^:]*:[0-9]+:|`gpushare-[a-z0-9-]+`' |
+	{ grep -niE 'polic' "$@" /dev/null || true; } | { grep -oE '^[^:]*:[0-9]+:|`gpushare-[a-z0-9-]+`' || true; } |
 		awk '/^`/ { gsub(/`|gpushare-/, ""); print where $0; next } { where = $0 }' |
 		awk -F: 'NR == FNR { o[$0] = 1; next } !($3 in o) {
 			print $1 ":" $2 " names the admission policy (or chart object) gpushare-" $3 ", which the chart does not define"
@@ -215,7 +215,7 @@ check "${docs[@]}" >"$tmp/found"
 go run ./hack/reference -check >>"$tmp/found" 2>&1 || true
 # Every code block that holds a command is labelled (sh/console: make docs-run runs it; text: not
 # one to type), and every docs-run directive applies to a command.
-go run ./hack/docsrun -check "${docs[@]}" 2>&1 | grep -v '^docs-run: [0-9]* files: ' | sed 's/^docs-run: //' >>"$tmp/found" || true
+go run ./hack/docsrun -check "${docs[@]}" 2>&1 | grep -v -e '^docs-run: [0-9]* files: ' -e '^exit status ' | sed 's/^docs-run: //' >>"$tmp/found" || true
 if [ -z "${DOCS:-}" ]; then
 	budget "${DOCS_LINES:-3000}" "docs/*.md" docs/*.md >>"$tmp/found"
 	budget "${CHANGELOG_LINES:-250}" CHANGELOG.md CHANGELOG.md /dev/null >>"$tmp/found"

@@ -5,7 +5,9 @@
 // The commands are the lines of ```sh blocks (a trailing "\" or a here-document continues one)
 // and the "$ " lines of ```console blocks; a console command whose shown output starts with
 // "error:" must fail with that error. A code block without a language that holds a command is an
-// error: label it sh or console (run) or text (not a command). So a new command runs by default;
+// error: label it sh or console (run) or text (not a command). Commands in inline code spans of
+// the prose are not run (docs-check checks the make targets and flags they name). So a new
+// command in a block runs by default;
 // one that cannot run on the playground is excused in the doc's source, by an HTML comment
 // directly above its block, which the rendered page does not show:
 //
