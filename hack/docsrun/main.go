@@ -7,9 +7,8 @@
 // "error:" must fail with that error. A code block without a language that holds a command is an
 // error: label it sh or console (run) or text (not a command). Commands in inline code spans of
 // the prose are not run (docs-check checks the make targets and flags they name). So a new
-// command in a block runs by default;
-// one that cannot run on the playground is excused in the doc's source, by an HTML comment
-// directly above its block, which the rendered page does not show:
+// command in a block runs by default; one that cannot run on the playground is excused in the
+// doc's source, by an HTML comment directly above its block, which the rendered page does not show:
 //
 //	<!-- docs-run: skip: REASON -->              every command of the block is excused
 //	<!-- docs-run: skip `PREFIX`: REASON -->     those starting with PREFIX
