@@ -14,7 +14,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 TESTLDFLAGS ?= -w
 
 .PHONY: gpu-proof gpu-proof-build
-.PHONY: help build test docs-check vet lint fmt-check tidy-check size-check unit bench image chart-check cluster-binaries kueue container-lane e2e playground playground-down playground-check bench-packing bench-packing-gib bench-burst
+.PHONY: help build test docs-check vet lint fmt-check tidy-check size-check unit bench image chart-check cluster-binaries kueue container-lane e2e playground playground-down playground-check docs-run bench-packing bench-packing-gib bench-burst
 
 help: ## list targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -47,7 +47,7 @@ unit: ## unit tests with the race detector
 chart-check: ## helm lint + render matrix + refusals of contradictory values + the env the programs read (builds helm once into the cache)
 	hack/chart-check.sh
 
-test: k8s-prebuild lint unit fuzz-short chart-check playground-check docs-check image-check-amd64 e2e e2e-oldest ## the test command CI runs: the Kubernetes binaries started building in the background (k8s-prebuild), lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
+test: k8s-prebuild lint unit fuzz-short chart-check playground-check docs-check docs-run image-check-amd64 e2e e2e-oldest ## the test command CI runs: the Kubernetes binaries started building in the background (k8s-prebuild), lint, unit tests (-race), every fuzz target for 3s, Helm chart checks, playground script checks, docs check, the docs' commands run on a playground of their own, the image built twice to one digest, end-to-end (the install lane included) on the current Kubernetes and the smoke + container lanes on the oldest (root)
 
 docs-check: ## every make target, program flag, metric and annotation key README.md and docs/ name exists; the flag defaults, chart policies, Kubernetes versions and links they state are right; docs/*.md within 3,000 lines and CHANGELOG.md within 250 (and the check catches a doc that breaks each rule)
 	hack/docs-check.sh
@@ -194,6 +194,9 @@ playground: ## a FRESH local cluster + the chart's policies, RBAC and record key
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
 	hack/playground.sh down $(if $(filter 1,$(CLEAN)),--clean)
+
+docs-run: ## run every command README.md and docs/*.md give (```sh and ```console blocks) on a fresh playground of its own (GPUSHARE_*_PORT off the default's; taken down after), failing with the doc's file:line; commands that cannot run there are excused in the doc's source (<!-- docs-run: skip: ... -->, hack/docsrun) (root)
+	hack/docs-run.sh
 
 playground-check: ## checks of hack/playground.sh that need no cluster: port preflight, fresh/keep, down finding hand-started processes, the chart's policies, identities and record key in use (root)
 	hack/playground-check.sh

@@ -18,6 +18,8 @@
 #   link     [text](path#anchor) to a repository file        -> the file exists, the anchor is a heading
 #   reference docs/reference/*.md are what `go run ./hack/reference` writes (the configuration
 #            kinds from their Go types, the values from values.yaml's "# --" comments)
+#   command  a code block that holds a command is labelled sh or console (make docs-run runs it) or
+#            text; every <!-- docs-run: ... --> directive applies to a command (hack/docsrun -check)
 #   budget   docs/*.md at most DOCS_LINES lines in all (3000; generated references live under
 #            docs/reference/ and do not count), CHANGELOG.md at most CHANGELOG_LINES (250)
 #
@@ -152,7 +154,7 @@ check_facts() {
 			}' "$tmp/defaults" -
 	# On a line about policies, `gpushare-foo` must be an object of the chart (a policy, its ConfigMap, …);
 	# operations.md's table of policies lists exactly the chart's.
-	{ grep -niE 'polic' "$@" /dev/null || true; } | grep -oE '^[^:]*:[0-9]+:|`gpushare-[a-z0-9-]+`' |
+	{ grep -niE 'polic' "$@" /dev/null || true; } | { grep -oE '^[^:]*:[0-9]+:|`gpushare-[a-z0-9-]+`' || true; } |
 		awk '/^`/ { gsub(/`|gpushare-/, ""); print where $0; next } { where = $0 }' |
 		awk -F: 'NR == FNR { o[$0] = 1; next } !($3 in o) {
 			print $1 ":" $2 " names the admission policy (or chart object) gpushare-" $3 ", which the chart does not define"
@@ -211,6 +213,9 @@ check "${docs[@]}" >"$tmp/found"
 # The generated references (docs/reference/) are current: the configuration kinds from their Go
 # types, the chart's values from values.yaml's comments (and within its key budget).
 go run ./hack/reference -check >>"$tmp/found" 2>&1 || true
+# Every code block that holds a command is labelled (sh/console: make docs-run runs it; text: not
+# one to type), and every docs-run directive applies to a command.
+go run ./hack/docsrun -check "${docs[@]}" 2>&1 | grep -v -e '^docs-run: [0-9]* files: ' -e '^exit status ' | sed 's/^docs-run: //' >>"$tmp/found" || true
 if [ -z "${DOCS:-}" ]; then
 	budget "${DOCS_LINES:-3000}" "docs/*.md" docs/*.md >>"$tmp/found"
 	budget "${CHANGELOG_LINES:-250}" CHANGELOG.md CHANGELOG.md /dev/null >>"$tmp/found"
@@ -225,7 +230,8 @@ fi
 # The check must see what is broken in $broken: one name of each kind, and a file over its budget.
 check "$broken" >"$tmp/self"
 budget 5 "$broken" "$broken" /dev/null >>"$tmp/self"
-for kind in '`make ' 'the flag ' 'the metric ' 'the key ' 'defaults to ' 'the admission policy ' 'admission policies; ' 'hack/k8s-version is ' "kubeVersion allows " 'which does not exist' 'a heading ' 'more than 5'; do
+go run ./hack/docsrun -check "$broken" >>"$tmp/self" 2>&1 || true
+for kind in 'without a language holds a command' 'applies to no command' '`make ' 'the flag ' 'the metric ' 'the key ' 'defaults to ' 'the admission policy ' 'admission policies; ' 'hack/k8s-version is ' "kubeVersion allows " 'which does not exist' 'a heading ' 'more than 5'; do
 	if ! grep -qF "$kind" "$tmp/self"; then
 		echo "docs-check: self-test: $broken states something wrong that the check did not report (looked for: ${kind}…)"
 		fail=1
