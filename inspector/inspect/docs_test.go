@@ -11,8 +11,8 @@ import (
 )
 
 // docsSample is a sample in docs/inspector.md: a marker naming a golden
-// file, then a fenced block whose first line is the command.
-var docsSample = regexp.MustCompile("(?s)<!-- golden: ([^ ]+) -->\n```\n(\\$ [^\n]*)\n(.*?)\n```")
+// file, then a fenced block (```console) whose first line is the command.
+var docsSample = regexp.MustCompile("(?s)<!-- golden: ([^ ]+) -->\n```(?:console)?\n(\\$ [^\n]*)\n(.*?)\n```")
 
 // TestDocsSamplesAreTheGoldenFiles keeps docs/inspector.md honest: every
 // sample there is the output of the command line it shows, as recorded in
