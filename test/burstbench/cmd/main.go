@@ -14,9 +14,12 @@ import (
 	"sort"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/burstbench"
 )
 
@@ -31,10 +34,18 @@ func main() {
 	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the namespace and its pods")
 	only := flag.String("only", "", "run one burst alone: no-gpu, gpu or mixed (no ratio is judged)")
 	timelines := flag.String("timelines", "", "write each pod's create, bound and Ready times to this CSV file")
+	policy := flag.String("policy", "", "the GPU pods' placement policy (annotation; empty: the extender's default)")
 	flag.Parse()
 	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 {
 		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib and -clients must be at least 1")
 		os.Exit(2)
+	}
+	if *policy != "" {
+		o.Pod = func(p *corev1.Pod) {
+			if len(p.Spec.Containers) > 0 && len(p.Spec.Containers[0].Resources.Requests) > 0 {
+				metav1.SetMetaDataAnnotation(&p.ObjectMeta, api.DefaultNames().AnnotationPolicy(), *policy)
+			}
+		}
 	}
 	switch *only {
 	case "":
