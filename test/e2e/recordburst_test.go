@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/gpushare/gpushare/api"
@@ -20,8 +21,8 @@ import (
 // same-second pods by name, the plugin's queue by arrival: another order).
 // Every state of every pod the API server reports is checked as it comes,
 // with no settling delay:
-//   - a Running pod's record is Allocated and names, for each container, the
-//     card its devices, env and mount came from;
+//   - a Running pod's record names, for each container, the card its devices,
+//     env and mount came from (and becomes Allocated);
 //   - no card's records hold more than the card, counting plans (Assigned
 //     records of pods not yet admitted) beside allocations (Allocated
 //     records): what the extender and the inspector count. When the kubelet
@@ -116,6 +117,21 @@ func TestBurstRecordsNameTheCardAtEveryObservation(t *testing.T) {
 				report("observation %d (pod %s %s): card %d's records hold %d of %d counting plans (%d allocated): %v", observations, pod.Name, ev.Type, card.Index, planned[card.UUID], card.Units, allocated[card.UUID], holders[card.UUID])
 			}
 		}
+	}
+	// Every record reaches Allocated (the record writer's phase write may follow the start).
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			if a, err := api.DefaultNames().AssignmentFromPod(&list.Items[i]); err != nil || a.Phase != api.PhaseAllocated {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Errorf("not every running pod's record became Allocated within 30 s: %v", err)
 	}
 	used := checkCapacity(ctx, t, c, "rb-node", inv)
 	t.Logf("%d pods running after %d observations, %d violations; %s", pods, observations, violations, usage(inv, used))
