@@ -354,6 +354,16 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 			_ = c.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 			_ = c.Client.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
 		})
+		// The RBAC authorizer learns the binding from its informer (as in grant): until it allows
+		// nora's patch, RBAC, not the policy under test, would refuse it.
+		if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			r, err := c.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: "nora", Groups: []string{"system:authenticated"}, ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes"},
+			}}, metav1.CreateOptions{})
+			return err == nil && r.Status.Allowed, nil
+		}); err != nil {
+			t.Fatalf("nora's node-patcher binding is not in force after 30s: %v", err)
+		}
 		names := api.DefaultNames()
 		fourTimes := `{"version":1,"unit":"GiB","cards":[{"index":0,"uuid":"GPU-x","model":"NVIDIA-A100","units":160}]}`
 		dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
