@@ -16,12 +16,9 @@ const drainQuiet = 200 * time.Millisecond
 // at most AllocateWait for its pod to reach the cache, then answers within a round trip.
 const drainMargin = 5 * time.Second
 
-// drainLimit is the longest a stopping endpoint waits for its calls in flight. The chart's
-// termination grace (30 s) must exceed it.
-func (p *Plugin) drainLimit() time.Duration { return p.cfg.AllocateWait + drainMargin }
-
-// CallLimit is the longest a kubelet call to the plugin takes (drainLimit).
-func (p *Plugin) CallLimit() time.Duration { return p.drainLimit() }
+// CallLimit is the longest a kubelet call to the plugin takes, so the longest a stopping endpoint
+// waits for its calls in flight. The chart's termination grace (30 s) must exceed it.
+func (p *Plugin) CallLimit() time.Duration { return p.cfg.AllocateWait + drainMargin }
 
 // inFlight counts an endpoint's unary calls (GetPreferredAllocation, Allocate,
 // PreStartContainer, the options) while they run.

@@ -281,7 +281,7 @@ func (p registrar) serve(ep *endpoint) (stop func(drain bool), ch servedChans, e
 	}()
 	return func(drain bool) {
 		if drain {
-			calls.drain(p.drainLimit(), drainQuiet)
+			calls.drain(p.CallLimit(), drainQuiet)
 		}
 		s.stopping.Store(true)
 		srv.Stop()
