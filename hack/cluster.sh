@@ -54,6 +54,7 @@ SCHEDULER_CONFIG="${GPUSHARE_SCHEDULER_CONFIG:-}"
 EXTENDER_URL="${GPUSHARE_EXTENDER_URL:-}"
 EXTRA_PROFILES=()
 START_SCHEDULER="${GPUSHARE_SCHEDULER:-1}"
+PROFILING="${GPUSHARE_PROFILING:-false}" # true: /debug/pprof on kube-apiserver, kube-controller-manager and kube-scheduler
 APISERVER_ADDRESS="${GPUSHARE_APISERVER_ADDRESS:-}"
 SCHEDULER_QPS="${GPUSHARE_SCHEDULER_QPS:-}"
 SCHEDULER_BURST="${GPUSHARE_SCHEDULER_BURST:-}"
@@ -367,7 +368,7 @@ cmd_up() {
 		--service-account-key-file="$PKI/sa.pub" \
 		--service-account-signing-key-file="$PKI/sa.key" \
 		--service-cluster-ip-range=10.0.0.0/24 \
-		--allow-privileged=true --profiling=false
+		--allow-privileged=true --profiling="${PROFILING}"
 	wait_healthy kube-apiserver "https://127.0.0.1:${APISERVER_PORT}/readyz" \
 		--cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
 
@@ -376,14 +377,14 @@ cmd_up() {
 		--bind-address=127.0.0.1 --secure-port="${KCM_PORT}" \
 		--controllers="${KCM_CONTROLLERS}" --leader-elect=false \
 		--service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
-		--use-service-account-credentials=false --profiling=false
+		--use-service-account-credentials=false --profiling="${PROFILING}"
 	wait_healthy kube-controller-manager "https://127.0.0.1:${KCM_PORT}/healthz" --cacert "$PKI/ca.crt" -k
 
 	if [[ "$START_SCHEDULER" != 0 ]]; then
 		write_scheduler_config
 		start kube-scheduler --config="$STATE/kube-scheduler-config.yaml" \
 			--authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
-			--bind-address=127.0.0.1 --secure-port="${SCHEDULER_PORT}" --profiling=false
+			--bind-address=127.0.0.1 --secure-port="${SCHEDULER_PORT}" --profiling="${PROFILING}"
 		wait_healthy kube-scheduler "https://127.0.0.1:${SCHEDULER_PORT}/healthz" -k
 	fi
 	UP_DONE=1

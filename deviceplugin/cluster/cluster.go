@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -49,6 +51,7 @@ type Cluster struct {
 	arrivals map[types.UID]uint64 // pod UID -> order in which the informer first saw it
 	next     uint64
 	changed  chan struct{} // closed at the next pod event (PodsChanged)
+	written  map[types.UID]string // pod UID -> resourceVersion of the plugin's last record write
 }
 
 // Option configures a Cluster.
@@ -67,7 +70,7 @@ func WithReader(reader kubernetes.Interface) Option { return func(c *Cluster) { 
 // client writes (records, the Node's inventory) and, without WithReader,
 // reads.
 func New(client kubernetes.Interface, node string, opts ...Option) *Cluster {
-	c := &Cluster{client: client, reader: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}, changed: make(chan struct{})}
+	c := &Cluster{client: client, reader: client, node: node, names: api.DefaultNames(), arrivals: map[types.UID]uint64{}, changed: make(chan struct{}), written: map[types.UID]string{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -134,7 +137,18 @@ func (c *Cluster) departed(obj any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.arrivals, p.UID)
+	delete(c.written, p.UID)
 	c.notify()
+}
+
+// RecordAhead reports whether the API server holds a record the plugin wrote on pod (a copy
+// from the pod cache) after the version pod shows: the cache has yet to show that write.
+func (c *Cluster) RecordAhead(pod *corev1.Pod) bool {
+	c.mu.Lock()
+	rv, ok := c.written[pod.UID]
+	c.mu.Unlock()
+	cmp, err := resourceversion.CompareResourceVersion(pod.ResourceVersion, rv)
+	return ok && err == nil && cmp < 0
 }
 
 // Arrival is the order in which the pod informer first saw the pod bound to the node (0, 1, …):
@@ -300,19 +314,21 @@ func (c *Cluster) cachedPod(namespace, name string, uid types.UID) *corev1.Pod {
 // of next is returned as is.
 //
 // The first try writes on the pod cache's copy, when it has the pod and next
-// writes on it: one round trip instead of two, on the admission's path
-// (PreStartContainer waits for the record). The write is conditional on the
-// copy's resourceVersion, so a stale copy costs a conflict and the read; a
-// copy on which next writes nothing is checked against the API server.
+// writes on it: one round trip instead of two, on the admission's path. The
+// write is conditional on the record the copy shows (patchRecord), so a copy
+// behind on other fields (the kubelet's status) still writes at once, and a
+// copy behind on the record costs the refused write and the read; a copy on
+// which next writes nothing is checked against the API server.
 func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid types.UID, next func(*corev1.Pod) (api.Assignment, bool, error)) error {
-	cached := c.cachedPod(namespace, name, uid)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if pod := cached; pod != nil {
-			cached = nil
-			if a, write, err := next(pod); err == nil && write {
-				return c.patchRecord(ctx, pod, a)
+	if pod := c.cachedPod(namespace, name, uid); pod != nil {
+		if a, write, err := next(pod); err == nil && write {
+			err := c.patchRecord(ctx, pod, a)
+			if !apierrors.IsConflict(err) {
+				return err
 			}
 		}
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := c.readPod(ctx, namespace, name)
 		if err != nil || pod == nil || pod.UID != uid {
 			return err
@@ -325,21 +341,50 @@ func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid
 	})
 }
 
-// patchRecord writes a as pod's record, conditional on the resourceVersion
-// the pod was read at.
+// patchRecord writes a as pod's record, conditional on the record pod
+// carries: a JSON patch that tests the pod's UID and the record's value
+// before replacing it, so writes of other fields meanwhile (the kubelet's
+// status, other annotations) do not refuse it, and a record changed
+// meanwhile does (a conflict, as the caller reads again). A pod without a
+// record (repair) is written conditional on its resourceVersion.
 func (c *Cluster) patchRecord(ctx context.Context, pod *corev1.Pod, a api.Assignment) error {
 	s, err := api.EncodeAssignment(a)
 	if err != nil {
 		return err
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-		"resourceVersion": pod.ResourceVersion,
-		"annotations":     map[string]string{c.names.AnnotationAssignment(): s},
-	}})
+	key := c.names.AnnotationAssignment()
+	old, had := pod.Annotations[key]
+	var patch []byte
+	pt := types.JSONPatchType
+	if had {
+		path := "/metadata/annotations/" + strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+		patch, err = json.Marshal([]map[string]string{
+			{"op": "test", "path": "/metadata/uid", "value": string(pod.UID)},
+			{"op": "test", "path": path, "value": old},
+			{"op": "replace", "path": path, "value": s},
+		})
+	} else {
+		pt = types.MergePatchType
+		patch, err = json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": pod.ResourceVersion,
+			"annotations":     map[string]string{key: s},
+		}})
+	}
 	if err != nil {
 		return err
 	}
-	_, err = c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	wrote, err := c.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, pt, patch, metav1.PatchOptions{})
+	if err == nil {
+		c.mu.Lock()
+		c.written[pod.UID] = wrote.ResourceVersion
+		c.mu.Unlock()
+	}
+	if had && apierrors.IsInvalid(err) {
+		// The API server answers a failed test 422 with a generic message:
+		// the record (or the pod) is not the one read, or the write is
+		// invalid; the caller reads the pod again (a few times at most).
+		return apierrors.NewConflict(corev1.Resource("pods"), pod.Name, fmt.Errorf("the record changed since it was read, or the write is invalid: %w", err))
+	}
 	return err
 }
 

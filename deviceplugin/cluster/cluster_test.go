@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -382,5 +383,93 @@ func TestPodsChangedClosesAtTheNextPodEvent(t *testing.T) {
 	}
 	if !closed(ch, 10*time.Second) {
 		t.Fatal("PodsChanged not closed 10 s after the pod was deleted")
+	}
+}
+
+// A record write is conditional on the record, not on the whole pod: the
+// kubelet's status write after the pod cache's copy (the usual case in a
+// burst, where the kubelet reports one pod while the plugin records the
+// next) does not refuse it, so it stays one round trip. A record changed
+// since the copy (another writer) is refused, read again and written on
+// what the API server has.
+func TestRecordWriteIsConditionalOnTheRecordOnly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pod := podtest.Bound(node, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, podtest.Card{UUID: "GPU-a", Index: 0}).Obj()
+	pod.ResourceVersion = "10"
+	writer := fake.NewClientset(pod.DeepCopy())
+	podtest.APIServerPatches(writer)
+	// The pod cache keeps the copy it listed first; a read of one pod (the
+	// plugin lists by name) shows what the API server has.
+	reader := fake.NewClientset(pod.DeepCopy())
+	reader.PrependReactor("list", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if !strings.Contains(action.(k8stesting.ListAction).GetListRestrictions().Fields.String(), "metadata.name") {
+			return false, nil, nil
+		}
+		p, err := writer.CoreV1().Pods("ns").Get(context.Background(), "p", metav1.GetOptions{})
+		if err != nil {
+			return true, nil, err
+		}
+		return true, &corev1.PodList{Items: []corev1.Pod{*p}}, nil
+	})
+	c := New(writer, node, WithReader(reader))
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pods := corev1.SchemeGroupVersion.WithResource("pods")
+	// The kubelet reports the pod Running: the API server's pod moves on,
+	// the plugin's copy does not (yet).
+	running := pod.DeepCopy()
+	running.Status.Phase, running.ResourceVersion = corev1.PodRunning, "11"
+	if err := writer.Tracker().Update(pods, running, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	from := len(writer.Actions()) + len(reader.Actions())
+	setAllocated := func(a *api.Assignment) bool { a.Phase = api.PhaseAllocated; return true }
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, setAllocated); err != nil {
+		t.Fatalf("record write after the kubelet's status write: %v", err)
+	}
+	if n := len(writer.Actions()) + len(reader.Actions()) - from; n != 1 {
+		t.Errorf("record write after the kubelet's status write: %d requests, want 1 (the write)", n)
+	}
+	if got := phaseOf(t, writer); got != api.PhaseAllocated {
+		t.Errorf("phase %s, want Allocated", got)
+	}
+	got, _ := writer.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if !c.RecordAhead(pod) || c.RecordAhead(got) {
+		t.Errorf("RecordAhead: %v for the copy before the write, %v for the pod as written; want true, false", c.RecordAhead(pod), c.RecordAhead(got))
+	}
+	if got.Status.Phase != corev1.PodRunning {
+		t.Errorf("the record write undid the kubelet's status: phase %q", got.Status.Phase)
+	}
+
+	// Another writer corrected the card meanwhile (the copy still shows
+	// GPU-a, Assigned): the write tested the record, was refused, and the
+	// plugin wrote on the record the API server has, keeping the card.
+	moved := got.DeepCopy()
+	a, err := api.DefaultNames().AssignmentFromPod(moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Phase, a.Containers[0].CardUUID, a.Containers[0].CardIndex = api.PhaseAssigned, "GPU-b", 1
+	s, err := api.EncodeAssignment(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Annotations[api.DefaultNames().AnnotationAssignment()] = s
+	moved.ResourceVersion = "13"
+	if err := writer.Tracker().Update(pods, moved, "ns"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateAssignment(ctx, "ns", "p", pod.UID, setAllocated); err != nil {
+		t.Fatalf("record write on a copy whose record changed: %v", err)
+	}
+	final, _ := writer.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	fa, err := api.DefaultNames().AssignmentFromPod(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fa.Phase != api.PhaseAllocated || fa.Containers[0].CardUUID != "GPU-b" {
+		t.Errorf("record after the refused write and the retry: phase %s card %s, want Allocated on GPU-b (the other writer's card kept)", fa.Phase, fa.Containers[0].CardUUID)
 	}
 }

@@ -41,6 +41,9 @@ func (c *memCluster) Arrival(uid types.UID) (uint64, bool) {
 // CacheBehind says behind.
 func (c *memCluster) CacheBehind(context.Context) (bool, error) { return c.behind, nil }
 
+// RecordAhead: record writes are visible at once.
+func (c *memCluster) RecordAhead(*corev1.Pod) bool { return false }
+
 // PodsChanged gives no notice: the plugin looks again every allocatePoll.
 func (c *memCluster) PodsChanged() <-chan struct{} { return nil }
 

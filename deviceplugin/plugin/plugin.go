@@ -132,6 +132,9 @@ type Cluster interface {
 	// awaiting admission that Pods does not show as it is (absent, or at
 	// another version): only then can waiting for the cache help.
 	CacheBehind(ctx context.Context) (bool, error)
+	// RecordAhead reports whether the plugin wrote pod's record after the
+	// version pod (from Pods) shows.
+	RecordAhead(pod *corev1.Pod) bool
 	// PodsChanged is closed when Pods may show something new (nil: no notice; the plugin
 	// looks again every allocatePoll).
 	PodsChanged() <-chan struct{}

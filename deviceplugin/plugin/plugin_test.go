@@ -163,6 +163,7 @@ func newHarness(t testing.TB, s setup) *harness {
 	h.cards = [2]podtest.Card(sn.Cards)
 	h.store = sn.Store
 	h.client = fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}})
+	podtest.APIServerPatches(h.client)
 	if s.pods != nil {
 		for _, p := range s.pods(h.cards) {
 			if _, err := h.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {

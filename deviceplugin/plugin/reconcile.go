@@ -88,6 +88,9 @@ func (p *Plugin) Reconcile(ctx context.Context) error {
 			}
 			continue // the cached record already matches
 		}
+		if !p.recon.reopened(pod.UID) && p.cluster.RecordAhead(pod) && p.rec.wroteLedger(pod.UID) {
+			continue // the cache has yet to show the plugin's own write, which matches the ledger
+		}
 		if err := p.rec.writeRecord(ctx, podRef{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}, reconciliation); err != nil {
 			errs = append(errs, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}

@@ -12,6 +12,14 @@ import (
 	"github.com/gpushare/gpushare/api"
 )
 
+// wroteLedger reports whether the record the plugin last wrote on uid's pod
+// matches the ledger.
+func (p recorder) wroteLedger(uid types.UID) bool {
+	last, ok, _ := p.records.lastWrite(uid)
+	changed, _ := p.applyLedger(&last, uid)
+	return ok && !changed
+}
+
 // move is a container's record going from one card to another.
 type move struct {
 	pod      types.UID

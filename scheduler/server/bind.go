@@ -266,10 +266,12 @@ func assignmentFrom(pod *corev1.Pod, node *allocator.Node, d allocator.Decision)
 	return a, nil
 }
 
-// getPod reads the pod from the informer's lister, or from the API when the
-// lister does not have it yet, giving up at the bind's deadline (less the
-// write's allowance): a read that waits for the request budget past it
-// fails at once rather than queueing.
+// getPod reads the pod from the informer's lister, or, when the lister does
+// not have it yet, from the API server's cache (resourceVersion 0: no etcd
+// read; what bind reads of the pod does not change once it exists, and the
+// Binding itself is refused for another UID or a bound pod), giving up at
+// the bind's deadline (less the write's allowance): a read that waits for
+// the request budget past it fails at once rather than queueing.
 func (s *Server) getPod(ctx context.Context, ns, name string, deadline time.Time) (*corev1.Pod, error) {
 	if s.pods != nil {
 		if p, err := s.pods.Pods(ns).Get(name); err == nil {
@@ -278,7 +280,7 @@ func (s *Server) getPod(ctx context.Context, ns, name string, deadline time.Time
 	}
 	ctx, cancel := context.WithTimeout(ctx, deadline.Add(-bindWriteAllowance).Sub(s.clock.Now()))
 	defer cancel()
-	return s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	return s.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{ResourceVersion: "0"})
 }
 
 // postBinding binds the pod to the node in one API write; the API server
