@@ -50,7 +50,7 @@ type Cluster struct {
 	mu       sync.Mutex
 	arrivals map[types.UID]uint64 // pod UID -> order in which the informer first saw it
 	next     uint64
-	changed  chan struct{} // closed at the next pod event (PodsChanged)
+	changed  chan struct{}        // closed at the next pod event (PodsChanged)
 	written  map[types.UID]string // pod UID -> resourceVersion of the plugin's last record write
 }
 

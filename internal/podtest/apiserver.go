@@ -40,4 +40,3 @@ func APIServerPatches(client *fake.Clientset) {
 		return handled, obj, err
 	})
 }
-
