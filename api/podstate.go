@@ -56,3 +56,13 @@ func BoundAt(pod *corev1.Pod) (at time.Time, ok bool) {
 func RecordHolds(pod *corev1.Pod, a Assignment) bool {
 	return HoldsUnits(pod) && (a.Phase == PhaseAllocated || Admitted(pod))
 }
+
+// HeldPhase is the phase to show for pod's record: Allocated once the record
+// holds (RecordHolds: the device plugin leaves the record of an admitted pod
+// Assigned when its cards are right), else the record's own.
+func HeldPhase(pod *corev1.Pod, a Assignment) AssignmentPhase {
+	if RecordHolds(pod, a) {
+		return PhaseAllocated
+	}
+	return a.Phase
+}

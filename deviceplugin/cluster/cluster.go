@@ -317,15 +317,19 @@ func (c *Cluster) cachedPod(namespace, name string, uid types.UID) *corev1.Pod {
 // writes on it: one round trip instead of two, on the admission's path. The
 // write is conditional on the record the copy shows (patchRecord), so a copy
 // behind on other fields (the kubelet's status) still writes at once, and a
-// copy behind on the record costs the refused write and the read; a copy on
-// which next writes nothing is checked against the API server.
+// copy behind on the record costs the refused write and the read. A copy on
+// which next writes nothing is believed unless the plugin wrote the record
+// after it (RecordAhead): only the plugin writes a record after the bind.
 func (c *Cluster) rewriteRecord(ctx context.Context, namespace, name string, uid types.UID, next func(*corev1.Pod) (api.Assignment, bool, error)) error {
 	if pod := c.cachedPod(namespace, name, uid); pod != nil {
-		if a, write, err := next(pod); err == nil && write {
-			err := c.patchRecord(ctx, pod, a)
-			if !apierrors.IsConflict(err) {
+		a, write, err := next(pod)
+		switch {
+		case err == nil && write:
+			if err := c.patchRecord(ctx, pod, a); !apierrors.IsConflict(err) {
 				return err
 			}
+		case err == nil && !c.RecordAhead(pod):
+			return nil // the copy shows the plugin's last write, if any: nothing to write
 		}
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

@@ -63,11 +63,14 @@ func (p accountReader) readAccounts(ctx context.Context, units, whole bool) acco
 // those are not pending, whatever the plugin guessed (a guess the account
 // contradicts is dropped and its pod is reopened), and the only unknown left
 // is which of the still-pending containers the call is for.
-func (p accountReader) readAccount(ctx context.Context, r *resource) account {
+func (p accountReader) readAccount(ctx context.Context, r *resource) (acct account) {
 	if r.podres == nil {
 		return account{}
 	}
-	acct := account{res: r, gen: r.ledger.generation(), ok: true}
+	if r == p.units.res {
+		defer func() { p.unitsAccount.Store(acct.ok) }()
+	}
+	acct = account{res: r, gen: r.ledger.generation(), ok: true}
 	pods, err := p.cluster.Pods()
 	if err != nil {
 		return account{}

@@ -100,17 +100,17 @@ func testBurst(t *testing.T, order []string) {
 		used, allocated := map[string]int64{}, map[string]int64{}
 		for _, name := range names {
 			a := mem.record(t, name)
+			_, run := running[name]
 			for _, c := range a.Containers {
 				used[c.CardUUID] += c.Units
-				if a.Phase == api.PhaseAllocated {
+				if a.Phase == api.PhaseAllocated || run { // a running pod's record holds (api.RecordHolds)
 					allocated[c.CardUUID] += c.Units
 				}
 			}
 			got := a.Containers[0].CardUUID
-			if want, ok := running[name]; ok && (a.Phase != api.PhaseAllocated || got != want) {
+			if want, ok := running[name]; ok && got != want {
 				violations = append(violations, fmt.Sprintf("%s: running pod %s got card %d; its record says %s on card %d", when, name, indexOf(sim, want), a.Phase, indexOf(sim, got)))
 			}
-			_, run := running[name]
 			wrong := a.Phase == api.PhaseAllocated && name != admitting && !run && !k.holds(name)
 			if wrong && !wrongNow[name] {
 				wrongNames[name]++

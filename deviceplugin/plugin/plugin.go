@@ -36,6 +36,7 @@ package plugin
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,6 +161,8 @@ type Plugin struct {
 	units *server[allocate.Units]
 	whole *server[allocate.Cards]
 
+	// unitsAccount: the last read of the kubelet's account of gpu-mem units succeeded.
+	unitsAccount atomic.Bool
 	// open: resource name -> *atomic.Int32, the kubelet's ListAndWatch
 	// streams open on that resource's endpoint (Serving).
 	open sync.Map

@@ -75,8 +75,8 @@ func TestKubeletAccountIsReadWithGetNeverList(t *testing.T) {
 	if get == 0 {
 		t.Errorf("the plugin never read the kubelet's account (no PodResources Get)")
 	}
-	if a := mem.record(t, "b"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != card0.UUID {
-		t.Errorf("pod b's record: %s on %s; want Allocated on card 0", a.Phase, a.Containers[0].CardUUID)
+	if a := mem.record(t, "b"); a.Phase != api.PhaseAssigned || a.Containers[0].CardUUID != card0.UUID {
+		t.Errorf("pod b's record: %s on %s; want Assigned on card 0 (its card is right: with the kubelet's account nothing is written)", a.Phase, a.Containers[0].CardUUID)
 	}
 }
 
@@ -191,8 +191,8 @@ func TestReconcileReopensAGuessTheCacheDoesNotShowYet(t *testing.T) {
 	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}}); err != nil {
 		t.Fatal(err)
 	}
-	if a := mem.record(t, "a"); a.Phase != api.PhaseAllocated {
-		t.Fatalf("a's record after the guess: %s; want Allocated (the plugin's guess)", a.Phase)
+	if a := mem.record(t, "a"); a.Phase != api.PhaseAssigned {
+		t.Fatalf("a's record after the guess: %s; want Assigned (the guess names its planned card: nothing written)", a.Phase)
 	}
 	podres.set(append(held, podresources.Holding{Namespace: "ns", Pod: "b", Container: "main", IDs: ids})...)
 	if err := p.Reconcile(ctx); err != nil {
@@ -237,8 +237,8 @@ func TestThePodTheKubeletKnowsIsTheOneItAdmits(t *testing.T) {
 	if _, err := p.units.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: unitIDs(card1.UUID, 0, 4)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if a := mem.record(t, "c"); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != card1.UUID {
-		t.Errorf("pod c's record: %s on %s; want Allocated on card 1", a.Phase, a.Containers[0].CardUUID)
+	if a := mem.record(t, "c"); a.Phase != api.PhaseAssigned || a.Containers[0].CardUUID != card1.UUID {
+		t.Errorf("pod c's record: %s on %s; want Assigned on card 1 (right as planned)", a.Phase, a.Containers[0].CardUUID)
 	}
 	if a := mem.record(t, "b"); a.Phase != api.PhaseAssigned || a.Containers[0].CardUUID != card0.UUID {
 		t.Errorf("pod b's record: %s on %s; want its plan untouched, Assigned on card 0", a.Phase, a.Containers[0].CardUUID)
@@ -362,8 +362,8 @@ func TestAGuessTheKubeletNeverRecordedDoesNotHideThePodItAdmits(t *testing.T) {
 				}
 			}
 			for name, want := range map[string]string{"a": c0.UUID, "b": c1.UUID} {
-				if a := mem.record(t, name); a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != want {
-					t.Errorf("pod %s's record when its container starts: %s on %s; want Allocated on %s", name, a.Phase, a.Containers[0].CardUUID, want)
+				if a := mem.record(t, name); a.Containers[0].CardUUID != want {
+					t.Errorf("pod %s's record when its container starts: %s on %s; want %s", name, a.Phase, a.Containers[0].CardUUID, want)
 				}
 			}
 		})

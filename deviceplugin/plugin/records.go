@@ -20,6 +20,10 @@ func (p recorder) wroteLedger(uid types.UID) bool {
 	return ok && !changed
 }
 
+// accountKept reports whether the plugin's last read of the kubelet's
+// account of gpu-mem units (PodResources Get) succeeded.
+func (p recorder) accountKept() bool { return p.unitsAccount.Load() }
+
 // move is a container's record going from one card to another.
 type move struct {
 	pod      types.UID
@@ -117,7 +121,13 @@ func (p recorder) applyLedger(a *api.Assignment, uid types.UID) (bool, []move) {
 	wholeChanged, wholeAll := p.applyWhole(a, uid)
 	changed = changed || wholeChanged
 	all = all && wholeAll
-	if all && a.Phase != api.PhaseAllocated {
+	// With the kubelet's account a record that names the cards its units
+	// hold is left Assigned: decisions read the account, not the phase
+	// (allocate.State.KubeletAccount), and the pod's status shows it holding
+	// once admitted (api.RecordHolds). Saved: an API write per pod. A
+	// corrected record, a whole-card one (allocate reads its phase) and any
+	// record without the account become Allocated.
+	if all && a.Phase != api.PhaseAllocated && (changed || len(a.WholeCards) > 0 || !p.accountKept()) {
 		a.Phase = api.PhaseAllocated
 		changed = true
 	}

@@ -381,7 +381,7 @@ func placePod(names api.Names, p *corev1.Pod, b *nodeBuild, nodeExists bool, war
 		}
 		card := &b.view.Cards[pos]
 		card.Allocated += c.Units
-		pod := newPod(p.Namespace, p.Name, c.Name, c.Units, a.Phase)
+		pod := newPod(p.Namespace, p.Name, c.Name, c.Units, api.HeldPhase(p, a))
 		pod.Terminating = p.DeletionTimestamp != nil
 		card.Pods = append(card.Pods, pod)
 	}
@@ -396,7 +396,7 @@ func placePod(names api.Names, p *corev1.Pod, b *nodeBuild, nodeExists bool, war
 			card := &b.view.Cards[pos]
 			card.Whole = true
 			card.Allocated += card.Total
-			pod := newPod(p.Namespace, p.Name, w.Name, card.Total, a.Phase)
+			pod := newPod(p.Namespace, p.Name, w.Name, card.Total, api.HeldPhase(p, a))
 			pod.Whole, pod.Terminating = true, p.DeletionTimestamp != nil
 			card.Pods = append(card.Pods, pod)
 		}

@@ -30,7 +30,7 @@ func TestJSONParsesBackToTheView(t *testing.T) {
 		makeNode(t, "gpu-2", "10.0.0.2").cordoned().inventory(api.UnitGiB,
 			gpu("gpu-2", 0, a100, 40), withState(gpu("gpu-2", 1, a100, 40), api.CardUnhealthy, "XID 79")).obj(),
 		makeNode(t, "gpu-1", "10.0.0.1").capacity(16, 16).obj(),
-		runningPod("ml", "b").GPU("c", 5).AssignOn("gpu-2", api.PhaseAssigned, 0).Obj(),
+		runningPod("ml", "b").GPU("c", 5).AssignOn("gpu-2", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
 		runningPod("ml", "a").GPU("c", 3).AssignOn("gpu-2", api.PhaseAllocated, 0).Obj(),
 		runningPod("ml", "x").GPU("c", 1).Node("gpu-2").Annotation(api.DefaultNames().AnnotationAssignment(), "[]").Obj(),
 	}
@@ -272,5 +272,28 @@ func TestNoKubeconfigIsOneLine(t *testing.T) {
 	_, err = runReal(t, "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
 	if err == nil || !strings.HasPrefix(err.Error(), "cannot load the Kubernetes configuration:") {
 		t.Errorf("missing --kubeconfig file: error = %v", err)
+	}
+}
+
+// The device plugin leaves the record of a pod whose cards are right
+// Assigned: once the kubelet has started the pod it holds its card, and is
+// shown Allocated, not pending; a pod not started yet is pending.
+func TestARunningPodWithAnAssignedRecordHoldsItsCard(t *testing.T) {
+	objs := []runtime.Object{
+		makeNode(t, "gpu-2", "10.0.0.2").inventory(api.UnitGiB, gpu("gpu-2", 0, a100, 40)).obj(),
+		runningPod("ml", "running").GPU("c", 5).AssignOn("gpu-2", api.PhaseAssigned, 0).Obj(),
+		runningPod("ml", "starting").GPU("c", 3).AssignOn("gpu-2", api.PhaseAssigned, 0).Phase(corev1.PodPending).Obj(),
+	}
+	nodes, pods := split(objs)
+	v := Build(api.DefaultNames(), Cluster{Nodes: nodes, Pods: pods})
+	got := map[string]Pod{}
+	for _, p := range v.Nodes[0].Cards[0].Pods {
+		got[p.Name] = p
+	}
+	if p := got["running"]; p.Phase != api.PhaseAllocated || p.Pending {
+		t.Errorf("running pod with an Assigned record: phase %s, pending %v; want Allocated, not pending", p.Phase, p.Pending)
+	}
+	if p := got["starting"]; p.Phase != api.PhaseAssigned || !p.Pending {
+		t.Errorf("pod not started yet: phase %s, pending %v; want Assigned, pending", p.Phase, p.Pending)
 	}
 }

@@ -211,6 +211,7 @@ func (c *Cache) SetPod(pod *corev1.Pod) {
 		c.nodeKeys.track(pod, pod.Annotations[c.names.AnnotationAssignment()])
 		a, err = c.names.TrustedAssignment(pod, keys)
 		valid = err == nil && a.Node == pod.Spec.NodeName
+		a.Phase = api.HeldPhase(pod, a) // what inspect shows; the cache counts a record in either phase
 		if err != nil && !errors.Is(err, api.ErrNoAssignment) {
 			klog.V(4).InfoS("Ignoring pod's GPU assignment", "pod", klog.KObj(pod), "err", err)
 		}

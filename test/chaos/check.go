@@ -359,8 +359,10 @@ func CheckRunningRecords(obs *Observation, final bool) []Violation {
 			vs = append(vs, violation(InvNoRecord, podKey(p), err.Error()))
 			continue
 		}
-		if final && asg.Phase != api.PhaseAllocated {
-			vs = append(vs, violation(InvSettled, podKey(p), fmt.Sprintf("running, record phase %s, want %s", asg.Phase, api.PhaseAllocated)))
+		// Settled: a whole-card record is Allocated (a gpu-mem record whose
+		// cards are right stays Assigned once admitted: api.HeldPhase).
+		if final && len(asg.WholeCards) > 0 && asg.Phase != api.PhaseAllocated {
+			vs = append(vs, violation(InvSettled, podKey(p), fmt.Sprintf("running with whole cards, record phase %s, want %s", asg.Phase, api.PhaseAllocated)))
 		}
 		recs, err := nodeagent.RecordsFromPod(p)
 		if err != nil {

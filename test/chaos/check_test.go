@@ -207,13 +207,21 @@ func TestChecksFindEachBrokenInvariantAndPassAHealthyState(t *testing.T) {
 				p.Spec.NodeName = "n"
 				return observation(t, p)
 			}},
-		{name: "finally, a running pod's record must be Allocated", want: InvSettled, exp: Expect{Final: true},
+		{name: "healthy: finally, a running pod's record names its card and is still Assigned (the plugin writes no phase then)", exp: Expect{Final: true},
 			obs: func(t *testing.T) *Observation {
 				p := newPod("a", 16).assigned(t, cardA).running(t, cardA, 0)
 				a, _ := api.DefaultNames().AssignmentFromPod(p.Pod)
 				a.Phase = api.PhaseAssigned
 				p.Annotations[api.DefaultNames().AnnotationAssignment()], _ = api.EncodeAssignment(a)
 				return observation(t, p)
+			}},
+		{name: "finally, a running pod's whole-card record must be Allocated", want: InvSettled, exp: Expect{Final: true},
+			obs: func(t *testing.T) *Observation {
+				p := podtest.Make("ns", "w").UID("uid-w").Whole("c1", 1).Obj()
+				p.Spec.NodeName, p.Status.Phase = "n", corev1.PodRunning
+				a := podtest.Record(p, "n", api.PhaseAssigned, nil, []podtest.Card{{UUID: cardB, Index: 1}})
+				metav1.SetMetaDataAnnotation(&p.ObjectMeta, api.DefaultNames().AnnotationAssignment(), podtest.MustEncode(a))
+				return observation(t, pod{p})
 			}},
 		{name: "a pod larger than any card pends with only kube-scheduler's reason", want: InvPendingReason, detail: "more than the largest card (40)",
 			exp: Expect{LargestCard: 40},

@@ -276,15 +276,16 @@ func devicesFor(indexes ...int) []kubeletnode.ProbeDevice {
 	return out
 }
 
-// allocatedAssignment waits until the plugin has marked the pod's
-// assignment Allocated and returns it.
+// allocatedAssignment waits until the pod's record holds its cards
+// (api.HeldPhase: Allocated, or Assigned once the kubelet started the pod)
+// and returns it.
 func allocatedAssignment(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *corev1.Pod) api.Assignment {
 	t.Helper()
 	var asg api.Assignment
 	var lastErr error
 	if _, err := cluster.WaitPod(ctx, c.Client, pod.Namespace, pod.Name, recordSettle, "assignment Allocated", func(p *corev1.Pod) bool {
 		asg, lastErr = api.DefaultNames().AssignmentFromPod(p)
-		return lastErr == nil && asg.Phase == api.PhaseAllocated
+		return lastErr == nil && api.HeldPhase(p, asg) == api.PhaseAllocated
 	}); err != nil {
 		t.Fatalf("%v (last decode error: %v)", err, lastErr)
 	}

@@ -487,7 +487,7 @@ func verifyRecord(ctx context.Context, t *testing.T, c *cluster.Cluster, pod *co
 }
 
 // settleDuring waits for a pod created during the upgrade to be Running with its record
-// Allocated, Failed, or Pending with a reason (no t: it runs in the load's goroutine).
+// holding (api.HeldPhase), Failed, or Pending with a reason (no t: it runs in the load's goroutine).
 func settleDuring(ctx context.Context, c *cluster.Cluster, ns, name string) (*corev1.Pod, error) {
 	return cluster.WaitPod(ctx, c.Client, ns, name, 3*time.Minute, "Running with its record Allocated, Failed, or Pending with a reason", func(p *corev1.Pod) bool {
 		switch p.Status.Phase {
@@ -495,7 +495,7 @@ func settleDuring(ctx context.Context, c *cluster.Cluster, ns, name string) (*co
 			return pendingReason(p) != ""
 		case corev1.PodRunning:
 			a, err := api.DefaultNames().AssignmentFromPod(p)
-			return err == nil && a.Phase == api.PhaseAllocated
+			return err == nil && api.HeldPhase(p, a) == api.PhaseAllocated
 		}
 		return true
 	})
