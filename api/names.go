@@ -162,6 +162,10 @@ func (n Names) LabelGPUModel() string { return n.key("gpu-model") }
 // unit, followed by the unit, e.g. "80GiB".
 func (n Names) LabelGPUMemory() string { return n.key("gpu-memory") }
 
+// LabelDevicePlugin, on the device plugin's Events and Evictions about pods, names its node
+// (SanitizeLabelValue): the chart's policy checks the pod of labelled ones, refuses the rest.
+func (n Names) LabelDevicePlugin() string { return n.key("device-plugin") }
+
 // AnnotationCardModels, on a Pod, lists the card models the pod may run on,
 // separated by "|" (or ","): e.g. "H100|A100-80GB". A card is allowed when
 // its model matches one entry (ModelPattern). Absent: any model.

@@ -62,9 +62,9 @@ func TestNamesDeriveEveryKeyFromTheDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []string{n.AnnotationInventory(), n.AnnotationAssignment(), n.AnnotationIsolation(), n.LabelGPUCount(), n.LabelGPUModel(), n.LabelGPUMemory(),
-		n.AnnotationCardModels(), n.AnnotationExcludeCardModels(), n.AnnotationCardUUIDs(), n.AnnotationPolicy(), n.AnnotationSimulatedContainers(), n.AnnotationSimulatedGPUUse()}
+		n.AnnotationCardModels(), n.AnnotationExcludeCardModels(), n.AnnotationCardUUIDs(), n.AnnotationPolicy(), n.AnnotationSimulatedContainers(), n.AnnotationSimulatedGPUUse(), n.LabelDevicePlugin()}
 	want := []string{"gpu.acme.io/inventory", "gpu.acme.io/assignment", "gpu.acme.io/isolate", "gpu.acme.io/gpu-count", "gpu.acme.io/gpu-model", "gpu.acme.io/gpu-memory",
-		"gpu.acme.io/card-models", "gpu.acme.io/exclude-card-models", "gpu.acme.io/card-uuids", "gpu.acme.io/policy", "gpu.acme.io/e2e-containers", "gpu.acme.io/e2e-gpu-use"}
+		"gpu.acme.io/card-models", "gpu.acme.io/exclude-card-models", "gpu.acme.io/card-uuids", "gpu.acme.io/policy", "gpu.acme.io/e2e-containers", "gpu.acme.io/e2e-gpu-use", "gpu.acme.io/device-plugin"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("keys (-want +got):\n%s", diff)
 	}

@@ -169,12 +169,17 @@ expect dedicated 'hostPID: true'
 expect dedicated '^    memory:' absent
 expect dedicated 'value: ":9402"'
 expect dedicated 'resources: \[events\]'
-# pods/eviction: the plugin's ClusterRole and the policy plugin-pod-scope.
-count dedicated 'resources: \[pods/eviction\]' 2
+# pods/eviction: the plugin's ClusterRole and the policies plugin-pod-scope and plugin-pod-label.
+count dedicated 'resources: \[pods/eviction\]' 3
 render report --set devicePlugin.config.memory.enforcement=report
-count report 'resources: \[pods/eviction\]' 1
+count report 'resources: \[pods/eviction\]' 2
+# The pod lookup sees only what the plugin labels (no per-pod cost on others' events); the plugin's
+# unlabelled events on pods and evictions are refused. Both go with pluginPodScope.
+expect dedicated '^        - \{key: "gpushare.example.com/device-plugin", operator: Exists\}$'
+expect dedicated "has\(object.metadata.labels\) && 'gpushare.example.com/device-plugin' in object.metadata.labels"
 render plugin-pod-scope-off --set admission.pluginPodScope=false
 expect plugin-pod-scope-off 'plugin-pod-scope' absent
+expect plugin-pod-scope-off 'plugin-pod-label' absent
 expect plugin-pod-scope-off 'name: gpushare-plugin-events$'
 
 # Who reads the endpoints (adminAuth, default on): the extender told delegated, its service

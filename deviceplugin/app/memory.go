@@ -161,7 +161,7 @@ func startMemory(ctx context.Context, n agent, podres podresources.Reader, claim
 		},
 		Enforcer: &usage.Enforcer{
 			Mode: mode, Policy: m.policy(tol), Log: log, Count: metrics.Count,
-			Actions: usage.KubeActions{Client: client, Node: o.NodeName, Proc: m.ProcRoot, Signal: usage.SignalKill, Now: clk.Now, EvictGrace: m.EvictGrace},
+			Actions: usage.KubeActions{Client: client, Node: o.NodeName, Proc: m.ProcRoot, Signal: usage.SignalKill, Now: clk.Now, EvictGrace: m.EvictGrace, Labels: map[string]string{n.names.LabelDevicePlugin(): api.SanitizeLabelValue(o.NodeName)}},
 		},
 		Metrics:      metrics,
 		Interval:     m.SampleInterval,

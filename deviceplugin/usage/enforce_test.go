@@ -19,6 +19,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpushare/gpushare/api"
 )
 
 // recorder is a fake Actions that records calls as "action ns/pod/container".
@@ -150,9 +152,13 @@ func verdictFor(r Ref, pids ...uint32) Verdict {
 	return Verdict{Usage: Usage{Card: "GPU-0", Ref: r, Grant: true, GrantedBytes: 10 * gib, UsedBytes: 12 * gib, PIDs: pids}, AllowedBytes: 10*gib + gib/2, Since: t0}
 }
 
+// pluginLabel is the label the device plugin puts on its Events and
+// Evictions about pods, which the chart's admission policies check.
+var pluginLabel = map[string]string{api.DefaultNames().LabelDevicePlugin(): "node-a"}
+
 func TestKubeActionsReportRecordsAWarningEvent(t *testing.T) {
 	c := fake.NewClientset()
-	k := KubeActions{Client: c, Node: "node-a", Now: func() time.Time { return t0 }}
+	k := KubeActions{Client: c, Node: "node-a", Now: func() time.Time { return t0 }, Labels: pluginLabel}
 	if err := k.Report(context.Background(), verdictFor(podA, 7), "report"); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +168,7 @@ func TestKubeActionsReportRecordsAWarningEvent(t *testing.T) {
 	}
 	ev := evs.Items[0]
 	if ev.Type != corev1.EventTypeWarning || ev.Reason != ReasonOverGrant || ev.InvolvedObject.Name != "a" || ev.InvolvedObject.UID != "uid-a" ||
-		ev.InvolvedObject.FieldPath != "spec.containers{train}" || ev.Source.Host != "node-a" {
+		ev.InvolvedObject.FieldPath != "spec.containers{train}" || ev.Source.Host != "node-a" || !cmp.Equal(ev.Labels, pluginLabel) {
 		t.Errorf("event = %+v", ev)
 	}
 	for _, s := range []string{"12Gi", "10Gi", "10752Mi", "GPU-0", "report"} {
@@ -197,12 +203,15 @@ func TestKubeActionsEvict(t *testing.T) {
 			})
 			v := verdictFor(podA)
 			v.Usage.TerminationGrace = ptr.To[int64](86400) // SIGTERM trapped for a day
-			err := KubeActions{Client: c, EvictGrace: 30 * time.Second}.Evict(context.Background(), v)
+			err := KubeActions{Client: c, EvictGrace: 30 * time.Second, Labels: pluginLabel}.Evict(context.Background(), v)
 			if (err != nil) != tt.wantErr || errors.Is(err, ErrRetryLater) != tt.wantRetry {
 				t.Fatalf("err = %v, want error %v, retry %v", err, tt.wantErr, tt.wantRetry)
 			}
 			if got == nil || got.Name != "a" || got.Namespace != "ns" || got.DeleteOptions.Preconditions == nil || *got.DeleteOptions.Preconditions.UID != "uid-a" {
 				t.Errorf("eviction = %+v, want pod ns/a with its UID as precondition", got)
+			}
+			if got != nil && !cmp.Equal(got.Labels, pluginLabel) {
+				t.Errorf("eviction labels = %v, want %v (the admission policy checks only labelled evictions' pods, and refuses the plugin's unlabelled ones)", got.Labels, pluginLabel)
 			}
 			if got != nil && ptr.Deref(got.DeleteOptions.GracePeriodSeconds, -1) != 30 {
 				t.Errorf("eviction grace = %v, want 30 s (the bound), not the pod's day", got.DeleteOptions.GracePeriodSeconds)

@@ -39,6 +39,8 @@ type KubeActions struct {
 	// EvictGrace bounds the termination grace an eviction grants
 	// (EvictionGrace): --memory-evict-grace.
 	EvictGrace time.Duration
+	// Labels go on its Events and Evictions (api.Names.LabelDevicePlugin).
+	Labels map[string]string
 }
 
 // EvictionGrace is the termination grace, in seconds, that an eviction for
@@ -90,10 +92,8 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 		container, used, u.Card, grant, bytesString(v.AllowedBytes), v.Since.UTC().Format(time.RFC3339), v.OverFor.Round(time.Second), what)
 	now := metav1.NewTime(k.Now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: u.Ref.Pod + ".", Namespace: u.Ref.Namespace},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: "v1", Kind: "Pod", Namespace: u.Ref.Namespace, Name: u.Ref.Pod, UID: u.Ref.UID,
-		},
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: u.Ref.Pod + ".", Namespace: u.Ref.Namespace, Labels: k.Labels},
+		InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: u.Ref.Namespace, Name: u.Ref.Pod, UID: u.Ref.UID},
 		Reason:         reason,
 		Message:        msg,
 		Type:           corev1.EventTypeWarning,
@@ -118,11 +118,10 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 // gone is done.
 func (k KubeActions) Evict(ctx context.Context, v Verdict) error {
 	u := v.Usage
-	uid := u.Ref.UID
 	err := k.Client.PolicyV1().Evictions(u.Ref.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta: metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod},
+		ObjectMeta: metav1.ObjectMeta{Namespace: u.Ref.Namespace, Name: u.Ref.Pod, Labels: k.Labels},
 		DeleteOptions: &metav1.DeleteOptions{
-			Preconditions:      &metav1.Preconditions{UID: &uid},
+			Preconditions:      &metav1.Preconditions{UID: &u.Ref.UID},
 			GracePeriodSeconds: ptr.To(EvictionGrace(u.TerminationGrace, k.EvictGrace)),
 		},
 	})

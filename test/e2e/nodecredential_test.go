@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,8 +30,9 @@ import (
 // which the API server's Node authorizer confines to that node. With either,
 // reading every pod, another node's pods or another Node is refused, and no
 // API-server setting beyond the Node authorizer (kubeadm's default) is
-// needed. The plugin still works with them: a GPU pod is admitted and,
-// using more GPU memory than granted, evicted.
+// needed. The plugin still works with them, under the chart's policies on
+// its events and evictions: a GPU pod is admitted and, using more GPU memory
+// than granted, evicted.
 func TestDevicePluginCredentialsReadOnlyTheirNode(t *testing.T) {
 	c := setup(t)
 	needExtender(t)
@@ -107,6 +110,29 @@ func TestDevicePluginCredentialsReadOnlyTheirNode(t *testing.T) {
 	// The token reads nothing at all: its own node's pods are the node identity's to read.
 	if _, err := sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeA}); !apierrors.IsForbidden(err) {
 		t.Errorf("the service account token listing its own node's pods: %v, want Forbidden", err)
+	}
+
+	// The chart's policies on the plugin's events and evictions apply to the
+	// tenant's namespace; once they refuse a forged event on pod-b, with and
+	// without the plugin's label, the plugin's own are checked too.
+	applyAdmissionPolicySubset(ctx, t, c, system, []string{"gpushare-plugin-events", "gpushare-plugin-pod-scope", "gpushare-plugin-pod-label"})
+	enforceAdmission(ctx, t, c, system, users)
+	forged := func(labels map[string]string) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "forged-", Namespace: users, Labels: labels},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Namespace: users, Name: podB.Name},
+			Type:           corev1.EventTypeWarning, Reason: memusage.ReasonOverGrant, Source: corev1.EventSource{Host: nodeA}}
+	}
+	for _, want := range []struct {
+		labels map[string]string
+		says   string
+	}{{map[string]string{api.DefaultNames().LabelDevicePlugin(): nodeA}, "may write events on only pods bound to its own node"}, {nil, "has no such label"}} {
+		var last error
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, last = sa.CoreV1().Events(users).Create(ctx, forged(want.labels), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return last != nil && strings.Contains(last.Error(), want.says), nil
+		}); err != nil {
+			t.Fatalf("the policies do not refuse an event on pod-b (labels %v) saying %q; last answer: %v", want.labels, want.says, last)
+		}
 	}
 
 	procs := filepath.Join(c.NodeStateDir(nodeA), nodeagent.GPUProcessesFileName)

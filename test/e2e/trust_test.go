@@ -427,23 +427,29 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 
 		// Events and evictions: only about its own node. A Warning Event on
 		// a pod of node B (as the memory enforcer writes them), an eviction
-		// of that pod (enforcement evict), an event on node B.
+		// of that pod (enforcement evict), an event on node B. The plugin
+		// labels its events on pods and its evictions (only labelled ones
+		// reach the pod lookup); an attacker would leave the label off.
 		dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+		labelled := map[string]string{api.DefaultNames().LabelDevicePlugin(): "trust-a"}
 		event := func(kind, name, host string) *corev1.Event {
 			ref := corev1.ObjectReference{Kind: kind, Name: name, APIVersion: "v1"}
 			ns := metav1.NamespaceDefault // where events on cluster-scoped objects live
+			var labels map[string]string
 			if kind == "Pod" {
-				ref.Namespace, ns = users, users
+				ref.Namespace, ns, labels = users, users, labelled
 			}
 			return &corev1.Event{
-				ObjectMeta:     metav1.ObjectMeta{GenerateName: "forged-", Namespace: ns},
+				ObjectMeta:     metav1.ObjectMeta{GenerateName: "forged-", Namespace: ns, Labels: labels},
 				InvolvedObject: ref, Type: corev1.EventTypeWarning, Reason: "GPUMemoryOverGrant", Message: "forged",
 				Source: corev1.EventSource{Component: "gpushare-device-plugin", Host: host},
 			}
 		}
-		evict := func(pod string) error {
-			return plugin.PolicyV1().Evictions(users).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: users}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
+		unlabelled := func(e *corev1.Event) *corev1.Event { e.Labels = nil; return e }
+		evictWith := func(pod string, labels map[string]string) error {
+			return plugin.PolicyV1().Evictions(users).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: users, Labels: labels}, DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}})
 		}
+		evict := func(pod string) error { return evictWith(pod, labelled) }
 		// The pod lookup (a parameter policy) takes effect once the API
 		// server has read the pods: wait for the first denial.
 		var last error
@@ -471,6 +477,50 @@ func TestAdmissionKeepsRecordsOutOfTenantsHands(t *testing.T) {
 		}
 		wantError(t, "", last, "writes events only about its own node", "the event is about Node trust-b")
 		wantError(t, "", evict("pod-b"), "may evict only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
+		// Without the label the pod is not looked up, so the label is required.
+		noLabel := "the device plugin's identity labels each event on a pod and each eviction gpushare.example.com/device-plugin=<its node>"
+		_, err = plugin.CoreV1().Events(users).Create(ctx, unlabelled(event("Pod", "pod-b", "trust-a")), dry)
+		wantError(t, "", err, noLabel, "this event on pod pod-b has no such label: add it")
+		wantError(t, "", evictWith("pod-b", nil), noLabel, "this eviction of pod pod-b has no such label: add it")
+		// Nor may an update take the label off. The plugin's RBAC grants
+		// no update of events: an operator who widens it keeps the check.
+		updater := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "event-updater", Namespace: users},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"create", "update"}}},
+		}
+		if _, err := c.Client.RbacV1().Roles(users).Create(ctx, updater, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		rb := &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "plugin-event-updater", Namespace: users},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "event-updater"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "gpushare-device-plugin", Namespace: system}},
+		}
+		if _, err := c.Client.RbacV1().RoleBindings(users).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var own *corev1.Event
+		if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			own, last = plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-a", "trust-a"), metav1.CreateOptions{})
+			return last == nil, nil
+		}); err != nil {
+			t.Fatalf("the plugin on trust-a writing a labelled event on its pod-a: %v, want allowed", last)
+		}
+		stripped := own.DeepCopy()
+		stripped.Labels = nil
+		_, err = plugin.CoreV1().Events(users).Update(ctx, stripped, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, noLabel, "this event on pod pod-a has no such label")
+		moved := stripped.DeepCopy()
+		moved.InvolvedObject.Name, moved.InvolvedObject.UID = "pod-b", podB.UID
+		_, err = plugin.CoreV1().Events(users).Update(ctx, moved, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "the device plugin's identity", "pod-b")
+		moved.Labels = labelled
+		_, err = plugin.CoreV1().Events(users).Update(ctx, moved, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+		wantError(t, "", err, "may write events on only pods bound to its own node: this token is for node trust-a, pod pod-b is on node trust-b")
+		own.Message = "updated"
+		if _, err := plugin.CoreV1().Events(users).Update(ctx, own, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Errorf("plugin on trust-a: updating its labelled event on its pod-a: %v, want allowed", err)
+		}
 		// Its own node's pod and Node: allowed.
 		if _, err := plugin.CoreV1().Events(users).Create(ctx, event("Pod", "pod-a", "trust-a"), dry); err != nil {
 			t.Errorf("plugin on trust-a: an event on its pod-a: %v, want allowed", err)
