@@ -73,7 +73,7 @@ func TestReconcileLeavesARecordTheCacheHasYetToShow(t *testing.T) {
 	// Without the kubelet's account the record writer writes the phase (with it, a record naming
 	// the right card is not written at all).
 	h := newHarness(t, setup{
-		wrap:   func(c Cluster) Cluster { lag.Cluster = c; return lag },
+		wrap: func(c Cluster) Cluster { lag.Cluster = c; return lag },
 		pods: func(c [2]podtest.Card) []*corev1.Pod {
 			return []*corev1.Pod{podtest.Bound(nodeName, "p", 1).GPU("c", 2).Assign(api.PhaseAssigned, c[1]).Obj()}
 		},
