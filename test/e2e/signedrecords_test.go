@@ -71,17 +71,21 @@ func TestCompromisedNodeCannotVouchForAnotherNodesPod(t *testing.T) {
 	defer cancel()
 
 	keys, dir := extenderKeyDir(t)
-	nodeA, invA := gpuNode(ctx, t, c, "node-a", "1x24GiB:NVIDIA-L4", withLabels(""), withPluginArgs("--record-key-dir", dir))
+	nodeA, invA := gpuNode(ctx, t, c, "node-a", "2x24GiB:NVIDIA-L4", withLabels(""), withPluginArgs("--record-key-dir", dir))
 	nodeB, invB := gpuNode(ctx, t, c, "node-b", "1x24GiB:NVIDIA-L4", withLabels(""), withPluginArgs("--record-key-dir", dir))
 	ns := testNamespace(ctx, t, c, "node-keys")
 
 	// Node a's own correction (phase Allocated) is signed with its node key
-	// and trusted with the key published on node a.
+	// and trusted with the key published on node a. A correction: three pods
+	// fill card 0, and a fourth recorded on card 0 gets units of card 1.
+	for _, name := range []string{"fill-1", "fill-2", "fill-3"} {
+		waitRunning(ctx, t, c, ns, placeWithRecord(ctx, t, c, ns, name, "node-a", invA, keys).Name, nodeA)
+	}
 	own := placeWithRecord(ctx, t, c, ns, "own", "node-a", invA, keys)
 	running := waitRunning(ctx, t, c, ns, own.Name, nodeA)
 	a, err := api.DefaultNames().AssignmentFromPod(running)
-	if err != nil || a.Phase != api.PhaseAllocated || !strings.HasPrefix(a.Signature, "ed25519:node:") {
-		t.Fatalf("node a's correction: %+v, %v; want phase Allocated signed by the node", a, err)
+	if err != nil || a.Phase != api.PhaseAllocated || a.Containers[0].CardUUID != invA.Cards[1].UUID || !strings.HasPrefix(a.Signature, "ed25519:node:") {
+		t.Fatalf("node a's correction: %+v, %v; want phase Allocated on card 1, signed by the node", a, err)
 	}
 	if err := verifier(ctx, t, c, keys, "node-a").Verify(a); err != nil {
 		t.Errorf("node a's correction of its own pod does not verify with node a's published key: %v", err)
