@@ -96,10 +96,10 @@ func (c CardChoice) Allows(model, uuid string) bool {
 func (c CardChoice) String() string {
 	var parts []string
 	if len(c.Models) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", keyCardModels, joinPatterns(c.Models)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyCardModels, JoinModelPatterns(c.Models)))
 	}
 	if len(c.ExcludeModels) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", keyExcludeCardModels, joinPatterns(c.ExcludeModels)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyExcludeCardModels, JoinModelPatterns(c.ExcludeModels)))
 	}
 	if len(c.UUIDs) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %q", keyCardUUIDs, strings.Join(c.UUIDs, ",")))
@@ -107,7 +107,8 @@ func (c CardChoice) String() string {
 	return strings.Join(parts, ", ")
 }
 
-func joinPatterns(ps []ModelPattern) string {
+// JoinModelPatterns is the patterns' texts joined by | (as the annotations write them).
+func JoinModelPatterns(ps []ModelPattern) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = p.Text
