@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,12 +79,7 @@ func (c CardChoice) AllowsUUID(uuid string) bool {
 	if len(c.UUIDs) == 0 {
 		return true
 	}
-	for _, u := range c.UUIDs {
-		if u == uuid {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.UUIDs, uuid)
 }
 
 // Allows reports whether a card of this model and UUID is allowed.

@@ -70,9 +70,7 @@ func (iso Isolation) normalized() Isolation {
 
 // sortedSet is xs without repeats, ascending, in a new slice (nil when xs is
 // empty).
-func sortedSet[T cmp.Ordered](xs []T) []T {
-	return slices.Compact(slices.Sorted(slices.Values(xs)))
-}
+func sortedSet[T cmp.Ordered](xs []T) []T { return slices.Compact(slices.Sorted(slices.Values(xs))) }
 
 // String renders the annotation form: indexes first, then UUIDs.
 func (iso Isolation) String() string {

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -205,12 +206,7 @@ func nodeModels(node *Node) string {
 }
 
 // displayModel is a card's model for messages.
-func displayModel(m string) string {
-	if m == "" {
-		return "(no model)"
-	}
-	return m
-}
+func displayModel(m string) string { return cmp.Or(m, "(no model)") }
 
 // nodeCards lists the node's cards as "UUID (model)", in index order.
 func nodeCards(node *Node) string {
