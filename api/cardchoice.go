@@ -58,20 +58,8 @@ func (c CardChoice) Empty() bool {
 // AllowsModel reports whether a card of this model passes the model lists
 // (Models and ExcludeModels; UUIDs are not looked at).
 func (c CardChoice) AllowsModel(model string) bool {
-	for _, p := range c.ExcludeModels {
-		if p.Matches(model) {
-			return false
-		}
-	}
-	if len(c.Models) == 0 {
-		return true
-	}
-	for _, p := range c.Models {
-		if p.Matches(model) {
-			return true
-		}
-	}
-	return false
+	matches := func(p ModelPattern) bool { return p.Matches(model) }
+	return !slices.ContainsFunc(c.ExcludeModels, matches) && (len(c.Models) == 0 || slices.ContainsFunc(c.Models, matches))
 }
 
 // AllowsUUID reports whether the card with this UUID passes UUIDs.

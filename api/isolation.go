@@ -31,12 +31,7 @@ func (iso Isolation) Isolates(index int, uuid string) bool {
 			return true
 		}
 	}
-	for _, u := range iso.UUID {
-		if strings.EqualFold(u, uuid) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(iso.UUID, func(u string) bool { return strings.EqualFold(u, uuid) })
 }
 
 // ReasonIsolatedByAnnotation is the Reason of a card that Apply isolates: the
