@@ -119,7 +119,9 @@ func (n Names) DRAUsage(rslices []*resourceapi.ResourceSlice, claims []*resource
 		d.Sliced = true
 		for _, dev := range s.Spec.Devices {
 			if c, ok := n.draCard(dev); ok {
-				d.Unit = cmp.Or(d.Unit, draUnitOf(dev.Capacity[DRACapacityMemory]))
+				if d.Unit == "" {
+					d.Unit = draUnitOf(dev.Capacity[DRACapacityMemory])
+				}
 				c.Offered = DRAUnits(dev.Capacity[DRACapacityMemory].Value, d.Unit)
 				d.Cards = append(d.Cards, c)
 			}
