@@ -201,9 +201,7 @@ func matchGrants[R any, A int | int64](resource corev1.ResourceName, what string
 }
 
 // EncodeAssignment validates a and returns its annotation value.
-func EncodeAssignment(a Assignment) (string, error) {
-	return encodeRecord(a, ErrInvalidAssignment)
-}
+func EncodeAssignment(a Assignment) (string, error) { return encodeRecord(a, ErrInvalidAssignment) }
 
 // DecodeAssignment parses and validates an annotation value. Valid values are remembered (the
 // plugin reads every record of its node at each admission): a repeated one costs a copy.

@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,20 +58,8 @@ func (c CardChoice) Empty() bool {
 // AllowsModel reports whether a card of this model passes the model lists
 // (Models and ExcludeModels; UUIDs are not looked at).
 func (c CardChoice) AllowsModel(model string) bool {
-	for _, p := range c.ExcludeModels {
-		if p.Matches(model) {
-			return false
-		}
-	}
-	if len(c.Models) == 0 {
-		return true
-	}
-	for _, p := range c.Models {
-		if p.Matches(model) {
-			return true
-		}
-	}
-	return false
+	matches := func(p ModelPattern) bool { return p.Matches(model) }
+	return !slices.ContainsFunc(c.ExcludeModels, matches) && (len(c.Models) == 0 || slices.ContainsFunc(c.Models, matches))
 }
 
 // AllowsUUID reports whether the card with this UUID passes UUIDs.
@@ -78,12 +67,7 @@ func (c CardChoice) AllowsUUID(uuid string) bool {
 	if len(c.UUIDs) == 0 {
 		return true
 	}
-	for _, u := range c.UUIDs {
-		if u == uuid {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(c.UUIDs, uuid)
 }
 
 // Allows reports whether a card of this model and UUID is allowed.
@@ -96,10 +80,10 @@ func (c CardChoice) Allows(model, uuid string) bool {
 func (c CardChoice) String() string {
 	var parts []string
 	if len(c.Models) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", keyCardModels, joinPatterns(c.Models)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyCardModels, JoinModelPatterns(c.Models)))
 	}
 	if len(c.ExcludeModels) > 0 {
-		parts = append(parts, fmt.Sprintf("%s %q", keyExcludeCardModels, joinPatterns(c.ExcludeModels)))
+		parts = append(parts, fmt.Sprintf("%s %q", keyExcludeCardModels, JoinModelPatterns(c.ExcludeModels)))
 	}
 	if len(c.UUIDs) > 0 {
 		parts = append(parts, fmt.Sprintf("%s %q", keyCardUUIDs, strings.Join(c.UUIDs, ",")))
@@ -107,7 +91,8 @@ func (c CardChoice) String() string {
 	return strings.Join(parts, ", ")
 }
 
-func joinPatterns(ps []ModelPattern) string {
+// JoinModelPatterns is the patterns' texts joined by | (as the annotations write them).
+func JoinModelPatterns(ps []ModelPattern) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
 		s[i] = p.Text

@@ -144,9 +144,7 @@ func (inv Inventory) TotalUnits() int64 {
 }
 
 // EncodeInventory validates inv and returns its annotation value.
-func EncodeInventory(inv Inventory) (string, error) {
-	return encodeRecord(inv, ErrInvalidInventory)
-}
+func EncodeInventory(inv Inventory) (string, error) { return encodeRecord(inv, ErrInvalidInventory) }
 
 // DecodeInventory parses and validates an annotation value.
 func DecodeInventory(s string) (Inventory, error) {

@@ -31,12 +31,7 @@ func (iso Isolation) Isolates(index int, uuid string) bool {
 			return true
 		}
 	}
-	for _, u := range iso.UUID {
-		if strings.EqualFold(u, uuid) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(iso.UUID, func(u string) bool { return strings.EqualFold(u, uuid) })
 }
 
 // ReasonIsolatedByAnnotation is the Reason of a card that Apply isolates: the
@@ -70,9 +65,7 @@ func (iso Isolation) normalized() Isolation {
 
 // sortedSet is xs without repeats, ascending, in a new slice (nil when xs is
 // empty).
-func sortedSet[T cmp.Ordered](xs []T) []T {
-	return slices.Compact(slices.Sorted(slices.Values(xs)))
-}
+func sortedSet[T cmp.Ordered](xs []T) []T { return slices.Compact(slices.Sorted(slices.Values(xs))) }
 
 // String renders the annotation form: indexes first, then UUIDs.
 func (iso Isolation) String() string {

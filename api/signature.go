@@ -114,9 +114,7 @@ func (k RecordKeys) SignedByCurrent(a Assignment) bool {
 
 // NodeKeyAnnotation encodes a public key as AnnotationRecordKey holds it
 // (and as the extender's public-key ConfigMap does): standard base64.
-func NodeKeyAnnotation(pub ed25519.PublicKey) string {
-	return base64.StdEncoding.EncodeToString(pub)
-}
+func NodeKeyAnnotation(pub ed25519.PublicKey) string { return base64.StdEncoding.EncodeToString(pub) }
 
 // ParsePublicKey reads a public key written by NodeKeyAnnotation.
 func ParsePublicKey(s string) (ed25519.PublicKey, error) {
@@ -319,9 +317,7 @@ type memo[K comparable, V any] struct {
 	max int
 }
 
-func newMemo[K comparable, V any](max int) *memo[K, V] {
-	return &memo[K, V]{m: map[K]V{}, max: max}
-}
+func newMemo[K comparable, V any](max int) *memo[K, V] { return &memo[K, V]{m: map[K]V{}, max: max} }
 
 func (m *memo[K, V]) get(k K) (V, bool) {
 	m.mu.Lock()

@@ -176,6 +176,4 @@ func (a Assignment) matchesWhole(n Names, req []WholeCardRequest) error {
 }
 
 // HoldsWhole reports whether the record gives card uuid whole.
-func (a Assignment) HoldsWhole(uuid string) bool {
-	return slices.Contains(a.WholeCardUUIDs(), uuid)
-}
+func (a Assignment) HoldsWhole(uuid string) bool { return slices.Contains(a.WholeCardUUIDs(), uuid) }

@@ -263,9 +263,7 @@ var ErrNoNodeName = errors.New("the node name is required: set NODE_NAME from th
 // Validate checks the options that need no cluster and no GPU, the one
 // place their rules live (Run calls it too, for callers that skip the
 // command). Its errors are usage errors (cli.ErrUsage: exit status 2).
-func (o Options) Validate() error {
-	return cli.Usage(o.validate())
-}
+func (o Options) Validate() error { return cli.Usage(o.validate()) }
 
 func (o Options) validate() error {
 	if o.NodeName == "" {

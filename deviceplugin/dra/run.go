@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -38,12 +39,8 @@ type RunOptions struct {
 // changes.
 func Run(ctx context.Context, client kubernetes.Interface, d *Driver, o RunOptions) error {
 	logger := klog.FromContext(ctx).WithName("dra")
-	if o.RegistryDir == "" {
-		o.RegistryDir = KubeletRegistryDir
-	}
-	if o.PluginDir == "" {
-		o.PluginDir = filepath.Join(KubeletPluginsDir, d.Name)
-	}
+	o.RegistryDir = cmp.Or(o.RegistryDir, KubeletRegistryDir)
+	o.PluginDir = cmp.Or(o.PluginDir, filepath.Join(KubeletPluginsDir, d.Name))
 	for _, dir := range []string{o.RegistryDir, o.PluginDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return fmt.Errorf("DRA plugin directory: %w", err)

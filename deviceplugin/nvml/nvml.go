@@ -6,9 +6,11 @@
 package nvml
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -93,9 +95,7 @@ type lib struct {
 // Open initialises lib and returns the Interface over it. A missing library
 // or driver gives an error wrapping ErrNoNVML that says what is missing.
 func Open(l gonvml.Interface, opts Options) (Interface, error) {
-	if opts.WaitTimeoutMs == 0 {
-		opts.WaitTimeoutMs = 5000
-	}
+	opts.WaitTimeoutMs = cmp.Or(opts.WaitTimeoutMs, 5000)
 	if opts.IgnoredXIDs == nil {
 		opts.IgnoredXIDs = DefaultIgnoredXIDs
 	}
@@ -240,14 +240,7 @@ func mergeProcesses(lists ...[]gonvml.ProcessInfo) []Process {
 	return out
 }
 
-func (l *lib) ignored(xid uint64) bool {
-	for _, x := range l.opts.IgnoredXIDs {
-		if x == xid {
-			return true
-		}
-	}
-	return false
-}
+func (l *lib) ignored(xid uint64) bool { return slices.Contains(l.opts.IgnoredXIDs, xid) }
 
 // WatchHealth registers every card for critical XID events and reports the
 // ones not in Options.IgnoredXIDs. If NVML loses the GPU (ERROR_GPU_IS_LOST)

@@ -1,6 +1,7 @@
 package nvml
 
 import (
+	"cmp"
 	"crypto/sha1"
 	"encoding/json"
 	"errors"
@@ -251,9 +252,7 @@ func parseSpecItem(item string) ([]gpus.Config, error) {
 	if err != nil || n < 1 || n > 1<<24 {
 		return nil, fmt.Errorf("%q: card size %q must be a positive whole number of GiB or MiB", item, sizeS)
 	}
-	if model == "" {
-		model = "Simulated GPU"
-	}
+	model = cmp.Or(model, "Simulated GPU")
 	cfg := gpus.Config{
 		Name:        strings.ReplaceAll(model, "-", " "),
 		Brand:       gonvml.BRAND_NVIDIA,

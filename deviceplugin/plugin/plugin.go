@@ -34,6 +34,7 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -183,24 +184,12 @@ type (
 
 // New builds the plugin. podres may be nil.
 func New(cfg Config, store *inventory.Store, cluster Cluster, podres podresources.Reader, log klog.Logger) *Plugin {
-	if cfg.SocketName == "" {
-		cfg.SocketName = "gpushare.sock"
-	}
-	if cfg.WholeSocketName == "" {
-		cfg.WholeSocketName = "gpushare-whole.sock"
-	}
-	if cfg.PluginDir == "" {
-		cfg.PluginDir = pluginapi.DevicePluginPath
-	}
-	if cfg.ReconcileInterval == 0 {
-		cfg.ReconcileInterval = 10 * time.Second
-	}
-	if cfg.ListAndWatchGrace == 0 {
-		cfg.ListAndWatchGrace = DefaultListAndWatchGrace
-	}
-	if cfg.RegisterTimeout == 0 {
-		cfg.RegisterTimeout = DefaultRegisterTimeout
-	}
+	cfg.SocketName = cmp.Or(cfg.SocketName, "gpushare.sock")
+	cfg.WholeSocketName = cmp.Or(cfg.WholeSocketName, "gpushare-whole.sock")
+	cfg.PluginDir = cmp.Or(cfg.PluginDir, pluginapi.DevicePluginPath)
+	cfg.ReconcileInterval = cmp.Or(cfg.ReconcileInterval, 10*time.Second)
+	cfg.ListAndWatchGrace = cmp.Or(cfg.ListAndWatchGrace, DefaultListAndWatchGrace)
+	cfg.RegisterTimeout = cmp.Or(cfg.RegisterTimeout, DefaultRegisterTimeout)
 	cfg.Names = cfg.Names.OrDefault()
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}

@@ -150,12 +150,7 @@ func (k units) match(v podView, u allocate.Units, acct account) (decision, error
 // otherCandidate reports whether a pending container of another pod asks
 // for the same units as e.
 func otherCandidate(s allocate.Snapshot, e allocate.Entry, units int64) bool {
-	for _, o := range s.Pending {
-		if o.UID != e.UID && o.Units == units {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.Pending, func(o allocate.Entry) bool { return o.UID != e.UID && o.Units == units })
 }
 
 // snapshot builds the matching's view of the node. account: the ledger

@@ -166,12 +166,7 @@ func remembered(ctx context.Context, hs []Holding) bool {
 	if key == "" {
 		return false
 	}
-	for _, h := range hs {
-		if len(h.IDs) > 0 && IDsKey(h.IDs) == key {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(hs, func(h Holding) bool { return len(h.IDs) > 0 && IDsKey(h.IDs) == key })
 }
 
 // NewKubelet reads resource's devices from the kubelet's PodResources socket.

@@ -39,9 +39,7 @@ func (m MPS) Validate() error {
 // MPSLimit is the CUDA_MPS_PINNED_DEVICE_MEM_LIMIT value for a grant of
 // grantMiB on the container's only visible card (CUDA device 0): e.g. 10
 // GiB is "0=10240M".
-func MPSLimit(grantMiB int64) string {
-	return "0=" + strconv.FormatInt(grantMiB, 10) + "M"
-}
+func MPSLimit(grantMiB int64) string { return "0=" + strconv.FormatInt(grantMiB, 10) + "M" }
 
 // addTo adds MPS mode's environment and mounts to a container response.
 func (m MPS) addTo(r *pluginapi.ContainerAllocateResponse, grantMiB int64) {

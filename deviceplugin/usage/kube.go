@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,9 +80,7 @@ func (k KubeActions) Report(ctx context.Context, v Verdict, action string) error
 		grant = "was granted " + bytesString(u.GrantedBytes)
 	}
 	container := u.Ref.Container
-	if container == "" {
-		container = "(not yet named in the pod status)"
-	}
+	container = cmp.Or(container, "(not yet named in the pod status)")
 	used := bytesString(u.UsedBytes)
 	if u.Shared != nil {
 		// Containers naming one claim share its memory and are measured together.

@@ -1,6 +1,7 @@
 package usage
 
 import (
+	"cmp"
 	"strconv"
 	"sync"
 
@@ -111,9 +112,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		pod, container := u.Ref.Pod, u.Ref.Container
-		if pod == "" {
-			pod = "uid:" + string(u.Ref.UID)
-		}
+		pod = cmp.Or(pod, "uid:"+string(u.Ref.UID))
 		l := [4]string{u.Ref.Namespace, pod, container, u.Card}
 		if seen[l] {
 			continue // two unnamed groups of one pod cannot occur; guard the registry anyway

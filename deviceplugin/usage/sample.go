@@ -184,15 +184,19 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 		byUID[p.UID] = p
 		byName[[2]string{p.Namespace, p.Name}] = p
 	}
+	// refOf is the container's Ref, with its pod's UID when the pod is known.
+	refOf := func(namespace, pod, container string) Ref {
+		ref := Ref{Namespace: namespace, Pod: pod, Container: container}
+		if p := byName[[2]string{namespace, pod}]; p != nil {
+			ref.UID = p.UID
+		}
+		return ref
+	}
 	out := Sample{Time: s.Clock(), PodResourcesErr: prErr}
 	usages := map[usageKey]*Usage{}
 	// Every grant is reported, used or not.
 	for k, units := range grants {
-		p := byName[[2]string{k.namespace, k.pod}]
-		ref := Ref{Namespace: k.namespace, Pod: k.pod, Container: k.container}
-		if p != nil {
-			ref.UID = p.UID
-		}
+		ref := refOf(k.namespace, k.pod, k.container)
 		usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: units * s.Unit.MiB() << 20}
 	}
 	// A container given cards whole (api.Names.WholeResourceName) is granted all
@@ -203,11 +207,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 			mem[c.UUID] = c.MemoryMiB << 20
 		}
 		for k := range whole {
-			p := byName[[2]string{k.namespace, k.pod}]
-			ref := Ref{Namespace: k.namespace, Pod: k.pod, Container: k.container}
-			if p != nil {
-				ref.UID = p.UID
-			}
+			ref := refOf(k.namespace, k.pod, k.container)
 			usages[usageKey{k.card, ref}] = &Usage{Card: k.card, Ref: ref, Grant: true, GrantedBytes: mem[k.card]}
 		}
 	}
@@ -218,11 +218,7 @@ func (s *Sampler) Sweep(ctx context.Context) (Sample, error) {
 			return Sample{}, fmt.Errorf("reading the grants of the node's claims: %w", err)
 		}
 		for _, g := range claimed {
-			p := byName[[2]string{g.Namespace, g.Pod}]
-			ref := Ref{Namespace: g.Namespace, Pod: g.Pod, Container: g.Container}
-			if p != nil {
-				ref.UID = p.UID
-			}
+			ref := refOf(g.Namespace, g.Pod, g.Container)
 			k := usageKey{g.Card, ref}
 			u, ok := usages[k]
 			if !ok {

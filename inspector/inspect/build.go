@@ -16,9 +16,7 @@ import (
 // counts reports whether a pod holds GPU memory on a node now: it is bound
 // and still holds its units (api.HoldsUnits: a terminating pod does, a
 // finished one does not). The extender's cache counts the same pods.
-func counts(p *corev1.Pod) bool {
-	return p.Spec.NodeName != "" && api.HoldsUnits(p)
-}
+func counts(p *corev1.Pod) bool { return p.Spec.NodeName != "" && api.HoldsUnits(p) }
 
 // nodeBuild is a Node under construction.
 type nodeBuild struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,10 +180,7 @@ func allocatedOn(names api.Names, c *resourceapi.ResourceClaim, node string) boo
 	if c.Status.Allocation == nil {
 		return false
 	}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == names.DRADriver() && r.Pool == node {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(c.Status.Allocation.Devices.Results, func(r resourceapi.DeviceRequestAllocationResult) bool {
+		return r.Driver == names.DRADriver() && r.Pool == node
+	})
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -189,9 +190,7 @@ func (o *Options) kubeClient() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("cannot load the Kubernetes configuration: %w", err)
 	}
 	o.server = cfg.Host
-	if cfg.Timeout == 0 {
-		cfg.Timeout = defaultRequestTimeout
-	}
+	cfg.Timeout = cmp.Or(cfg.Timeout, defaultRequestTimeout)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create a Kubernetes client for %s: %w", cfg.Host, err)

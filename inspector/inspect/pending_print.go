@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -20,9 +21,7 @@ func PrintPending(w io.Writer, pv PendingView) error {
 		fmt.Fprintf(w, "%s/%s asks %s\n", p.Namespace, p.Name, p.Asks)
 		tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 		said := p.Scheduler
-		if said == "" {
-			said = "nothing yet (it has not tried the pod, or no running scheduler has the pod's schedulerName)"
-		}
+		said = cmp.Or(said, "nothing yet (it has not tried the pod, or no running scheduler has the pod's schedulerName)")
 		fmt.Fprintf(tw, "  scheduler:\t%s\n", said)
 		fmt.Fprintf(tw, "  to place it:\t%s\n", p.Change.Message)
 		if err := tw.Flush(); err != nil {

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -336,12 +337,7 @@ func usedIn(unit api.MemoryUnit, mib *int64) string {
 	return strconv.FormatFloat(float64(*mib)/1024, 'f', 1, 64)
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func dash(s string) string { return cmp.Or(s, "-") }
 
 func optInt(p *int64) string {
 	if p == nil {

@@ -57,15 +57,11 @@ func Usage(err error) error {
 
 // Usagef is a usage error with a formatted message (%w wraps as in
 // fmt.Errorf).
-func Usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
+func Usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // FlagError is a cobra FlagErrorFunc: a flag the command line got wrong is a
 // usage error that points at --help.
-func FlagError(_ *cobra.Command, err error) error {
-	return Usagef("%w (see --help)", err)
-}
+func FlagError(_ *cobra.Command, err error) error { return Usagef("%w (see --help)", err) }
 
 // NoArgs is a cobra Args check for a program that takes flags only: an
 // argument is a usage error.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/spf13/pflag"
@@ -47,15 +48,9 @@ func (f *NameFlags) AddFlags(fs *pflag.FlagSet) {
 // zero NameFlags).
 func (f NameFlags) Names() (api.Names, error) {
 	d := DefaultNameFlags()
-	if f.Domain == "" {
-		f.Domain = d.Domain
-	}
-	if f.ResourceName == "" {
-		f.ResourceName = d.ResourceName
-	}
-	if f.WholeResourceName == "" {
-		f.WholeResourceName = d.WholeResourceName
-	}
+	f.Domain = cmp.Or(f.Domain, d.Domain)
+	f.ResourceName = cmp.Or(f.ResourceName, d.ResourceName)
+	f.WholeResourceName = cmp.Or(f.WholeResourceName, d.WholeResourceName)
 	n, err := api.NewNames(f.Domain, corev1.ResourceName(f.ResourceName), corev1.ResourceName(f.WholeResourceName))
 	if err != nil {
 		return api.Names{}, Usage(fmt.Errorf("--%s, --%s, --%s (names in a --%s file): %w", FlagDomain, FlagResourceName, FlagWholeResourceName, FlagConfig, err))

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -89,14 +90,7 @@ func under(root, cgroup, file string) []string {
 	return []string{own, path.Join(root, file)}
 }
 
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
+func hasController(list, name string) bool { return slices.Contains(strings.Split(list, ","), name) }
 
 // SoftLimit is the soft memory limit to set for a cgroup limit: fraction of
 // it, or 0 (set none) when there is no limit or fraction is 0. The rest of

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -188,18 +189,10 @@ func cardChoiceReason(node *Node, dm Demand, req Request) (Reason, bool) {
 func (f *CardFilter) modelMessage(included bool, models string) string {
 	if !included {
 		return fmt.Sprintf("no card of model %q on this node (annotation %s); models here: %s",
-			joinModelPatterns(f.choice.Models), f.choice.ModelsKey(), models)
+			api.JoinModelPatterns(f.choice.Models), f.choice.ModelsKey(), models)
 	}
 	return fmt.Sprintf("every card the pod could take on this node is of an excluded model (%s); models here: %s",
 		f.choice.String(), models)
-}
-
-func joinModelPatterns(ps []api.ModelPattern) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = p.Text
-	}
-	return strings.Join(s, "|")
 }
 
 // nodeModels lists the node's card models, sorted, each once.
@@ -213,12 +206,7 @@ func nodeModels(node *Node) string {
 }
 
 // displayModel is a card's model for messages.
-func displayModel(m string) string {
-	if m == "" {
-		return "(no model)"
-	}
-	return m
-}
+func displayModel(m string) string { return cmp.Or(m, "(no model)") }
 
 // nodeCards lists the node's cards as "UUID (model)", in index order.
 func nodeCards(node *Node) string {

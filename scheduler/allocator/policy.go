@@ -1,5 +1,7 @@
 package allocator
 
+import "slices"
+
 // Policy is a named placement strategy: how to pick a card for a demand on
 // a node, and how much to like the node once the pod is placed on it.
 // Policies are values; registry.Lookup finds them by the name an operator
@@ -55,12 +57,7 @@ func usable(c Card, models []string) bool {
 	if len(models) == 0 {
 		return true
 	}
-	for _, m := range models {
-		if m == c.Model {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(models, c.Model)
 }
 
 // Decide places req on node under policy p. It is pure: node is not changed.

@@ -149,12 +149,7 @@ func (p *Policy) SelectVictims(in Preemption) (v Victims, ok bool, why string) {
 
 // holds reports whether r holds units on the card with Index card.
 func holds(r Resident, card int) bool {
-	for _, g := range r.Grants {
-		if g.Card == card {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(r.Grants, func(g Grant) bool { return g.Card == card })
 }
 
 // search is SelectVictims's scratch space: one copy of the node whose

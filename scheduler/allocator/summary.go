@@ -54,9 +54,7 @@ type summary struct {
 // changed after Summarize decides as the summary says. The extender's cache
 // summarizes every snapshot it builds (it never changes one); a node never
 // summarized is decided from its cards.
-func (n *Node) Summarize() {
-	n.sum = summary{ok: n.InventoryErr == nil, Summary: n.CardSummary()}
-}
+func (n *Node) Summarize() { n.sum = summary{ok: n.InventoryErr == nil, Summary: n.CardSummary()} }
 
 // CardSummary is the Summary of n's cards as they are now, summarized or
 // not: what a fast path reads on a node that no cache summarized.

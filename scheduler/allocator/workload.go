@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"cmp"
 	"maps"
 	"math"
 	"slices"
@@ -62,9 +63,7 @@ type Shape struct {
 //
 // This is how a policy learns the workload online, from pods it has seen.
 func (w *Workload) Observe(s Shape) {
-	if s.Weight == 0 {
-		s.Weight = 1
-	}
+	s.Weight = cmp.Or(s.Weight, 1)
 	for i := range w.Shapes {
 		if sameShape(w.Shapes[i], s) {
 			w.Shapes[i].Weight += s.Weight

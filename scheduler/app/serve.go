@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -46,13 +47,11 @@ type Clients struct {
 // readLimiter lets client-go wait on the extender's shared request budget.
 type readLimiter struct{ *rate.Limiter }
 
-func (l readLimiter) TryAccept() bool { return l.Allow() }
-func (l readLimiter) Accept()         { _ = l.Limiter.Wait(context.Background()) }
-func (l readLimiter) Stop()           {}
-func (l readLimiter) QPS() float32    { return float32(l.Limit()) }
-func (l readLimiter) Wait(ctx context.Context) error {
-	return l.Limiter.Wait(ctx)
-}
+func (l readLimiter) TryAccept() bool                { return l.Allow() }
+func (l readLimiter) Accept()                        { _ = l.Limiter.Wait(context.Background()) }
+func (l readLimiter) Stop()                          {}
+func (l readLimiter) QPS() float32                   { return float32(l.Limit()) }
+func (l readLimiter) Wait(ctx context.Context) error { return l.Limiter.Wait(ctx) }
 
 // Serve runs the extender on ln (every route) and, when admin is not nil, the
 // read-only routes on admin, with injected clients until ctx ends: the HTTP
@@ -100,9 +99,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 		return err
 	}
 	workers := o.Parallelism
-	if workers == 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
+	workers = cmp.Or(workers, runtime.GOMAXPROCS(0))
 	var dra *cache.DRA
 	var draSource server.DRASource
 	var draScore server.DRA

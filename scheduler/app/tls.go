@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -96,9 +97,7 @@ func (f *tlsFiles) load() (*tls.Config, []byte, error) {
 	cert, err := tls.LoadX509KeyPair(f.cert, f.key)
 	if err != nil {
 		flags := f.flags
-		if flags == "" {
-			flags = "--tls-cert-file/--tls-private-key-file"
-		}
+		flags = cmp.Or(flags, "--tls-cert-file/--tls-private-key-file")
 		return nil, nil, fmt.Errorf("%s: %w", flags, err)
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}

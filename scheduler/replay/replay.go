@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"math/rand"
 	"slices"
 
@@ -129,9 +130,7 @@ func NodesToFind(percent, nodes int) int {
 	if nodes < minNodes {
 		return nodes
 	}
-	if percent == 0 {
-		percent = max(50-nodes/125, minPercent)
-	}
+	percent = cmp.Or(percent, max(50-nodes/125, minPercent))
 	return max(nodes*percent/100, minNodes)
 }
 
@@ -288,12 +287,7 @@ func modelAllowed(model string, models []string) bool {
 	if len(models) == 0 {
 		return true
 	}
-	for _, m := range models {
-		if m == model {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(models, model)
 }
 
 // place applies decision d for req on node i and returns the GPU units it

@@ -23,9 +23,7 @@ type podPolicy struct {
 	policy *allocator.Policy
 }
 
-func newPodPolicy(p *allocator.Policy) podPolicy {
-	return podPolicy{policy: p}
-}
+func newPodPolicy(p *allocator.Policy) podPolicy { return podPolicy{policy: p} }
 
 // allowedPolicies are the policies pods may name: the default and the
 // operator's --allowed-policies.

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,19 +52,12 @@ func respond(c *gin.Context, v any, err error) {
 // decode reads a JSON body into v. Trailing data, a body over the limit and
 // malformed JSON are bad requests.
 func (s *Server) decode(c *gin.Context, v any) error {
-	body := http.MaxBytesReader(c.Writer, c.Request.Body, s.maxBody)
-	dec := json.NewDecoder(body)
-	if err := dec.Decode(v); err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
-		}
-		return fmt.Errorf("%w: malformed JSON: %v", ErrBadRequest, err)
+	err := decodeJSON(http.MaxBytesReader(c.Writer, c.Request.Body, s.maxBody), v)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("request body over %d bytes: %w", s.maxBody, err)
 	}
-	if dec.More() {
-		return fmt.Errorf("%w: trailing data after the JSON body", ErrBadRequest)
-	}
-	return nil
+	return err
 }
 
 // Handler returns every HTTP route: the extender verbs and the read-only

@@ -11,6 +11,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,9 +197,7 @@ func New(cfg Config) (*Server, error) {
 	case slices.Contains(cfg.AllowedPolicies, nil):
 		return nil, errors.New("server: a nil allowed policy")
 	}
-	if cfg.FilterMode == "" {
-		cfg.FilterMode = FilterBest
-	}
+	cfg.FilterMode = cmp.Or(cfg.FilterMode, FilterBest)
 	if _, err := ParseFilterMode(string(cfg.FilterMode)); err != nil {
 		return nil, err
 	}
@@ -215,9 +214,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBestNodes < 0 {
 		return nil, fmt.Errorf("server: max best nodes %d is negative (0 means no cap)", cfg.MaxBestNodes)
 	}
-	if cfg.BindTimeout == 0 {
-		cfg.BindTimeout = DefaultBindTimeout
-	}
+	cfg.BindTimeout = cmp.Or(cfg.BindTimeout, DefaultBindTimeout)
 	if cfg.BindTimeout <= bindWriteAllowance {
 		return nil, fmt.Errorf("server: bind timeout %v leaves no time to queue for the API (it must exceed %v)", cfg.BindTimeout, bindWriteAllowance)
 	}

@@ -225,6 +225,4 @@ func atMost(y, x int64) int {
 }
 
 // sameRow reports whether a and b are the same table row.
-func sameRow(a, b fitRow) bool {
-	return &a.share[0] == &b.share[0] && &a.whole[0] == &b.whole[0]
-}
+func sameRow(a, b fitRow) bool { return &a.share[0] == &b.share[0] && &a.whole[0] == &b.whole[0] }
