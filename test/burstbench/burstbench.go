@@ -120,7 +120,7 @@ func (m Mix) kinds(pods int) (out []struct {
 // first seen bound (spec.nodeName) and first seen Ready; zero when not
 // (yet) seen. Failed is set when it was seen Failed.
 type Timeline struct {
-	Kind                  string
+	Kind, Node            string
 	Created, Bound, Ready time.Time
 	Failed                bool
 	FailedReason          string
@@ -275,7 +275,7 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 		return
 	}
 	if p.Spec.NodeName != "" && t.Bound.IsZero() {
-		t.Bound = at
+		t.Bound, t.Node = at, p.Spec.NodeName
 	}
 	if t.Ready.IsZero() && podutil.IsPodReady(p) {
 		t.Ready = at

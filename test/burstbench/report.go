@@ -1,6 +1,7 @@
 package burstbench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -164,6 +165,7 @@ func WriteSuite(w io.Writer, o Options, results []Result) bool {
 		}
 	}
 	_ = tw.Flush()
+	writeNodePaces(w, o, results)
 	met, why := Judge(results)
 	if met {
 		fmt.Fprintf(w, "\ntarget (every pod Ready; GPU alone and both kinds mixed p90 ≤ %.1f× the no-GPU-alone p90 %s): met\n", Target, sec(base))
@@ -174,6 +176,68 @@ func WriteSuite(w io.Writer, o Options, results []Result) bool {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	return false
+}
+
+// NodePace is one node's share of one kind in a burst: how many pods were
+// bound to it, their bound → Ready p90, and how many it turned Ready per
+// second from its first bound pod to its last Ready one (its admission
+// pace: the kubelet admits a node's pods one at a time).
+type NodePace struct {
+	Node, Kind   string
+	Pods         int
+	BoundToReady time.Duration
+	PerSecond    float64
+}
+
+// NodePaces are the burst's figures per node and kind, by node name.
+func NodePaces(pods map[string]*Timeline) []NodePace {
+	type key struct{ node, kind string }
+	type acc struct {
+		run         []time.Duration
+		first, last time.Time
+	}
+	by := map[key]*acc{}
+	for _, t := range pods {
+		if t.Node == "" || t.Ready.IsZero() {
+			continue
+		}
+		k := key{t.Node, t.Kind}
+		a := by[k]
+		if a == nil {
+			a = &acc{first: t.Bound}
+			by[k] = a
+		}
+		a.run = append(a.run, t.Ready.Sub(t.Bound))
+		if t.Bound.Before(a.first) {
+			a.first = t.Bound
+		}
+		if t.Ready.After(a.last) {
+			a.last = t.Ready
+		}
+	}
+	var out []NodePace
+	for k, a := range by {
+		np := NodePace{Node: k.node, Kind: k.kind, Pods: len(a.run), BoundToReady: percentiles(a.run).P90}
+		if span := a.last.Sub(a.first); span > 0 {
+			np.PerSecond = float64(len(a.run)) / span.Seconds()
+		}
+		out = append(out, np)
+	}
+	slices.SortFunc(out, func(x, y NodePace) int { return cmp.Or(cmp.Compare(x.Node, y.Node), cmp.Compare(x.Kind, y.Kind)) })
+	return out
+}
+
+// writeNodePaces prints each burst's NodePaces.
+func writeNodePaces(w io.Writer, o Options, results []Result) {
+	fmt.Fprintf(w, "\nper node (the kubelet admits a node's pods one at a time): pods bound there, bound → Ready p90, pods Ready per second from its first bound to its last Ready\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "burst\tnode\tkind\tpods\tbound→Ready p90\tpods/s\t")
+	for _, r := range results {
+		for _, np := range NodePaces(r.Pods) {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%.0f\t\n", r.Mix, np.Node, kindName(np.Kind, o.GiB), np.Pods, sec(np.BoundToReady), np.PerSecond)
+		}
+	}
+	_ = tw.Flush()
 }
 
 func kindName(k string, gib int64) string {

@@ -2,6 +2,7 @@ package burstbench
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -120,5 +121,22 @@ func TestEveryBurstCreatesAsManyPods(t *testing.T) {
 	}
 	if k := Interleaved.kinds(4); k[0].kind != Plain || k[1].kind != GPU || k[2].i != 1 {
 		t.Errorf("mixed burst order %v; want the kinds alternating, numbered within each kind", k)
+	}
+}
+
+// A node's pace: its pods, their bound → Ready p90, and pods Ready per
+// second from its first bound pod to its last Ready one.
+func TestNodePaces(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	pods := map[string]*Timeline{
+		"a": {Kind: GPU, Node: "n1", Bound: at(0), Ready: at(100)},
+		"b": {Kind: GPU, Node: "n1", Bound: at(50), Ready: at(500)},
+		"c": {Kind: Plain, Node: "n2", Bound: at(0), Ready: at(250)},
+		"d": {Kind: Plain, Node: "", Bound: at(0)}, // never bound: not counted
+	}
+	got := NodePaces(pods)
+	want := []NodePace{{Node: "n1", Kind: GPU, Pods: 2, BoundToReady: 450 * time.Millisecond, PerSecond: 4}, {Node: "n2", Kind: Plain, Pods: 1, BoundToReady: 250 * time.Millisecond, PerSecond: 4}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("NodePaces = %+v, want %+v", got, want)
 	}
 }
