@@ -16,8 +16,11 @@ import (
 // matches the ledger.
 func (p recorder) wroteLedger(uid types.UID) bool {
 	last, ok, _ := p.records.lastWrite(uid)
+	if !ok {
+		return false
+	}
 	changed, _ := p.applyLedger(&last, uid)
-	return ok && !changed
+	return !changed
 }
 
 // accountKept reports whether the plugin's last read of the kubelet's
