@@ -1,6 +1,10 @@
 package api
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"crypto/ed25519"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // KubeletDemand is a pod's demand for one device-plugin resource as the
 // kubelet sees it, whatever the contract says of it: every container (init
@@ -28,10 +32,32 @@ func KubeletDemand(pod *corev1.Pod, res corev1.ResourceName) []ContainerRequest 
 // trusts it: decoded and matched to the pod (AssignmentFromPod), then
 // verified by keys (RecordKeys.Verify; the zero RecordKeys accepts every
 // record). Every program outside this package reads records through it.
+//
+// A record these very keys verified before is not checked again: the
+// annotation value is the whole record, signature included, and the device
+// plugin reads every record of its node at each kubelet call.
 func (n Names) TrustedAssignment(pod *corev1.Pod, keys RecordKeys) (Assignment, error) {
 	a, err := n.AssignmentFromPod(pod)
-	if err != nil {
+	if err != nil || !keys.Enabled() {
 		return a, err
 	}
-	return a, keys.Verify(a)
+	k := trustKey{record: pod.Annotations[n.AnnotationAssignment()], keys: keys.material(a.Node)}
+	if _, ok := verifiedRecords.get(k); ok {
+		return a, nil
+	}
+	if err := keys.Verify(a); err != nil {
+		return a, err
+	}
+	verifiedRecords.put(k, struct{}{})
+	return a, nil
 }
+
+// trustKey is a record's annotation value and the key material that
+// verified it (RecordKeys.material).
+type trustKey struct {
+	record string
+	keys   [3 * ed25519.PublicKeySize]byte
+}
+
+// verifiedRecords holds the records TrustedAssignment verified.
+var verifiedRecords = newMemo[trustKey, struct{}](1 << 14)

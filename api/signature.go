@@ -2,10 +2,8 @@ package api
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -286,28 +284,22 @@ func verifyWith(a Assignment, signer string, sig []byte, key ed25519.PublicKey) 
 		return false
 	}
 	a.Signature = ""
-	return checkSignature(key, message(a, signer), sig)
+	return ed25519.Verify(key, message(a, signer), sig)
 }
 
-// verified remembers the outcome of each signature check (an Ed25519 verification costs about
-// 100 µs, and a node's plugin looks at every record of its node at each admission: without it a
-// burst of n pods cost n² verifications), keyed by the SHA-256 of key, signature and message.
-var verified = newMemo[[sha256.Size]byte, bool](1 << 16)
-
-func checkSignature(key ed25519.PublicKey, msg, sig []byte) bool {
-	h := sha256.New()
-	for _, b := range [][]byte{key, sig, msg} {
-		_ = binary.Write(h, binary.BigEndian, uint32(len(b)))
-		h.Write(b)
+// material is what Verify depends on besides the record: the extender's keys
+// and node's published key (when the keys know nodes' keys).
+func (k RecordKeys) material(node string) (m [3 * ed25519.PublicKeySize]byte) {
+	keys := [3]ed25519.PublicKey{k.Current, k.Previous}
+	if k.Nodes != nil {
+		keys[2] = k.Nodes.NodeKey(node)
 	}
-	var k [sha256.Size]byte
-	h.Sum(k[:0])
-	if ok, seen := verified.get(k); seen {
-		return ok
+	for i, key := range keys {
+		if len(key) == ed25519.PublicKeySize { // a key of another size verifies nothing
+			copy(m[i*ed25519.PublicKeySize:], key)
+		}
 	}
-	ok := ed25519.Verify(key, msg, sig)
-	verified.put(k, ok)
-	return ok
+	return m
 }
 
 // memo is a map shared by goroutines, at most max entries (it starts over when full).

@@ -234,3 +234,66 @@ func TestSignedByCurrentAndKeyrings(t *testing.T) {
 		t.Error("KeysOf(nil) has a key")
 	}
 }
+
+// A record verified once is not checked again by the same keys, and the
+// memory of it never vouches for it under other keys: an extender key rotated
+// out, another node key, or a record changed by one byte.
+func TestTrustedAssignmentChecksARecordOnce(t *testing.T) {
+	pod, a := assignedPod() // bound to n1
+	ext, other := extenderKeys(21), extenderKeys(22)
+	signed, err := ext.Sign(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trusted(pod, ext.PublicOnly(), signed); err != nil {
+		t.Fatalf("first read: %v", err)
+	}
+	raw, _ := EncodeAssignment(signed)
+	pod.Annotations = map[string]string{DefaultNames().AnnotationAssignment(): raw}
+	// A repeated read costs a copy of the record (no encoding, hashing or
+	// signature check: each of those allocates).
+	if n := testing.AllocsPerRun(50, func() { _, _ = DefaultNames().TrustedAssignment(pod, ext.PublicOnly()) }); n > 5 {
+		t.Errorf("a repeated read of a verified record makes %.0f allocations, want at most 5 (the record is checked again)", n)
+	}
+	if _, err := trusted(pod, other.PublicOnly(), signed); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("the record under keys that never signed it, after it was verified under its own: %v, want ErrBadSignature", err)
+	}
+	changed := signed
+	changed.Containers = append([]ContainerAssignment(nil), signed.Containers...)
+	changed.Containers[0].CardUUID = "GPU-b"
+	if _, err := trusted(pod, ext.PublicOnly(), changed); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("a changed record with the verified one's signature: %v, want ErrBadSignature", err)
+	}
+
+	n1 := nodeSigner(ext, "n1", 23)
+	own, err := n1.Sign(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trusted(pod, n1, own); err != nil {
+		t.Fatalf("n1's correction, read by n1: %v", err)
+	}
+	republished := n1
+	republished.Nodes = NodeKeyMap{"n1": other.Current} // n1 now publishes another key
+	if _, err := trusted(pod, republished, own); !errors.Is(err, ErrBadSignature) {
+		t.Errorf("n1's correction after n1 published another key: %v, want ErrBadSignature", err)
+	}
+}
+
+// BenchmarkTrustedAssignment is one read of a signed record already read
+// (the device plugin reads every record of its node at each kubelet call).
+func BenchmarkTrustedAssignment(b *testing.B) {
+	pod, a := assignedPod()
+	k := extenderKeys(31)
+	signed, err := k.Sign(a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _ := EncodeAssignment(signed)
+	pod.Annotations = map[string]string{DefaultNames().AnnotationAssignment(): raw}
+	for b.Loop() {
+		if _, err := DefaultNames().TrustedAssignment(pod, k.PublicOnly()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
