@@ -189,8 +189,8 @@ e2e-oldest: ## the smoke and container lanes on the oldest supported Kubernetes 
 # KEEP=1 resumes the last playground; CLEAN=1 deletes its state on the way down.
 KEEP  ?= 0
 CLEAN ?= 0
-playground: ## a FRESH local cluster + the chart's policies, RBAC and record key + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; NODE_SCOPE=1: plugins read through the node-scope webhook instead of their node's identity; ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
-	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) GPUSHARE_PLAYGROUND_NODE_SCOPE=$(NODE_SCOPE) hack/playground.sh up
+playground: ## a FRESH local cluster + the chart's policies, RBAC and record key + extender + 3 simulated GPU nodes + docs/examples (root; KEEP=1 resumes the last one, old pods included; NODE_SCOPE=1: plugins read through the node-scope webhook instead of their node's identity; CONTAINER_RECORDS=0: the node agents skip the e2e-containers record, a write per pod a kubelet does not make (for bench-burst); ports: GPUSHARE_*_PORT; first run builds Kubernetes, ~7 min on 2 idle cores)
+	GPUSHARE_PLAYGROUND_KEEP=$(KEEP) GPUSHARE_PLAYGROUND_NODE_SCOPE=$(NODE_SCOPE) GPUSHARE_PLAYGROUND_CONTAINER_RECORDS=$(or $(CONTAINER_RECORDS),1) hack/playground.sh up
 
 playground-down: ## stop every playground process, also ones started by hand (state kept for KEEP=1; CLEAN=1 deletes it)
 	hack/playground.sh down $(if $(filter 1,$(CLEAN)),--clean)

@@ -33,6 +33,9 @@
 #        nodeScope.enabled): the plugins read with their ServiceAccount, and kube-apiserver asks the
 #        extender's node-scope webhook (the chart's authorizer entry, between Node and RBAC; the API
 #        server is restarted once with it). GPUSHARE_NODE_SCOPE_PORT (default 32767)
+#        GPUSHARE_PLAYGROUND_CONTAINER_RECORDS=0 (make playground CONTAINER_RECORDS=0): the node agents
+#        write no container records (the e2e-containers annotation: one write per pod that a kubelet
+#        does not make; make bench-burst counts it in every pod's time to Ready otherwise)
 #        GPUSHARE_EXTENDER_PORT (default 32766), GPUSHARE_POLICY (default frag, the binary's),
 #        GPUSHARE_ALLOWED_POLICIES (policies pods may name; default binpack,spread, for docs/examples/spread.yaml)
 #        control-plane ports (defaults here): GPUSHARE_ETCD_PORT=24790 GPUSHARE_ETCD_PEER_PORT=24800
@@ -46,6 +49,7 @@ POLICY="${GPUSHARE_POLICY:-frag}"
 ALLOWED_POLICIES="${GPUSHARE_ALLOWED_POLICIES-binpack,spread}"
 KEEP="${GPUSHARE_PLAYGROUND_KEEP:-0}"
 NODE_SCOPE="${GPUSHARE_PLAYGROUND_NODE_SCOPE:-0}"
+CONTAINER_RECORDS="${GPUSHARE_PLAYGROUND_CONTAINER_RECORDS:-1}"
 NODE_SCOPE_PORT="${GPUSHARE_NODE_SCOPE_PORT:-32767}"
 # The file that marks a directory as a playground's state (remove_state checks it).
 MARKER=.gpushare-playground
@@ -423,7 +427,7 @@ cmd_up() {
 		# device plugin on this node: the chart's ServiceAccount writes, the node's own identity
 		# reads, with the chart's record key.
 		setsid "$BIN/gpushare-nodeagent" --node "$name" --kubeconfig "$KUBECONFIG_FILE" \
-			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" \
+			--state-dir "$STATE/nodes/$name" --labels "gpushare=true" $([[ "$CONTAINER_RECORDS" == 0 ]] && echo --no-container-records) \
 			--plugin "$BIN/gpushare-device-plugin" --plugin-env "KUBECONFIG=$IDENTITIES/plugin-$name.kubeconfig" \
 			-- "--nvml=spec:$spec" --config "$STATE/nodes/$name/device-plugin-config.yaml" ${read_args[@]:+"${read_args[@]}" "$IDENTITIES/node-$name.kubeconfig"} \
 			>>"$STATE/nodes/$name/agent.log" 2>&1 </dev/null &

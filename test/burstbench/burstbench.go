@@ -124,6 +124,10 @@ type Timeline struct {
 	Created, Bound, Ready time.Time
 	Failed                bool
 	FailedReason          string
+	// Recorded: the pod carried the playground node agent's container
+	// records (api.Names.AnnotationSimulatedContainers), a write a kubelet
+	// does not make.
+	Recorded bool
 }
 
 // Result is one burst of a suite.
@@ -279,6 +283,9 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 	}
 	if t.Ready.IsZero() && podutil.IsPodReady(p) {
 		t.Ready = at
+	}
+	if _, ok := p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
+		t.Recorded = true
 	}
 	if p.Status.Phase == corev1.PodFailed && !t.Failed {
 		t.Failed, t.FailedReason = true, p.Status.Reason+": "+p.Status.Message

@@ -92,6 +92,11 @@ type Config struct {
 	// agent keeps (gpuuse.go): pods' api.Names.AnnotationSimulatedGPUUse become
 	// real processes in kubelet-named cgroups, listed there with their memory.
 	GPUProcessesFile string
+	// NoContainerRecords leaves out the container records (the run
+	// options each container got, api.Names.AnnotationSimulatedContainers)
+	// that the end-to-end tests read: a write to each pod that a kubelet
+	// does not make, which time-to-Ready measurements should not count.
+	NoContainerRecords bool
 }
 
 // Agent is a simulated kubelet for one Node. Build it with New, run it with Run.

@@ -92,16 +92,21 @@ func gpuPod(name string, created time.Time, containers ...string) *corev1.Pod {
 // runAgent runs an agent over a fake clientset until the test ends.
 func runAgent(t *testing.T, dm *fakeDM, pods ...*corev1.Pod) *fake.Clientset {
 	t.Helper()
+	return runAgentWith(t, Config{}, dm, pods...)
+}
+
+// runAgentWith runs an agent with cfg's settings besides the test's own.
+func runAgentWith(t *testing.T, cfg Config, dm *fakeDM, pods ...*corev1.Pod) *fake.Clientset {
+	t.Helper()
 	client := fake.NewClientset()
 	for _, p := range pods {
 		if err := client.Tracker().Add(p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	agent, err := New(Config{
-		NodeName: testNode, Client: client, SyncInterval: 50 * time.Millisecond,
-		StartDeviceManager: func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil },
-	})
+	cfg.NodeName, cfg.Client, cfg.SyncInterval = testNode, client, 50*time.Millisecond
+	cfg.StartDeviceManager = func(func() []*corev1.Pod) (DeviceManager, error) { return dm, nil }
+	agent, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +171,29 @@ func TestPodsWaitingTogetherAreAdmittedOldestFirstAndRecorded(t *testing.T) {
 	}
 	if len(p.Status.ContainerStatuses) != 2 || !p.Status.ContainerStatuses[0].Ready {
 		t.Errorf("container statuses: %+v", p.Status.ContainerStatuses)
+	}
+}
+
+// Without container records the agent writes to a pod only what a kubelet
+// does (its status), and still allocates its devices.
+func TestNoContainerRecordsWritesOnlyTheStatus(t *testing.T) {
+	dm := &fakeDM{}
+	client := runAgentWith(t, Config{NoContainerRecords: true}, dm, gpuPod("p", time.Now(), "main"))
+	p := waitPod(t, client, "p", running)
+	if _, ok := p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
+		t.Errorf("pod has container records: %v", p.Annotations)
+	}
+	if got := dm.allocated(); len(got) != 1 {
+		t.Errorf("allocated %v, want p/main", got)
+	}
+	var patches int
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "pods" && a.GetSubresource() == "" {
+			patches++
+		}
+	}
+	if patches != 0 {
+		t.Errorf("%d patches of the pod itself, want none (only its status)", patches)
 	}
 }
 

@@ -26,6 +26,7 @@ type Options struct {
 	PluginEnv          string
 	LeavePluginRunning bool
 	NoDeviceManager    bool
+	NoContainerRecords bool
 	// PluginPodNamespace and PluginPodLabels: see PluginPod (empty: no pod).
 	PluginPodNamespace string
 	PluginPodLabels    string
@@ -53,6 +54,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.PluginStandby, "plugin-standby", false, "run a standby plugin process beside the plugin, as the chart's pod does: both get --instance (the plugin pod's name, and it with -standby) and --node-lock-file (node-agent.lock in the state directory), the standby logs to plugin-standby.log and its PID is in plugin-standby.pid")
 	fs.DurationVar(&o.StatusInterval, "node-status-update-frequency", 0, "how often a change in device capacity is posted to the Node (the kubelet's nodeStatusUpdateFrequency is 10s); 0: within the 1 s resync")
 	fs.BoolVar(&o.NoDeviceManager, "no-device-manager", false, "run without the kubelet device manager (no root, no devices)")
+	fs.BoolVar(&o.NoContainerRecords, "no-container-records", false, "do not record each container's run options on its pod (a write per pod a kubelet does not make; the end-to-end tests read them)")
 }
 
 // Complete fills defaults and checks the options.
@@ -100,7 +102,7 @@ func (o *Options) Config() (Config, error) {
 		return Config{}, fmt.Errorf("kubeconfig %s: %w", o.Kubeconfig, err)
 	}
 	// The kubelet's API budget (kubeAPIQPS 50, kubeAPIBurst 100), not
-	// client-go's default of 5: the agent writes two requests per pod it
+	// client-go's default of 5: the agent writes up to two requests per pod it
 	// starts, and would otherwise pace a burst at a few pods per second.
 	rc.QPS, rc.Burst = 50, 100
 	client, err := kubernetes.NewForConfig(rc)
@@ -111,7 +113,7 @@ func (o *Options) Config() (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("--labels: %w", err)
 	}
-	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels, GPUProcessesFile: filepath.Join(o.StateDir, GPUProcessesFileName), StatusInterval: o.StatusInterval}
+	cfg := Config{NodeName: o.NodeName, Client: client, Labels: labels, GPUProcessesFile: filepath.Join(o.StateDir, GPUProcessesFileName), StatusInterval: o.StatusInterval, NoContainerRecords: o.NoContainerRecords}
 	if !o.NoDeviceManager {
 		cfg.StartDeviceManager = StartKubeletDeviceManager
 		cfg.PodResourcesSocket = PodResourcesSocket

@@ -186,17 +186,19 @@ func (a *Agent) start(ctx context.Context, pod *corev1.Pod, containers []*corev1
 		return
 	}
 	options := a.cfg.Clock.Since(began)
-	value, err := records.Encode()
-	if err != nil {
-		logger.Error(err, "Encoding container records")
-		return
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{api.DefaultNames().AnnotationSimulatedContainers(): value},
-	}})
-	if _, err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		logger.Error(err, "Recording container run options on the pod; will retry")
-		return
+	if !a.cfg.NoContainerRecords {
+		value, err := records.Encode()
+		if err != nil {
+			logger.Error(err, "Encoding container records")
+			return
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{api.DefaultNames().AnnotationSimulatedContainers(): value},
+		}})
+		if _, err := a.cfg.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			logger.Error(err, "Recording container run options on the pod; will retry")
+			return
+		}
 	}
 	annotated := a.cfg.Clock.Since(began)
 	if err := a.patchPodStatus(ctx, pod, runningStatus(pod, a.cfg.Clock.Now())); err != nil {
