@@ -43,8 +43,12 @@ type Options struct {
 	Keep bool
 	// Mix is which kinds one Run creates (RunSuite sets it per burst).
 	Mix Mix
-	// Mixes, when set, are the bursts RunSuite runs (default: all three).
+	// Mixes, when set, are the bursts RunSuite runs (default: all three,
+	// and DeviceFloor after the baseline when FloorResource is set).
 	Mixes []Mix
+	// FloorResource is the resource the DeviceFloor burst's pods ask GiB
+	// of, served by ServeFloorPlugins (empty: no floor burst).
+	FloorResource corev1.ResourceName
 	// Pod, when set, adapts each pod before it is created (e.g. the image
 	// and host network a real node's runtime needs).
 	Pod func(*corev1.Pod)
@@ -68,6 +72,9 @@ func DefaultOptions() Options {
 const (
 	Plain = "no GPU"
 	GPU   = "GPU"
+	// Floor pods ask for a device of a plugin that does nothing
+	// (ServeFloorPlugins), through the default scheduler.
+	Floor = "do-nothing device"
 )
 
 // Mix is which kinds of pods a burst creates.
@@ -78,6 +85,7 @@ const (
 	Interleaved Mix = iota // both kinds, alternating: half the pods each
 	PlainOnly              // pods without a GPU request alone
 	GPUOnly                // GPU pods alone
+	DeviceFloor            // pods asking a do-nothing device plugin, alone: not judged
 )
 
 func (m Mix) String() string {
@@ -86,6 +94,8 @@ func (m Mix) String() string {
 		return "no-GPU alone"
 	case GPUOnly:
 		return "GPU alone"
+	case DeviceFloor:
+		return "device floor"
 	}
 	return "mixed"
 }
@@ -109,6 +119,8 @@ func (m Mix) kinds(pods int) (out []struct {
 			add(Plain, i)
 		case GPUOnly:
 			add(GPU, i)
+		case DeviceFloor:
+			add(Floor, i)
 		default:
 			add([]string{Plain, GPU}[i%2], i/2)
 		}
@@ -146,6 +158,9 @@ func RunSuite(ctx context.Context, client kubernetes.Interface, o Options) []Res
 	mixes := o.Mixes
 	if len(mixes) == 0 {
 		mixes = []Mix{PlainOnly, GPUOnly, Interleaved}
+		if o.FloorResource != "" {
+			mixes = []Mix{PlainOnly, DeviceFloor, GPUOnly, Interleaved}
+		}
 	}
 	for _, m := range mixes {
 		o.Mix = m
@@ -179,7 +194,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	if plainScheduler == "" {
 		plainScheduler = corev1.DefaultSchedulerName
 	}
-	if o.Mix != PlainOnly && o.Prepare == nil {
+	if (o.Mix == GPUOnly || o.Mix == Interleaved) && o.Prepare == nil {
 		if err := fits(ctx, client, int64(o.Pods)*o.GiB); err != nil {
 			return nil, err
 		}
@@ -192,6 +207,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	bursts := map[string]schedload.Burst{
 		Plain: {Namespace: ns, Prefix: "plain", Pods: o.Pods, SchedulerName: plainScheduler},
 		GPU:   {Namespace: ns, Prefix: "gpu", Pods: o.Pods, Units: o.GiB, SchedulerName: o.GPUScheduler},
+		Floor: {Namespace: ns, Prefix: "floor", Pods: o.Pods, Units: o.GiB, SchedulerName: plainScheduler, Resource: o.FloorResource},
 	}
 	order := o.Mix.kinds(o.Pods)
 	w := &watcher{pods: map[string]*Timeline{}}

@@ -153,7 +153,7 @@ func WriteSuite(w io.Writer, o Options, results []Result) bool {
 		}
 	}
 	for _, r := range results {
-		for _, k := range []string{Plain, GPU} {
+		for _, k := range []string{Plain, GPU, Floor} {
 			s, ok := r.Stats[k]
 			if !ok {
 				continue
@@ -168,6 +168,7 @@ func WriteSuite(w io.Writer, o Options, results []Result) bool {
 	}
 	_ = tw.Flush()
 	writeNodePaces(w, o, results)
+	writeFloor(w, o, results)
 	met, why := Judge(results)
 	if n, of := recorded(results); n > 0 {
 		// Both kinds pay the extra write, so it flatters the ratio.
@@ -183,6 +184,29 @@ func WriteSuite(w io.Writer, o Options, results []Result) bool {
 		fmt.Fprintf(w, "  %s\n", l)
 	}
 	return false
+}
+
+// writeFloor compares the GPU pods with the device floor: pods asking as
+// much of a do-nothing device plugin through the default scheduler, the
+// part of a GPU pod's time that is the kubelet's and the scheduler's.
+func writeFloor(w io.Writer, o Options, results []Result) {
+	var floor time.Duration
+	for _, r := range results {
+		if r.Mix == DeviceFloor {
+			floor = r.Stats[Floor].CreateToReady.P90
+		}
+	}
+	if floor == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\ndevice floor (not judged): pods asking %d %s of a device plugin that does nothing, default scheduler: p90 %s\n", o.GiB, o.FloorResource, sec(floor))
+	for _, r := range results {
+		for _, k := range []string{GPU, Plain} {
+			if p90 := r.Stats[k].CreateToReady.P90; p90 > 0 && r.Mix != PlainOnly {
+				fmt.Fprintf(w, "  %s, %s p90: %.2f× the floor\n", r.Mix, k, float64(p90)/float64(floor))
+			}
+		}
+	}
 }
 
 // recorded counts the pods that carried the node agent's container records.
@@ -260,7 +284,7 @@ func writeNodePaces(w io.Writer, o Options, results []Result) {
 }
 
 func kindName(k string, gib int64) string {
-	if k == GPU {
+	if k == GPU || k == Floor {
 		return fmt.Sprintf("%s %d GiB", k, gib)
 	}
 	return k

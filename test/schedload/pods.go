@@ -1,6 +1,7 @@
 package schedload
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -31,6 +32,8 @@ type Burst struct {
 	Prefix string
 	Pods   int
 	Units  int64
+	// Resource is what Units are of (default: gpu-mem).
+	Resource corev1.ResourceName
 	// SchedulerName is the profile that schedules them ("gpushare-scheduler"
 	// for the project's configuration, "default-scheduler" for a plain
 	// kube-scheduler).
@@ -50,7 +53,7 @@ func (b Burst) Pod(i int) *corev1.Pod {
 	}
 	if b.Units > 0 {
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{
-			api.DefaultNames().ResourceName(): *resource.NewQuantity(b.Units, resource.DecimalSI),
+			cmp.Or(b.Resource, api.DefaultNames().ResourceName()): *resource.NewQuantity(b.Units, resource.DecimalSI),
 		}
 	}
 	return p

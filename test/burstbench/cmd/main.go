@@ -1,6 +1,8 @@
 // Command gpushare-burstbench measures time to a running pod in a burst, GPU
 // pods alone, pods without a request alone and both interleaved (package
-// burstbench; `make bench-burst`). It exits 1 unless the target is met.
+// burstbench; `make bench-burst`), and on the playground the device floor:
+// pods asking a do-nothing device plugin it serves on each node. It exits 1
+// unless the target is met.
 package main
 
 import (
@@ -32,9 +34,10 @@ func main() {
 	flag.StringVar(&o.GPUScheduler, "gpu-scheduler", o.GPUScheduler, "schedulerName of the GPU pods")
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "how long to wait for every pod to be Ready or Failed")
 	flag.BoolVar(&o.Keep, "keep", o.Keep, "keep the namespace and its pods")
-	only := flag.String("only", "", "run one burst alone: no-gpu, gpu or mixed (no ratio is judged)")
+	only := flag.String("only", "", "run one burst alone: no-gpu, gpu, mixed or floor (no ratio is judged)")
 	timelines := flag.String("timelines", "", "write each pod's create, bound and Ready times to this CSV file")
 	policy := flag.String("policy", "", "the GPU pods' placement policy (annotation; empty: the extender's default)")
+	floor := flag.String("floor", "example.com/burst-floor", "on the playground, also time pods asking GIB of this resource from a do-nothing device plugin the bench serves on each node (the device floor; not judged); empty: no floor")
 	flag.Parse()
 	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 {
 		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib and -clients must be at least 1")
@@ -55,8 +58,10 @@ func main() {
 		o.Mixes = []burstbench.Mix{burstbench.GPUOnly}
 	case "mixed":
 		o.Mixes = []burstbench.Mix{burstbench.Interleaved}
+	case "floor":
+		o.Mixes = []burstbench.Mix{burstbench.DeviceFloor}
 	default:
-		fmt.Fprintf(os.Stderr, "gpushare-burstbench: -only %q: want no-gpu, gpu or mixed\n", *only)
+		fmt.Fprintf(os.Stderr, "gpushare-burstbench: -only %q: want no-gpu, gpu, mixed or floor\n", *only)
 		os.Exit(2)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -73,6 +78,17 @@ func main() {
 	o.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "burstbench: "+format+"\n", args...) }
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *floor != "" && (*only == "" || *only == "floor") {
+		end, err := serveFloor(ctx, client, filepath.Dir(*kubeconfig), corev1.ResourceName(*floor))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gpushare-burstbench: device floor:", err)
+			os.Exit(2)
+		}
+		if end != nil {
+			defer end()
+			o.FloorResource = corev1.ResourceName(*floor)
+		}
+	}
 	meter := &cpuMeter{dir: filepath.Dir(*kubeconfig), spent: map[burstbench.Mix]map[string]float64{}}
 	o.Measure = meter.measure
 	results := burstbench.RunSuite(ctx, client, o)
