@@ -81,7 +81,7 @@ func (*floorPlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*
 func (f *floorPlugin) ListAndWatch(_ *pluginapi.Empty, s pluginapi.DevicePlugin_ListAndWatchServer) error {
 	devs := make([]*pluginapi.Device, f.devices)
 	for i := range devs {
-		devs[i] = &pluginapi.Device{ID: fmt.Sprintf("FLOOR-00000000-0000-0000-0000-000000000000::%d", i), Health: pluginapi.Healthy}
+		devs[i] = &pluginapi.Device{ID: fmt.Sprintf("FLR-00000000-0000-0000-0000-000000000000::%d", i), Health: pluginapi.Healthy}
 	}
 	if err := s.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 		return err

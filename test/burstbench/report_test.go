@@ -161,3 +161,20 @@ func TestContainerRecordsAreNotJudged(t *testing.T) {
 		t.Errorf("not met without container records:\n%s", b.String())
 	}
 }
+
+// The device floor is printed beside the verdict, each GPU figure as a
+// multiple of it, and never decides the verdict.
+func TestFloorIsPrintedNotJudged(t *testing.T) {
+	s := time.Second
+	floor := Result{Mix: DeviceFloor, Stats: map[string]Stats{Floor: {Kind: Floor, Pods: 100, Ready: 90, CreateToReady: Percentiles{N: 90, P50: s, P90: 4 * s, Max: 5 * s}}}}
+	results := []Result{burst(PlainOnly, 5*s, 0), floor, burst(GPUOnly, 0, 6*s), burst(Interleaved, 5*s, 5*s)}
+	var b strings.Builder
+	if !WriteSuite(&b, Options{Pods: 100, GiB: 4, Clients: 16, FloorResource: "example.com/floor"}, results) {
+		t.Errorf("not met (a floor with pods not Ready, or slower than the GPU pods, decided it):\n%s", b.String())
+	}
+	for _, want := range []string{"device floor (not judged): pods asking 4 example.com/floor", "p90 4.00s", "GPU alone, GPU p90: 1.50× the floor", "mixed, no GPU p90: 1.25× the floor"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,6 +43,7 @@ func TestBurstBenchOnARealKubelet(t *testing.T) {
 	defer cancel()
 	node, _ := laneNode(ctx, t, c, tools, "burst-kubelet", strings.Fields(os.Getenv("GPUSHARE_BENCH_PLUGIN_ARGS"))...)
 	o := laneBurstOptions(t, 4)
+	laneFloor(ctx, t, c, &o, node)
 	runLaneSuite(ctx, t, c, o, node.LogFile())
 }
 
@@ -64,6 +66,7 @@ func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 	applyDeviceClass(ctx, t, c, testNamespace(ctx, t, c, "dra-burst-class"))
 	node, _, _ := draLaneNode(ctx, t, c, tools, "dra-burst-kubelet")
 	o := laneBurstOptions(t, 2)
+	laneFloor(ctx, t, c, &o, node)
 	adapt := o.Pod
 	const template = "gpu-mem"
 	o.Prepare = func(ctx context.Context, client kubernetes.Interface, ns string) error {
@@ -85,6 +88,27 @@ func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}}
 	}
 	runLaneSuite(ctx, t, c, o, node.LogFile())
+}
+
+// laneFloor serves the device floor on the lane's node (a device plugin
+// that does nothing, burstbench.ServeFloorPlugins) and has the suite time
+// it: pods asking as much of it, which the kubelet and containerd run as
+// they run pods without a request, through the same device manager.
+func laneFloor(ctx context.Context, t *testing.T, c *cluster.Cluster, o *burstbench.Options, node *cluster.KubeletNode) {
+	t.Helper()
+	const res, devices = "example.com/burst-floor", 80
+	stop, err := burstbench.ServeFloorPlugins(ctx, []string{filepath.Join(node.StateDir, "device-plugins")}, res, []int{devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	if _, err := cluster.WaitNode(ctx, c.Client, node.Opts.Name, 2*time.Minute, "kubelet offering the device floor", func(n *corev1.Node) bool {
+		q := n.Status.Allocatable[res]
+		return q.Value() == devices
+	}); err != nil {
+		t.Fatal(err)
+	}
+	o.FloorResource = res
 }
 
 // laneBurstOptions are the lane's burst settings: GPUSHARE_BENCH_PODS a
