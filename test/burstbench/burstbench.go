@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/test/schedload"
@@ -185,7 +186,9 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	}
 	if !o.Keep {
 		defer func() {
-			if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), client, ns, 2*time.Minute); err != nil {
+			// Gracefully: the next burst starts once the nodes have stopped
+			// this one's containers, not beside their teardown.
+			if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), client, ns, nil, 2*time.Minute); err != nil {
 				o.Log("deleting namespace %s: %v", ns, err)
 			}
 		}()
@@ -212,7 +215,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	order := o.Mix.kinds(o.Pods)
 	w := &watcher{pods: map[string]*Timeline{}}
 	for _, k := range order {
-		w.pods[bursts[k.kind].Pod(k.i).Name] = &Timeline{Kind: k.kind}
+		w.pods[o.pod(bursts[k.kind], k.i).Name] = &Timeline{Kind: k.kind}
 	}
 	stop, err := w.start(ctx, client, ns)
 	if err != nil {
@@ -225,10 +228,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	}
 	o.Log("namespace %s: %s burst, %d pods (%d GiB each GPU pod), %d created at a time", ns, o.Mix, len(order), o.GiB, o.Clients)
 	err = schedload.ForEach(ctx, len(order), o.Clients, func(ctx context.Context, i int) error {
-		p := bursts[order[i].kind].Pod(order[i].i)
-		if o.Pod != nil {
-			o.Pod(p)
-		}
+		p := o.pod(bursts[order[i].kind], order[i].i)
 		if _, err := client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create %s: %w", p.Name, err)
 		}
@@ -250,6 +250,21 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 		}
 	}
 	return w.snapshot(), nil
+}
+
+// TeardownGrace is the burst pods' termination grace period: deleted
+// gracefully, a pod leaves the API once its kubelet has stopped its
+// containers (pause stops at once) and released its devices and claims.
+const TeardownGrace = 30
+
+// pod is pod i of burst b as the burst creates it.
+func (o Options) pod(b schedload.Burst, i int) *corev1.Pod {
+	p := b.Pod(i)
+	p.Spec.TerminationGracePeriodSeconds = ptr.To[int64](TeardownGrace)
+	if o.Pod != nil {
+		o.Pod(p)
+	}
+	return p
 }
 
 // watcher records each pod's first bound and Ready from a pod informer.

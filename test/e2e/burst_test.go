@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpushare/gpushare/test/schedload"
 )
@@ -83,7 +84,7 @@ func TestBurstOfPodsAllBoundWithValidRecordsAndNoCardOverCapacity(t *testing.T) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := schedload.DeleteNamespace(context.Background(), client, ns, 2*time.Minute); err != nil {
+		if err := schedload.DeleteNamespace(context.Background(), client, ns, ptr.To[int64](0), 2*time.Minute); err != nil {
 			t.Errorf("deleting namespace %s: %v", ns, err)
 		}
 	})

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/test/cluster"
@@ -392,7 +393,7 @@ func (b *Bench) run(ctx context.Context, policy, schedulerName, binary, name str
 		return r
 	}
 	defer func() {
-		if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), b.client, ns, 5*time.Minute); err != nil && r.Err == nil {
+		if err := schedload.DeleteNamespace(context.WithoutCancel(ctx), b.client, ns, ptr.To[int64](0), 5*time.Minute); err != nil && r.Err == nil {
 			r.Err = err
 		}
 	}()

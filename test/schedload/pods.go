@@ -94,8 +94,8 @@ func NewNamespace(ctx context.Context, client kubernetes.Interface, generateName
 
 // DeletePods deletes every pod of the namespace at once (grace period 0:
 // no kubelet runs them) and waits until none is left, up to timeout.
-func DeletePods(ctx context.Context, client kubernetes.Interface, ns string, timeout time.Duration) error {
-	err := client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+func DeletePods(ctx context.Context, client kubernetes.Interface, ns string, grace *int64, timeout time.Duration) error {
+	err := client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: grace}, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("delete the pods of %s: %w", ns, err)
 	}
@@ -115,9 +115,12 @@ func DeletePods(ctx context.Context, client kubernetes.Interface, ns string, tim
 }
 
 // DeleteNamespace deletes the namespace (pods first, waiting until they are
-// gone, so that the next burst starts on an empty cluster).
-func DeleteNamespace(ctx context.Context, client kubernetes.Interface, ns string, timeout time.Duration) error {
-	perr := DeletePods(ctx, client, ns, timeout)
+// gone, so that the next burst starts on an empty cluster). grace is the
+// pods' deletion grace period: 0 removes them from the API at once (nodes
+// without a kubelet); nil, their own, so that each is gone only once its
+// kubelet has stopped its containers and released their devices.
+func DeleteNamespace(ctx context.Context, client kubernetes.Interface, ns string, grace *int64, timeout time.Duration) error {
+	perr := DeletePods(ctx, client, ns, grace, timeout)
 	err := client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		err = fmt.Errorf("delete namespace %s: %w", ns, err)
