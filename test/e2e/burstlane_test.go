@@ -22,7 +22,7 @@ import (
 )
 
 // TestBurstBenchOnARealKubelet is `make bench-burst-lane`, not part of
-// `make test`: `make bench-burst`'s three bursts on the container lane's
+// `make test`: `make bench-burst`'s bursts (the device floor too) on the container lane's
 // real node (kubelet, containerd, runc through NVIDIA's runtime, gpushare's
 // plugin serving 2×40 GiB) — pods without a request alone, GPU pods of 4 GiB
 // alone, both interleaved — with the figures per kind, create → bound →
