@@ -45,7 +45,7 @@ func main() {
 	}
 	if *policy != "" {
 		o.Pod = func(p *corev1.Pod) {
-			if len(p.Spec.Containers) > 0 && len(p.Spec.Containers[0].Resources.Requests) > 0 {
+			if _, gpu := p.Spec.Containers[0].Resources.Limits[api.DefaultNames().ResourceName()]; gpu {
 				metav1.SetMetaDataAnnotation(&p.ObjectMeta, api.DefaultNames().AnnotationPolicy(), *policy)
 			}
 		}
