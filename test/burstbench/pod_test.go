@@ -1,6 +1,7 @@
 package burstbench
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,10 +17,17 @@ func TestBurstPodsLeaveOnlyOnceTheirNodeStoppedThem(t *testing.T) {
 	o := DefaultOptions()
 	p := o.pod(schedload.Burst{Namespace: "ns", Prefix: "gpu", Units: 3}, 7)
 	if g := p.Spec.TerminationGracePeriodSeconds; g == nil || *g != TeardownGrace || TeardownGrace < 1 {
-		t.Errorf("grace period %v, want %d s", g, TeardownGrace)
+		t.Errorf("grace period %s, want %d s", ptrString(g), TeardownGrace)
 	}
 	o.Pod = func(p *corev1.Pod) { p.Spec.HostNetwork = true }
 	if p := o.pod(schedload.Burst{Namespace: "ns", Prefix: "plain"}, 0); p.Name != "plain-00000" || !p.Spec.HostNetwork {
 		t.Errorf("pod %s, host network %v: want plain-00000 adapted by Options.Pod", p.Name, p.Spec.HostNetwork)
 	}
+}
+
+func ptrString(g *int64) string {
+	if g == nil {
+		return "unset"
+	}
+	return fmt.Sprintf("%d s", *g)
 }
