@@ -251,14 +251,18 @@ func TestPreemptionThatCannotFreeACardEvictsNothingAndSaysWhy(t *testing.T) {
 	ns := testNamespace(ctx, t, c, "preempt-none")
 	// Each card: one pod of the preemptor's priority and four low ones.
 	// On node totals evicting five low pods frees 40 GiB; on no card does.
-	var pods []*corev1.Pod
-	for i := 0; i < 2; i++ {
-		pods = append(pods, classPod(ns, fmt.Sprintf("peer-%d", i), highClass, "spread", 8))
+	// The peers run first, one per card (spread); created with the low pods,
+	// both could land on one card before the extender binds them in order,
+	// leaving five low pods on the other: a card preemption may free.
+	peers := createAll(ctx, t, c, node, classPod(ns, "peer-0", highClass, "spread", 8), classPod(ns, "peer-1", highClass, "spread", 8))
+	if a, b := cardsOf(t, peers[0]), cardsOf(t, peers[1]); slices.Equal(a, b) {
+		t.Fatalf("both peers on card %v, want one per card (spread)", a)
 	}
+	var lows []*corev1.Pod
 	for i := 0; i < 8; i++ {
-		pods = append(pods, classPod(ns, fmt.Sprintf("low-%d", i), lowClass, "spread", 8))
+		lows = append(lows, classPod(ns, fmt.Sprintf("low-%d", i), lowClass, "spread", 8))
 	}
-	running := createAll(ctx, t, c, node, pods...)
+	running := append(peers, createAll(ctx, t, c, node, lows...)...)
 
 	hi := classPod(ns, "hi", highClass, "", 40)
 	if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, hi, metav1.CreateOptions{}); err != nil {
