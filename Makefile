@@ -234,12 +234,13 @@ bench-scheduling: cluster-binaries ## scheduling throughput, kube-scheduler alon
 	cd test && $(GO) build -o ../$(BIN)/gpushare-schedbench ./schedbench/cmd
 	$(BIN)/gpushare-schedbench -extender $(BIN)/gpushare-scheduler -nodes $(N) -pods $(P) -clients $(CLIENTS) -policies '$(or $(POLICIES),$(ALL_POLICIES))' -timeout $(BENCH_TIMEOUT) -scheduler-qps $(or $(SCHED_QPS),1000) $(if $(BASELINE),-baseline $(BASELINE)) $(if $(filter 1,$(ALL_NODES)),-all-nodes) $(if $(filter 0,$(PLAIN_ALL_NODES)),-plain-all-nodes=false)
 
-# Time to a running pod in a burst (docs/design.md, "Time to a running pod"): on the playground
-# (`make playground` first), three bursts one after the other, each created at once by BURST_CLIENTS:
-# PODS pods without a GPU request alone, PODS GPU pods of GIB GiB alone, and PODS of both kinds interleaved; per
-# burst and kind create→bound→Ready p50/p90/max and first create→last Ready, and "met" only when every
-# pod is Ready and the GPU-alone p90 and both mixed p90s are ≤ 1.2× the no-GPU-alone p90 (exit 1
-# otherwise). Not part of `make test`.
+# Time to a running pod in a burst (docs/benchmarks.md, "Time to a running pod"): on the playground
+# (`make playground CONTAINER_RECORDS=0` first), bursts one after the other, each created at once by
+# BURST_CLIENTS and deleted gracefully before the next: PODS pods without a GPU request alone, PODS
+# pods asking GIB of a do-nothing device plugin (the device floor, not judged), PODS GPU pods of GIB
+# GiB alone, and PODS of both kinds interleaved; per burst and kind create→bound→Ready p50/p90/max and
+# first create→last Ready, and "met" only when every pod is Ready and the GPU-alone p90 and both mixed
+# p90s are ≤ 1.2× the no-GPU-alone p90 (exit 1 otherwise). Not part of `make test`.
 PLAYGROUND_KUBECONFIG ?= /tmp/gpushare-playground/kubeconfig
 bench-burst: ## time to Ready in bursts on the playground: no-GPU alone, the device floor (a do-nothing device plugin the bench serves; not judged), GPU alone, mixed; "met" when all Ready and GPU/mixed p90 ≤ 1.2× no-GPU alone (make playground CONTAINER_RECORDS=0 first: with the agents' container records nothing is judged; PODS=100 GIB=3 BURST_CLIENTS=16 BURST_TIMEOUT=5m; a burst the nodes cannot hold is refused)
 	@mkdir -p $(BIN)

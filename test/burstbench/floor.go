@@ -10,7 +10,11 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/gpushare/gpushare/test/cluster"
 )
 
 // FloorSocket is the do-nothing device plugin's socket name in a node's
@@ -49,6 +53,35 @@ func ServeFloorPlugins(ctx context.Context, dirs []string, resource string, devi
 		if err := registerFloor(ctx, filepath.Join(dir, "kubelet.sock"), resource); err != nil {
 			stop()
 			return nil, fmt.Errorf("floor plugin in %s: %w", dir, err)
+		}
+	}
+	return stop, nil
+}
+
+// FloorNode is a node to serve the device floor on: its name, its kubelet's
+// device-plugins directory and how many devices to advertise there.
+type FloorNode struct {
+	Name, Dir string
+	Devices   int
+}
+
+// StartFloor serves the floor plugins on nodes (ServeFloorPlugins) and
+// waits, up to timeout, until every node shows its devices allocatable.
+func StartFloor(ctx context.Context, client kubernetes.Interface, resource corev1.ResourceName, nodes []FloorNode, timeout time.Duration) (stop func(), err error) {
+	dirs, devices := make([]string, len(nodes)), make([]int, len(nodes))
+	for i, n := range nodes {
+		dirs[i], devices[i] = n.Dir, n.Devices
+	}
+	if stop, err = ServeFloorPlugins(ctx, dirs, string(resource), devices); err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if _, err := cluster.WaitNode(ctx, client, n.Name, timeout, "offering the device floor", func(node *corev1.Node) bool {
+			q := node.Status.Allocatable[resource]
+			return q.Value() == int64(n.Devices)
+		}); err != nil {
+			stop()
+			return nil, err
 		}
 	}
 	return stop, nil

@@ -96,18 +96,12 @@ func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 // they run pods without a request, through the same device manager.
 func laneFloor(ctx context.Context, t *testing.T, c *cluster.Cluster, o *burstbench.Options, node *cluster.KubeletNode) {
 	t.Helper()
-	const res, devices = "example.com/burst-floor", 80
-	stop, err := burstbench.ServeFloorPlugins(ctx, []string{filepath.Join(node.StateDir, "device-plugins")}, res, []int{devices})
+	const res = "example.com/burst-floor"
+	stop, err := burstbench.StartFloor(ctx, c.Client, res, []burstbench.FloorNode{{Name: node.Opts.Name, Dir: filepath.Join(node.StateDir, "device-plugins"), Devices: 80}}, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	if _, err := cluster.WaitNode(ctx, c.Client, node.Opts.Name, 2*time.Minute, "kubelet offering the device floor", func(n *corev1.Node) bool {
-		q := n.Status.Allocatable[res]
-		return q.Value() == devices
-	}); err != nil {
-		t.Fatal(err)
-	}
 	o.FloorResource = res
 }
 

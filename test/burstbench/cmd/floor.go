@@ -25,8 +25,7 @@ func serveFloor(ctx context.Context, client kubernetes.Interface, state string, 
 		fmt.Fprintf(os.Stderr, "burstbench: no device floor: no node's kubelet.sock under %s/nodes (not the playground?)\n", state)
 		return nil, nil
 	}
-	var dirs, nodes []string
-	var devices []int
+	var nodes []burstbench.FloorNode
 	for _, s := range socks {
 		dir := filepath.Dir(s)
 		node := filepath.Base(filepath.Dir(dir))
@@ -35,25 +34,7 @@ func serveFloor(ctx context.Context, client kubernetes.Interface, state string, 
 			return nil, err
 		}
 		units := n.Status.Allocatable[api.DefaultNames().ResourceName()]
-		dirs, nodes, devices = append(dirs, dir), append(nodes, node), append(devices, int(units.Value()))
+		nodes = append(nodes, burstbench.FloorNode{Name: node, Dir: dir, Devices: int(units.Value())})
 	}
-	stop, err := burstbench.ServeFloorPlugins(ctx, dirs, string(res), devices)
-	if err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i, node := range nodes {
-		for {
-			n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if q, ok := n.Status.Allocatable[res]; err == nil && ok && q.Value() == int64(devices[i]) {
-				break
-			}
-			if time.Now().After(deadline) {
-				stop()
-				return nil, fmt.Errorf("node %s does not show %d %s allocatable after 30 s", node, devices[i], res)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	return stop, nil
+	return burstbench.StartFloor(ctx, client, res, nodes, 30*time.Second)
 }
