@@ -146,15 +146,6 @@ func ParseKey(b []byte) (ed25519.PrivateKey, ed25519.PublicKey, error) {
 	return nil, pub, err
 }
 
-// EncodePrivateKey is priv as ParseKey reads it (PKCS#8 PEM).
-func EncodePrivateKey(priv ed25519.PrivateKey) []byte {
-	der, err := x509.MarshalPKCS8PrivateKey(priv)
-	if err != nil {
-		panic(err) // an Ed25519 key always marshals
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-}
-
 // LoadRecordKeys reads the extender's keys from dir: the file
 // RecordKeyCurrent, required, and RecordKeyPrevious, optional (ParseKey).
 // A private current key (the extender's Secret) becomes Signer; public keys

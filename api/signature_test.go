@@ -2,6 +2,8 @@ package api
 
 import (
 	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
@@ -185,12 +187,12 @@ func TestLoadRecordKeys(t *testing.T) {
 		t.Errorf("not a key: %v", err)
 	}
 	cur, prev := extenderKeys(3), extenderKeys(4)
-	write(RecordKeyCurrent, EncodePrivateKey(cur.Signer))
+	write(RecordKeyCurrent, encodePrivateKey(cur.Signer))
 	k, err := LoadRecordKeys(dir)
 	if err != nil || !k.Current.Equal(cur.Current) || !k.Signer.Equal(cur.Signer) || k.Previous != nil {
 		t.Errorf("current only: %+v, %v", k, err)
 	}
-	write(RecordKeyPrevious, EncodePrivateKey(prev.Signer))
+	write(RecordKeyPrevious, encodePrivateKey(prev.Signer))
 	if k, err := LoadRecordKeys(dir); err != nil || !k.Previous.Equal(prev.Current) {
 		t.Errorf("with previous: %+v, %v", k, err)
 	}
@@ -296,4 +298,14 @@ func BenchmarkTrustedAssignment(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// encodePrivateKey is priv as ParseKey reads it (PKCS#8 PEM), as the
+// extender's Secret holds it (podtest.EncodePrivateKey outside this package).
+func encodePrivateKey(priv ed25519.PrivateKey) []byte {
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		panic(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }

@@ -299,23 +299,14 @@ type Decision struct {
 	Repeat bool
 }
 
-// Match picks the queued container an Allocate of ids is for: the first
-// entry, in queue order, that requests len(ids) units. If that entry's pod has
+// MatchUnits picks the queued container an Allocate of ids (parsed at the
+// door, u) is for: the first entry, in queue order, that requests len(ids) units. If that entry's pod has
 // no valid assignment the call is refused (ErrNotScheduled): the kubelet then
 // fails that pod and it never gets a GPU. If the entry was assigned another
 // card than the ids' card (the kubelet admitted two same-size pods in another
 // order than the queue), it gets the ids' card and Decision.Corrected is set.
 // When no pending container requests len(ids) units, a recorded container of
 // that size on the ids' card is taken as re-allocated (Decision.Repeat).
-func Match(s Snapshot, ids []string) (Decision, error) {
-	u, err := ParseUnits(ids)
-	if err != nil {
-		return Decision{}, err
-	}
-	return MatchUnits(s, u)
-}
-
-// MatchUnits is Match for device IDs parsed at the door.
 func MatchUnits(s Snapshot, u Units) (Decision, error) {
 	card, size := u.Card, u.Size()
 	notScheduled := api.Phrase(ErrNotScheduled, "pods requesting "+string(s.Names.OrDefault().ResourceName())+" must be scheduled by gpushare-scheduler")

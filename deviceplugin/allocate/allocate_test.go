@@ -358,3 +358,12 @@ func TestExplains(t *testing.T) {
 		t.Error("an empty snapshot explains a request")
 	}
 }
+
+// Match is MatchUnits for device IDs not yet parsed.
+func Match(s Snapshot, ids []string) (Decision, error) {
+	u, err := ParseUnits(ids)
+	if err != nil {
+		return Decision{}, err
+	}
+	return MatchUnits(s, u)
+}

@@ -912,3 +912,10 @@ func holds(p *Plugin, uid types.UID) bool {
 	}
 	return api.MayStartContainers(v.byUID[uid])
 }
+
+// idle reports whether every queued record has been written (or given up).
+func (q *recordQueue) idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.pending) == 0 && !q.writing
+}

@@ -128,13 +128,6 @@ func (q *recordQueue) done() {
 	q.writing = false
 }
 
-// idle reports whether every queued record has been written (or given up).
-func (q *recordQueue) idle() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.pending) == 0 && !q.writing
-}
-
 func (q *recordQueue) setServing(on bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -3,6 +3,8 @@ package podtest
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,7 +125,16 @@ func RecordKeys(name string) api.RecordKeys {
 // RecordKeyFile is RecordKeys(name)'s private key as the extender's Secret
 // holds it (PKCS#8 PEM).
 func RecordKeyFile(name string) string {
-	return string(api.EncodePrivateKey(RecordKeys(name).Signer))
+	return string(EncodePrivateKey(RecordKeys(name).Signer))
+}
+
+// EncodePrivateKey is priv as api.ParseKey reads it (PKCS#8 PEM).
+func EncodePrivateKey(priv ed25519.PrivateKey) []byte {
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		panic(err) // an Ed25519 key always marshals
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
 
 // RotatingKeys is RecordKeys(current) with previous as the key being

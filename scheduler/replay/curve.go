@@ -105,42 +105,24 @@ func (c SamplingCurve) Run(ctx context.Context) ([]CurvePoint, error) {
 	}
 	type result struct{ unalloc, rate float64 }
 	results := map[[3]int]result{} // size, seed, percent
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		next int
-	)
-	for range max(c.Parallel, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if next >= len(jobs) || ctx.Err() != nil {
-					mu.Unlock()
-					return
-				}
-				j := jobs[next]
-				next++
-				mu.Unlock()
-				start := c.Now()
-				r := ReplaySampled(j.t, c.Policy, c.Seeds[j.seed], inflate, j.percent)
-				secs := c.Now().Sub(start).Seconds()
-				res := result{unalloc: r.UnallocatedAt100()}
-				if secs > 0 {
-					res.rate = float64(r.Pods) / secs
-				}
-				mu.Lock()
-				results[[3]int{j.size, j.seed, j.percent}] = res
-				if c.Progress != nil {
-					fmt.Fprintf(c.Progress, "%6d nodes  percentageOfNodesToScore %3d  seed %-3d unallocated@100 %6.2f%%  %8.0f pods/s\n", len(j.t.Nodes), j.percent, c.Seeds[j.seed], res.unalloc, res.rate)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	var mu sync.Mutex
+	err := parallel(ctx, len(jobs), c.Parallel, func(k int) {
+		j := jobs[k]
+		start := c.Now()
+		r := ReplaySampled(j.t, c.Policy, c.Seeds[j.seed], inflate, j.percent)
+		secs := c.Now().Sub(start).Seconds()
+		res := result{unalloc: r.UnallocatedAt100()}
+		if secs > 0 {
+			res.rate = float64(r.Pods) / secs
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		results[[3]int{j.size, j.seed, j.percent}] = res
+		if c.Progress != nil {
+			fmt.Fprintf(c.Progress, "%6d nodes  percentageOfNodesToScore %3d  seed %-3d unallocated@100 %6.2f%%  %8.0f pods/s\n", len(j.t.Nodes), j.percent, c.Seeds[j.seed], res.unalloc, res.rate)
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
 	var out []CurvePoint

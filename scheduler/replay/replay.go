@@ -50,29 +50,6 @@ func (r *Run) AllocatedAt(pct int) float64 {
 // UnallocatedAt100 is 100 − allocated at 100% arrival: the anchor's headline.
 func (r *Run) UnallocatedAt100() float64 { return 100 - r.AllocatedAt(100) }
 
-// Replay replays trace t under policy p with seed, following the anchor's
-// protocol (docs/packing.md):
-//
-//  1. the cluster is the trace's nodes; a pod must fit CPU, memory and GPU;
-//  2. the pods are shuffled (math/rand seeded with seed), then random copies
-//     of trace pods are appended until the total GPU request reaches
-//     inflate × capacity; no pod ever leaves;
-//  3. each pod is placed once, in order, or recorded as failed;
-//  4. after every pod the allocated GPU and the arrived request, both as % of
-//     capacity, update the curve.
-//
-// Placing one pod is exactly the extender's path: the workload learns the
-// pod's shape (Workload.Observe: the scheduler sees a pod before placing
-// it, and never what comes later); every node that passes kube-scheduler's
-// CPU/memory fit (NodeResourcesFit: request ≤ allocatable − requested) is
-// evaluated with p.Evaluate; allocator.BestNodes picks the best; ties go to
-// the lowest node position in the trace (kube-scheduler would pick one of
-// them at random); p.Decide on that node gives the cards, and the grants
-// are applied.
-func Replay(t *Trace, p *allocator.Policy, seed int64, inflate float64) Run {
-	return replayPods(t, p, seed, arrivals(t, seed, inflate))
-}
-
 // arrivals is the protocol's arrival order: the trace's pods shuffled, then
 // random copies of trace pods until the GPU request reaches inflate ×
 // capacity.
@@ -100,13 +77,30 @@ func arrivals(t *Trace, seed int64, inflate float64) []PodSpec {
 	return pods
 }
 
-// ReplaySampled is Replay with kube-scheduler's percentageOfNodesToScore
-// (docs/design.md, "Scheduling throughput"): each pod's candidates are not
-// every node but the first NodesToFind(percent, nodes) nodes that pass
+// ReplaySampled replays trace t under policy p with seed, following the anchor's
+// protocol (docs/packing.md):
+//
+//  1. the cluster is the trace's nodes; a pod must fit CPU, memory and GPU;
+//  2. the pods are shuffled (math/rand seeded with seed), then random copies
+//     of trace pods are appended until the total GPU request reaches
+//     inflate × capacity; no pod ever leaves;
+//  3. each pod is placed once, in order, or recorded as failed;
+//  4. after every pod the allocated GPU and the arrived request, both as % of
+//     capacity, update the curve.
+//
+// Placing one pod is exactly the extender's path: the workload learns the
+// pod's shape (Workload.Observe: the scheduler sees a pod before placing
+// it, and never what comes later); every node that passes kube-scheduler's
+// CPU/memory fit (NodeResourcesFit: request ≤ allocatable − requested) is
+// evaluated with p.Evaluate; allocator.BestNodes picks the best; ties go to
+// the lowest node position in the trace (kube-scheduler would pick one of
+// them at random); p.Decide on that node gives the cards, and the grants
+// are applied. With percent below 100, kube-scheduler's
+// percentageOfNodesToScore (docs/design.md, "Scheduling throughput"): each
+// pod's candidates are the first NodesToFind(percent, nodes) nodes that pass
 // kube-scheduler's own fit (CPU, memory and the node's gpu-mem total as an
 // extended resource), searched from where the previous pod's search stopped,
-// round the node list, as kube-scheduler's findNodesThatPassFilters does;
-// the policy's best node among those is chosen. percent 100 is Replay.
+// round the node list, as kube-scheduler's findNodesThatPassFilters does.
 func ReplaySampled(t *Trace, p *allocator.Policy, seed int64, inflate float64, percent int) Run {
 	return replayPodsSampled(t, p, seed, arrivals(t, seed, inflate), percent)
 }
@@ -132,11 +126,6 @@ func NodesToFind(percent, nodes int) int {
 	}
 	percent = cmp.Or(percent, max(50-nodes/125, minPercent))
 	return max(nodes*percent/100, minNodes)
-}
-
-// replayPods places pods in order (see Replay).
-func replayPods(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec) Run {
-	return replayPodsSampled(t, p, seed, pods, 100)
 }
 
 // hostFits is kube-scheduler's own fit for pod on node i: CPU and memory,

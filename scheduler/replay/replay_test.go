@@ -375,3 +375,13 @@ func TestScaledIsTheSameWorkloadOnALargerCluster(t *testing.T) {
 		t.Errorf("unallocated at 100%%: %.2f on the trace, %.2f on it 3× over; want the same", one.UnallocatedAt100(), three.UnallocatedAt100())
 	}
 }
+
+// Replay is ReplaySampled of every node (percent 100).
+func Replay(t *Trace, p *allocator.Policy, seed int64, inflate float64) Run {
+	return ReplaySampled(t, p, seed, inflate, 100)
+}
+
+// replayPods places pods in order, every node a candidate.
+func replayPods(t *Trace, p *allocator.Policy, seed int64, pods []PodSpec) Run {
+	return replayPodsSampled(t, p, seed, pods, 100)
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
@@ -71,45 +72,25 @@ func (b Batch) Run(ctx context.Context) (*Report, error) {
 	if inflate <= 0 {
 		inflate = DefaultInflate
 	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		next int
-	)
-	for range par {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				if next >= len(jobs) || ctx.Err() != nil {
-					mu.Unlock()
-					return
-				}
-				j := jobs[next]
-				k := next
-				next++
-				mu.Unlock()
-				percent := 100
-				if b.NodesToScore != nil {
-					percent = *b.NodesToScore
-				}
-				tol := allocator.WorkloadTolerance
-				if b.WorkloadTolerance != nil {
-					tol = *b.WorkloadTolerance
-				}
-				r := ReplayModel(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate, percent, tol)
-				runs[k] = r
-				if b.Progress != nil {
-					mu.Lock()
-					fmt.Fprintf(b.Progress, "%-28s %-10s seed %-3d unallocated@100 %6.2f%%  failed %d\n", r.Trace, r.Policy, r.Seed, r.UnallocatedAt100(), r.Failed)
-					mu.Unlock()
-				}
-			}
-		}()
+	percent, tol := 100, allocator.WorkloadTolerance
+	if b.NodesToScore != nil {
+		percent = *b.NodesToScore
 	}
-	wg.Wait()
-	if err := ctx.Err(); err != nil {
+	if b.WorkloadTolerance != nil {
+		tol = *b.WorkloadTolerance
+	}
+	var mu sync.Mutex
+	err := parallel(ctx, len(jobs), par, func(k int) {
+		j := jobs[k]
+		r := ReplayModel(b.Traces[j.t], b.Policies[j.p], b.Seeds[j.s], inflate, percent, tol)
+		runs[k] = r
+		if b.Progress != nil {
+			mu.Lock()
+			fmt.Fprintf(b.Progress, "%-28s %-10s seed %-3d unallocated@100 %6.2f%%  failed %d\n", r.Trace, r.Policy, r.Seed, r.UnallocatedAt100(), r.Failed)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
 	rep := &Report{Runs: runs}
@@ -117,6 +98,22 @@ func (b Batch) Run(ctx context.Context) (*Report, error) {
 		rep.Summaries = append(rep.Summaries, Summarize(runs[i:i+len(b.Seeds)]))
 	}
 	return rep, nil
+}
+
+// parallel calls do(i) for each i below n, in order, on par goroutines
+// (do's calls may run at once), until ctx ends; it returns ctx's error.
+func parallel(ctx context.Context, n, par int, do func(i int)) error {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range max(par, 1) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				do(i)
+			}
+		})
+	}
+	wg.Wait()
+	return ctx.Err()
 }
 
 // Summarize averages runs of one trace × policy.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/kubeletnode"
 )
 
@@ -160,7 +161,7 @@ func createChartSecrets(ctx context.Context, t *testing.T, c kubernetes.Interfac
 			t.Fatal(err)
 		}
 		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: v.Secret.SecretName, Namespace: pod.Namespace},
-			Data: map[string][]byte{api.RecordKeyCurrent: api.EncodePrivateKey(priv)}}
+			Data: map[string][]byte{api.RecordKeyCurrent: podtest.EncodePrivateKey(priv)}}
 		if _, err := c.CoreV1().Secrets(pod.Namespace).Create(ctx, sec, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("creating the chart's Secret %s: %v", v.Secret.SecretName, err)
 		}

@@ -19,6 +19,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/gpushare/gpushare/api"
+	"github.com/gpushare/gpushare/internal/podtest"
 	"github.com/gpushare/gpushare/test/cluster"
 )
 
@@ -80,7 +81,7 @@ func TestRecordKeyRotationWithoutRestart(t *testing.T) {
 	defer cancel()
 
 	byOld, byNew := freshKeys(t), freshKeys(t)
-	oldKey, newKey := string(api.EncodePrivateKey(byOld.Signer)), string(api.EncodePrivateKey(byNew.Signer))
+	oldKey, newKey := string(podtest.EncodePrivateKey(byOld.Signer)), string(podtest.EncodePrivateKey(byNew.Signer))
 	// vol is the extender's Secret (private keys); pubVol the device plugin's
 	// view of the ConfigMap the extender publishes the public halves in,
 	// copied by publish as the kubelet would sync it.

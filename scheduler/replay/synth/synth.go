@@ -113,9 +113,6 @@ type Spec struct {
 	Requests string
 }
 
-// String is "FLEET/REQUESTS".
-func (s Spec) String() string { return s.Fleet + "/" + s.Requests }
-
 // ParseSpec reads "FLEET/REQUESTS" (e.g. "mixed/mixed"); an unknown name is
 // an error that lists the known ones.
 func ParseSpec(s string) (Spec, error) {
