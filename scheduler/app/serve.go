@@ -148,7 +148,7 @@ func Serve(ctx context.Context, o Options, clients Clients, ln, admin net.Listen
 			publisher.Run(ctx, nodesChanged, cardLimitsResync)
 		}
 	}()
-	go periodic.Run(ctx, clock.RealClock{}, time.Minute, nil, func() { c.CleanupExpired() })
+	go periodic.Run(ctx, clock.RealClock{}, 10*time.Second, nil, func() { c.CleanupExpired() }) // expired assumptions and reservations
 
 	scopeSrv, scopeLn, err := nodeScopeServer(ctx, o, reg, logger)
 	if err != nil {

@@ -2,6 +2,8 @@ package cache
 
 import (
 	"fmt"
+	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -124,4 +126,54 @@ func (c *Cache) CleanupExpired() int {
 		c.remove(p)
 	}
 	return len(expired)
+}
+
+// Reserve turns the pod's assumption, just made for a filter that kept one
+// node, into a reservation: its units count until bind claims it (Claim), the
+// pod is filtered again (Unreserve), confirmed or deleted, or ttl passes.
+func (c *Cache) Reserve(uid types.UID, ttl time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pods[uid]
+	if ok = ok && p.state == Assumed && !p.bindDone; ok {
+		p.reserved, p.bindDone, p.deadline = true, true, c.clock.Now().Add(ttl)
+	}
+	return ok
+}
+
+// Claim hands bind the pod's reservation on node, now an assumption whose
+// bind is in flight. One on another node, or on a card no longer schedulable,
+// is dropped: bind decides again.
+func (c *Cache) Claim(uid types.UID, node string) (api.Assignment, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pods[uid]
+	if !ok || p.state != Assumed || !p.reserved {
+		return api.Assignment{}, false
+	}
+	n := c.nodes[node]
+	uuids := p.assignment.WholeCardUUIDs()
+	for _, ca := range p.assignment.Containers {
+		uuids = append(uuids, ca.CardUUID)
+	}
+	for _, uuid := range uuids {
+		ok = ok && p.node == node && n != nil && n.known && slices.ContainsFunc(n.snap.Cards, func(card allocator.Card) bool { return card.UUID == uuid && card.Schedulable() })
+	}
+	if !ok || p.node != node {
+		c.remove(p)
+		return api.Assignment{}, false
+	}
+	p.reserved, p.bindDone, p.deadline = false, false, time.Time{}
+	return p.assignment, true
+}
+
+// Unreserve drops the pod's reservation and reports whether it had one.
+func (c *Cache) Unreserve(uid types.UID) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pods[uid]
+	if ok = ok && p.state == Assumed && p.reserved; ok {
+		c.remove(p)
+	}
+	return ok
 }

@@ -112,9 +112,12 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 		return outcomeInvalid, fmt.Errorf("bind %s/%s: the pod asks for no %s; the gpushare extender binds only pods that do, or that ask for %s (kube-scheduler binds the others itself)", args.PodNamespace, args.PodName, s.names.ResourceName(), s.names.WholeResourceName())
 	}
 
-	a, outcome, err := s.assume(pod, preq, args.Node)
-	if err != nil {
-		return outcome, err
+	a, claimed := s.cache.Claim(pod.UID, args.Node) // the filter's reservation (reserve)
+	if !claimed {
+		var outcome string
+		if a, outcome, err = s.assume(pod, preq, args.Node); err != nil {
+			return outcome, err
+		}
 	}
 	// From here on the assumption is in the cache; no lock is held.
 	signed, err := api.KeysOf(s.recordKeys).Sign(a)
@@ -300,4 +303,22 @@ func (s *Server) postBinding(ctx context.Context, pod *corev1.Pod, node string, 
 		return fmt.Errorf("bind pod %s/%s to node %s: %w", pod.Namespace, pod.Name, node, err)
 	}
 	return nil
+}
+
+// reserveTTL bounds a reservation no bind claimed (docs/design.md, "Reservations"):
+// kube-scheduler binds at once unless a Permit plugin makes it wait.
+const reserveTTL = 30 * time.Second
+
+// reserve assumes pod's cards on node, the one node its best-mode filter kept (so kube-scheduler's
+// choice): the pods filtered while its bind is in flight see them taken, and its bind claims them.
+func (s *Server) reserve(pod *corev1.Pod, node string) {
+	preq, err := s.names.RequestFromPod(pod)
+	if err != nil || preq.Empty() {
+		return
+	}
+	if _, _, err := s.assume(pod, preq, node); err != nil {
+		klog.V(4).InfoS("Not reserving the filter's node", "pod", klog.KObj(pod), "node", node, "err", err)
+		return
+	}
+	s.cache.Reserve(pod.UID, reserveTTL)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"os"
 	"sync"
 	"testing"
@@ -191,4 +192,14 @@ func assignment(t testing.TB, pod *corev1.Pod) api.Assignment {
 		t.Fatalf("pod %s: %v", pod.Name, err)
 	}
 	return a
+}
+
+// Filter is the filter verb without the decoder's candidates.
+func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
+	return s.filter(ctx, args, candidates{})
+}
+
+// Prioritize is the prioritize verb without the decoder's candidates.
+func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
+	return s.prioritize(ctx, args, candidates{})
 }

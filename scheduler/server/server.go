@@ -69,6 +69,10 @@ type Cache interface {
 	Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
+	// Reserve, Claim and Unreserve: the filter's assumption (Server.reserve).
+	Reserve(uid types.UID, ttl time.Duration) bool
+	Claim(uid types.UID, node string) (api.Assignment, bool)
+	Unreserve(uid types.UID) bool
 	Inspect(names ...string) []api.ExtenderNode
 	// Residents lists the pods holding units on a node's cards (the
 	// preempt verb).
@@ -356,7 +360,8 @@ func (s *Server) getDecisions(n int) []allocator.Decision { return s.decisionPoo
 
 func (s *Server) putDecisions(d []allocator.Decision) { s.decisionPool.put(d) }
 
-// Filter implements the filter verb. Pods that ask for no gpu-mem pass on
+// filter implements the filter verb, with the candidates as the decoder
+// resolved them (decodeArgs), if it did. Pods that ask for no gpu-mem pass on
 // every node; a pod whose demand is invalid (e.g. an init container asks for
 // gpu-mem) fails every node, unresolvably, with the reason.
 //
@@ -368,17 +373,14 @@ func (s *Server) putDecisions(d []allocator.Decision) { s.decisionPool.put(d) }
 // thousands of other fitting nodes as "failed" only cost both sides
 // encoding, decoding and a status per node (docs/design.md, "Scheduling
 // throughput").
-func (s *Server) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*extenderv1.ExtenderFilterResult, error) {
-	return s.filter(ctx, args, candidates{})
-}
-
-// filter is Filter with the candidates as the decoder resolved them
-// (decodeArgs), if it did.
 func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (*extenderv1.ExtenderFilterResult, error) {
 	defer s.metrics.observe("filter", s.clock, s.clock.Now())
 	names, err := s.checkArgs(args)
 	if err != nil {
 		return nil, err
+	}
+	if args.Pod != nil && s.cache.Unreserve(args.Pod.UID) {
+		cands = candidates{} // filtered again, so not bound where it was reserved: fresh snapshots
 	}
 	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
@@ -411,6 +413,9 @@ func (s *Server) filter(ctx context.Context, args *extenderv1.ExtenderArgs, cand
 			}
 		}
 		kept = best
+		if s.mode == FilterBest && len(kept) == 1 {
+			s.reserve(args.Pod, names[kept[0]])
+		}
 		for _, d := range decisions {
 			switch {
 			case d.Fits:
@@ -454,16 +459,11 @@ func sample(idx []int, k int) []int {
 	return idx
 }
 
-// Prioritize implements the prioritize verb: the policy's node scores
-// rescaled to 0..MaxExtenderPriority (allocator.ExtenderScores); nodes that
-// do not fit, and every node for a pod that asks for no (or an invalid)
-// gpu-mem demand, score 0.
-func (s *Server) Prioritize(ctx context.Context, args *extenderv1.ExtenderArgs) (extenderv1.HostPriorityList, error) {
-	return s.prioritize(ctx, args, candidates{})
-}
-
-// prioritize is Prioritize with the candidates as the decoder resolved
-// them, if it did.
+// prioritize implements the prioritize verb, with the candidates as the
+// decoder resolved them, if it did: the policy's node scores rescaled to
+// 0..MaxExtenderPriority (allocator.ExtenderScores); nodes that do not fit,
+// and every node for a pod that asks for no (or an invalid) gpu-mem demand,
+// score 0.
 func (s *Server) prioritize(ctx context.Context, args *extenderv1.ExtenderArgs, cands candidates) (extenderv1.HostPriorityList, error) {
 	defer s.metrics.observe("prioritize", s.clock, s.clock.Now())
 	names, err := s.checkArgs(args)
@@ -471,6 +471,9 @@ func (s *Server) prioritize(ctx context.Context, args *extenderv1.ExtenderArgs, 
 		return nil, err
 	}
 	out := zeroScores(names)
+	if args.Pod != nil && s.cache.Unreserve(args.Pod.UID) {
+		cands = candidates{} // a pod being scored is not bound yet: fresh snapshots
+	}
 	decisions, _, interested, reqErr, err := s.evaluate(ctx, args.Pod, names, cands)
 	if err != nil {
 		return nil, err
