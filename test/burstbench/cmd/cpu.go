@@ -108,7 +108,7 @@ func (m *cpuMeter) write(w io.Writer) {
 
 // dumpTimelines writes each pod's timeline as CSV lines: burst, pod, kind,
 // created, bound, Ready (wall clock, to join with the components' logs).
-func dumpTimelines(path string, results []burstbench.Result) {
+func dumpTimelines(path string, rounds [][]burstbench.Result) {
 	if path == "" {
 		return
 	}
@@ -118,9 +118,15 @@ func dumpTimelines(path string, results []burstbench.Result) {
 		return
 	}
 	defer f.Close()
-	for _, r := range results {
-		for name, t := range r.Pods {
-			fmt.Fprintf(f, "%s,%s,%s,%s,%s,%s\n", r.Mix, name, t.Kind, t.Created.Format("15:04:05.000000"), t.Bound.Format("15:04:05.000000"), t.Ready.Format("15:04:05.000000"))
+	for i, results := range rounds {
+		for _, r := range results {
+			burst := r.Mix.String()
+			if len(rounds) > 1 {
+				burst = fmt.Sprintf("%s (round %d)", burst, i+1)
+			}
+			for name, t := range r.Pods {
+				fmt.Fprintf(f, "%s,%s,%s,%s,%s,%s\n", burst, name, t.Kind, t.Created.Format("15:04:05.000000"), t.Bound.Format("15:04:05.000000"), t.Ready.Format("15:04:05.000000"))
+			}
 		}
 	}
 }

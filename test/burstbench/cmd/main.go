@@ -37,10 +37,11 @@ func main() {
 	only := flag.String("only", "", "run one burst alone: no-gpu, gpu, mixed or floor (no ratio is judged)")
 	timelines := flag.String("timelines", "", "write each pod's create, bound and Ready times to this CSV file")
 	policy := flag.String("policy", "", "the GPU pods' placement policy (annotation; empty: the extender's default)")
+	rounds := flag.Int("rounds", 1, "run the bursts this many times, one suite after the other, and judge each ratio by its median over the rounds (a ratio of two single bursts' p90s moves by half between suites on a shared machine)")
 	floor := flag.String("floor", "example.com/burst-floor", "on the playground, also time pods asking GIB of this resource from a do-nothing device plugin the bench serves on each node (the device floor; not judged); empty: no floor")
 	flag.Parse()
-	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 {
-		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib and -clients must be at least 1")
+	if o.Pods < 1 || o.GiB < 1 || o.Clients < 1 || *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "gpushare-burstbench: -pods, -gib, -clients and -rounds must be at least 1")
 		os.Exit(2)
 	}
 	if *policy != "" {
@@ -91,15 +92,28 @@ func main() {
 	}
 	meter := &cpuMeter{dir: filepath.Dir(*kubeconfig), spent: map[burstbench.Mix]map[string]float64{}}
 	o.Measure = meter.measure
-	results := burstbench.RunSuite(ctx, client, o)
-	met := burstbench.WriteSuite(os.Stdout, o, results)
-	meter.write(os.Stdout)
-	dumpTimelines(*timelines, results)
-	for _, r := range results {
-		notReady(os.Stdout, r)
-		if r.Err != nil {
-			fmt.Fprintf(os.Stderr, "gpushare-burstbench: %s burst: %v\n", r.Mix, r.Err)
+	var all [][]burstbench.Result
+	met := false
+	for i := range *rounds {
+		if *rounds > 1 {
+			fmt.Printf("\n=== round %d of %d\n", i+1, *rounds)
 		}
+		results := burstbench.RunSuite(ctx, client, o)
+		met = burstbench.WriteSuite(os.Stdout, o, results)
+		meter.write(os.Stdout)
+		for _, r := range results {
+			notReady(os.Stdout, r)
+			if r.Err != nil {
+				fmt.Fprintf(os.Stderr, "gpushare-burstbench: %s burst: %v\n", r.Mix, r.Err)
+			}
+		}
+		if all = append(all, results); ctx.Err() != nil {
+			break
+		}
+	}
+	dumpTimelines(*timelines, all)
+	if len(all) > 1 {
+		met = burstbench.WriteRounds(os.Stdout, all)
 	}
 	if !met {
 		os.Exit(1)
