@@ -28,7 +28,8 @@ import (
 // alone, both interleaved — with the figures per kind, create → bound →
 // Ready, and the verdict (burstbench.Judge): it fails unless every pod is
 // Ready and the GPU and mixed p90s are within the target of the no-GPU-alone
-// p90. GPUSHARE_BENCH_PODS (default 15 a burst; the lane's kubelet runs
+// p90 (over GPUSHARE_BENCH_ROUNDS suites, by each ratio's median: burstbench.JudgeRounds).
+// GPUSHARE_BENCH_PODS (default 15 a burst; the lane's kubelet runs
 // at most 30 pods, maxPods) and GPUSHARE_BENCH_PLUGIN_ARGS (space-separated
 // plugin flags, e.g. "--kube-api-qps=5 --kube-api-burst=10" for client-go's
 // old budget) vary it.
@@ -144,17 +145,32 @@ func runLaneSuite(ctx context.Context, t *testing.T, c *cluster.Cluster, o burst
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := burstbench.RunSuite(ctx, client, o)
-	met := burstbench.WriteSuite(os.Stdout, o, results)
-	for _, r := range results {
-		for name, tl := range r.Pods {
-			if tl.Failed {
-				t.Errorf("%s burst: %s Failed: %s", r.Mix, name, tl.FailedReason)
+	rounds := 1
+	if v := os.Getenv("GPUSHARE_BENCH_ROUNDS"); v != "" {
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			t.Fatalf("GPUSHARE_BENCH_ROUNDS=%q: want a positive number", v)
+		}
+	}
+	var all [][]burstbench.Result
+	met := false
+	for i := range rounds {
+		fmt.Printf("\n=== round %d of %d\n", i+1, rounds)
+		results := burstbench.RunSuite(ctx, client, o)
+		met = burstbench.WriteSuite(os.Stdout, o, results)
+		for _, r := range results {
+			for name, tl := range r.Pods {
+				if tl.Failed {
+					t.Errorf("%s burst: %s Failed: %s", r.Mix, name, tl.FailedReason)
+				}
+			}
+			if r.Err != nil {
+				t.Errorf("%s burst: %v", r.Mix, r.Err)
 			}
 		}
-		if r.Err != nil {
-			t.Errorf("%s burst: %v", r.Mix, r.Err)
-		}
+		all = append(all, results)
+	}
+	if rounds > 1 {
+		met = burstbench.WriteRounds(os.Stdout, all)
 	}
 	if !met {
 		t.Errorf("target not met (figures above); kubelet node log: %s", nodeLog)
