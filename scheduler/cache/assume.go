@@ -141,9 +141,8 @@ func (c *Cache) Reserve(uid types.UID, ttl time.Duration) bool {
 	return ok
 }
 
-// Claim hands bind the pod's reservation on node, now an assumption whose
-// bind is in flight. One on another node, or on a card no longer schedulable,
-// is dropped: bind decides again.
+// Claim hands bind the pod's reservation on node, now an assumption whose bind is in flight. One on
+// another node, or no longer valid there (Assume's checks), is dropped: bind decides again.
 func (c *Cache) Claim(uid types.UID, node string) (api.Assignment, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -152,14 +151,18 @@ func (c *Cache) Claim(uid types.UID, node string) (api.Assignment, bool) {
 		return api.Assignment{}, false
 	}
 	n := c.nodes[node]
-	uuids := p.assignment.WholeCardUUIDs()
+	ok = p.node == node && n != nil && n.known && n.snap.InventoryErr == nil && n.snap.Unit == p.assignment.Unit
+	fits := func(uuid string, share bool) bool { // still schedulable, within capacity, not held whole by another
+		i := slices.IndexFunc(n.snap.Cards, func(card allocator.Card) bool { return card.UUID == uuid })
+		return i >= 0 && n.snap.Cards[i].Schedulable() && n.snap.Cards[i].Used <= n.snap.Cards[i].Capacity && !(share && n.snap.Cards[i].Whole)
+	}
+	for _, uuid := range p.assignment.WholeCardUUIDs() {
+		ok = ok && fits(uuid, false)
+	}
 	for _, ca := range p.assignment.Containers {
-		uuids = append(uuids, ca.CardUUID)
+		ok = ok && fits(ca.CardUUID, true)
 	}
-	for _, uuid := range uuids {
-		ok = ok && p.node == node && n != nil && n.known && slices.ContainsFunc(n.snap.Cards, func(card allocator.Card) bool { return card.UUID == uuid && card.Schedulable() })
-	}
-	if !ok || p.node != node {
+	if !ok {
 		c.remove(p)
 		return api.Assignment{}, false
 	}

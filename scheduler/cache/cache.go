@@ -73,8 +73,7 @@ type podState struct {
 	// deadline unless confirmed first.
 	bindDone bool
 	deadline time.Time
-	// reserved: the filter's assumption (Reserve) until bind claims it; expires at deadline.
-	reserved bool
+	reserved bool // the filter's assumption (Reserve) until bind claims it; expires at deadline
 }
 
 // nodeState is one node's inventory and the pods on it.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/gpushare/gpushare/api"
@@ -84,23 +85,42 @@ func TestReservationCountsUntilClaimedUnreservedOrExpired(t *testing.T) {
 	}
 }
 
-// A card isolated between the filter and the bind is not handed out by the
-// reservation: Claim drops it and bind decides again.
-func TestClaimDropsAReservationOnACardNoLongerSchedulable(t *testing.T) {
-	c := cache.New()
-	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Obj())
-	pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
-	a, err := decideAndAssume(t, c, pod, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Reserve(pod.UID, time.Minute)
-	isolate := fmt.Sprint(a.Containers[0].CardIndex)
-	c.SetNode(fixture.MakeNode("n1").Card(0, 40).Card(1, 40).Annotation(api.DefaultNames().AnnotationIsolation(), isolate).Obj())
-	if got, ok := c.Claim(pod.UID, "n1"); ok {
-		t.Fatalf("claimed %+v on isolated card %s", got, isolate)
-	}
-	if _, ok := c.PodState(pod.UID); ok {
-		t.Error("the refused reservation still counts")
+// What changed on the node between the filter and the bind is checked as
+// Assume checks it: a card isolated, the node's plugin not serving, a card filled by a
+// pod another scheduler placed. Claim drops such a reservation (bind decides
+// again) and hands out an unchanged one.
+func TestClaimDropsAReservationNoLongerValid(t *testing.T) {
+	iso := api.DefaultNames().AnnotationIsolation()
+	for _, tc := range []struct {
+		name   string
+		change func(c *cache.Cache, card int)
+		ok     bool
+	}{
+		{"unchanged", func(*cache.Cache, int) {}, true},
+		{"card isolated", func(c *cache.Cache, card int) {
+			c.SetNode(fixture.MakeNode("n1").Card(0, 16).Card(1, 16).Annotation(iso, fmt.Sprint(card)).Obj())
+		}, false},
+		{"node's device plugin not serving", func(c *cache.Cache, _ int) { c.SetPod(pluginPod("plugin-a", "n1", false).Obj()) }, false},
+		{"card filled by a pod placed elsewhere", func(c *cache.Cache, card int) {
+			c.SetPod(podtest.Make("ns", "other").GPU("main", 10).AssignOn("n1", api.PhaseAllocated, card).Obj())
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cache.New(cache.WithDevicePluginSelector(labels.SelectorFromSet(labels.Set{"app.kubernetes.io/component": "device-plugin"})))
+			c.SetNode(fixture.MakeNode("n1").Card(0, 16).Card(1, 16).Obj())
+			pod := podtest.Make("ns", "p").GPU("main", 10).Obj()
+			a, err := decideAndAssume(t, c, pod, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Reserve(pod.UID, time.Minute)
+			tc.change(c, a.Containers[0].CardIndex)
+			if got, ok := c.Claim(pod.UID, "n1"); ok != tc.ok {
+				t.Fatalf("Claim = %+v, %v; want %v", got, ok, tc.ok)
+			}
+			if _, kept := c.PodState(pod.UID); kept != tc.ok {
+				t.Errorf("after Claim the pod is cached: %v, want %v", kept, tc.ok)
+			}
+		})
 	}
 }

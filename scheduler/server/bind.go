@@ -113,8 +113,7 @@ func (s *Server) bind(ctx context.Context, args *extenderv1.ExtenderBindingArgs,
 	}
 
 	a, claimed := s.cache.Claim(pod.UID, args.Node) // the filter's reservation (reserve)
-	if !claimed {
-		var outcome string
+	if outcome := ""; !claimed {
 		if a, outcome, err = s.assume(pod, preq, args.Node); err != nil {
 			return outcome, err
 		}

@@ -69,7 +69,6 @@ type Cache interface {
 	Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, basis *allocator.Node) error
 	Forget(uid types.UID)
 	FinishBinding(uid types.UID)
-	// Reserve, Claim and Unreserve: the filter's assumption (Server.reserve).
 	Reserve(uid types.UID, ttl time.Duration) bool
 	Claim(uid types.UID, node string) (api.Assignment, bool)
 	Unreserve(uid types.UID) bool
