@@ -248,11 +248,11 @@ bench-burst: ## time to Ready in bursts on the playground: no-GPU alone, the dev
 	cd test && $(GO) build -o ../$(BIN)/gpushare-burstbench ./burstbench/cmd
 	$(BIN)/gpushare-burstbench -kubeconfig $(PLAYGROUND_KUBECONFIG) -pods $(or $(PODS),100) -gib $(or $(GIB),3) -clients $(or $(BURST_CLIENTS),16) -timeout $(or $(BURST_TIMEOUT),5m) -rounds $(or $(ROUNDS),3)
 
-# The same bursts (the device floor too) on the container lane's real node (kubelet, containerd, runc through NVIDIA's
+# The same bursts (the device floor too; the DRA variant's: a do-nothing DRA driver) on the container lane's real node (kubelet, containerd, runc through NVIDIA's
 # runtime), then on the DRA lane's node (GPU pods with claims of the gpushare DeviceClass, containerd 2):
 # PODS pods a burst (default 15: what the lane's two 40 GiB cards hold at 4 GiB, with room); PLUGIN_ARGS adds plugin flags.
 .PHONY: bench-burst-lane
-bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node and its DRA variant (root; PODS=15 ROUNDS=3 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
+bench-burst-lane: cluster-binaries container-lane ## bench-burst on the container lane's real kubelet node and its DRA variant, whose floor is a do-nothing DRA driver (root; PODS=15 ROUNDS=3 PLUGIN_ARGS="--kube-api-qps=5 --kube-api-burst=10")
 	cd test && GPUSHARE_E2E=1 GPUSHARE_BENCH_BURST_LANE=1 GPUSHARE_E2E_DRA_LANE=1 GPUSHARE_BENCH_PODS=$(or $(PODS),15) GPUSHARE_BENCH_ROUNDS=$(or $(ROUNDS),3) GPUSHARE_BENCH_PLUGIN_ARGS='$(PLUGIN_ARGS)' $(GO) test -count=1 -ldflags='$(TESTLDFLAGS)' -timeout 40m -run '^TestBurstBench(DRA)?OnARealKubelet$$' -v ./e2e/
 
 # The DRA lane (docs/e2e.md, docs/dra.md): gpushare's node agent as a DRA driver on the container

@@ -50,6 +50,9 @@ type Options struct {
 	// FloorResource is the resource the DeviceFloor burst's pods ask GiB
 	// of, served by ServeFloorPlugins (empty: no floor burst).
 	FloorResource corev1.ResourceName
+	// FloorWhat says what serves the floor's pods (default: a device plugin
+	// that does nothing; the DRA variant: DRAFloor's driver).
+	FloorWhat string
 	// Pod, when set, adapts each pod before it is created (e.g. the image
 	// and host network a real node's runtime needs).
 	Pod func(*corev1.Pod)

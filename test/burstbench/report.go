@@ -199,7 +199,11 @@ func writeFloor(w io.Writer, o Options, results []Result) {
 	if floor == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\ndevice floor (not judged): pods asking %d %s of a device plugin that does nothing, default scheduler: p90 %s\n", o.GiB, o.FloorResource, sec(floor))
+	what := o.FloorWhat
+	if what == "" {
+		what = fmt.Sprintf("%d %s of a device plugin that does nothing", o.GiB, o.FloorResource)
+	}
+	fmt.Fprintf(w, "\ndevice floor (not judged): pods asking %s, default scheduler: p90 %s\n", what, sec(floor))
 	for _, r := range results {
 		for _, k := range []string{GPU, Plain} {
 			if p90 := r.Stats[k].CreateToReady.P90; p90 > 0 && r.Mix != PlainOnly {

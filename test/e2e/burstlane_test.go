@@ -54,7 +54,8 @@ func TestBurstBenchOnARealKubelet(t *testing.T) {
 // agent as the DRA driver of one 40 GiB card), the GPU pods each have a
 // claim of 2Gi of the gpushare DeviceClass's memory (from a
 // ResourceClaimTemplate), placed by kube-scheduler's own DRA allocator; the
-// same three bursts and the same verdict.
+// same three bursts and the same verdict. Its floor is DRA's
+// (burstbench.DRAFloor): claims of the same shape from a do-nothing DRA driver.
 func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 	if os.Getenv("GPUSHARE_BENCH_BURST_LANE") != "1" || os.Getenv("GPUSHARE_E2E_DRA_LANE") != "1" {
 		t.Skip("a benchmark: make bench-burst-lane (with the DRA lane)")
@@ -67,26 +68,44 @@ func TestBurstBenchDRAOnARealKubelet(t *testing.T) {
 	applyDeviceClass(ctx, t, c, testNamespace(ctx, t, c, "dra-burst-class"))
 	node, _, _ := draLaneNode(ctx, t, c, tools, "dra-burst-kubelet")
 	o := laneBurstOptions(t, 2)
-	laneFloor(ctx, t, c, &o, node)
+	// The floor is DRA's: claims of the same shape from a do-nothing DRA driver.
+	stop, err := burstbench.DRAFloor{Node: node.Opts.Name, RegistryDir: filepath.Join(node.StateDir, "plugins_registry"),
+		PluginDir: filepath.Join(node.StateDir, "dra-floor"), GiB: 40}.Start(ctx, c.Client, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	o.FloorResource = "example.com/dra-floor" // only marks the floor's pods: each gets a claim instead
+	o.FloorWhat = fmt.Sprintf("a claim of %d GiB of a DRA driver that does nothing (DeviceClass %s)", o.GiB, burstbench.DRAFloorDriver)
 	adapt := o.Pod
-	const template = "gpu-mem"
+	const template, floorTemplate = "gpu-mem", "floor"
 	o.Prepare = func(ctx context.Context, client kubernetes.Interface, ns string) error {
 		claim := memoryClaim(ns, template, fmt.Sprintf("%dGi", o.GiB))
-		_, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
-			ObjectMeta: metav1.ObjectMeta{Name: template, Namespace: ns},
-			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: claim.Spec},
-		}, metav1.CreateOptions{})
-		return err
+		for name, spec := range map[string]resourceapi.ResourceClaimSpec{template: claim.Spec, floorTemplate: burstbench.FloorClaim(o.GiB)} {
+			if _, err := client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, &resourceapi.ResourceClaimTemplate{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+				Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+			}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	o.Pod = func(p *corev1.Pod) {
 		adapt(p)
 		c0 := &p.Spec.Containers[0]
-		if _, gpu := c0.Resources.Limits[api.DefaultNames().ResourceName()]; !gpu {
+		name := ""
+		if _, gpu := c0.Resources.Limits[api.DefaultNames().ResourceName()]; gpu {
+			name = template
+		} else if _, floor := c0.Resources.Limits[o.FloorResource]; floor {
+			name = floorTemplate
+		}
+		if name == "" {
 			return
 		}
 		c0.Resources.Limits = nil
-		c0.Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}}
+		c0.Resources.Claims = []corev1.ResourceClaim{{Name: "dev"}}
+		p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To(name)}}
 	}
 	runLaneSuite(ctx, t, c, o, node.LogFile())
 }

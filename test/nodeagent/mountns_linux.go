@@ -71,11 +71,12 @@ func ReexecInMountNamespace() (inChild bool, exitCode int, err error) {
 
 // SetupKubeletDir prepares this process's private mount namespace: a tmpfs
 // on /var/lib/kubelet (created on the host if missing, empty there), with
-// stateDir/device-plugins and stateDir/pod-resources bind-mounted at the
-// kubelet's paths, all of it a shared mount as the kubelet requires. The
-// device manager's sockets and checkpoint thus live in stateDir, where a
-// device plugin of this node outside the namespace, or the next agent after
-// a restart, finds them.
+// stateDir/device-plugins, stateDir/pod-resources and
+// stateDir/plugins_registry bind-mounted at the kubelet's paths, all of it a
+// shared mount as the kubelet requires. The device manager's sockets and
+// checkpoint, and the DRA plugins' registration sockets, thus live in
+// stateDir, where a device or DRA plugin of this node outside the namespace,
+// or the next agent after a restart, finds them.
 //
 // It refuses to run anywhere but in the new namespace ReexecInMountNamespace
 // made: never in the namespace of the process that started the agent.
@@ -93,7 +94,7 @@ func SetupKubeletDir(stateDir string) error {
 	if err := syscall.Mount("tmpfs", KubeletDir, "tmpfs", 0, "mode=0755"); err != nil {
 		return fmt.Errorf("mount tmpfs on %s: %w", KubeletDir, err)
 	}
-	for _, sub := range []string{"device-plugins", "pod-resources"} {
+	for _, sub := range []string{"device-plugins", "pod-resources", "plugins_registry"} {
 		src := filepath.Join(stateDir, sub)
 		dst := filepath.Join(KubeletDir, sub)
 		if err := os.MkdirAll(src, 0o755); err != nil {

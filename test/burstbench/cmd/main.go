@@ -90,14 +90,15 @@ func main() {
 			o.FloorResource = corev1.ResourceName(*floor)
 		}
 	}
-	meter := &cpuMeter{dir: filepath.Dir(*kubeconfig), spent: map[burstbench.Mix]map[string]float64{}}
-	o.Measure = meter.measure
 	var all [][]burstbench.Result
 	met := false
 	for i := range *rounds {
 		if *rounds > 1 {
 			fmt.Printf("\n=== round %d of %d\n", i+1, *rounds)
 		}
+		// A meter per round: its table is this round's bursts.
+		meter := &cpuMeter{dir: filepath.Dir(*kubeconfig), spent: map[burstbench.Mix]map[string]float64{}}
+		o.Measure = meter.measure
 		results := burstbench.RunSuite(ctx, client, o)
 		met = burstbench.WriteSuite(os.Stdout, o, results)
 		meter.write(os.Stdout)
