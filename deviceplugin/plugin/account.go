@@ -53,6 +53,21 @@ func (p accountReader) readAccounts(ctx context.Context, units, whole bool) acco
 	return a
 }
 
+// recheck has the kubelet's accounts forget what they remember of the cache's pods not admitted yet
+// (podresources.Kubelet.Recheck), the ledgers those pods' holdings, and reports whether there were any.
+func (p *Plugin) recheck() (forgot bool) {
+	pods, err := p.cluster.Pods()
+	for _, r := range []*resource{p.units.res, p.whole.res} {
+		if c, ok := r.podres.(kubeletAccount); ok && err == nil {
+			for _, uid := range c.Recheck(pods) {
+				r.ledger.forgetGuesses(uid, 0, true)
+				forgot = true
+			}
+		}
+	}
+	return forgot
+}
+
 // readAccount reads the kubelet's account of one resource, pod by pod
 // (PodResources Get, never List: see podresources.Kubelet). Called WITHOUT
 // allocMu (gRPC calls).

@@ -181,12 +181,13 @@ func (l *ledger) unindexLocked(k ckey, h holding) {
 	}
 }
 
-// forgetGuesses drops uid's guesses of generation gen or older, reopening the pod (units.decide).
-func (l *ledger) forgetGuesses(uid types.UID, gen uint64) (dropped bool) {
+// forgetGuesses drops uid's guesses of generation gen or older (all: its holdings too), reopening
+// the pod (units.decide, Plugin.recheck).
+func (l *ledger) forgetGuesses(uid types.UID, gen uint64, all bool) (dropped bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, h := range l.byCont {
-		if k.uid == uid && h.Guess && h.Gen <= gen {
+		if k.uid == uid && (all || h.Guess && h.Gen <= gen) {
 			l.unindexLocked(k, h)
 			delete(l.byCont, k)
 			l.reopened[uid], l.contradicted[uid], dropped = true, true, true

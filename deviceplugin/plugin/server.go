@@ -183,7 +183,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 	resp = &pluginapi.AllocateResponse{}
 	var writes []podRef
 	for i, r := range reqs {
-		d, w, err := s.decideWaiting(ctx, r, accts)
+		d, w, err := s.decideWaiting(ctx, r, &accts, i == 0)
 		waited += w
 		writes = append(writes, d.reopened...)
 		if err != nil {
@@ -221,6 +221,7 @@ func (s *server[R]) Allocate(ctx context.Context, req *pluginapi.AllocateRequest
 type kubeletAccount interface {
 	KubeletChanged()
 	Allocated(pod *corev1.Pod, container string, ids []string)
+	Recheck(pods []*corev1.Pod) []types.UID
 }
 
 // allocatePoll is how often Allocate looks again for a pod the kubelet saw
@@ -231,22 +232,32 @@ const allocatePoll = 100 * time.Millisecond
 // Config.AllocateWait for a pod the kubelet knows before the informer does
 // (no waiting container of that size yet), and says how long it waited.
 // allocMu is taken for each attempt and released while waiting.
-func (s *server[R]) decideWaiting(ctx context.Context, r R, accts accounts) (decision, time.Duration, error) {
+func (s *server[R]) decideWaiting(ctx context.Context, r R, accts *accounts, firstOfCall bool) (decision, time.Duration, error) {
 	var d decision
 	var err error
 	var first time.Time
-	s.p.waitFor(ctx, func() bool {
+	none := func() bool {
+		return errors.Is(err, allocate.ErrNoPending) || errors.Is(err, allocate.ErrNoPendingCards)
+	}
+	look := func() bool {
 		if first.IsZero() {
 			first = s.p.cfg.Clock.Now()
 		}
 		d = decision{}
-		if lerr := s.p.locked(accts, func(v podView, reopened []types.UID) {
-			d, err = s.kind.decide(v, reopened, r, accts)
+		if lerr := s.p.locked(*accts, func(v podView, reopened []types.UID) {
+			d, err = s.kind.decide(v, reopened, r, *accts)
 		}); lerr != nil {
 			err = lerr
 		}
-		return !errors.Is(err, allocate.ErrNoPending) && !errors.Is(err, allocate.ErrNoPendingCards)
-	})
+		return !none()
+	}
+	// Still none: what the kubelet's account was remembered to say of a pod may be of another of
+	// its name (Plugin.recheck); read it again, for the call's first container only (a later one's
+	// read would drop the guesses this call made: not in the account until the call returns).
+	if s.p.waitFor(ctx, look); none() && firstOfCall && s.p.recheck() {
+		*accts = s.kind.accounts(ctx)
+		look()
+	}
 	return d, s.p.cfg.Clock.Since(first), err
 }
 

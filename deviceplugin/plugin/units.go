@@ -95,7 +95,7 @@ func (k units) decide(v podView, reopenedUIDs []types.UID, u allocate.Units, acc
 		// this read that the read does not show, of the pod the kubelet admits, is of a call it
 		// never recorded (a pod not in the cache yet, a restart); kept, it would hide that pod.
 		for _, pod := range v.pods {
-			if acct.admitting(pod.UID) && !api.Admitted(pod) && p.state.units.forgetGuesses(pod.UID, acct.gen) {
+			if acct.admitting(pod.UID) && !api.Admitted(pod) && p.state.units.forgetGuesses(pod.UID, acct.gen, false) {
 				reopenedUIDs = append(reopenedUIDs, pod.UID)
 			}
 		}

@@ -127,6 +127,21 @@ func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.admitting = ""
 }
 
+// Recheck forgets what it remembers of pods not admitted yet (api.Admitted) and returns them: the
+// kubelet names pods, never UIDs, so a pod deleted and created again under its name while the
+// kubelet admitted the first is remembered with the first's devices until asked again.
+func (k *Kubelet) Recheck(pods []*corev1.Pod) (forgot []types.UID) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, p := range pods {
+		if _, ok := k.complete[p.UID]; ok && !api.Admitted(p) {
+			delete(k.complete, p.UID)
+			forgot, k.lastAsked = append(forgot, p.UID), ""
+		}
+	}
+	return forgot
+}
+
 // unknownWindow is how many pods the kubelet does not know a read outside an admission asks about
 // before it takes the rest in the kubelet's order as unknown too. A read for an admission
 // (GetPreferredAllocation, Allocate: WithAdmission) reads on until it finds the pod the kubelet is

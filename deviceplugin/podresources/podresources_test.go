@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpushare/gpushare/api"
 	"github.com/gpushare/gpushare/deviceplugin/internal/podrestest"
@@ -102,5 +103,35 @@ func TestTheAdmittedPodIsRememberedFromItsAllocate(t *testing.T) {
 				t.Errorf("PreStartContainer's read: %+v; want %s/%s holding %v", hs, tc.alloc.Name, tc.container, ids)
 			}
 		})
+	}
+}
+
+// Recheck forgets what was remembered of the pods not admitted yet, and only
+// those: the next read asks the kubelet about them again, not about the
+// running ones.
+func TestRecheckForgetsOnlyThePodsNotAdmittedYet(t *testing.T) {
+	ctx := context.Background()
+	res := string(api.DefaultNames().ResourceName())
+	card := podtest.CardUUID(nodeName, 0)
+	running := podtest.Bound(nodeName, "running", 0).GPU("main", 1).Phase(corev1.PodRunning).Obj()
+	pending := podtest.Bound(nodeName, "pending", 1).GPU("main", 1).Obj()
+	srv := podrestest.Start(t, res)
+	srv.Hold("ns", "running", "main", api.UnitID(card, 0))
+	srv.Hold("ns", "pending", "main", api.UnitID(card, 1))
+	k := &Kubelet{Socket: srv.Socket, Resource: res}
+	pods := []*corev1.Pod{running, pending}
+	if _, err := k.Get(ctx, pods); err != nil {
+		t.Fatal(err)
+	}
+	_, before := srv.Calls()
+	if got := k.Recheck(pods); !slices.Equal(got, []types.UID{pending.UID}) {
+		t.Errorf("Recheck forgot %v; want only the pod not admitted yet, %s", got, pending.UID)
+	}
+	hs, err := k.Get(ctx, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, after := srv.Calls(); after-before != 1 || len(hs) != 2 {
+		t.Errorf("after Recheck, a read asked %d Gets for %d holdings; want 1 (the pending pod) for 2", after-before, len(hs))
 	}
 }

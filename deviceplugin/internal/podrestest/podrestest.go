@@ -152,3 +152,11 @@ func (s *Server) Get(_ context.Context, req *podresourcesv1.GetPodResourcesReque
 	}
 	return &podresourcesv1.GetPodResourcesResponse{PodResources: s.podLocked(k)}, nil
 }
+
+// Forget removes pod namespace/name from the kubelet's pod manager: deleted,
+// its devices released.
+func (s *Server) Forget(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.held, namespace+"/"+name)
+}
