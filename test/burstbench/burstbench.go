@@ -241,10 +241,14 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options) (map[strin
 	if err != nil {
 		return w.snapshot(), err
 	}
-	deadline := time.Now().Add(o.Timeout)
+	start := time.Now()
+	deadline := start.Add(o.Timeout)
 	for !w.settled() {
 		if time.Now().After(deadline) {
 			return w.snapshot(), fmt.Errorf("not every pod Ready or Failed after %v", o.Timeout)
+		}
+		if why := w.stalled(time.Now(), start, StallTimeout); why != "" {
+			return w.snapshot(), fmt.Errorf("not every pod Ready or Failed: %s", why)
 		}
 		select {
 		case <-ctx.Done():
@@ -274,6 +278,10 @@ func (o Options) pod(b schedload.Burst, i int) *corev1.Pod {
 type watcher struct {
 	mu   sync.Mutex
 	pods map[string]*Timeline
+	// moved is when a pod was last seen bound, Ready or Failed for the first
+	// time; unschedulable, the last scheduler message of a pod not bound.
+	moved         time.Time
+	unschedulable string
 }
 
 func (w *watcher) start(ctx context.Context, client kubernetes.Interface, ns string) (func(), error) {
@@ -313,18 +321,44 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 		return
 	}
 	if p.Spec.NodeName != "" && t.Bound.IsZero() {
-		t.Bound, t.Node = at, p.Spec.NodeName
+		t.Bound, t.Node, w.moved = at, p.Spec.NodeName, at
 	}
 	if t.Ready.IsZero() && podutil.IsPodReady(p) {
-		t.Ready = at
+		t.Ready, w.moved = at, at
+	}
+	if _, c := podutil.GetPodCondition(&p.Status, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
+		w.unschedulable = p.Name + ": " + c.Message
 	}
 	if _, ok := p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
 		t.Recorded = true
 	}
 	if p.Status.Phase == corev1.PodFailed && !t.Failed {
-		t.Failed, t.FailedReason = true, p.Status.Reason+": "+p.Status.Message
+		t.Failed, t.FailedReason, w.moved = true, p.Status.Reason+": "+p.Status.Message, at
 	}
 }
+
+// stalled says why the burst will not settle: no pod bound, Ready or Failed
+// for stall (since start at the earliest) while a pod is unschedulable;
+// "" otherwise.
+func (w *watcher) stalled(now, start time.Time, stall time.Duration) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.unschedulable == "" || now.Sub(later(w.moved, start)) < stall {
+		return ""
+	}
+	return fmt.Sprintf("no pod bound, Ready or Failed for %v, and the scheduler says %s", stall, w.unschedulable)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// StallTimeout is how long a burst may make no progress while a pod is
+// unschedulable before it ends with the scheduler's reason.
+const StallTimeout = 30 * time.Second
 
 func (w *watcher) settled() bool {
 	w.mu.Lock()
