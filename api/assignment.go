@@ -127,12 +127,16 @@ func checkEntryName(names map[string]bool, name, what string) error {
 
 // Container returns the assignment of the named container.
 func (a Assignment) Container(name string) (ContainerAssignment, bool) {
-	for _, c := range a.Containers {
-		if c.Name == name {
-			return c, true
-		}
+	return first(a.Containers, func(c ContainerAssignment) bool { return c.Name == name })
+}
+
+// first returns the first of xs that match accepts.
+func first[T any](xs []T, match func(T) bool) (T, bool) {
+	if i := slices.IndexFunc(xs, match); i >= 0 {
+		return xs[i], true
 	}
-	return ContainerAssignment{}, false
+	var zero T
+	return zero, false
 }
 
 // Total is the sum of the containers' units.

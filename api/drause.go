@@ -7,6 +7,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // DRANode is one node as the gpushare DRA driver's objects show it: the
@@ -184,13 +185,8 @@ func (n Names) draCard(dev resourceapi.Device) (DRACard, bool) {
 	if !ok {
 		return DRACard{}, false
 	}
-	c := DRACard{Index: index, State: CardHealthy}
-	if a, ok := dev.Attributes[DRAAttributeUUID]; ok && a.StringValue != nil {
-		c.UUID = *a.StringValue
-	}
-	if a, ok := dev.Attributes[DRAAttributeModel]; ok && a.StringValue != nil {
-		c.Model = *a.StringValue
-	}
+	c := DRACard{Index: index, State: CardHealthy, UUID: ptr.Deref(dev.Attributes[DRAAttributeUUID].StringValue, ""),
+		Model: ptr.Deref(dev.Attributes[DRAAttributeModel].StringValue, "")}
 	for _, t := range dev.Taints {
 		switch t.Key {
 		case n.DeviceTaintUnhealthy():

@@ -116,22 +116,12 @@ func (inv Inventory) Validate() error {
 
 // Card returns the card with the given index.
 func (inv Inventory) Card(index int) (Card, bool) {
-	for _, c := range inv.Cards {
-		if c.Index == index {
-			return c, true
-		}
-	}
-	return Card{}, false
+	return first(inv.Cards, func(c Card) bool { return c.Index == index })
 }
 
 // CardByUUID returns the card with the given UUID.
 func (inv Inventory) CardByUUID(uuid string) (Card, bool) {
-	for _, c := range inv.Cards {
-		if c.UUID == uuid {
-			return c, true
-		}
-	}
-	return Card{}, false
+	return first(inv.Cards, func(c Card) bool { return c.UUID == uuid })
 }
 
 // TotalUnits is the sum of all cards' units, whatever their state.

@@ -213,7 +213,6 @@ func (k RecordKeys) Sign(a Assignment) (Assignment, error) {
 		}
 		signer = SignerNode
 	}
-	a.Signature = ""
 	sig := ed25519.Sign(k.Signer, message(a, signer))
 	a.Signature = signaturePrefix + signer + ":" + base64.RawURLEncoding.EncodeToString(sig)
 	return a, nil
@@ -276,7 +275,6 @@ func verifyWith(a Assignment, signer string, sig []byte, key ed25519.PublicKey) 
 	if len(key) != ed25519.PublicKeySize {
 		return false
 	}
-	a.Signature = ""
 	return checkSignature(key, message(a, signer), sig)
 }
 

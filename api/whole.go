@@ -114,12 +114,7 @@ func (w WholeCardAssignment) Cards() int { return len(w.CardUUIDs) }
 
 // WholeCard returns the whole-card grant of the named container.
 func (a Assignment) WholeCard(name string) (WholeCardAssignment, bool) {
-	for _, w := range a.WholeCards {
-		if w.Name == name {
-			return w, true
-		}
-	}
-	return WholeCardAssignment{}, false
+	return first(a.WholeCards, func(w WholeCardAssignment) bool { return w.Name == name })
 }
 
 // WholeCardUUIDs lists every card the record gives whole.

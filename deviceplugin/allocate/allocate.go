@@ -12,6 +12,7 @@
 package allocate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -144,15 +145,11 @@ func recorded(pods []*corev1.Pod, st State, decode decodeFunc) []Entry {
 			if st.Allocated != nil && st.Allocated(p.UID, c.Name) {
 				continue
 			}
-			ca := c
-			out = append(out, Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, Assigned: &ca})
+			out = append(out, Entry{Namespace: p.Namespace, Pod: p.Name, UID: p.UID, Container: c.Name, Units: c.Units, Assigned: &c})
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].UID != out[j].UID {
-			return out[i].UID < out[j].UID
-		}
-		return out[i].Container < out[j].Container
+	slices.SortStableFunc(out, func(a, b Entry) int {
+		return cmp.Or(cmp.Compare(a.UID, b.UID), cmp.Compare(a.Container, b.Container))
 	})
 	return out
 }

@@ -7,6 +7,7 @@ package inventory
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -65,10 +66,8 @@ func (s *Store) Cards() []nvml.Card { return append([]nvml.Card(nil), s.cards...
 
 // Card returns the discovered card with this UUID.
 func (s *Store) Card(uuid string) (nvml.Card, bool) {
-	for _, c := range s.cards {
-		if c.UUID == uuid {
-			return c, true
-		}
+	if i := slices.IndexFunc(s.cards, func(c nvml.Card) bool { return c.UUID == uuid }); i >= 0 {
+		return s.cards[i], true
 	}
 	return nvml.Card{}, false
 }

@@ -105,9 +105,7 @@ func Open(l gonvml.Interface, opts Options) (Interface, error) {
 	if opts.MaxLostBackoff <= 0 {
 		opts.MaxLostBackoff = 30 * time.Second
 	}
-	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
-	}
+	opts.Clock = cmp.Or[clock.Clock](opts.Clock, clock.RealClock{})
 	switch ret := l.Init(); ret {
 	case gonvml.SUCCESS:
 	case gonvml.ERROR_LIBRARY_NOT_FOUND:

@@ -55,13 +55,7 @@ func (b *nodeBuild) checkAllocatableAfterPlacement(warnings *[]Warning) {
 		if !c.Whole || c.State != api.CardHealthy {
 			continue
 		}
-		allocated := false
-		for _, p := range c.Pods {
-			if p.Whole && !p.Pending {
-				allocated = true
-			}
-		}
-		if allocated {
+		if slices.ContainsFunc(c.Pods, func(p Pod) bool { return p.Whole && !p.Pending }) {
 			given += c.Total
 		} else {
 			pending += c.Total

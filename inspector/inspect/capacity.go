@@ -1,7 +1,8 @@
 package inspect
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 
 	"github.com/gpushare/gpushare/api"
 )
@@ -124,10 +125,7 @@ func (v *View) summarize(totals map[api.MemoryUnit]*Total) {
 	for _, m := range models {
 		v.Models = append(v.Models, *m)
 	}
-	sort.Slice(v.Models, func(i, j int) bool {
-		if v.Models[i].Model != v.Models[j].Model {
-			return v.Models[i].Model < v.Models[j].Model
-		}
-		return v.Models[i].Unit < v.Models[j].Unit
+	slices.SortFunc(v.Models, func(a, b ModelSummary) int {
+		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Unit, b.Unit))
 	})
 }

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,9 +18,7 @@ import (
 // ends. While watching, a failure after the first view is printed on the
 // error stream and the next tick tries again.
 func (o *Options) Run(ctx context.Context) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = cmp.Or(ctx, context.Background())
 	if !o.Watch {
 		return o.render(ctx, o.Out)
 	}

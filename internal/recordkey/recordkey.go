@@ -14,6 +14,7 @@ package recordkey
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -146,9 +147,7 @@ func (r *Ring) Run(ctx context.Context, clk clock.WithTicker, interval time.Dura
 	if interval <= 0 {
 		interval = DefaultInterval
 	}
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
+	clk = cmp.Or[clock.WithTicker](clk, clock.RealClock{})
 	periodic.Run(ctx, clk, interval, nil, func() {
 		switch err := r.Reload(); {
 		case errors.Is(err, ErrUnchanged):

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -72,10 +73,7 @@ func authClient(cfg *rest.Config) (kubernetes.Interface, error) {
 type accessGuards struct{ admin, verbs *adminauth.Guard }
 
 func newAccessGuards(o Options, clients Clients, verbsAddr net.Addr) (accessGuards, error) {
-	client := clients.Auth
-	if client == nil {
-		client = clients.Read
-	}
+	client := cmp.Or(clients.Auth, clients.Read)
 	admin, err := adminauth.New(o.AdminAuth, client, probePaths...)
 	if err != nil {
 		return accessGuards{}, err

@@ -46,37 +46,8 @@ func (c *Cache) Assume(pod *corev1.Pod, req api.PodRequest, a api.Assignment, ba
 	}
 	// Defence in depth: the decision was made on this very snapshot, but
 	// check the invariant anyway.
-	add := map[string]int64{}
-	for _, ca := range a.Containers {
-		add[ca.CardUUID] += ca.Units
-	}
-	for _, uuid := range a.WholeCardUUIDs() {
-		found := false
-		for _, card := range n.snap.Cards {
-			if card.UUID == uuid {
-				found = true
-				if !card.Schedulable() || card.Used > 0 || card.Whole {
-					return fmt.Errorf("%w: card %d cannot be given whole: it has %d units used, held whole: %v", ErrOverCapacity, card.Index, card.Used, card.Whole)
-				}
-			}
-		}
-		if !found {
-			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
-		}
-	}
-	for uuid, units := range add {
-		found := false
-		for _, card := range n.snap.Cards {
-			if card.UUID == uuid {
-				found = true
-				if !card.Schedulable() || card.Whole || card.Used+units > card.Capacity {
-					return fmt.Errorf("%w: card %d has %d of %d units used, asked for %d more", ErrOverCapacity, card.Index, card.Used, card.Capacity, units)
-				}
-			}
-		}
-		if !found {
-			return fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
-		}
+	if err := cardsFit(n.snap, a, false); err != nil {
+		return err
 	}
 	c.add(&podState{uid: pod.UID, namespace: pod.Namespace, name: pod.Name, node: a.Node, assignment: a, host: host, state: Assumed})
 	return nil
@@ -151,17 +122,7 @@ func (c *Cache) Claim(uid types.UID, node string) (api.Assignment, bool) {
 		return api.Assignment{}, false
 	}
 	n := c.nodes[node]
-	ok = p.node == node && n != nil && n.known && n.snap.InventoryErr == nil && n.snap.Unit == p.assignment.Unit
-	fits := func(uuid string, share bool) bool { // still schedulable, within capacity, not held whole by another
-		i := slices.IndexFunc(n.snap.Cards, func(card allocator.Card) bool { return card.UUID == uuid })
-		return i >= 0 && n.snap.Cards[i].Schedulable() && n.snap.Cards[i].Used <= n.snap.Cards[i].Capacity && !(share && n.snap.Cards[i].Whole)
-	}
-	for _, uuid := range p.assignment.WholeCardUUIDs() {
-		ok = ok && fits(uuid, false)
-	}
-	for _, ca := range p.assignment.Containers {
-		ok = ok && fits(ca.CardUUID, true)
-	}
+	ok = p.node == node && n != nil && n.known && n.snap.InventoryErr == nil && n.snap.Unit == p.assignment.Unit && cardsFit(n.snap, p.assignment, true) == nil
 	if !ok {
 		c.remove(p)
 		return api.Assignment{}, false
@@ -179,4 +140,43 @@ func (c *Cache) Unreserve(uid types.UID) bool {
 		c.remove(p)
 	}
 	return ok
+}
+
+// cardsFit checks that every card a names is in n, schedulable, within capacity and not held whole
+// by another. counted says a's own units are already in n (a reservation's): then a shared card needs
+// Used <= Capacity and a's whole cards are held whole by a; otherwise a shared card needs
+// Used+units <= Capacity and a card a gives whole must be unused and not held whole.
+func cardsFit(n *allocator.Node, a api.Assignment, counted bool) error {
+	card := func(uuid string) (allocator.Card, error) {
+		if i := slices.IndexFunc(n.Cards, func(c allocator.Card) bool { return c.UUID == uuid }); i >= 0 {
+			return n.Cards[i], nil
+		}
+		return allocator.Card{}, fmt.Errorf("%w: card %s is not in node %s's inventory", ErrOverCapacity, uuid, a.Node)
+	}
+	for _, uuid := range a.WholeCardUUIDs() {
+		c, err := card(uuid)
+		if err != nil {
+			return err
+		}
+		if !c.Schedulable() || counted && c.Used > c.Capacity || !counted && (c.Used > 0 || c.Whole) {
+			return fmt.Errorf("%w: card %d cannot be given whole: it has %d units used, held whole: %v", ErrOverCapacity, c.Index, c.Used, c.Whole)
+		}
+	}
+	add := map[string]int64{}
+	for _, ca := range a.Containers {
+		add[ca.CardUUID] += ca.Units
+	}
+	for uuid, units := range add {
+		c, err := card(uuid)
+		if err != nil {
+			return err
+		}
+		if counted {
+			units = 0 // already in c.Used
+		}
+		if !c.Schedulable() || c.Whole || c.Used+units > c.Capacity {
+			return fmt.Errorf("%w: card %d has %d of %d units used, asked for %d more", ErrOverCapacity, c.Index, c.Used, c.Capacity, units)
+		}
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package cache
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 
 	"github.com/gpushare/gpushare/api"
@@ -82,21 +84,13 @@ func (n *nodeState) info() api.ExtenderNode {
 			}
 		}
 	}
-	less := func(ps []api.ExtenderPod) func(a, b int) bool {
-		return func(a, b int) bool {
-			if ps[a].Namespace != ps[b].Namespace {
-				return ps[a].Namespace < ps[b].Namespace
-			}
-			if ps[a].Name != ps[b].Name {
-				return ps[a].Name < ps[b].Name
-			}
-			return ps[a].Container < ps[b].Container
-		}
+	byPod := func(a, b api.ExtenderPod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Container, b.Container))
 	}
 	for i := range ni.Cards {
-		sort.Slice(ni.Cards[i].Pods, less(ni.Cards[i].Pods))
+		slices.SortFunc(ni.Cards[i].Pods, byPod)
 	}
-	sort.Slice(ni.Unplaced, less(ni.Unplaced))
+	slices.SortFunc(ni.Unplaced, byPod)
 	return ni
 }
 

@@ -1,8 +1,9 @@
 package cache
 
 import (
+	"cmp"
 	"maps"
-	"sort"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -94,18 +95,9 @@ func (c *Cache) Workload() *allocator.Workload {
 		for k, n := range c.shapes {
 			w.Shapes = append(w.Shapes, allocator.Shape{Units: k.units, WholeCards: k.wholeCards, Host: k.host, Weight: n})
 		}
-		sort.Slice(w.Shapes, func(a, b int) bool {
-			x, y := w.Shapes[a], w.Shapes[b]
-			if x.WholeCards != y.WholeCards {
-				return x.WholeCards < y.WholeCards
-			}
-			if x.Units != y.Units {
-				return x.Units < y.Units
-			}
-			if x.Host.CPUMilli != y.Host.CPUMilli {
-				return x.Host.CPUMilli < y.Host.CPUMilli
-			}
-			return x.Host.MemoryMiB < y.Host.MemoryMiB
+		slices.SortFunc(w.Shapes, func(x, y allocator.Shape) int {
+			return cmp.Or(cmp.Compare(x.WholeCards, y.WholeCards), cmp.Compare(x.Units, y.Units),
+				cmp.Compare(x.Host.CPUMilli, y.Host.CPUMilli), cmp.Compare(x.Host.MemoryMiB, y.Host.MemoryMiB))
 		})
 		if c.workload.Near(w, allocator.WorkloadTolerance) {
 			// Nothing that counts changed (a node update, a pod seen again),

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpushare/gpushare/scheduler/allocator"
+	"k8s.io/utils/ptr"
 )
 
 // Summary is the mean over seeds of one trace × policy.
@@ -72,13 +73,7 @@ func (b Batch) Run(ctx context.Context) (*Report, error) {
 	if inflate <= 0 {
 		inflate = DefaultInflate
 	}
-	percent, tol := 100, allocator.WorkloadTolerance
-	if b.NodesToScore != nil {
-		percent = *b.NodesToScore
-	}
-	if b.WorkloadTolerance != nil {
-		tol = *b.WorkloadTolerance
-	}
+	percent, tol := ptr.Deref(b.NodesToScore, 100), ptr.Deref(b.WorkloadTolerance, allocator.WorkloadTolerance)
 	var mu sync.Mutex
 	err := parallel(ctx, len(jobs), par, func(k int) {
 		j := jobs[k]

@@ -221,18 +221,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BindTimeout <= bindWriteAllowance {
 		return nil, fmt.Errorf("server: bind timeout %v leaves no time to queue for the API (it must exceed %v)", cfg.BindTimeout, bindWriteAllowance)
 	}
-	if cfg.BindClient == nil {
-		cfg.BindClient = cfg.Client
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.RealClock{}
-	}
 	return &Server{
 		names:       cfg.Names.OrDefault(),
-		bindClient:  cfg.BindClient,
+		bindClient:  cmp.Or(cfg.BindClient, cfg.Client),
 		writes:      cfg.WriteLimiter,
 		bindTimeout: cfg.BindTimeout,
-		clock:       cfg.Clock,
+		clock:       cmp.Or[clock.Clock](cfg.Clock, clock.RealClock{}),
 		workers:     cfg.Parallelism,
 		maxBest:     cfg.MaxBestNodes,
 		cache:       cfg.Cache,
