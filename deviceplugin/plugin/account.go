@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,19 +54,25 @@ func (p accountReader) readAccounts(ctx context.Context, units, whole bool) acco
 	return a
 }
 
-// recheck has the kubelet's accounts forget what they remember of the cache's pods not admitted yet
-// (podresources.Kubelet.Recheck), the ledgers those pods' holdings, and reports whether there were any.
-func (p *Plugin) recheck() (forgot bool) {
+// recheck has the kubelet's account of res forget what it remembers of the cache's pods not admitted
+// yet (podresources.Kubelet.Recheck) and returns them.
+func (p *Plugin) recheck(res *resource) []types.UID {
+	c, ok := res.podres.(kubeletAccount)
 	pods, err := p.cluster.Pods()
-	for _, r := range []*resource{p.units.res, p.whole.res} {
-		if c, ok := r.podres.(kubeletAccount); ok && err == nil {
-			for _, uid := range c.Recheck(pods) {
-				r.ledger.forgetGuesses(uid, 0, true)
-				forgot = true
-			}
-		}
+	if !ok || err != nil {
+		return nil
 	}
-	return forgot
+	return c.Recheck(pods)
+}
+
+// of is the account of resource r (an empty one if none was read).
+func (a accounts) of(r *resource) account {
+	return map[*resource]account{a.units.res: a.units, a.whole.res: a.whole}[r]
+}
+
+// holdsNothing reports whether the kubelet knows the pod and gives it none of the resource.
+func (a account) holdsNothing(uid types.UID) bool {
+	return a.admitting(uid) && !slices.ContainsFunc(a.holdings, func(h holding) bool { return h.UID == uid })
 }
 
 // readAccount reads the kubelet's account of one resource, pod by pod

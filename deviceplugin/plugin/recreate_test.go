@@ -77,8 +77,42 @@ func TestAPodRecreatedUnderItsNameWhileTheKubeletAdmitsIsAdmitted(t *testing.T) 
 			if h, ok := p.state.units.byDeviceIDs(again); !ok || h.UID != second.UID {
 				t.Errorf("the units are held by %+v (found %v); want the second pod %s", h, ok, second.UID)
 			}
-			if card, _ := cardOfIDs(again); preference && card != sn.Cards[1].UUID {
-				t.Errorf("the kubelet was steered to card %d; the second pod was planned on card 1", indexOf(sn.Sim, card))
+		})
+	}
+}
+
+// The re-read before a refusal drops only what the kubelet, asked again, shows holding nothing: a
+// pod the kubelet admitted whose status does not say so yet keeps its units when the kubelet
+// admits a pod the plugin cannot see (deleted before its admission), and when the kubelet cannot
+// be asked again.
+func TestARefusalKeepsTheHoldingsOfPodsAdmittedButNotRunningYet(t *testing.T) {
+	for _, readable := range []bool{true, false} {
+		t.Run(fmt.Sprintf("kubelet readable=%v", readable), func(t *testing.T) {
+			ctx := context.Background()
+			sn := simtest.New(t, nodeName, "spec:1x40GiB:Test-GPU")
+			res := string(api.DefaultNames().ResourceName())
+			admitted := podtest.Bound(nodeName, "admitted", 1).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj()
+			gone := podtest.Bound(nodeName, "gone", 2).GPU("main", 4).Obj() // deleted: not in the cache
+			mem := &memCluster{arrival: map[types.UID]uint64{admitted.UID: 1}, pods: []*corev1.Pod{admitted}}
+			srv := podrestest.Start(t, res)
+			podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, nil)
+			p := New(Config{PluginDir: t.TempDir(), AllocateWait: 10 * time.Second}, sn.Store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+			k := newKubeletModel(sn.Store, &fakePodResources{})
+			srv.Know(admitted.Namespace, admitted.Name)
+			ids, err := k.allocate(ctx, p, admitted, admitted.Spec.Containers[0])
+			if err != nil {
+				t.Fatalf("admission of %s: %v", admitted.Name, err)
+			}
+			srv.Hold(admitted.Namespace, admitted.Name, "main", ids...) // its status still Pending
+			srv.Know(gone.Namespace, gone.Name)
+			if !readable {
+				srv.DisableGet()
+			}
+			if _, err := k.allocate(ctx, p, gone, gone.Spec.Containers[0]); err == nil {
+				t.Fatalf("the plugin allocated for a pod it cannot see")
+			}
+			if h, ok := p.state.units.byDeviceIDs(ids); !ok || h.UID != admitted.UID {
+				t.Errorf("after the refusal the admitted pod's units are held by %+v (found %v); want %s", h, ok, admitted.UID)
 			}
 		})
 	}

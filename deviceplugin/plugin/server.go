@@ -239,12 +239,18 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts *accounts, fir
 	none := func() bool {
 		return errors.Is(err, allocate.ErrNoPending) || errors.Is(err, allocate.ErrNoPendingCards)
 	}
+	var rechecked []types.UID
 	look := func() bool {
 		if first.IsZero() {
 			first = s.p.cfg.Clock.Now()
 		}
 		d = decision{}
 		if lerr := s.p.locked(*accts, func(v podView, reopened []types.UID) {
+			for _, uid := range rechecked { // what the kubelet, asked again, shows holding nothing holds nothing
+				if accts.of(s.res).holdsNothing(uid) && s.res.ledger.forgetGuesses(uid, 0, true) {
+					reopened = append(reopened, uid)
+				}
+			}
 			d, err = s.kind.decide(v, reopened, r, *accts)
 		}); lerr != nil {
 			err = lerr
@@ -254,9 +260,12 @@ func (s *server[R]) decideWaiting(ctx context.Context, r R, accts *accounts, fir
 	// Still none: what the kubelet's account was remembered to say of a pod may be of another of
 	// its name (Plugin.recheck); read it again, for the call's first container only (a later one's
 	// read would drop the guesses this call made: not in the account until the call returns).
-	if s.p.waitFor(ctx, look); none() && firstOfCall && s.p.recheck() {
-		*accts = s.kind.accounts(ctx)
-		look()
+	if s.p.waitFor(ctx, look); none() && firstOfCall && ctx.Err() == nil {
+		if rechecked = s.p.recheck(s.res); len(rechecked) > 0 {
+			if *accts = s.kind.accounts(ctx); accts.of(s.res).ok {
+				look()
+			}
+		}
 	}
 	return d, s.p.cfg.Clock.Since(first), err
 }

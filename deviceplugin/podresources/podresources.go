@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -83,8 +84,9 @@ type Kubelet struct {
 	// Observe, if set, is told how many Gets each read made.
 	Observe func(gets int)
 
-	mu       sync.Mutex
-	complete map[types.UID][]Holding
+	mu        sync.Mutex
+	complete  map[types.UID][]Holding
+	rechecked map[types.UID]bool // Recheck's
 	// last is the last admission read and the pods it asked about; changes counts the Allocates
 	// answered since (KubeletChanged).
 	last        []Holding
@@ -121,22 +123,22 @@ func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 		return
 	}
 	if k.complete == nil {
-		k.complete = map[types.UID][]Holding{}
+		k.complete, k.rechecked = map[types.UID][]Holding{}, map[types.UID]bool{}
 	}
 	k.complete[pod.UID] = []Holding{{Namespace: pod.Namespace, Pod: pod.Name, Container: container, IDs: slices.Clone(ids)}}
 	k.admitting = ""
 }
 
-// Recheck forgets what it remembers of pods not admitted yet (api.Admitted) and returns them: the
-// kubelet names pods, never UIDs, so a pod deleted and created again under its name while the
-// kubelet admitted the first is remembered with the first's devices until asked again.
+// Recheck forgets what it remembers of pods not admitted yet (api.Admitted), each pod once in its
+// life, and returns them: the kubelet names pods, never UIDs, so a pod deleted and created again
+// under its name while the kubelet admitted the first is remembered with the first's devices.
 func (k *Kubelet) Recheck(pods []*corev1.Pod) (forgot []types.UID) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for _, p := range pods {
-		if _, ok := k.complete[p.UID]; ok && !api.Admitted(p) {
+		if _, ok := k.complete[p.UID]; ok && !api.Admitted(p) && !k.rechecked[p.UID] {
 			delete(k.complete, p.UID)
-			forgot, k.lastAsked = append(forgot, p.UID), ""
+			k.rechecked[p.UID], forgot, k.lastAsked = true, append(forgot, p.UID), ""
 		}
 	}
 	return forgot
@@ -196,7 +198,7 @@ func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error
 	var ask []*corev1.Pod
 	k.mu.Lock()
 	if k.complete == nil {
-		k.complete = map[types.UID][]Holding{}
+		k.complete, k.rechecked = map[types.UID][]Holding{}, map[types.UID]bool{}
 	}
 	asking := map[types.UID]bool{}
 	for _, p := range pods {
@@ -215,6 +217,7 @@ func (k *Kubelet) Get(ctx context.Context, pods []*corev1.Pod) ([]Holding, error
 			delete(k.complete, uid) // gone from the node: its UID never comes back
 		}
 	}
+	maps.DeleteFunc(k.rechecked, func(uid types.UID, _ bool) bool { return !asking[uid] })
 	k.mu.Unlock()
 	if len(ask) == 0 || (!admitting(ctx) && remembered(ctx, out)) {
 		k.observe(0)

@@ -11,6 +11,8 @@ package burstbench
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -279,9 +281,9 @@ type watcher struct {
 	mu   sync.Mutex
 	pods map[string]*Timeline
 	// moved is when a pod was last seen bound, Ready or Failed for the first
-	// time; unschedulable, the last scheduler message of a pod not bound.
+	// time; unschedulable, the scheduler's message of each pod not bound.
 	moved         time.Time
-	unschedulable string
+	unschedulable map[string]string
 }
 
 func (w *watcher) start(ctx context.Context, client kubernetes.Interface, ns string) (func(), error) {
@@ -326,8 +328,12 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 	if t.Ready.IsZero() && podutil.IsPodReady(p) {
 		t.Ready, w.moved = at, at
 	}
+	delete(w.unschedulable, p.Name)
 	if _, c := podutil.GetPodCondition(&p.Status, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable && p.Spec.NodeName == "" {
-		w.unschedulable = p.Name + ": " + c.Message
+		if w.unschedulable == nil {
+			w.unschedulable = map[string]string{}
+		}
+		w.unschedulable[p.Name] = c.Message
 	}
 	if _, ok := p.Annotations[api.DefaultNames().AnnotationSimulatedContainers()]; ok {
 		t.Recorded = true
@@ -338,15 +344,16 @@ func (w *watcher) observe(p *corev1.Pod, at time.Time) {
 }
 
 // stalled says why the burst will not settle: no pod bound, Ready or Failed
-// for stall (since start at the earliest) while a pod is unschedulable;
-// "" otherwise.
+// for stall (since start at the earliest) while a pod not bound is
+// unschedulable; "" otherwise.
 func (w *watcher) stalled(now, start time.Time, stall time.Duration) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.unschedulable == "" || now.Sub(later(w.moved, start)) < stall {
+	if len(w.unschedulable) == 0 || now.Sub(later(w.moved, start)) < stall {
 		return ""
 	}
-	return fmt.Sprintf("no pod bound, Ready or Failed for %v, and the scheduler says %s", stall, w.unschedulable)
+	name := slices.Min(slices.Collect(maps.Keys(w.unschedulable)))
+	return fmt.Sprintf("no pod bound, Ready or Failed for %v, and %d unschedulable: the scheduler says %s: %s", stall, len(w.unschedulable), name, w.unschedulable[name])
 }
 
 func later(a, b time.Time) time.Time {

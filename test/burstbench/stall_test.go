@@ -30,7 +30,7 @@ func TestABurstThatStallsEndsWithTheSchedulersReason(t *testing.T) {
 		t.Errorf("stalled before StallTimeout: %q", why)
 	}
 	why := w.stalled(start.Add(StallTimeout), start, StallTimeout)
-	if !strings.Contains(why, `a: 0/3 nodes are available: policy "bestfit" is not allowed`) {
+	if !strings.Contains(why, `a: 0/3 nodes are available: policy "bestfit" is not allowed`) || !strings.Contains(why, "1 unschedulable") {
 		t.Errorf("stalled says %q; want the pod and the scheduler's message", why)
 	}
 	bound := pending("b")
@@ -38,5 +38,12 @@ func TestABurstThatStallsEndsWithTheSchedulersReason(t *testing.T) {
 	w.observe(bound, start.Add(StallTimeout))
 	if why := w.stalled(start.Add(StallTimeout+time.Second), start, StallTimeout); why != "" {
 		t.Errorf("stalled right after a pod was bound: %q", why)
+	}
+	// Unschedulable for a moment only: bound since, it is no reason to stop a slow tail.
+	a := pending("a")
+	a.Spec.NodeName = "n2"
+	w.observe(a, start.Add(StallTimeout+time.Second))
+	if why := w.stalled(start.Add(time.Hour), start, StallTimeout); why != "" {
+		t.Errorf("stalled with every pod bound: %q", why)
 	}
 }

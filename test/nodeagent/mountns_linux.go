@@ -100,6 +100,12 @@ func SetupKubeletDir(stateDir string) error {
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", src, err)
 		}
+		if sub == "plugins_registry" { // the kubelet would dial what a stopped DRA plugin left
+			stale, _ := filepath.Glob(filepath.Join(src, "*.sock"))
+			for _, f := range stale {
+				_ = os.Remove(f)
+			}
+		}
 		if err := os.MkdirAll(dst, 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", dst, err)
 		}
