@@ -129,9 +129,8 @@ func (k *Kubelet) Allocated(pod *corev1.Pod, container string, ids []string) {
 	k.admitting = ""
 }
 
-// Recheck forgets what it remembers of pods not admitted yet (api.Admitted), each pod once in its
-// life, and returns them: the kubelet names pods, never UIDs, so a pod deleted and created again
-// under its name while the kubelet admitted the first is remembered with the first's devices.
+// Recheck forgets, once a pod, what it remembers of pods not admitted yet (api.Admitted) and returns them: the
+// kubelet names pods, not UIDs, so a pod recreated under its name while it admitted the first has the first's.
 func (k *Kubelet) Recheck(pods []*corev1.Pod) (forgot []types.UID) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
