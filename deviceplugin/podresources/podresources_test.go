@@ -107,8 +107,8 @@ func TestTheAdmittedPodIsRememberedFromItsAllocate(t *testing.T) {
 }
 
 // Recheck forgets what was remembered of the pods not admitted yet, and only
-// those: the next read asks the kubelet about them again, not about the
-// running ones.
+// those, once a pod: the next read asks the kubelet about them again, not
+// about the running ones.
 func TestRecheckForgetsOnlyThePodsNotAdmittedYet(t *testing.T) {
 	ctx := context.Background()
 	res := string(api.DefaultNames().ResourceName())
@@ -133,5 +133,8 @@ func TestRecheckForgetsOnlyThePodsNotAdmittedYet(t *testing.T) {
 	}
 	if _, after := srv.Calls(); after-before != 1 || len(hs) != 2 {
 		t.Errorf("after Recheck, a read asked %d Gets for %d holdings; want 1 (the pending pod) for 2", after-before, len(hs))
+	}
+	if got := k.Recheck(pods); len(got) != 0 {
+		t.Errorf("a second Recheck forgot %v; each pod is rechecked once", got)
 	}
 }
