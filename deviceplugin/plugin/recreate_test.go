@@ -37,15 +37,10 @@ func TestAPodRecreatedUnderItsNameWhileTheKubeletAdmitsIsAdmitted(t *testing.T) 
 		t.Run(fmt.Sprintf("GetPreferredAllocation=%v", preference), func(t *testing.T) {
 			ctx := context.Background()
 			sn := simtest.New(t, nodeName, "spec:2x40GiB:Test-GPU")
-			res := string(api.DefaultNames().ResourceName())
 			first := podtest.Bound(nodeName, "gpu", 1).GPU("main", 4).Obj()
 			second := podtest.Bound(nodeName, "gpu", 2).UID("uid-gpu-again").GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[1]).Obj()
 			// The API server (and the plugin's cache): the first deleted, the second bound.
-			mem := &memCluster{arrival: map[types.UID]uint64{second.UID: 2}, pods: []*corev1.Pod{second}}
-			srv := podrestest.Start(t, res)
-			podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, nil)
-			p := New(Config{PluginDir: t.TempDir(), AllocateWait: 10 * time.Second}, sn.Store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
-			k := newKubeletModel(sn.Store, &fakePodResources{})
+			p, srv, k := kubeletAndPlugin(t, sn, second)
 
 			// The kubelet admits the first.
 			srv.Know(first.Namespace, first.Name)
@@ -90,14 +85,9 @@ func TestARefusalKeepsTheHoldingsOfPodsAdmittedButNotRunningYet(t *testing.T) {
 		t.Run(fmt.Sprintf("kubelet readable=%v", readable), func(t *testing.T) {
 			ctx := context.Background()
 			sn := simtest.New(t, nodeName, "spec:1x40GiB:Test-GPU")
-			res := string(api.DefaultNames().ResourceName())
 			admitted := podtest.Bound(nodeName, "admitted", 1).GPU("main", 4).Assign(api.PhaseAssigned, sn.Cards[0]).Obj()
 			gone := podtest.Bound(nodeName, "gone", 2).GPU("main", 4).Obj() // deleted: not in the cache
-			mem := &memCluster{arrival: map[types.UID]uint64{admitted.UID: 1}, pods: []*corev1.Pod{admitted}}
-			srv := podrestest.Start(t, res)
-			podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, nil)
-			p := New(Config{PluginDir: t.TempDir(), AllocateWait: 10 * time.Second}, sn.Store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
-			k := newKubeletModel(sn.Store, &fakePodResources{})
+			p, srv, k := kubeletAndPlugin(t, sn, admitted)
 			srv.Know(admitted.Namespace, admitted.Name)
 			ids, err := k.allocate(ctx, p, admitted, admitted.Spec.Containers[0])
 			if err != nil {
@@ -116,4 +106,18 @@ func TestARefusalKeepsTheHoldingsOfPodsAdmittedButNotRunningYet(t *testing.T) {
 			}
 		})
 	}
+}
+
+// kubeletAndPlugin is a plugin of node sn whose pod cache (and API server) holds pods, reading the
+// account of the kubelet model's PodResources server.
+func kubeletAndPlugin(t *testing.T, sn simtest.Node, pods ...*corev1.Pod) (*Plugin, *podrestest.Server, *kubeletModel) {
+	res := string(api.DefaultNames().ResourceName())
+	mem := &memCluster{arrival: map[types.UID]uint64{}, pods: pods}
+	for i, pod := range pods {
+		mem.arrival[pod.UID] = uint64(i + 1)
+	}
+	srv := podrestest.Start(t, res)
+	podres := podresources.NewKubelet(srv.Socket, res, mem.Arrival, nil)
+	p := New(Config{PluginDir: t.TempDir(), AllocateWait: 10 * time.Second}, sn.Store, mem, podres, ktesting.NewLogger(t, ktesting.NewConfig()))
+	return p, srv, newKubeletModel(sn.Store, &fakePodResources{})
 }
